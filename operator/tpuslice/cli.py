@@ -1,0 +1,149 @@
+"""The ``tpuslice`` command: see what a TPUSliceCluster becomes, and run the operator.
+
+Invalid input exits with status 2 and one message per problem on stderr,
+naming the field and the fix; stdout stays empty, so ``tpuslice render -f x |
+kubectl apply -f -`` never applies half a result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any, TextIO
+
+import yaml
+
+from tpuslice import constants
+from tpuslice.render import render_cluster
+from tpuslice.spec import SpecError
+from tpuslice.topology import TopologyError, slice_shape
+
+EXIT_INVALID = 2
+
+
+class InputError(Exception):
+    """Bad user input; the CLI prints the lines and exits with status 2."""
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = list(lines)
+
+
+def _format_table(row: dict[str, object]) -> str:
+    width = max(len(k) for k in row)
+    return "\n".join(f"{k.upper():<{width}}  {v}" for k, v in row.items()) + "\n"
+
+
+def _cmd_topology(args: argparse.Namespace, out: TextIO) -> None:
+    try:
+        shape = slice_shape(args.type, args.topology, args.chips_per_host)
+    except TopologyError as exc:
+        flag = {"type": "--type", "topology": "--topology", "chipsPerHost": "--chips-per-host"}
+        raise InputError([f"{flag[exc.field]}: {exc.message}"]) from exc
+    row = shape.to_dict()
+    if args.output == "json":
+        out.write(json.dumps(row, indent=2) + "\n")
+    elif args.output == "yaml":
+        out.write(yaml.safe_dump(row, sort_keys=False))
+    else:
+        out.write(_format_table(row))
+
+
+def _documents(stream: TextIO, source: str) -> Iterator[tuple[int, Any]]:
+    try:
+        for number, doc in enumerate(yaml.safe_load_all(stream), start=1):
+            if doc is not None:
+                yield number, doc
+    except yaml.YAMLError as exc:
+        raise InputError([f"{source}: not valid YAML: {exc}"]) from exc
+
+
+def _render_documents(stream: TextIO, source: str) -> list[dict[str, Any]]:
+    rendered: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for number, doc in _documents(stream, source):
+        where = f"{source} document {number}"
+        if not isinstance(doc, dict) or doc.get("kind") != constants.KIND_CLUSTER:
+            kind = doc.get("kind") if isinstance(doc, dict) else type(doc).__name__
+            problems.append(f"{where}: kind {kind!r} is not {constants.KIND_CLUSTER}")
+            continue
+        if doc.get("apiVersion") != constants.API_VERSION:
+            problems.append(
+                f"{where}: apiVersion {doc.get('apiVersion')!r} must be {constants.API_VERSION}"
+            )
+            continue
+        try:
+            rendered.append(render_cluster(doc))
+        except SpecError as exc:
+            name = (doc.get("metadata") or {}).get("name", "?")
+            problems += [f"{where} ({name}): {error}" for error in exc.errors]
+    if problems:
+        raise InputError(problems)
+    if not rendered:
+        raise InputError([f"{source}: no {constants.KIND_CLUSTER} found"])
+    return rendered
+
+
+def _cmd_render(args: argparse.Namespace, out: TextIO) -> None:
+    if args.filename == "-":
+        clusters = _render_documents(sys.stdin, "stdin")
+    else:
+        try:
+            with open(args.filename, encoding="utf-8") as handle:
+                clusters = _render_documents(handle, args.filename)
+        except OSError as exc:
+            raise InputError([f"-f {args.filename}: {exc.strerror}"]) from exc
+    out.write(yaml.safe_dump_all(clusters, sort_keys=False))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tpuslice",
+        description="TPUSliceCluster tools: inspect TPU slice shapes, render RayClusters, "
+        "run the operator.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    topology = commands.add_parser(
+        "topology",
+        help="show what a TPU type and topology mean on GKE",
+        description="Resolve a TPU type and topology into chips, hosts and the names GKE "
+        "and Ray use.",
+    )
+    topology.add_argument("--type", required=True, help="v4, v5e, v5p, v6e, tpu7x or a GKE "
+                          "accelerator label value such as tpu-v6e-slice")
+    topology.add_argument("--topology", required=True, help="e.g. 4x4 or 2x2x2")
+    topology.add_argument("--chips-per-host", type=int, default=None,
+                          help="only to settle v5e/v6e 2x4: 8 (one host, default) or 4")
+    topology.add_argument("-o", "--output", choices=("json", "yaml", "table"), default="table")
+    topology.set_defaults(func=_cmd_topology)
+
+    render = commands.add_parser(
+        "render",
+        help="print the RayCluster each TPUSliceCluster becomes",
+        description="Read TPUSliceCluster YAML (several documents allowed) and print one "
+        "RayCluster document per TPUSliceCluster.",
+    )
+    render.add_argument("-f", "--filename", required=True, help="a YAML file, or - for stdin")
+    render.set_defaults(func=_cmd_render)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.func(args, sys.stdout)
+    except InputError as exc:
+        for line in exc.lines:
+            print(f"error: {line}", file=sys.stderr)
+        return EXIT_INVALID
+    return 0
+
+
+
+
+if __name__ == "__main__":
+    sys.exit(main())
