@@ -215,7 +215,7 @@ class SliceShape:
 
 def parse_topology(topology: str, generation: Generation) -> tuple[int, ...]:
     """Split ``AxB[xC]`` into positive integers, checking the generation's dimensionality."""
-    text = topology.strip().lower()
+    text = topology.strip()
     example = "4x4" if generation.dimensions == 2 else "2x2x2"
     if not _TOPOLOGY_SYNTAX.match(text):
         raise TopologyError(
@@ -233,6 +233,11 @@ def parse_topology(topology: str, generation: Generation) -> tuple[int, ...]:
     if any(d == 0 for d in dims):
         raise TopologyError(
             "topology", f"topology {topology!r} has a zero dimension; every dimension is >= 1"
+        )
+    canonical = "x".join(str(d) for d in dims)
+    if canonical != text:
+        raise TopologyError(
+            "topology", f"write topology {topology!r} as {canonical}, as GKE labels nodes"
         )
     return dims
 

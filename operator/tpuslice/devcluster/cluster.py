@@ -1,0 +1,398 @@
+"""The local simulated GKE cluster: real control-plane processes on loopback.
+
+Start order and readiness gates:
+  etcd (/health) -> kube-apiserver (/readyz) -> kube-controller-manager and
+  kube-scheduler (/healthz) -> KWOK (/healthz) -> KubeRay CRDs (Established)
+  -> ray-operator (/readyz) -> the `default` service account exists.
+Each wait is bounded; a failure names the component and its log, and stops
+whatever was already started.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import shutil
+import ssl
+import subprocess
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from kubernetes.client import ApiException
+
+from . import kube
+from .certs import PKI, make_pki, write_kubeconfig
+from .nodepools import NodePool, pool_names
+from .processes import ComponentError, Process, free_port, http_ok, start, wait_until
+from .tools import ToolPaths
+
+__all__ = ["ClusterSettings", "LocalCluster", "StartupReport"]
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """Everything a LocalCluster needs; no global configuration anywhere."""
+
+    tools: ToolPaths
+    run_dir: Path
+    #: Bound for each component to become ready (the apiserver is the slow one).
+    ready_timeout_s: float = 180.0
+    #: True for tests: components die with the harness. False for `make dev-cluster`.
+    die_with_parent: bool = True
+    kuberay_feature_gates: str = "RayMultiHostIndexing=true"
+    service_cidr: str = "10.96.0.0/16"
+    service_ip: str = "10.96.0.1"
+    pod_cidr: str = "10.244.0.0/16"
+    node_lease_seconds: int = 40
+    cluster_name: str = "tpusim"
+    #: Keep etcd's data directory after stop (for post-mortems); logs are always kept.
+    keep_etcd_data: bool = False
+
+
+@dataclass
+class StartupReport:
+    """Seconds each step took; printed by the CLI and kept in state.json."""
+
+    steps: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total(self) -> float:
+        return sum(self.steps.values())
+
+
+class LocalCluster:
+    """Owns the processes of one local cluster; use as a context manager.
+
+    ``start()`` leaves a running cluster and writes ``<run_dir>/kubeconfig`` and
+    ``<run_dir>/state.json`` (pids, so `down` from another process can stop a
+    detached cluster); ``stop()`` stops everything in reverse order.
+    """
+
+    def __init__(self, settings: ClusterSettings) -> None:
+        self.settings = settings
+        self.run_dir = settings.run_dir
+        self.log_dir = settings.run_dir / "logs"
+        self.kubeconfig = settings.run_dir / "kubeconfig"
+        self.report = StartupReport()
+        self.ports: dict[str, int] = {}
+        self._procs: list[Process] = []
+        self._api: Any = None
+        self._stopped = False
+
+    # ------------------------------------------------------------ lifecycle
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def api(self) -> Any:
+        """An ApiClient for the admin kubeconfig (created on first use)."""
+        if self._api is None:
+            self._api = kube.api_client(self.kubeconfig)
+        return self._api
+
+    @property
+    def processes(self) -> tuple[Process, ...]:
+        return tuple(self._procs)
+
+    def start(self) -> None:
+        """Start every component and wait for each; on failure stop all and raise."""
+        missing = self.settings.tools.missing()
+        if missing:
+            raise ComponentError(
+                "tools",
+                None,
+                f"not built in {self.settings.tools.root}: {', '.join(missing)}; run `make tools`",
+            )
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.settings.die_with_parent:
+            atexit.register(self.stop)
+        try:
+            pki = self._step(
+                "certificates", lambda: make_pki(self.run_dir / "pki", self.settings.service_ip)
+            )
+            self._start_etcd()
+            self._start_apiserver(pki)
+            self._start_controller_manager(pki)
+            self._start_scheduler()
+            self._start_kwok()
+            self._step("kuberay-crds", self._install_kuberay_crds)
+            self._start_kuberay()
+            self._step("default-serviceaccount", self._wait_default_serviceaccount)
+        except BaseException:
+            self.stop()
+            raise
+        finally:
+            self._write_state()
+
+    def stop(self) -> None:
+        """Stop all components (reverse start order); safe to call twice."""
+        if self._stopped:
+            return
+        self._stopped = True
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+        if self._api is not None:
+            with contextlib.suppress(Exception):
+                self._api.close()
+        for proc in reversed(self._procs):
+            proc.stop()
+        if not self.settings.keep_etcd_data:
+            shutil.rmtree(self.run_dir / "etcd-data", ignore_errors=True)
+        self._write_state()
+
+    # ------------------------------------------------------------ node pools
+    def add_pools(self, pools: Iterable[NodePool], timeout_s: float = 60.0) -> list[str]:
+        """Create pools and wait for all their nodes to be Ready."""
+        pools = list(pools)
+        pool_names(pools)
+        names: list[str] = []
+        for pool in pools:
+            names += kube.create_pool(self.api, pool, self.settings.cluster_name)
+        kube.wait_nodes_ready(self.api, names, timeout_s)
+        return names
+
+    # ------------------------------------------------------------ components
+    def _step(self, name: str, fn: Any) -> Any:
+        began = time.monotonic()
+        result = fn()
+        self.report.steps[name] = round(time.monotonic() - began, 2)
+        return result
+
+    def _launch(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Process:
+        proc = start(
+            name,
+            argv,
+            self.log_dir,
+            env=env,
+            die_with_parent=self.settings.die_with_parent,
+        )
+        self._procs.append(proc)
+        return proc
+
+    def _wait(self, proc: Process, url: str, context: ssl.SSLContext | None = None) -> None:
+        self._step(
+            proc.name,
+            lambda: wait_until(
+                lambda: http_ok(url, context),
+                timeout_s=self.settings.ready_timeout_s,
+                what=f"GET {url} == 200",
+                process=proc,
+            ),
+        )
+
+    def _bin(self, name: str) -> str:
+        return str(self.settings.tools.binary(name))
+
+    def _start_etcd(self) -> None:
+        client_port, peer_port = free_port(), free_port()
+        self.ports.update(etcd=client_port, etcd_peer=peer_port)
+        peer = f"http://127.0.0.1:{peer_port}"
+        proc = self._launch(
+            "etcd",
+            [
+                self._bin("etcd"),
+                "--name=local",
+                f"--data-dir={self.run_dir / 'etcd-data'}",
+                f"--listen-client-urls=http://127.0.0.1:{client_port}",
+                f"--advertise-client-urls=http://127.0.0.1:{client_port}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=local={peer}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+        )
+        self._wait(proc, f"http://127.0.0.1:{client_port}/health")
+
+    def _start_apiserver(self, pki: PKI) -> None:
+        port = free_port()
+        self.ports["apiserver"] = port
+        proc = self._launch(
+            "kube-apiserver",
+            [
+                self._bin("kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--tls-cert-file={pki.apiserver_cert}",
+                f"--tls-private-key-file={pki.apiserver_key}",
+                f"--client-ca-file={pki.ca_cert}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki.sa_pub}",
+                f"--service-account-signing-key-file={pki.sa_key}",
+                f"--service-cluster-ip-range={self.settings.service_cidr}",
+                "--authorization-mode=Node,RBAC",
+                "--allow-privileged=true",
+                "--endpoint-reconciler-type=none",
+                "--profiling=false",
+            ],
+        )
+        write_kubeconfig(
+            self.kubeconfig, f"https://127.0.0.1:{port}", pki, self.settings.cluster_name
+        )
+        ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
+        ctx.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
+        self._wait(proc, f"https://127.0.0.1:{port}/readyz", ctx)
+
+    def _start_controller_manager(self, pki: PKI) -> None:
+        port = free_port()
+        self.ports["kube-controller-manager"] = port
+        proc = self._launch(
+            "kube-controller-manager",
+            [
+                self._bin("kube-controller-manager"),
+                f"--kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--service-account-private-key-file={pki.sa_key}",
+                f"--root-ca-file={pki.ca_cert}",
+                f"--cluster-signing-cert-file={pki.ca_cert}",
+                f"--cluster-signing-key-file={pki.ca_key}",
+                f"--service-cluster-ip-range={self.settings.service_cidr}",
+                "--profiling=false",
+            ],
+        )
+        self._wait(proc, f"https://127.0.0.1:{port}/healthz", _insecure())
+
+    def _start_scheduler(self) -> None:
+        port = free_port()
+        self.ports["kube-scheduler"] = port
+        proc = self._launch(
+            "kube-scheduler",
+            [
+                self._bin("kube-scheduler"),
+                f"--kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                "--profiling=false",
+            ],
+        )
+        self._wait(proc, f"https://127.0.0.1:{port}/healthz", _insecure())
+
+    def _start_kwok(self) -> None:
+        port = free_port()
+        self.ports["kwok"] = port
+        configs = [f"--config={p}" for p in self.settings.tools.kwok_stages]
+        proc = self._launch(
+            "kwok",
+            [
+                self._bin("kwok"),
+                f"--kubeconfig={self.kubeconfig}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                f"--cidr={self.settings.pod_cidr}",
+                f"--node-lease-duration-seconds={self.settings.node_lease_seconds}",
+                f"--server-address=127.0.0.1:{port}",
+                *configs,
+            ],
+        )
+        self._wait(proc, f"http://127.0.0.1:{port}/healthz")
+
+    def _install_kuberay_crds(self) -> None:
+        kubectl = [self._bin("kubectl"), f"--kubeconfig={self.kubeconfig}"]
+        crds = str(self.settings.tools.kuberay_crds)
+        _run(
+            "kuberay-crds",
+            [*kubectl, "apply", "--server-side", "--force-conflicts", "-f", crds],
+            self.log_dir,
+        )
+        _run(
+            "kuberay-crds",
+            [*kubectl, "wait", "--for=condition=Established", "--timeout=60s", "-f", crds],
+            self.log_dir,
+        )
+
+    def _start_kuberay(self) -> None:
+        metrics, probe = free_port(), free_port()
+        self.ports.update(ray_operator_metrics=metrics, ray_operator_probe=probe)
+        proc = self._launch(
+            "ray-operator",
+            [
+                self._bin("ray-operator"),
+                "--enable-leader-election=false",
+                f"--metrics-addr=127.0.0.1:{metrics}",
+                f"--health-probe-bind-address=127.0.0.1:{probe}",
+                f"--feature-gates={self.settings.kuberay_feature_gates}",
+                "--log-stdout-encoder=console",
+            ],
+            env={"KUBECONFIG": str(self.kubeconfig)},
+        )
+        self._wait(proc, f"http://127.0.0.1:{probe}/readyz")
+
+    def _wait_default_serviceaccount(self) -> None:
+        core = kube.core_v1(self.api)
+
+        def exists() -> bool:
+            try:
+                core.read_namespaced_service_account("default", "default")
+                return True
+            except ApiException as exc:
+                if exc.status == 404:
+                    return False
+                raise
+
+        cm = next(p for p in self._procs if p.name == "kube-controller-manager")
+        wait_until(
+            exists,
+            timeout_s=self.settings.ready_timeout_s,
+            what="service account default/default (service-account controller)",
+            process=cm,
+        )
+
+    # ------------------------------------------------------------ state
+    def _write_state(self) -> None:
+        if not self.run_dir.exists():
+            return
+        state = {
+            "kubeconfig": str(self.kubeconfig),
+            "run_dir": str(self.run_dir),
+            "ports": self.ports,
+            "startup_seconds": asdict(self.report)["steps"],
+            "stopped": self._stopped,
+            "components": [
+                {"name": p.name, "pid": p.pid, "exe": p.argv[0], "log": str(p.log)}
+                for p in self._procs
+            ],
+        }
+        (self.run_dir / "state.json").write_text(json.dumps(state, indent=2) + "\n")
+
+
+def _insecure() -> ssl.SSLContext:
+    """For /healthz of components serving self-signed certificates on loopback."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def _run(name: str, argv: list[str], log_dir: Path, timeout_s: float = 120.0) -> None:
+    """Run a one-shot command, logging to ``<log_dir>/<name>.log``; raise naming it."""
+    log = log_dir / f"{name}.log"
+    with log.open("ab") as out:
+        out.write(f"# {' '.join(argv)}\n".encode())
+        out.flush()
+        try:
+            subprocess.run(
+                argv, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s, check=True
+            )
+        except subprocess.CalledProcessError as exc:
+            raise ComponentError(name, log, f"command failed with code {exc.returncode}") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise ComponentError(name, log, f"command timed out after {timeout_s:.0f}s") from exc

@@ -1,0 +1,40 @@
+"""The real KubeRay RayCluster CRD, from the KubeRay release pinned in hack/versions.env.
+
+Taken from the Go module download (the same source `make tools` builds
+ray-operator from), so rendered RayClusters are checked against the schema the
+operator will really meet. No network after the first download (Go's module
+cache).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.support.versions import pinned_versions
+
+MODULE = "github.com/ray-project/kuberay/ray-operator"
+
+
+@cache
+def kuberay_module_dir() -> Path:
+    version = pinned_versions()["KUBERAY_VERSION"]
+    result = subprocess.run(
+        ["go", "mod", "download", "-json", f"{MODULE}@{version}"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return Path(json.loads(result.stdout)["Dir"])
+
+
+@cache
+def raycluster_crd() -> dict[str, Any]:
+    path = kuberay_module_dir() / "config" / "crd" / "bases" / "ray.io_rayclusters.yaml"
+    return yaml.safe_load(path.read_text())

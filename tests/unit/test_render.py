@@ -1,0 +1,184 @@
+"""Golden-file and rule tests of TPUSliceCluster -> RayCluster rendering.
+
+Regenerate the golden files after an intended change with
+``UPDATE_GOLDEN=1 make test-unit`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.support.crd import served_schema, to_jsonschema
+from tests.support.kuberay import raycluster_crd
+from tpuslice import constants as c
+from tpuslice.render import render_cluster
+from tpuslice.spec import SpecError
+
+GOLDEN = Path(__file__).parent / "golden"
+CASES = sorted(p.name.removesuffix(".in.yaml") for p in GOLDEN.glob("*.in.yaml"))
+EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
+
+
+def _load(name: str) -> dict[str, Any]:
+    return yaml.safe_load((GOLDEN / f"{name}.in.yaml").read_text())
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden(case: str) -> None:
+    rendered = yaml.safe_dump(render_cluster(_load(case)), sort_keys=False)
+    golden = GOLDEN / f"{case}.out.yaml"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.write_text(rendered)
+    assert rendered == golden.read_text()
+
+
+def test_golden_cases_cover_the_issue_list() -> None:
+    assert len(CASES) >= 8
+
+
+@pytest.fixture(scope="module")
+def kuberay_validator() -> jsonschema.Draft7Validator:
+    schema = served_schema(raycluster_crd(), "v1")
+    return jsonschema.Draft7Validator(to_jsonschema(schema, strict=True))
+
+
+@pytest.mark.parametrize("source", [*(GOLDEN / f"{c}.in.yaml" for c in CASES), *EXAMPLES],
+                         ids=lambda p: p.name)
+def test_rendered_raycluster_matches_kuberays_crd(
+    source: Path, kuberay_validator: jsonschema.Draft7Validator
+) -> None:
+    rendered = render_cluster(yaml.safe_load(source.read_text()))
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in kuberay_validator.iter_errors(rendered)]
+    assert errors == []
+
+
+def test_kuberay_validator_is_not_vacuous(kuberay_validator: jsonschema.Draft7Validator) -> None:
+    rendered = render_cluster(_load("v4-2x2x2"))
+    rendered["spec"]["workerGroupSpecs"][0]["numOfHostz"] = 2
+    assert not kuberay_validator.is_valid(rendered)
+
+
+def _worker(rendered: dict[str, Any]) -> dict[str, Any]:
+    return rendered["spec"]["workerGroupSpecs"][0]  # type: ignore[no-any-return]
+
+
+def test_worker_group_fixes_replicas_and_hosts_from_the_topology() -> None:
+    group = _worker(render_cluster(_load("v5e-4x4-two-slices")))
+    assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (2, 2, 2)
+    assert group["numOfHosts"] == 4
+    pod = group["template"]["spec"]
+    assert pod["nodeSelector"] == {
+        c.NODE_LABEL_ACCELERATOR: "tpu-v5-lite-podslice",
+        c.NODE_LABEL_TOPOLOGY: "4x4",
+    }
+    (container,) = pod["containers"]
+    assert container["resources"]["requests"][c.TPU_RESOURCE] == "4"
+    assert container["resources"]["limits"][c.TPU_RESOURCE] == "4"
+    assert pod["schedulingGates"] == [{"name": c.SCHEDULING_GATE}]
+
+
+def test_head_never_gets_tpu_settings() -> None:
+    head = render_cluster(_load("v6e-16x16"))["spec"]["headGroupSpec"]["template"]
+    text = yaml.safe_dump(head)
+    assert "google.com/tpu" not in text and "gke-tpu" not in text
+    assert "schedulingGates" not in head["spec"]
+
+
+def test_policy_none_renders_no_gate_and_suspend_only_when_asked() -> None:
+    rendered = render_cluster(_load("v6e-policy-none"))
+    assert "schedulingGates" not in _worker(rendered)["template"]["spec"]
+    assert rendered["spec"]["suspend"] is True
+    assert "suspend" not in render_cluster(_load("v4-2x2x2"))["spec"]
+
+
+def test_owner_reference_is_controller_and_blocks_deletion() -> None:
+    (owner,) = render_cluster(_load("v4-2x2x2"))["metadata"]["ownerReferences"]
+    assert owner == {
+        "apiVersion": "tpuslice.dev/v1alpha1",
+        "kind": "TPUSliceCluster",
+        "name": "v4-small",
+        "uid": "11111111-1111-1111-1111-111111111111",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def test_without_uid_no_owner_reference_and_no_namespace() -> None:
+    obj = _load("v4-2x2x2")
+    del obj["metadata"]["uid"], obj["metadata"]["namespace"]
+    metadata = render_cluster(obj)["metadata"]
+    assert "ownerReferences" not in metadata and "namespace" not in metadata
+
+
+def test_overrides_merge_by_documented_rules() -> None:
+    rendered = render_cluster(_load("v6e-overrides"))
+    pod = _worker(rendered)["template"]["spec"]
+    assert pod["serviceAccountName"] == "ray-tpu"
+    assert pod["nodeSelector"]["cloud.google.com/gke-spot"] == "true"
+    # the equal TPU toleration is kept once; the spot one is appended
+    assert [t["key"] for t in pod["tolerations"]] == ["google.com/tpu", "cloud.google.com/gke-spot"]
+    # containers merge by name; TPU chips repeated with the same value are accepted
+    (worker,) = pod["containers"]
+    assert worker["resources"]["limits"] == {
+        "cpu": "24", "memory": "180Gi", "google.com/tpu": "4", "example.com/foo": "1"
+    }
+    assert pod["schedulingGates"] == [
+        {"name": c.SCHEDULING_GATE}, {"name": "example.com/other-gate"}
+    ]
+    assert "podAntiAffinity" in pod["affinity"]
+    head = rendered["spec"]["headGroupSpec"]["template"]["spec"]
+    assert [x["name"] for x in head["containers"]] == ["ray-head", "sidecar"]
+    assert head["containers"][0]["resources"]["limits"] == {"cpu": "4", "memory": "8Gi"}
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "fragment"),
+    [
+        (["spec", "nodeSelector"], {c.NODE_LABEL_ACCELERATOR: "tpu-v5p-slice"},
+         'spec.worker.template.spec.nodeSelector["cloud.google.com/gke-tpu-accelerator"]: is '
+         "owned by the operator (from spec.tpu.type: 'tpu-v6e-slice')"),
+        (["spec", "nodeSelector"], {c.NODE_LABEL_TOPOLOGY: "4x4"},
+         'nodeSelector["cloud.google.com/gke-tpu-topology"]'),
+        (["spec", "nodeSelector"], {c.NODE_LABEL_NODEPOOL: "pool-a"},
+         "set per slice to the reserved node pool; use reservation.policy None"),
+        (["spec", "containers"],
+         [{"name": "ray-worker", "resources": {"requests": {"google.com/tpu": "8"}}}],
+         'spec.worker.template.spec.containers[name=ray-worker].resources.requests'
+         '["google.com/tpu"]'),
+        (["metadata", "labels"], {c.LABEL_TOPOLOGY: "8x8"},
+         'spec.worker.template.metadata.labels["tpuslice.dev/topology"]'),
+    ],
+)
+def test_override_of_an_owned_field_is_an_error(
+    path: list[str], value: Any, fragment: str
+) -> None:
+    obj = copy.deepcopy(_load("v6e-2x2-single-host"))
+    target = obj["spec"].setdefault("worker", {}).setdefault("template", {})
+    for step in path[:-1]:
+        target = target.setdefault(step, {})
+    target[path[-1]] = value
+    with pytest.raises(SpecError) as err:
+        render_cluster(obj)
+    assert fragment in str(err.value)
+
+
+def test_policy_none_lets_the_user_pin_a_pool() -> None:
+    obj = _load("v6e-policy-none")
+    obj["spec"]["worker"] = {"template": {"spec": {"nodeSelector": {c.NODE_LABEL_NODEPOOL: "p"}}}}
+    assert _worker(render_cluster(obj))["template"]["spec"]["nodeSelector"][
+        c.NODE_LABEL_NODEPOOL
+    ] == "p"
+
+
+def test_render_does_not_mutate_its_input() -> None:
+    obj = _load("v6e-overrides")
+    before = copy.deepcopy(obj)
+    render_cluster(obj)
+    assert obj == before
