@@ -112,11 +112,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="Resolve a TPU type and topology into chips, hosts and the names GKE "
         "and Ray use.",
     )
-    topology.add_argument("--type", required=True, help="v4, v5e, v5p, v6e, tpu7x or a GKE "
-                          "accelerator label value such as tpu-v6e-slice")
+    topology.add_argument(
+        "--type",
+        required=True,
+        help="v4, v5e, v5p, v6e, tpu7x or a GKE accelerator label value such as tpu-v6e-slice",
+    )
     topology.add_argument("--topology", required=True, help="e.g. 4x4 or 2x2x2")
-    topology.add_argument("--chips-per-host", type=int, default=None,
-                          help="only to settle v5e/v6e 2x4: 8 (one host, default) or 4")
+    topology.add_argument(
+        "--chips-per-host",
+        type=int,
+        default=None,
+        help="only to settle v5e/v6e 2x4: 8 (one host, default) or 4",
+    )
     topology.add_argument("-o", "--output", choices=("json", "yaml", "table"), default="table")
     topology.set_defaults(func=_cmd_topology)
 
@@ -141,8 +148,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {line}", file=sys.stderr)
         return EXIT_INVALID
     return 0
-
-
 
 
 if __name__ == "__main__":

@@ -74,10 +74,16 @@ def _worker_owned(spec: SliceClusterSpec) -> list[OwnedValue]:
     chips = str(spec.shape.chips_per_host)
     container = ("spec", "containers", ("name", c.WORKER_CONTAINER), "resources")
     owned: list[OwnedValue] = [
-        (("spec", "nodeSelector", c.NODE_LABEL_ACCELERATOR), spec.shape.generation.gke_accelerator,
-         "from spec.tpu.type"),
-        (("spec", "nodeSelector", c.NODE_LABEL_TOPOLOGY), spec.shape.topology,
-         "from spec.tpu.topology"),
+        (
+            ("spec", "nodeSelector", c.NODE_LABEL_ACCELERATOR),
+            spec.shape.generation.gke_accelerator,
+            "from spec.tpu.type",
+        ),
+        (
+            ("spec", "nodeSelector", c.NODE_LABEL_TOPOLOGY),
+            spec.shape.topology,
+            "from spec.tpu.topology",
+        ),
         ((*container, "requests", c.TPU_RESOURCE), chips, "chips per host from spec.tpu"),
         ((*container, "limits", c.TPU_RESOURCE), chips, "chips per host from spec.tpu"),
     ]
@@ -87,9 +93,12 @@ def _worker_owned(spec: SliceClusterSpec) -> list[OwnedValue]:
     ]
     if spec.gated:
         owned.append(
-            (("spec", "nodeSelector", c.NODE_LABEL_NODEPOOL), None,
-             "set per slice to the reserved node pool; use reservation.policy None to pin pools "
-             "yourself")
+            (
+                ("spec", "nodeSelector", c.NODE_LABEL_NODEPOOL),
+                None,
+                "set per slice to the reserved node pool; use reservation.policy None to pin pools "
+                "yourself",
+            )
         )
     return owned
 
@@ -104,12 +113,8 @@ def _worker_template(spec: SliceClusterSpec) -> tuple[dict[str, Any], list[Field
             c.NODE_LABEL_ACCELERATOR: spec.shape.generation.gke_accelerator,
             c.NODE_LABEL_TOPOLOGY: spec.shape.topology,
         },
-        "tolerations": [
-            {"key": c.TPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
-        ],
-        "containers": [
-            {"name": c.WORKER_CONTAINER, "image": spec.image, "resources": resources}
-        ],
+        "tolerations": [{"key": c.TPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [{"name": c.WORKER_CONTAINER, "image": spec.image, "resources": resources}],
     }
     if spec.gated:
         pod_spec["schedulingGates"] = [{"name": c.SCHEDULING_GATE}]

@@ -124,16 +124,16 @@ def _resources(value: Any, path: str, errors: list[FieldError], tpu_owned: bool)
     return resources
 
 
-def _group(
-    raw: Any, path: str, errors: list[FieldError], *, tpu_owned: bool
-) -> GroupSpec:
+def _group(raw: Any, path: str, errors: list[FieldError], *, tpu_owned: bool) -> GroupSpec:
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
         errors.append(FieldError(path, "must be an object"))
         return GroupSpec()
-    template = raw.get("template") or {}
-    if not isinstance(template, Mapping):
+    template = raw.get("template")
+    if template is None:
+        template = {}
+    elif not isinstance(template, Mapping):
         errors.append(FieldError(f"{path}.template", "must be a pod template object"))
         template = {}
     return GroupSpec(
@@ -208,9 +208,7 @@ def parse_cluster(obj: Mapping[str, Any]) -> SliceClusterSpec:
 
     policy = (spec.get("reservation") or {}).get("policy", "NodePool")
     if policy not in ("NodePool", "None"):
-        errors.append(
-            FieldError("spec.reservation.policy", f"{policy!r} is not NodePool or None")
-        )
+        errors.append(FieldError("spec.reservation.policy", f"{policy!r} is not NodePool or None"))
 
     suspend = spec.get("suspend", False)
     if not isinstance(suspend, bool):

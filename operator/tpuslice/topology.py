@@ -142,8 +142,7 @@ GENERATIONS: tuple[Generation, ...] = (
             | {"4x4x8", "4x8x8", "8x8x8", "8x8x16", "8x16x16"}
         ),
         aliases=("v7x", "tpu-v7x"),
-        shape_rule="1x1x1, 2x2x1, 2x2x2, 2x2x4, 2x4x4, 4x4x4, 4x4x8, 4x8x8, 8x8x8, 8x8x16, "
-        "8x16x16",
+        shape_rule="1x1x1, 2x2x1, 2x2x2, 2x2x4, 2x4x4, 4x4x4, 4x4x8, 4x8x8, 8x8x8, 8x8x16, 8x16x16",
     ),
 )
 
@@ -262,9 +261,7 @@ def host_chip_choices(generation: Generation, chips: int) -> tuple[int, ...]:
     return single
 
 
-def slice_shape(
-    tpu_type: str, topology: str, chips_per_host: int | None = None
-) -> SliceShape:
+def slice_shape(tpu_type: str, topology: str, chips_per_host: int | None = None) -> SliceShape:
     """Resolve a type and topology into a full slice shape, or raise TopologyError."""
     generation = resolve_generation(tpu_type)
     dims = parse_topology(topology, generation)

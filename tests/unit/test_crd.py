@@ -48,7 +48,9 @@ def with_spec(patch: dict[str, Any], name: str = "llm") -> dict[str, Any]:
     obj = cluster()
     obj["metadata"]["name"] = name
     for key, value in patch.items():
-        obj["spec"][key] = {**obj["spec"].get(key, {}), **value} if isinstance(value, dict) else value
+        obj["spec"][key] = (
+            {**obj["spec"].get(key, {}), **value} if isinstance(value, dict) else value
+        )
     return obj
 
 
@@ -57,18 +59,27 @@ def with_spec(patch: dict[str, Any], name: str = "llm") -> dict[str, Any]:
     [
         (with_spec({"tpu": {"type": "v9"}}), "is not one of"),
         (with_spec({"tpu": {"topology": "4x4x4"}}), "v5e and v6e slices are 2-dimensional"),
-        (with_spec({"tpu": {"topology": "3x3"}}), "v5e and v6e slices are 2-dimensional and one of"),
+        (
+            with_spec({"tpu": {"topology": "3x3"}}),
+            "v5e and v6e slices are 2-dimensional and one of",
+        ),
         (with_spec({"tpu": {"topology": "0x4"}}), "must be positive integers joined by 'x'"),
         (with_spec({"tpu": {"topology": "4 x 4"}}), "must be positive integers joined by 'x'"),
         (with_spec({"tpu": {"type": "v4", "topology": "2x2"}}), "v4 slices are 3-dimensional"),
         (with_spec({"tpu": {"type": "v5p", "topology": "4x4x28"}}), "v5p slices are 3-dimensional"),
-        (with_spec({"tpu": {"type": "tpu7x", "topology": "4x4"}}), "tpu7x slices are 3-dimensional"),
+        (
+            with_spec({"tpu": {"type": "tpu7x", "topology": "4x4"}}),
+            "tpu7x slices are 3-dimensional",
+        ),
         (with_spec({"tpu": {"slices": 0}}), "less than the minimum of 1"),
         (with_spec({"tpu": {"chipsPerHost": 8}}), "spec.tpu.chipsPerHost does not fit"),
         (with_spec({"tpu": {"chipsPerHost": 3}}), "is not one of [1, 4, 8]"),
         (with_spec({"ray": {"version": "2.53.0"}}), "at least 2.54.0"),
         (with_spec({"ray": {"version": "latest"}}), "at least 2.54.0"),
-        (with_spec({"worker": {"resources": {"google.com/tpu": 4}}}), "must not set google.com/tpu"),
+        (
+            with_spec({"worker": {"resources": {"google.com/tpu": 4}}}),
+            "must not set google.com/tpu",
+        ),
         (with_spec({"worker": {"resources": {"memory": "lots"}}}), "does not match"),
         (with_spec({"worker": {"replicas": 3}}), "Additional properties are not allowed"),
         (with_spec({"reservation": {"policy": "Pool"}}), "is not one of ['NodePool', 'None']"),
@@ -178,8 +189,13 @@ def reservation(**spec: Any) -> dict[str, Any]:
         "acceleratorType": "v6e-16",
         "topology": "4x4",
         "hosts": 4,
-        "holder": {"namespace": "ml", "name": "llm", "uid": "u-1", "replicaName": "tpu-abcde",
-                   "replicaIndex": 0},
+        "holder": {
+            "namespace": "ml",
+            "name": "llm",
+            "uid": "u-1",
+            "replicaName": "tpu-abcde",
+            "replicaIndex": 0,
+        },
     }
     return {
         "apiVersion": "tpuslice.dev/v1alpha1",
@@ -217,14 +233,24 @@ def test_status_example_from_the_design_is_valid() -> None:
         "readySlices": 1,
         "sliceReadiness": "1/2",
         "slices": [
-            {"index": 0, "replica": "tpu-ab12c", "nodePool": "pool-a", "state": "Ready",
-             "readyHosts": 4},
+            {
+                "index": 0,
+                "replica": "tpu-ab12c",
+                "nodePool": "pool-a",
+                "state": "Ready",
+                "readyHosts": 4,
+            },
             {"index": 1, "replica": "tpu-x9y8z", "state": "WaitingForCapacity"},
         ],
         "conditions": [
-            {"type": "Ready", "status": "False", "observedGeneration": 3,
-             "lastTransitionTime": "2026-11-30T00:00:00Z", "reason": "WaitingForCapacity",
-             "message": "slice 1 needs a free node pool"},
+            {
+                "type": "Ready",
+                "status": "False",
+                "observedGeneration": 3,
+                "lastTransitionTime": "2026-11-30T00:00:00Z",
+                "reason": "WaitingForCapacity",
+                "message": "slice 1 needs a free node pool",
+            },
         ],
     }
     assert validate(TSC, obj) == []

@@ -49,13 +49,16 @@ def kuberay_validator() -> jsonschema.Draft7Validator:
     return jsonschema.Draft7Validator(to_jsonschema(schema, strict=True))
 
 
-@pytest.mark.parametrize("source", [*(GOLDEN / f"{c}.in.yaml" for c in CASES), *EXAMPLES],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "source", [*(GOLDEN / f"{c}.in.yaml" for c in CASES), *EXAMPLES], ids=lambda p: p.name
+)
 def test_rendered_raycluster_matches_kuberays_crd(
     source: Path, kuberay_validator: jsonschema.Draft7Validator
 ) -> None:
     rendered = render_cluster(yaml.safe_load(source.read_text()))
-    errors = [f"{list(e.absolute_path)}: {e.message}" for e in kuberay_validator.iter_errors(rendered)]
+    errors = [
+        f"{list(e.absolute_path)}: {e.message}" for e in kuberay_validator.iter_errors(rendered)
+    ]
     assert errors == []
 
 
@@ -127,10 +130,14 @@ def test_overrides_merge_by_documented_rules() -> None:
     # containers merge by name; TPU chips repeated with the same value are accepted
     (worker,) = pod["containers"]
     assert worker["resources"]["limits"] == {
-        "cpu": "24", "memory": "180Gi", "google.com/tpu": "4", "example.com/foo": "1"
+        "cpu": "24",
+        "memory": "180Gi",
+        "google.com/tpu": "4",
+        "example.com/foo": "1",
     }
     assert pod["schedulingGates"] == [
-        {"name": c.SCHEDULING_GATE}, {"name": "example.com/other-gate"}
+        {"name": c.SCHEDULING_GATE},
+        {"name": "example.com/other-gate"},
     ]
     assert "podAntiAffinity" in pod["affinity"]
     head = rendered["spec"]["headGroupSpec"]["template"]["spec"]
@@ -141,24 +148,36 @@ def test_overrides_merge_by_documented_rules() -> None:
 @pytest.mark.parametrize(
     ("path", "value", "fragment"),
     [
-        (["spec", "nodeSelector"], {c.NODE_LABEL_ACCELERATOR: "tpu-v5p-slice"},
-         'spec.worker.template.spec.nodeSelector["cloud.google.com/gke-tpu-accelerator"]: is '
-         "owned by the operator (from spec.tpu.type: 'tpu-v6e-slice')"),
-        (["spec", "nodeSelector"], {c.NODE_LABEL_TOPOLOGY: "4x4"},
-         'nodeSelector["cloud.google.com/gke-tpu-topology"]'),
-        (["spec", "nodeSelector"], {c.NODE_LABEL_NODEPOOL: "pool-a"},
-         "set per slice to the reserved node pool; use reservation.policy None"),
-        (["spec", "containers"],
-         [{"name": "ray-worker", "resources": {"requests": {"google.com/tpu": "8"}}}],
-         'spec.worker.template.spec.containers[name=ray-worker].resources.requests'
-         '["google.com/tpu"]'),
-        (["metadata", "labels"], {c.LABEL_TOPOLOGY: "8x8"},
-         'spec.worker.template.metadata.labels["tpuslice.dev/topology"]'),
+        (
+            ["spec", "nodeSelector"],
+            {c.NODE_LABEL_ACCELERATOR: "tpu-v5p-slice"},
+            'spec.worker.template.spec.nodeSelector["cloud.google.com/gke-tpu-accelerator"]: is '
+            "owned by the operator (from spec.tpu.type: 'tpu-v6e-slice')",
+        ),
+        (
+            ["spec", "nodeSelector"],
+            {c.NODE_LABEL_TOPOLOGY: "4x4"},
+            'nodeSelector["cloud.google.com/gke-tpu-topology"]',
+        ),
+        (
+            ["spec", "nodeSelector"],
+            {c.NODE_LABEL_NODEPOOL: "pool-a"},
+            "set per slice to the reserved node pool; use reservation.policy None",
+        ),
+        (
+            ["spec", "containers"],
+            [{"name": "ray-worker", "resources": {"requests": {"google.com/tpu": "8"}}}],
+            "spec.worker.template.spec.containers[name=ray-worker].resources.requests"
+            '["google.com/tpu"]',
+        ),
+        (
+            ["metadata", "labels"],
+            {c.LABEL_TOPOLOGY: "8x8"},
+            'spec.worker.template.metadata.labels["tpuslice.dev/topology"]',
+        ),
     ],
 )
-def test_override_of_an_owned_field_is_an_error(
-    path: list[str], value: Any, fragment: str
-) -> None:
+def test_override_of_an_owned_field_is_an_error(path: list[str], value: Any, fragment: str) -> None:
     obj = copy.deepcopy(_load("v6e-2x2-single-host"))
     target = obj["spec"].setdefault("worker", {}).setdefault("template", {})
     for step in path[:-1]:
@@ -172,9 +191,10 @@ def test_override_of_an_owned_field_is_an_error(
 def test_policy_none_lets_the_user_pin_a_pool() -> None:
     obj = _load("v6e-policy-none")
     obj["spec"]["worker"] = {"template": {"spec": {"nodeSelector": {c.NODE_LABEL_NODEPOOL: "p"}}}}
-    assert _worker(render_cluster(obj))["template"]["spec"]["nodeSelector"][
-        c.NODE_LABEL_NODEPOOL
-    ] == "p"
+    assert (
+        _worker(render_cluster(obj))["template"]["spec"]["nodeSelector"][c.NODE_LABEL_NODEPOOL]
+        == "p"
+    )
 
 
 def test_render_does_not_mutate_its_input() -> None:

@@ -1,0 +1,150 @@
+"""The tpuslice command as a user runs it: exit codes, stdout and stderr."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tpuslice.cli import main
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse usage errors and --help
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_topology_json_has_exactly_the_documented_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "topology", "--type", "v6e", "--topology", "4x4", "-o", "json")
+    assert (code, err) == (0, "")
+    assert json.loads(out) == {
+        "generation": "v6e",
+        "gkeAccelerator": "tpu-v6e-slice",
+        "topology": "4x4",
+        "chips": 16,
+        "chipsPerHost": 4,
+        "hosts": 4,
+        "acceleratorType": "v6e-16",
+        "multiHost": True,
+    }
+
+
+def test_topology_yaml_and_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys,
+        "topology",
+        "--type",
+        "v5e",
+        "--topology",
+        "2x4",
+        "--chips-per-host",
+        "4",
+        "-o",
+        "yaml",
+    )
+    assert code == 0 and yaml.safe_load(out)["hosts"] == 2
+    code, out, _ = run(capsys, "topology", "--type", "tpu-v4-podslice", "--topology", "2x2x2")
+    assert code == 0
+    assert "ACCELERATORTYPE  v4-16" in out and "MULTIHOST        True" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--type", "v9", "--topology", "4x4"], "error: --type: unknown TPU type 'v9'"),
+        (["--type", "v6e", "--topology", "4x4x4"], "error: --topology: v6e topologies have 2"),
+        (
+            ["--type", "v6e", "--topology", "4x4", "--chips-per-host", "8"],
+            "error: --chips-per-host: v6e 4x4 cannot be built from 8-chip hosts",
+        ),
+    ],
+)
+def test_topology_invalid_input(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, out, err = run(capsys, "topology", *argv)
+    assert code == 2 and out == ""
+    assert message in err
+
+
+def test_render_multi_document_prints_one_raycluster_each(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    combined = tmp_path / "two.yaml"
+    combined.write_text(
+        (EXAMPLES / "v4-2x2x2.yaml").read_text()
+        + "\n---\n"
+        + (EXAMPLES / "v6e-4x4-two-slices.yaml").read_text()
+    )
+    code, out, err = run(capsys, "render", "-f", str(combined))
+    assert (code, err) == (0, "")
+    docs = list(yaml.safe_load_all(out))
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("RayCluster", "v4-small"),
+        ("RayCluster", "llm"),
+    ]
+
+
+def test_render_reports_every_problem_and_prints_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        (EXAMPLES / "v4-2x2x2.yaml").read_text()
+        + "\n---\napiVersion: tpuslice.dev/v1alpha1\nkind: TPUSliceCluster\n"
+        "metadata: {name: broken}\nspec:\n  tpu: {type: v6e, topology: 3x3}\n"
+        "  ray: {version: '2.50.0'}\n"
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"
+    )
+    code, out, err = run(capsys, "render", "-f", str(bad))
+    assert code == 2 and out == ""
+    assert "document 2 (broken): spec.tpu.topology: v6e has no 3x3 slice" in err
+    assert "document 2 (broken): spec.ray.version: Ray 2.50.0 is older than 2.54.0" in err
+    assert "document 3: kind 'ConfigMap' is not TPUSliceCluster" in err
+
+
+def test_render_missing_file_and_bad_yaml(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, err = run(capsys, "render", "-f", str(tmp_path / "nope.yaml"))
+    assert code == 2 and out == "" and "No such file or directory" in err
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("spec: [unclosed\n")
+    code, out, err = run(capsys, "render", "-f", str(broken))
+    assert code == 2 and out == "" and "not valid YAML" in err
+
+
+def test_render_empty_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    code, out, err = run(capsys, "render", "-f", str(empty))
+    assert code == 2 and out == "" and "no TPUSliceCluster found" in err
+
+
+@pytest.mark.parametrize("argv", [[], ["topology"], ["render"]])
+def test_help_on_every_command(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, out, _ = run(capsys, *argv, "--help")
+    assert code == 0 and "usage: tpuslice" in out
+
+
+def test_console_script_reads_stdin() -> None:
+    """The installed entry point, end to end, with the README's pipe."""
+    result = subprocess.run(
+        [sys.executable, "-m", "tpuslice.cli", "render", "-f", "-"],
+        input=(EXAMPLES / "v6e-4x4-two-slices.yaml").read_text(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert yaml.safe_load(result.stdout)["spec"]["workerGroupSpecs"][0]["numOfHosts"] == 4

@@ -1,0 +1,66 @@
+"""Parsing and defaults of a TPUSliceCluster spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tpuslice.spec import SpecError, parse_cluster
+
+
+def obj(**spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"tpu": {"type": "v6e", "topology": "4x4"}, "ray": {"version": "2.54.0"}}
+    base.update(spec)
+    return {"metadata": {"name": "llm", "namespace": "ml", "uid": "u"}, "spec": base}
+
+
+def test_defaults() -> None:
+    spec = parse_cluster(obj())
+    assert spec.slices == 1
+    assert spec.reservation_policy == "NodePool" and spec.gated
+    assert spec.image == "rayproject/ray:2.54.0-py311-tpu"
+    assert spec.suspend is False
+    assert spec.shape.hosts == 4
+
+
+def test_policy_none_is_not_gated() -> None:
+    assert not parse_cluster(obj(reservation={"policy": "None"})).gated
+
+
+@pytest.mark.parametrize(
+    ("patch", "expected"),
+    [
+        ({"tpu": {"type": "v6e"}}, "spec.tpu.topology: is required"),
+        ({"tpu": {"topology": "4x4"}}, "spec.tpu.type: is required"),
+        ({"tpu": {"type": "v6e", "topology": "4x4", "slices": 0}}, "spec.tpu.slices: must be an"),
+        (
+            {"tpu": {"type": "v6e", "topology": "4x4", "chipsPerHost": "four"}},
+            "spec.tpu.chipsPerHost: must be an integer",
+        ),
+        ({"ray": {}}, "spec.ray.version: is required"),
+        ({"ray": {"version": "2.54"}}, "spec.ray.version: '2.54' is not a Ray release version"),
+        ({"ray": {"version": "2.53.1"}}, "Ray 2.53.1 is older than 2.54.0"),
+        (
+            {"worker": {"resources": {"google.com/tpu": 4}}},
+            "spec.worker.resources.google.com/tpu: is set by the operator",
+        ),
+        ({"head": {"resources": {"memory": "lots"}}}, "spec.head.resources.memory: 'lots' is not"),
+        ({"reservation": {"policy": "Pool"}}, "spec.reservation.policy: 'Pool' is not NodePool"),
+        ({"suspend": "yes"}, "spec.suspend: must be true or false"),
+        ({"worker": {"template": []}}, "spec.worker.template: must be a pod template object"),
+    ],
+)
+def test_errors_name_the_field(patch: dict[str, Any], expected: str) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_cluster(obj(**patch))
+    assert expected in str(err.value)
+
+
+def test_all_errors_are_reported_at_once() -> None:
+    bad = obj(tpu={"type": "v9", "topology": "4x4", "slices": -1}, ray={"version": "1.0.0"})
+    bad["metadata"]["name"] = "Bad_Name"
+    with pytest.raises(SpecError) as err:
+        parse_cluster(bad)
+    paths = [e.path for e in err.value.errors]
+    assert paths == ["metadata.name", "spec.tpu.type", "spec.tpu.slices", "spec.ray.version"]
