@@ -25,7 +25,7 @@ dev: install ## Same as install
 
 # ---------------------------------------------------------------- checks
 .PHONY: test test-unit lint verify
-test: test-unit ## Run every test tier (unit, then e2e on the local cluster)
+test: test-unit test-e2e ## Run every test tier (unit, then e2e on the local cluster)
 
 test-unit: $(STAMP) ## Unit tests only (pure functions, seconds)
 	$(PY) -m pytest tests/unit -q
@@ -38,3 +38,24 @@ lint: $(STAMP) ## ruff and mypy
 verify: $(STAMP) ## Regenerate generated files and fail if anything changed
 	$(PY) hack/sync_crds.py
 	git diff --exit-code -- charts manifests
+
+# ---------------------------------------------------------------- local simulated GKE cluster
+# Binaries are built from Go modules into a cache keyed by hack/versions.env
+# (hack/tools-dir.sh prints it); a second `make tools` is a no-op.
+DEV_CLUSTER := .dev-cluster
+
+.PHONY: tools dev-cluster dev-cluster-down dev-cluster-status test-e2e
+tools: ## Build kube-*, etcd, kwok, ray-operator, helm once (cold: minutes on 2 cores)
+	bash hack/build-tools.sh
+
+dev-cluster: tools $(STAMP) ## Start the local cluster with default TPU pools in the background
+	$(PY) -m tpuslice.devcluster --dir $(DEV_CLUSTER) up
+
+dev-cluster-down: $(STAMP) ## Stop the cluster started by dev-cluster
+	$(PY) -m tpuslice.devcluster --dir $(DEV_CLUSTER) down
+
+dev-cluster-status: $(STAMP) ## Components and node pools of the dev cluster
+	$(PY) -m tpuslice.devcluster --dir $(DEV_CLUSTER) status
+
+test-e2e: tools $(STAMP) ## e2e tier on a fresh local cluster (or TPUSLICE_E2E_KUBECONFIG)
+	$(PY) -m pytest tests/e2e -q

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,8 +27,7 @@ import pytest
 from kubernetes.client import ApiException
 
 from tests.e2e.helpers import E2ECluster
-from tpuslice.devcluster import ClusterSettings, LocalCluster, ToolPaths, default_pools
-from tpuslice.devcluster import kube
+from tpuslice.devcluster import ClusterSettings, LocalCluster, ToolPaths, default_pools, kube
 from tpuslice.devcluster.nodepools import pool_names
 from tpuslice.devcluster.processes import exit_on_signals, tail
 
@@ -120,6 +120,26 @@ def namespace(cluster: E2ECluster, request: pytest.FixtureRequest) -> Iterator[s
     )
 
 
+@pytest.fixture(scope="session")
+def tpuslice_crds(cluster: E2ECluster) -> None:
+    """Install the project's CRDs from crds/ as a user would: kubectl server-side apply.
+
+    The API server's strict decoding is part of the test: a CRD it refuses fails here.
+    """
+    tools = ToolPaths.for_repo(REPO)
+    kubectl = str(tools.binary("kubectl")) if not tools.missing() else "kubectl"
+    argv = [kubectl, f"--kubeconfig={cluster.kubeconfig}"]
+    crds = sorted(str(p) for p in (REPO / "crds").glob("*.yaml"))
+    assert crds, "no CRDs in crds/"
+    files = [arg for path in crds for arg in ("-f", path)]
+    for cmd in (
+        ["apply", "--server-side", "--force-conflicts", *files],
+        ["wait", "--for=condition=Established", "--timeout=60s", *files],
+    ):
+        done = subprocess.run([*argv, *cmd], capture_output=True, text=True, timeout=90)
+        assert done.returncode == 0, f"kubectl {cmd[0]} crds/ failed:\n{done.stdout}{done.stderr}"
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
     """On failure, show where the component logs are and their last lines."""
@@ -131,5 +151,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     logs = sorted((run_dir / "logs").glob("*.log"))
     parts = [f"component logs: {run_dir / 'logs'}"]
     for log in logs:
-        parts.append(f"--- {log.name} (last 15 lines) ---\n{tail(log, 15)}")
+        lines = [line[:300] for line in tail(log, 8).splitlines()]
+        parts.append(f"--- {log.name} (last lines) ---\n" + "\n".join(lines))
     report.sections.append(("local cluster", "\n".join(parts)))

@@ -109,7 +109,9 @@ def test_default_pools_cover_the_issue() -> None:
     pools = default_pools()
     names = pool_names(pools)
     assert len(set(names)) == len(names)
-    v6e = [p for p in pools if isinstance(p, TPUPool) and p.tpu_type == "v6e" and p.topology == "4x4"]
+    v6e = [
+        p for p in pools if isinstance(p, TPUPool) and p.tpu_type == "v6e" and p.topology == "4x4"
+    ]
     assert len(v6e) >= 2 and all(p.nodes == 4 for p in v6e)
     assert any(isinstance(p, TPUPool) and p.tpu_type == "v5e" and p.nodes == 2 for p in pools)
     assert any(isinstance(p, TPUPool) and p.tpu_type == "v4" for p in pools)

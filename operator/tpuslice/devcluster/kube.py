@@ -29,6 +29,7 @@ __all__ = [
     "delete_pool",
     "harness_nodes",
     "node_ready",
+    "restore_node",
     "set_node_not_ready",
     "wait_for",
     "wait_nodes_ready",
@@ -182,3 +183,10 @@ def set_node_not_ready(api: Any, name: str, reason: str = "KubeletNotReady") -> 
         "lastTransitionTime": now,
     }
     core.patch_node_status(name, {"status": {"conditions": [condition]}})
+
+
+def restore_node(api: Any, name: str) -> None:
+    """Hand a node made NotReady back to KWOK, which marks it Ready again."""
+    core_v1(api).patch_node(
+        name, {"metadata": {"annotations": {KWOK_ANNOTATION[0]: KWOK_ANNOTATION[1]}}}
+    )
