@@ -24,6 +24,11 @@ LABEL_TOPOLOGY: Final = f"{GROUP}/topology"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "tpuslice-operator"
 SCHEDULING_GATE: Final = f"{GROUP}/slice-reservation"
+# Worker-template annotations: everything the TPU identity webhook needs beyond
+# KubeRay's own labels, so it computes a pod's identity from the pod alone.
+ANNOTATION_TPU_TYPE: Final = f"{GROUP}/tpu-type"
+ANNOTATION_CHIPS_PER_HOST: Final = f"{GROUP}/chips-per-host"
+ANNOTATION_SLICES: Final = f"{GROUP}/slices"
 FIELD_MANAGER: Final = "tpuslice-operator"
 WORKER_GROUP: Final = "tpu"
 HEAD_CONTAINER: Final = "ray-head"

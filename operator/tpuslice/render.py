@@ -54,6 +54,15 @@ def worker_labels(spec: SliceClusterSpec) -> dict[str, str]:
     }
 
 
+def worker_annotations(spec: SliceClusterSpec) -> dict[str, str]:
+    """What the TPU identity webhook reads besides KubeRay's labels (see identity.py)."""
+    return {
+        c.ANNOTATION_TPU_TYPE: spec.shape.generation.name,
+        c.ANNOTATION_CHIPS_PER_HOST: str(spec.shape.chips_per_host),
+        c.ANNOTATION_SLICES: str(spec.slices),
+    }
+
+
 def _head_template(spec: SliceClusterSpec) -> tuple[dict[str, Any], list[FieldError]]:
     resources = {**DEFAULT_HEAD_RESOURCES, **spec.head.resources}
     base = {
@@ -91,6 +100,10 @@ def _worker_owned(spec: SliceClusterSpec) -> list[OwnedValue]:
         (("metadata", "labels", key), value, "identifies the slice's pods")
         for key, value in worker_labels(spec).items()
     ]
+    owned += [
+        (("metadata", "annotations", key), value, "read by the TPU identity webhook")
+        for key, value in worker_annotations(spec).items()
+    ]
     if spec.gated:
         owned.append(
             (
@@ -118,7 +131,10 @@ def _worker_template(spec: SliceClusterSpec) -> tuple[dict[str, Any], list[Field
     }
     if spec.gated:
         pod_spec["schedulingGates"] = [{"name": c.SCHEDULING_GATE}]
-    base = {"metadata": {"labels": worker_labels(spec)}, "spec": pod_spec}
+    base = {
+        "metadata": {"labels": worker_labels(spec), "annotations": worker_annotations(spec)},
+        "spec": pod_spec,
+    }
     return merge_template(base, spec.worker.template, _worker_owned(spec), "spec.worker.template")
 
 
