@@ -1,0 +1,283 @@
+"""Decisions of the whole-slice reservation, from snapshots."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpuslice.reservation import (
+    ClusterRef,
+    Holder,
+    NodeInfo,
+    PodInfo,
+    ReservationInfo,
+    SliceState,
+    plan_slices,
+)
+
+CLUSTER = ClusterRef("ml", "llm", "uid-llm")
+OTHER = Holder("ml", "other", "uid-other", "tpu-zzzzz", 0)
+
+
+def pool(
+    name: str,
+    count: int = 4,
+    *,
+    topology: str = "4x4",
+    ready: bool = True,
+    cordoned: int = 0,
+    not_ready: int = 0,
+) -> list[NodeInfo]:
+    return [
+        NodeInfo(
+            f"{name}-{i}",
+            name,
+            "tpu-v6e-slice",
+            topology,
+            4,
+            ready=ready and i >= not_ready,
+            schedulable=i >= cordoned,
+        )
+        for i in range(count)
+    ]
+
+
+def slice_pods(
+    replica: str,
+    index: int,
+    hosts: int = 4,
+    *,
+    gated: bool = True,
+    pinned: str | None = None,
+    ready: bool = False,
+    deleting: bool = False,
+    created: int | None = None,
+) -> list[PodInfo]:
+    return [
+        PodInfo(
+            "ml",
+            f"llm-{replica}-{h}",
+            "llm",
+            replica,
+            index,
+            h,
+            gated,
+            pinned,
+            None,
+            ready,
+            deleting,
+        )
+        for h in range(created if created is not None else hosts)
+    ]
+
+
+def ours(
+    pool_name: str, replica: str, index: int, phase: str | None = "Reserved"
+) -> ReservationInfo:
+    return ReservationInfo(pool_name, Holder("ml", "llm", "uid-llm", replica, index), phase)
+
+
+def plan(**kw: Any) -> Any:
+    args: dict[str, Any] = dict(
+        accelerator="tpu-v6e-slice",
+        topology="4x4",
+        hosts=4,
+        chips_per_host=4,
+        desired_slices=2,
+        gated=True,
+        pods=[],
+        nodes=[],
+        reservations=[],
+    )
+    args.update(kw)
+    return plan_slices(CLUSTER, **args)
+
+
+def test_two_complete_slices_two_free_pools_claim_distinct_pools_and_release_all() -> None:
+    result = plan(
+        pods=slice_pods("tpu-aaaaa", 0) + slice_pods("tpu-bbbbb", 1),
+        nodes=pool("pool-a") + pool("pool-b"),
+    )
+    assert [(c.pool, c.holder.replica_name) for c in result.claims] == [
+        ("pool-a", "tpu-aaaaa"),
+        ("pool-b", "tpu-bbbbb"),
+    ]
+    assert len(result.releases) == 8
+    assert {(r.replica_name, r.pool) for r in result.releases} == {
+        ("tpu-aaaaa", "pool-a"),
+        ("tpu-bbbbb", "pool-b"),
+    }
+    assert [s.state for s in result.slices] == [SliceState.RESERVED, SliceState.RESERVED]
+
+
+def test_incomplete_slice_is_reserved_but_never_released() -> None:
+    result = plan(
+        pods=slice_pods("tpu-aaaaa", 0, created=3), nodes=pool("pool-a"), desired_slices=1
+    )
+    assert [c.pool for c in result.claims] == ["pool-a"]
+    assert result.releases == ()
+    (status,) = result.slices
+    assert status.state == SliceState.RESERVED
+    assert status.message == "3 of 4 pods created; released when all exist"
+
+
+def test_one_pool_two_slices_the_second_waits_with_a_useful_message() -> None:
+    result = plan(
+        pods=slice_pods("tpu-aaaaa", 0) + slice_pods("tpu-bbbbb", 1), nodes=pool("pool-a")
+    )
+    assert [c.holder.replica_name for c in result.claims] == ["tpu-aaaaa"]
+    assert {r.replica_name for r in result.releases} == {"tpu-aaaaa"}
+    waiting = result.slices[1]
+    assert waiting.state == SliceState.WAITING_FOR_CAPACITY
+    assert waiting.message == (
+        "needs a free node pool of 4 ready nodes with tpu-v6e-slice/4x4; 1 match: "
+        "pool-a taken by another slice of this cluster"
+    )
+
+
+def test_pool_held_by_another_cluster_is_not_eligible() -> None:
+    result = plan(
+        pods=slice_pods("tpu-aaaaa", 0),
+        nodes=pool("pool-a"),
+        desired_slices=1,
+        reservations=[ReservationInfo("pool-a", OTHER)],
+    )
+    assert result.claims == () and result.releases == ()
+    assert result.slices[0].message.endswith("pool-a held by ml/other (slice tpu-zzzzz)")
+
+
+def test_unhealthy_or_wrong_size_pools_are_not_eligible_and_are_explained() -> None:
+    nodes = (
+        pool("a-small", 2)
+        + pool("b-notready", not_ready=1)
+        + pool("c-cordoned", cordoned=2)
+        + pool("d-other-topology", topology="8x8")
+    )
+    result = plan(pods=slice_pods("tpu-aaaaa", 0), nodes=nodes, desired_slices=1)
+    assert result.claims == ()
+    assert result.slices[0].message == (
+        "needs a free node pool of 4 ready nodes with tpu-v6e-slice/4x4; 3 match: "
+        "a-small has 2 nodes (needs 4), b-notready has 1 of 4 nodes NotReady, "
+        "c-cordoned has 2 of 4 nodes cordoned"
+    )
+
+
+def test_no_matching_pool_at_all() -> None:
+    result = plan(pods=slice_pods("tpu-aaaaa", 0), desired_slices=1)
+    assert result.slices[0].message.endswith("; no node pool matches")
+
+
+def test_held_slice_releases_only_its_gated_pods() -> None:
+    pods = slice_pods("tpu-aaaaa", 0, gated=False, pinned="pool-a")[:2] + [
+        PodInfo(
+            "ml", f"llm-tpu-aaaaa-{h}", "llm", "tpu-aaaaa", 0, h, True, None, None, False, False
+        )
+        for h in (2, 3)
+    ]
+    result = plan(
+        pods=pods,
+        nodes=pool("pool-a"),
+        reservations=[ours("pool-a", "tpu-aaaaa", 0)],
+        desired_slices=1,
+    )
+    assert result.claims == ()
+    assert [r.name for r in result.releases] == ["llm-tpu-aaaaa-2", "llm-tpu-aaaaa-3"]
+
+
+def test_ready_slice_is_bound_once() -> None:
+    pods = slice_pods("tpu-aaaaa", 0, gated=False, pinned="pool-a", ready=True)
+    result = plan(
+        pods=pods,
+        nodes=pool("pool-a"),
+        reservations=[ours("pool-a", "tpu-aaaaa", 0)],
+        desired_slices=1,
+    )
+    assert result.slices[0].state == SliceState.READY and result.slices[0].ready_hosts == 4
+    assert result.binds == ("pool-a",)
+    again = plan(
+        pods=pods,
+        nodes=pool("pool-a"),
+        desired_slices=1,
+        reservations=[ours("pool-a", "tpu-aaaaa", 0, phase="Bound")],
+    )
+    assert again.binds == () and again.claims == () and again.releases == () and again.frees == ()
+
+
+def test_reservation_of_a_vanished_replica_is_freed_and_terminating_pods_keep_it() -> None:
+    result = plan(reservations=[ours("pool-a", "tpu-gone1", 0)], nodes=pool("pool-a"))
+    assert result.frees == ("pool-a",)
+    terminating = plan(
+        reservations=[ours("pool-a", "tpu-old01", 0)],
+        nodes=pool("pool-a"),
+        pods=slice_pods("tpu-old01", 0, gated=False, pinned="pool-a", deleting=True),
+    )
+    assert terminating.frees == ()
+    assert terminating.slices[0].state == SliceState.RELEASING
+
+
+def test_replacement_replica_is_shown_over_the_terminating_one_and_waits_for_the_pool() -> None:
+    old = slice_pods("tpu-old01", 0, gated=False, pinned="pool-a", deleting=True)
+    new = slice_pods("tpu-new01", 0)
+    result = plan(
+        pods=old + new,
+        nodes=pool("pool-a"),
+        desired_slices=1,
+        reservations=[ours("pool-a", "tpu-old01", 0)],
+    )
+    assert result.claims == ()  # pool-a is still held for the old replica's terminating pods
+    assert result.slices[0].replica == "tpu-new01"
+    assert result.slices[0].state == SliceState.WAITING_FOR_CAPACITY
+
+
+def test_previous_pool_of_the_index_is_preferred() -> None:
+    result = plan(
+        pods=slice_pods("tpu-new01", 1),
+        nodes=pool("pool-a") + pool("pool-b"),
+        previous_pools={1: "pool-b"},
+    )
+    assert [c.pool for c in result.claims] == ["pool-b"]
+
+
+def test_released_pods_can_only_go_back_to_their_pool() -> None:
+    pods = slice_pods("tpu-aaaaa", 0, gated=False, pinned="pool-a")
+    result = plan(
+        pods=pods,
+        nodes=pool("pool-a") + pool("pool-b"),
+        desired_slices=1,
+        reservations=[ReservationInfo("pool-a", OTHER)],
+    )
+    assert result.claims == ()
+    taken_back = plan(pods=pods, nodes=pool("pool-a") + pool("pool-b"), desired_slices=1)
+    assert [c.pool for c in taken_back.claims] == ["pool-a"]
+
+
+def test_pods_without_multi_host_labels_are_reported() -> None:
+    bare = PodInfo(
+        "ml", "llm-tpu-worker-x", "llm", None, None, None, True, None, None, False, False
+    )
+    result = plan(pods=[bare], nodes=pool("pool-a"))
+    assert result.unindexed_pods == ("llm-tpu-worker-x",)
+    assert result.claims == ()
+
+
+def test_policy_none_never_claims() -> None:
+    pods = slice_pods("tpu-aaaaa", 0, gated=False, ready=True)
+    result = plan(pods=pods, nodes=pool("pool-a"), gated=False, desired_slices=1)
+    assert result.claims == () and result.releases == ()
+    assert result.slices[0].state == SliceState.READY
+
+
+def test_missing_slices_are_pending_and_surplus_replicas_are_listed() -> None:
+    result = plan(pods=slice_pods("tpu-ccccc", 2), nodes=pool("pool-a"), desired_slices=2)
+    assert [(s.index, s.state) for s in result.slices] == [
+        (0, SliceState.PENDING),
+        (1, SliceState.PENDING),
+        (2, SliceState.RESERVED),
+    ]
+
+
+def test_same_snapshot_same_plan() -> None:
+    kwargs: dict[str, Any] = dict(
+        pods=slice_pods("tpu-bbbbb", 1) + slice_pods("tpu-aaaaa", 0),
+        nodes=pool("pool-b") + pool("pool-a"),
+    )
+    assert plan(**kwargs) == plan(**kwargs)
