@@ -1,0 +1,37 @@
+"""Kubernetes Event reasons, in one place: users alert on them, so they are API.
+
+Events are posted on transitions only (a slice changing state, a reservation
+made or released, the cluster stalling), never on every pass.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from tpuslice.reservation import SliceState
+
+SLICE_RESERVED: Final = "SliceReserved"  # a node pool was claimed for a slice
+SLICE_RELEASED: Final = "SliceReleased"  # a slice's reservation was deleted (pods gone)
+SLICE_SCHEDULED: Final = "SliceScheduled"  # every pod of a slice was released and pinned
+SLICE_READY: Final = "SliceReady"
+SLICE_PENDING: Final = "SlicePending"
+SLICE_TERMINATING: Final = "SliceTerminating"
+WAITING_FOR_CAPACITY: Final = "WaitingForCapacity"
+RESERVATION_LOST: Final = "ReservationConflict"  # the pool was claimed by someone else first
+RAYCLUSTER_APPLIED: Final = "RayClusterApplied"
+CLUSTER_READY: Final = "Ready"
+STALLED: Final = "Stalled"
+
+# Stalled reasons (status conditions and events).
+KUBERAY_NOT_INSTALLED: Final = "KubeRayNotInstalled"
+MULTIHOST_INDEXING_DISABLED: Final = "MultiHostIndexingDisabled"
+INVALID_SPEC: Final = "InvalidSpec"
+APPLY_REJECTED: Final = "RayClusterRejected"
+
+SLICE_STATE_REASONS: Final = {
+    SliceState.RESERVED: SLICE_RESERVED,
+    SliceState.SCHEDULED: SLICE_SCHEDULED,
+    SliceState.READY: SLICE_READY,
+    SliceState.WAITING_FOR_CAPACITY: WAITING_FOR_CAPACITY,
+    SliceState.RELEASING: SLICE_TERMINATING,
+}

@@ -1,0 +1,208 @@
+"""Status of a TPUSliceCluster: conditions in kstatus convention, computed purely.
+
+Flux, Argo CD and ``kubectl wait`` read these, so the rules are strict:
+``Ready`` is False from the first pass until every slice runs on its reserved
+pool and the RayCluster is ready; ``Reconciling`` is True while converging on
+its own (including waiting for capacity that may free up); ``Stalled`` is True
+only when a change from someone is needed; every condition carries the
+generation it was computed for, and ``lastTransitionTime`` moves only when
+``status`` flips. The caller writes the result only when it differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tpuslice import events
+from tpuslice.reservation import SliceState, SliceStatus
+
+__all__ = ["Stall", "compute_status", "merge_conditions", "slice_events"]
+
+READY = "Ready"
+RECONCILING = "Reconciling"
+STALLED = "Stalled"
+SLICES_RESERVED = "SlicesReserved"
+
+# The order in which a not-ready slice explains the cluster's Ready=False.
+_BLOCKING_ORDER = (
+    SliceState.WAITING_FOR_CAPACITY,
+    SliceState.PENDING,
+    SliceState.RESERVED,
+    SliceState.RELEASING,
+    SliceState.SCHEDULED,
+)
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A reason the cluster cannot converge without someone changing something."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything status depends on, gathered by the reconcile."""
+
+    generation: int
+    accelerator_type: str
+    hosts_per_slice: int
+    chips_per_host: int
+    ray_cluster: str
+    desired_slices: int
+    slices: Sequence[SliceStatus]
+    ray_cluster_ready: bool
+    suspended: bool
+    gated: bool
+    applied: bool  # the RayCluster for this generation was applied (or needed no change)
+    stall: Stall | None = None
+
+
+def _condition(
+    kind: str, status: bool, reason: str, message: str, generation: int
+) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "status": "True" if status else "False",
+        "observedGeneration": generation,
+        "reason": reason,
+        "message": message,
+    }
+
+
+def _not_ready_reason(observed: Observed) -> tuple[str, str]:
+    wanted = observed.slices[: observed.desired_slices]
+    for state in _BLOCKING_ORDER:
+        blocked = [s for s in wanted if s.state == state]
+        if blocked:
+            detail = "; ".join(
+                f"slice {s.index}: {s.message}" if s.message else f"slice {s.index}"
+                for s in blocked
+            )
+            return str(
+                state
+            ), f"{len(blocked)} of {observed.desired_slices} slices {state}: {detail}"
+    if not observed.ray_cluster_ready:
+        return "RayClusterNotReady", f"RayCluster {observed.ray_cluster} is not ready yet"
+    return "Reconciling", "converging"
+
+
+def _ready_slices(observed: Observed) -> int:
+    return sum(1 for s in observed.slices[: observed.desired_slices] if s.state == SliceState.READY)
+
+
+def desired_conditions(observed: Observed) -> list[dict[str, Any]]:
+    """Conditions without timestamps; merge_conditions adds lastTransitionTime."""
+    gen = observed.generation
+    if observed.stall is not None:
+        stall = observed.stall
+        conditions = [
+            _condition(READY, False, stall.reason, stall.message, gen),
+            _condition(RECONCILING, False, stall.reason, "stalled; see Stalled", gen),
+            _condition(STALLED, True, stall.reason, stall.message, gen),
+        ]
+    elif observed.suspended:
+        conditions = [
+            _condition(READY, False, "Suspended", "spec.suspend is true", gen),
+            _condition(RECONCILING, False, "Suspended", "spec.suspend is true", gen),
+            _condition(STALLED, False, "Suspended", "spec.suspend is true", gen),
+        ]
+    elif _ready_slices(observed) == observed.desired_slices and observed.ray_cluster_ready:
+        message = f"{observed.desired_slices} of {observed.desired_slices} slices ready"
+        conditions = [
+            _condition(READY, True, "Ready", message, gen),
+            _condition(RECONCILING, False, "Ready", message, gen),
+            _condition(STALLED, False, "Ready", message, gen),
+        ]
+    else:
+        reason, message = _not_ready_reason(observed)
+        conditions = [
+            _condition(READY, False, reason, message, gen),
+            _condition(RECONCILING, True, reason, message, gen),
+            _condition(STALLED, False, reason, "converging", gen),
+        ]
+    if observed.gated and observed.stall is None and not observed.suspended:
+        wanted = observed.slices[: observed.desired_slices]
+        unreserved = [s.index for s in wanted if not s.node_pool]
+        conditions.append(
+            _condition(
+                SLICES_RESERVED,
+                not unreserved,
+                "AllSlicesReserved" if not unreserved else "SlicesUnreserved",
+                "every slice holds a node pool"
+                if not unreserved
+                else "slices without a node pool: " + ", ".join(str(i) for i in unreserved),
+                gen,
+            )
+        )
+    return conditions
+
+
+def merge_conditions(
+    previous: Sequence[Mapping[str, Any]], desired: Sequence[Mapping[str, Any]], now: str
+) -> list[dict[str, Any]]:
+    """Keep lastTransitionTime when only reason/message changed."""
+    before = {c.get("type"): c for c in previous}
+    merged = []
+    for cond in desired:
+        old = before.get(cond["type"])
+        same = old is not None and old.get("status") == cond["status"]
+        stamp = old.get("lastTransitionTime", now) if same and old is not None else now
+        merged.append({**cond, "lastTransitionTime": stamp})
+    return merged
+
+
+def compute_status(
+    observed: Observed, previous: Mapping[str, Any] | None, now: str
+) -> dict[str, Any]:
+    """The whole status stanza; identical input gives identical output (no spurious writes)."""
+    previous = previous or {}
+    ready = _ready_slices(observed)
+    applied_generation = (
+        observed.generation
+        if observed.applied or observed.stall is not None
+        else previous.get("observedGeneration")
+    )
+    status: dict[str, Any] = {}
+    if applied_generation is not None:
+        status["observedGeneration"] = applied_generation
+    status.update(
+        {
+            "acceleratorType": observed.accelerator_type,
+            "hostsPerSlice": observed.hosts_per_slice,
+            "chipsPerHost": observed.chips_per_host,
+            "rayCluster": observed.ray_cluster,
+            "desiredSlices": observed.desired_slices,
+            "readySlices": ready,
+            "sliceReadiness": f"{ready}/{observed.desired_slices}",
+            "slices": [s.to_dict() for s in observed.slices],
+            "conditions": merge_conditions(
+                previous.get("conditions") or [], desired_conditions(observed), now
+            ),
+        }
+    )
+    return status
+
+
+def slice_events(
+    previous: Sequence[Mapping[str, Any]], current: Sequence[SliceStatus]
+) -> list[tuple[str, str, str]]:
+    """(type, reason, message) for every slice whose state changed since the last status."""
+    before = {(s.get("index"), s.get("replica")): s.get("state") for s in previous}
+    out = []
+    for s in current:
+        if before.get((s.index, s.replica)) == str(s.state):
+            continue
+        reason = events.SLICE_STATE_REASONS.get(s.state)
+        if reason is None:
+            continue
+        where = f" on node pool {s.node_pool}" if s.node_pool else ""
+        text = f"slice {s.index} ({s.replica or 'not created'}) {s.state}{where}"
+        if s.message:
+            text += f": {s.message}"
+        kind = "Warning" if s.state == SliceState.WAITING_FOR_CAPACITY else "Normal"
+        out.append((kind, reason, text))
+    return out

@@ -1,0 +1,130 @@
+"""kstatus-style conditions from observations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpuslice.reservation import SliceState, SliceStatus
+from tpuslice.status import Observed, Stall, compute_status, slice_events
+
+T0, T1 = "2026-11-30T00:00:00Z", "2026-11-30T00:01:00Z"
+
+
+def observed(*states: SliceState, **kw: Any) -> Observed:
+    args: dict[str, Any] = dict(
+        generation=3,
+        accelerator_type="v6e-16",
+        hosts_per_slice=4,
+        chips_per_host=4,
+        ray_cluster="llm",
+        desired_slices=len(states),
+        slices=[
+            SliceStatus(
+                i,
+                s,
+                f"tpu-{i}",
+                f"pool-{i}"
+                if s != SliceState.WAITING_FOR_CAPACITY and s != SliceState.PENDING
+                else None,
+                4 if s == SliceState.READY else 0,
+                "needs a pool" if s == SliceState.WAITING_FOR_CAPACITY else "",
+            )
+            for i, s in enumerate(states)
+        ],
+        ray_cluster_ready=all(s == SliceState.READY for s in states),
+        suspended=False,
+        gated=True,
+        applied=True,
+    )
+    args.update(kw)
+    return Observed(**args)
+
+
+def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def test_ready_when_every_slice_and_the_raycluster_are_ready() -> None:
+    status = compute_status(observed(SliceState.READY, SliceState.READY), None, T0)
+    assert conditions(status) == {
+        "Ready": ("True", "Ready"),
+        "Reconciling": ("False", "Ready"),
+        "Stalled": ("False", "Ready"),
+        "SlicesReserved": ("True", "AllSlicesReserved"),
+    }
+    assert status["observedGeneration"] == 3
+    assert (status["readySlices"], status["desiredSlices"], status["sliceReadiness"]) == (
+        2,
+        2,
+        "2/2",
+    )
+    assert all(c["observedGeneration"] == 3 for c in status["conditions"])
+
+
+def test_waiting_for_capacity_is_reconciling_not_stalled() -> None:
+    status = compute_status(observed(SliceState.READY, SliceState.WAITING_FOR_CAPACITY), None, T0)
+    cond = conditions(status)
+    assert cond["Ready"] == ("False", "WaitingForCapacity")
+    assert cond["Reconciling"] == ("True", "WaitingForCapacity")
+    assert cond["Stalled"][0] == "False"
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["message"] == "1 of 2 slices WaitingForCapacity: slice 1: needs a pool"
+
+
+def test_slices_ready_but_raycluster_not() -> None:
+    status = compute_status(observed(SliceState.READY, ray_cluster_ready=False), None, T0)
+    assert conditions(status)["Ready"] == ("False", "RayClusterNotReady")
+
+
+def test_stalled_sets_observed_generation_and_no_reconciling() -> None:
+    stall = Stall("KubeRayNotInstalled", "install KubeRay")
+    status = compute_status(observed(SliceState.PENDING, stall=stall, applied=False), None, T0)
+    cond = conditions(status)
+    assert cond["Stalled"] == ("True", "KubeRayNotInstalled")
+    assert cond["Ready"] == ("False", "KubeRayNotInstalled")
+    assert cond["Reconciling"][0] == "False"
+    assert "SlicesReserved" not in cond
+    assert status["observedGeneration"] == 3
+
+
+def test_observed_generation_waits_for_apply() -> None:
+    prev = {"observedGeneration": 2}
+    status = compute_status(observed(SliceState.PENDING, applied=False), prev, T0)
+    assert status["observedGeneration"] == 2
+    assert "observedGeneration" not in compute_status(
+        observed(SliceState.PENDING, applied=False), None, T0
+    )
+
+
+def test_suspended() -> None:
+    status = compute_status(observed(suspended=True), None, T0)
+    assert conditions(status)["Ready"] == ("False", "Suspended")
+    assert conditions(status)["Reconciling"][0] == "False"
+
+
+def test_transition_time_kept_when_only_reason_changes() -> None:
+    first = compute_status(observed(SliceState.PENDING), None, T0)
+    second = compute_status(observed(SliceState.WAITING_FOR_CAPACITY), first, T1)
+    ready = next(c for c in second["conditions"] if c["type"] == "Ready")
+    assert (ready["reason"], ready["lastTransitionTime"]) == ("WaitingForCapacity", T0)
+    third = compute_status(observed(SliceState.READY), second, T1)
+    ready = next(c for c in third["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["lastTransitionTime"]) == ("True", T1)
+
+
+def test_same_observation_same_status() -> None:
+    first = compute_status(observed(SliceState.READY), None, T0)
+    assert compute_status(observed(SliceState.READY), first, T1) == first
+
+
+def test_slice_events_on_transitions_only() -> None:
+    before = compute_status(observed(SliceState.RESERVED), None, T0)["slices"]
+    now = [SliceStatus(0, SliceState.SCHEDULED, "tpu-0", "pool-0")]
+    assert slice_events(before, now) == [
+        ("Normal", "SliceScheduled", "slice 0 (tpu-0) Scheduled on node pool pool-0")
+    ]
+    assert slice_events([s.to_dict() for s in now], now) == []
+    waiting = [SliceStatus(0, SliceState.WAITING_FOR_CAPACITY, "tpu-0", None, 0, "needs a pool")]
+    assert slice_events([], waiting) == [
+        ("Warning", "WaitingForCapacity", "slice 0 (tpu-0) WaitingForCapacity: needs a pool")
+    ]
