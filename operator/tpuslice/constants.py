@@ -58,3 +58,29 @@ KUBERAY_LABEL_NODE_TYPE: Final = "ray.io/node-type"
 KUBERAY_LABEL_REPLICA_INDEX: Final = "ray.io/worker-group-replica-index"
 KUBERAY_LABEL_REPLICA_NAME: Final = "ray.io/worker-group-replica-name"
 KUBERAY_LABEL_HOST_INDEX: Final = "ray.io/replica-host-index"
+KUBERAY_NODE_TYPE_WORKER: Final = "worker"
+# KubeRay names the headless Service of multi-host workers "<raycluster>-headless"
+# (never truncated: RayCluster names are at most 53 characters).
+KUBERAY_HEADLESS_SUFFIX: Final = "-headless"
+KUBERAY_MULTI_HOST_GATE: Final = "RayMultiHostIndexing"
+
+# --- TPU identity (what GKE's kuberay-tpu-webhook injects; see identity.py) ---
+ENV_TPU_WORKER_ID: Final = "TPU_WORKER_ID"
+ENV_TPU_NAME: Final = "TPU_NAME"
+ENV_TPU_WORKER_HOSTNAMES: Final = "TPU_WORKER_HOSTNAMES"
+ENV_TPU_PROCESS_ADDRESSES: Final = "TPU_PROCESS_ADDRESSES"
+ENV_TPU_PROCESS_PORT: Final = "TPU_PROCESS_PORT"
+ENV_TPU_DEVICE_PLUGIN_HOST_IP: Final = "TPU_DEVICE_PLUGIN_HOST_IP"
+ENV_TPU_DEVICE_PLUGIN_ADDR: Final = "TPU_DEVICE_PLUGIN_ADDR"
+ENV_MEGASCALE_NUM_SLICES: Final = "MEGASCALE_NUM_SLICES"
+ENV_MEGASCALE_SLICE_ID: Final = "MEGASCALE_SLICE_ID"
+ENV_MEGASCALE_COORDINATOR_ADDRESS: Final = "MEGASCALE_COORDINATOR_ADDRESS"
+ENV_MEGASCALE_PORT: Final = "MEGASCALE_PORT"
+# Set by GKE's TPU device plugin (not by any webhook); Ray reads both.
+ENV_TPU_ACCELERATOR_TYPE: Final = "TPU_ACCELERATOR_TYPE"
+ENV_TPU_TOPOLOGY: Final = "TPU_TOPOLOGY"
+TPU_PROCESS_PORT_BASE: Final = 8471
+MEGASCALE_PORT_BASE: Final = 8081
+TPU_DEVICE_PLUGIN_PORT: Final = 2112
+# Name of the mutating webhook (configuration and kopf handler id).
+IDENTITY_WEBHOOK: Final = "tpuslice-identity"
