@@ -209,19 +209,20 @@ def _is_zombie(pid: int) -> bool:
 
 
 def exit_on_signals(signals: Sequence[int] = (signal.SIGTERM, signal.SIGHUP)) -> None:
-    """Turn SIGTERM/SIGHUP into SystemExit so `finally` blocks and atexit stop the cluster.
+    """Make SIGTERM/SIGHUP behave like Ctrl-C, so `finally` blocks and atexit stop the cluster.
 
-    Only replaces default handlers, and only in the main thread (where Python
-    allows it); SIGINT already raises KeyboardInterrupt.
+    KeyboardInterrupt rather than SystemExit because pytest treats it as "stop
+    the session" (running fixture teardown) instead of failing one test and
+    going on. Only replaces default handlers, and only in the main thread.
     """
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         return
 
-    def _exit(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
+    def _interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
 
     for sig in signals:
         if signal.getsignal(sig) in (signal.SIG_DFL, None):
-            signal.signal(sig, _exit)
+            signal.signal(sig, _interrupt)
