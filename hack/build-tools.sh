@@ -87,10 +87,10 @@ build_etcd() {
 }
 
 # ---------------------------------------------------------------- plain installs
-go_install() { # name package@version
+go_install() { # name package@version [extra ldflags]
   [[ -x $bin/$1 ]] && { log "$1 present"; return; }
   log "$1: go install $2"
-  GOBIN=$bin "$GO" install -trimpath -ldflags="-s -w" "$2"
+  GOBIN=$bin "$GO" install -trimpath -ldflags="-s -w ${3:-}" "$2"
 }
 
 copy_assets() {
@@ -108,15 +108,14 @@ build_kubernetes
 build_etcd
 go_install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 go_install ray-operator "github.com/ray-project/kuberay/ray-operator@$KUBERAY_VERSION"
-go_install helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+# Stamped, or `helm version` says v3.22 and chart kubeVersion checks see less.
+go_install helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" \
+  "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
 copy_assets
 
 elapsed=$(($(date +%s) - start))
-{
-  echo "versions: $(grep -v '^#' "$root/hack/versions.env" | tr '\n' ' ')"
-  echo "build_seconds: $elapsed"
-  echo "go: $("$GO" version)"
-  echo "nproc: $(nproc)"
-} >"$out/build-info.txt"
+# Appended, so the first (cold) build's time survives partial rebuilds.
+echo "$(date -u +%FT%TZ) build ${elapsed}s nproc=$(nproc) $("$GO" version | cut -d' ' -f3)" \
+  "$(grep -v '^#' "$root/hack/versions.env" | tr '\n' ' ')" >>"$out/build-history.txt"
 touch "$out/.complete"
 log "done in ${elapsed}s -> $bin"
