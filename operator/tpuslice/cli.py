@@ -98,6 +98,21 @@ def _cmd_render(args: argparse.Namespace, out: TextIO) -> None:
     out.write(yaml.safe_dump_all(clusters, sort_keys=False))
 
 
+def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
+    from tpuslice.app import run_operator  # kopf is imported only when running
+    from tpuslice.config import OperatorConfig
+
+    run_operator(
+        OperatorConfig(
+            kubeconfig=args.kubeconfig,
+            namespaces=tuple(args.namespaces),
+            resync_seconds=args.resync_seconds,
+            liveness_port=args.liveness_port or None,
+            log_level=args.log_level,
+        )
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tpuslice",
@@ -135,6 +150,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     render.add_argument("-f", "--filename", required=True, help="a YAML file, or - for stdin")
     render.set_defaults(func=_cmd_render)
+
+    run = commands.add_parser(
+        "run",
+        help="run the operator",
+        description="Run the operator against the current kubeconfig (or the in-cluster "
+        "config), watching all namespaces unless --namespace is given.",
+    )
+    run.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="path to a kubeconfig (default: in-cluster config, then $KUBECONFIG / ~/.kube/config)",
+    )
+    run.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        dest="namespaces",
+        help="watch only this namespace (repeatable; default: all namespaces)",
+    )
+    run.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    run.add_argument(
+        "--liveness-port", type=int, default=8080, help="serve /healthz on this port (0 disables)"
+    )
+    run.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=60.0,
+        help="safety-net reconcile interval per TPUSliceCluster",
+    )
+    run.set_defaults(func=_cmd_run)
     return parser
 
 

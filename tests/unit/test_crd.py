@@ -271,3 +271,11 @@ def test_crds_are_small_and_described(crd_file: str) -> None:
 
     schema = load_crd(crd_file)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     assert undocumented(schema, "") == []
+
+
+@pytest.mark.parametrize("crd_file", [TSC, RES])
+def test_printer_columns_are_well_formed(crd_file: str) -> None:
+    columns = load_crd(crd_file)["spec"]["versions"][0]["additionalPrinterColumns"]
+    for column in columns:
+        assert set(column) <= {"name", "type", "jsonPath", "description", "priority", "format"}
+        assert column["jsonPath"].startswith(".")

@@ -1,0 +1,457 @@
+"""One level-based reconcile per TPUSliceCluster, over a snapshot of the indexes.
+
+Every trigger (the cluster's own events, its pods, its RayCluster, nodes and
+reservations of its shape, a timer) lands in ``Reconciler.kick``. Kicks for a
+cluster that is already reconciling are coalesced into one more pass, so a
+burst of 200 pod events costs a few passes, not 200. A pass reads desired state
+(the spec) and actual state (RayCluster, pods, nodes, reservations), acts on the
+difference through kube.py, and writes status only when it changed.
+
+The only memory kept between passes is a short-lived record of our own writes
+that the watch has not delivered yet (a reservation just created, a pod just
+released). It prevents duplicate writes; it is never the truth: after a restart
+the indexes are listed afresh and the next pass decides from them alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from tpuslice import events
+from tpuslice.kube import ApiError, Kube
+from tpuslice.render import render_raycluster
+from tpuslice.reservation import (
+    ClusterRef,
+    NodeInfo,
+    PodInfo,
+    ReservationInfo,
+    SlicePlan,
+    SliceState,
+    plan_slices,
+)
+from tpuslice.snapshot import is_subset, reservation_body, reservation_info
+from tpuslice.spec import SliceClusterSpec, SpecError, parse_cluster
+from tpuslice.status import Observed, Stall, compute_status, slice_events
+
+__all__ = ["ClusterKey", "Reconciler", "Snapshot"]
+
+log = logging.getLogger(__name__)
+
+ClusterKey = tuple[str, str]  # (namespace, name)
+Shape = tuple[str, str]  # (gke accelerator, topology)
+
+#: How long a write of ours may stay invisible in the indexes before we stop
+#: assuming it (a relist can skip short-lived objects).
+OVERLAY_TTL_SECONDS = 30.0
+RETRY_SECONDS = 5.0
+
+MULTIHOST_HINT = (
+    "KubeRay created worker pods without the ray.io/worker-group-replica-name and "
+    "ray.io/replica-host-index labels, so slices cannot be told apart: turn on KubeRay's "
+    "multi-host indexing (ray-operator --feature-gates=RayMultiHostIndexing=true on KubeRay "
+    "1.5; on by default from 1.6) and delete the RayCluster's worker pods"
+)
+KUBERAY_HINT = (
+    "the ray.io/v1 RayCluster CRD is not installed: install KubeRay >= 1.5 (helm install "
+    "kuberay-operator kuberay/kuberay-operator) with multi-host indexing on; the operator "
+    "retries on its own"
+)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the indexes hold for one cluster, read at the start of a pass."""
+
+    cluster: Mapping[str, Any] | None
+    pods: Sequence[PodInfo]
+    nodes: Sequence[NodeInfo]
+    reservations: Sequence[ReservationInfo]  # of the cluster's shape, and the cluster's own
+    raycluster: Mapping[str, Any] | None
+
+
+SnapshotReader = Callable[[ClusterKey], Snapshot]
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def shape_of(spec: SliceClusterSpec) -> Shape:
+    return spec.shape.generation.gke_accelerator, spec.shape.topology
+
+
+def spec_shape(cluster: Mapping[str, Any]) -> Shape | None:
+    try:
+        return shape_of(parse_cluster(cluster))
+    except SpecError:
+        return None
+
+
+@dataclass
+class _Overlay:
+    """Our writes not yet seen through the watch, each with the time it was made."""
+
+    created: dict[str, tuple[ReservationInfo, float]] = field(default_factory=dict)
+    deleted: dict[str, float] = field(default_factory=dict)
+    released: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
+
+    def expire(self, now: float) -> None:
+        def fresh(stamp: float) -> bool:
+            return now - stamp <= OVERLAY_TTL_SECONDS
+
+        self.created = {k: v for k, v in self.created.items() if fresh(v[1])}
+        self.released = {k: v for k, v in self.released.items() if fresh(v[1])}
+        self.deleted = {k: v for k, v in self.deleted.items() if fresh(v)}
+
+    def reservations(self, indexed: Iterable[ReservationInfo]) -> list[ReservationInfo]:
+        seen = {r.pool: r for r in indexed}
+        for pool, (info, _) in list(self.created.items()):
+            if pool in seen and seen[pool].holder == info.holder:
+                del self.created[pool]
+        for pool in [p for p in self.deleted if p not in seen]:
+            del self.deleted[pool]
+        merged = {p: r for p, r in seen.items() if p not in self.deleted}
+        merged.update({p: info for p, (info, _) in self.created.items()})
+        return list(merged.values())
+
+    def pods(self, indexed: Iterable[PodInfo]) -> list[PodInfo]:
+        out = []
+        for pod in indexed:
+            key = (pod.namespace, pod.name)
+            if key in self.released:
+                if not pod.gated:
+                    del self.released[key]
+                else:
+                    pod = replace(pod, gated=False, pinned_pool=self.released[key][0])
+            out.append(pod)
+        return out
+
+
+@dataclass
+class Reconciler:
+    kube: Kube
+    read: SnapshotReader
+    resync_seconds: float = 60.0
+    _running: set[ClusterKey] = field(default_factory=set)
+    _dirty: set[ClusterKey] = field(default_factory=set)
+    _overlay: _Overlay = field(default_factory=_Overlay)
+    _written: dict[ClusterKey, dict[str, Any]] = field(default_factory=dict)
+    _waiting: dict[Shape, set[ClusterKey]] = field(default_factory=dict)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    on_slice_released: Callable[[PodInfo, float], None] | None = None
+
+    # ------------------------------------------------------------ triggers
+    async def kick(self, key: ClusterKey) -> None:
+        """Reconcile ``key`` now, or once more after the pass already running."""
+        if key in self._running:
+            self._dirty.add(key)
+            return
+        self._running.add(key)
+        try:
+            while True:
+                self._dirty.discard(key)
+                try:
+                    await self._reconcile(key, self.read(key))
+                except Exception:
+                    log.exception("reconcile of %s/%s failed; retrying in %ss", *key, RETRY_SECONDS)
+                    self._retry_later(key)
+                    return
+                if key not in self._dirty:
+                    return
+        finally:
+            self._running.discard(key)
+
+    def _retry_later(self, key: ClusterKey) -> None:
+        async def later() -> None:
+            await asyncio.sleep(RETRY_SECONDS)
+            await self.kick(key)
+
+        self._spawn(later())
+
+    def kick_soon(self, keys: Iterable[ClusterKey]) -> None:
+        """Kick other clusters without making the calling handler wait for them."""
+        for key in keys:
+            self._spawn(self.kick(key))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def waiting_for(self, shape: Shape) -> set[ClusterKey]:
+        """Clusters with a slice waiting for capacity of this shape (kick them on changes)."""
+        return set(self._waiting.get(shape, ()))
+
+    def forget(self, key: ClusterKey) -> None:
+        self._written.pop(key, None)
+        for keys in self._waiting.values():
+            keys.discard(key)
+
+    # ------------------------------------------------------------ one pass
+    async def _reconcile(self, key: ClusterKey, snap: Snapshot) -> None:
+        body = snap.cluster
+        if body is None:
+            self.forget(key)
+            return
+        meta = body.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return  # the finalizer handler tears down; applying now would recreate
+        ref = ClusterRef(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""))
+        previous = self._written.get(key) or dict(body.get("status") or {})
+        try:
+            spec = parse_cluster(body)
+            rendered = render_raycluster(spec)
+        except SpecError as exc:
+            await self._write_status(
+                body,
+                previous,
+                self._stalled_observation(body, None, Stall(events.INVALID_SPEC, str(exc))),
+            )
+            return
+
+        stall, applied = await self._apply_raycluster(rendered, snap.raycluster)
+        self._overlay.expire(time.monotonic())
+        plan, stall = await self._act_on_slices(ref, spec, snap, previous, stall)
+        self._track_waiting(key, spec, plan)
+        ray_ready = bool(snap.raycluster and snap.raycluster.get("state") == "ready")
+        observed = Observed(
+            generation=int(meta.get("generation") or 0),
+            accelerator_type=spec.shape.accelerator_type,
+            hosts_per_slice=spec.shape.hosts,
+            chips_per_host=spec.shape.chips_per_host,
+            ray_cluster=spec.name,
+            desired_slices=0 if spec.suspend else spec.slices,
+            slices=plan.slices,
+            ray_cluster_ready=ray_ready,
+            suspended=spec.suspend,
+            gated=spec.gated,
+            applied=applied,
+            stall=stall,
+        )
+        await self._write_status(body, previous, observed)
+
+    def _stalled_observation(
+        self, body: Mapping[str, Any], spec: SliceClusterSpec | None, stall: Stall
+    ) -> Observed:
+        tpu = (body.get("spec") or {}).get("tpu") or {}
+        return Observed(
+            generation=int((body.get("metadata") or {}).get("generation") or 0),
+            accelerator_type=spec.shape.accelerator_type if spec else "",
+            hosts_per_slice=spec.shape.hosts if spec else 0,
+            chips_per_host=spec.shape.chips_per_host if spec else 0,
+            ray_cluster=(body.get("metadata") or {}).get("name", ""),
+            desired_slices=int(tpu.get("slices") or 1),
+            slices=(),
+            ray_cluster_ready=False,
+            suspended=False,
+            gated=False,
+            applied=False,
+            stall=stall,
+        )
+
+    async def _apply_raycluster(
+        self, rendered: Mapping[str, Any], actual: Mapping[str, Any] | None
+    ) -> tuple[Stall | None, bool]:
+        """Server-side apply when the RayCluster is missing or differs in a field we own."""
+        wanted = {"labels": rendered["metadata"]["labels"], "spec": rendered["spec"]}
+        owner_uid = rendered["metadata"]["ownerReferences"][0]["uid"]
+        if (
+            actual is not None
+            and is_subset(wanted, actual)
+            and any(
+                o.get("uid") == owner_uid and o.get("controller") for o in actual["ownerReferences"]
+            )
+        ):
+            return None, True
+        try:
+            await self.kube.apply_raycluster(rendered)
+        except ApiError as exc:
+            if exc.not_found:
+                return Stall(events.KUBERAY_NOT_INSTALLED, KUBERAY_HINT), False
+            if exc.status in (400, 403, 409, 422):
+                return Stall(events.APPLY_REJECTED, f"RayCluster rejected: {exc.message}"), False
+            raise
+        return None, True
+
+    async def _act_on_slices(
+        self,
+        ref: ClusterRef,
+        spec: SliceClusterSpec,
+        snap: Snapshot,
+        previous: Mapping[str, Any],
+        stall: Stall | None,
+    ) -> tuple[SlicePlan, Stall | None]:
+        previous_pools = {
+            int(s["index"]): s["nodePool"]
+            for s in previous.get("slices") or []
+            if s.get("nodePool") and s.get("index") is not None
+        }
+
+        def plan() -> SlicePlan:
+            return plan_slices(
+                ref,
+                accelerator=spec.shape.generation.gke_accelerator,
+                topology=spec.shape.topology,
+                hosts=spec.shape.hosts,
+                chips_per_host=spec.shape.chips_per_host,
+                desired_slices=0 if spec.suspend else spec.slices,
+                gated=spec.gated,
+                pods=self._overlay.pods(snap.pods),
+                nodes=snap.nodes,
+                reservations=self._overlay.reservations(snap.reservations),
+                previous_pools=previous_pools,
+            )
+
+        first = plan()
+        if first.unindexed_pods and stall is None:
+            stall = Stall(events.MULTIHOST_INDEXING_DISABLED, MULTIHOST_HINT)
+        acted = await self._free(ref, first.frees, snap)
+        held = await self._claim(ref, spec, first)
+        acted = acted or bool(held)
+        holding = {r.holder.replica_name for r in snap.reservations if r.holder.uid == ref.uid}
+        holding |= {
+            i.holder.replica_name
+            for i, _ in self._overlay.created.values()
+            if i.holder.uid == ref.uid
+        }
+        releases = [r for r in first.releases if r.replica_name in holding]
+        if releases:
+            await self._release(releases, snap.pods)
+            acted = True
+        for pool in first.binds:
+            try:
+                await self.kube.set_reservation_phase(pool, "Bound", "every pod pinned to the pool")
+            except ApiError as exc:
+                if not exc.not_found:
+                    raise
+        return (plan() if acted else first), stall
+
+    async def _free(self, ref: ClusterRef, pools: Sequence[str], snap: Snapshot) -> bool:
+        by_pool = {r.pool: r for r in snap.reservations}
+        for pool in pools:
+            if await self.kube.delete_reservation(pool):
+                self._overlay.deleted[pool] = time.monotonic()
+                self._overlay.created.pop(pool, None)
+                replica = by_pool[pool].holder.replica_name if pool in by_pool else "?"
+                await self._event(
+                    ref,
+                    "Normal",
+                    events.SLICE_RELEASED,
+                    f"released node pool {pool} (slice {replica} has no pods left)",
+                )
+        return bool(pools)
+
+    async def _claim(self, ref: ClusterRef, spec: SliceClusterSpec, plan: SlicePlan) -> list[str]:
+        held: list[str] = []
+        for claim in plan.claims:
+            body = reservation_body(
+                claim.pool,
+                claim.holder,
+                gke_accelerator=spec.shape.generation.gke_accelerator,
+                accelerator_type=spec.shape.accelerator_type,
+                topology=spec.shape.topology,
+                hosts=spec.shape.hosts,
+            )
+            try:
+                created = await self.kube.create_reservation(body)
+            except ApiError as exc:
+                if not exc.already_exists:
+                    raise
+                existing = reservation_info(await self.kube.get_reservation(claim.pool))
+                if existing.holder == claim.holder:
+                    self._overlay.created[claim.pool] = (existing, time.monotonic())
+                    held.append(claim.holder.replica_name)
+                else:
+                    await self._event(
+                        ref,
+                        "Normal",
+                        events.RESERVATION_LOST,
+                        f"node pool {claim.pool} was claimed first by "
+                        f"{existing.holder.describe()}; trying another",
+                    )
+                continue
+            self._overlay.created[claim.pool] = (reservation_info(created), time.monotonic())
+            self._overlay.deleted.pop(claim.pool, None)
+            held.append(claim.holder.replica_name)
+            await self._event(
+                ref,
+                "Normal",
+                events.SLICE_RESERVED,
+                f"slice {claim.holder.replica_index} ({claim.holder.replica_name}) "
+                f"reserved node pool {claim.pool}",
+            )
+        return held
+
+    async def _release(self, releases: Sequence[Any], pods: Sequence[PodInfo]) -> None:
+        """Patch every pod of the slice(s) at once: the partly-released window is one RTT."""
+        created = {(p.namespace, p.name): p for p in pods}
+
+        async def one(release: Any) -> None:
+            try:
+                await self.kube.release_pod(release.namespace, release.name, release.pool)
+            except ApiError as exc:
+                if exc.not_found:
+                    return  # KubeRay deleted it; the slice is being replaced
+                raise
+            self._overlay.released[(release.namespace, release.name)] = (
+                release.pool,
+                time.monotonic(),
+            )
+            pod = created.get((release.namespace, release.name))
+            if pod is not None and self.on_slice_released is not None:
+                self.on_slice_released(pod, time.time())
+
+        await asyncio.gather(*(one(r) for r in releases))
+
+    def _track_waiting(self, key: ClusterKey, spec: SliceClusterSpec, plan: SlicePlan) -> None:
+        waiting = self._waiting.setdefault(shape_of(spec), set())
+        if any(s.state == SliceState.WAITING_FOR_CAPACITY for s in plan.slices):
+            waiting.add(key)
+        else:
+            waiting.discard(key)
+
+    # ------------------------------------------------------------ status and events
+    async def _write_status(
+        self, body: Mapping[str, Any], previous: Mapping[str, Any], observed: Observed
+    ) -> None:
+        meta = body["metadata"]
+        key = (meta["namespace"], meta["name"])
+        status = compute_status(observed, previous, _now())
+        if status == previous or status == dict(body.get("status") or {}):
+            self._written[key] = status
+            return
+        await self.kube.patch_cluster_status(meta["namespace"], meta["name"], status)
+        self._written[key] = status
+        ref = ClusterRef(meta["namespace"], meta["name"], meta.get("uid", ""))
+        for kind, reason, message in slice_events(previous.get("slices") or [], observed.slices):
+            if reason != events.SLICE_RESERVED:  # posted with the claim itself
+                await self._event(ref, kind, reason, message)
+        await self._condition_events(ref, previous, status)
+
+    async def _condition_events(
+        self, ref: ClusterRef, previous: Mapping[str, Any], status: Mapping[str, Any]
+    ) -> None:
+        def cond(stanza: Mapping[str, Any], kind: str) -> tuple[str, str]:
+            for c_ in stanza.get("conditions") or []:
+                if c_.get("type") == kind:
+                    return c_.get("status", ""), c_.get("reason", "")
+            return "", ""
+
+        stalled = cond(status, "Stalled")
+        if stalled[0] == "True" and stalled != cond(previous, "Stalled"):
+            message = next(x["message"] for x in status["conditions"] if x["type"] == "Stalled")
+            await self._event(ref, "Warning", stalled[1], message)
+        if cond(status, "Ready")[0] == "True" and cond(previous, "Ready")[0] != "True":
+            await self._event(
+                ref, "Normal", events.CLUSTER_READY, f"{status.get('sliceReadiness')} slices ready"
+            )
+
+    async def _event(self, ref: ClusterRef, kind: str, reason: str, message: str) -> None:
+        involved = {"metadata": {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid}}
+        await self.kube.post_event(involved, kind, reason, message)

@@ -1,0 +1,152 @@
+"""Kubernetes objects -> the small records the decisions need. Pure.
+
+kopf's indexes keep these records (not whole objects) in memory, which keeps
+the operator small at thousands of pods and nodes, and gives the pure modules
+typed input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tpuslice import constants as c
+from tpuslice.reservation import Holder, NodeInfo, PodInfo, ReservationInfo
+
+__all__ = ["node_info", "pod_info", "raycluster_info", "reservation_body", "reservation_info"]
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _condition_true(status: Mapping[str, Any], kind: str) -> bool:
+    return any(
+        cond.get("type") == kind and cond.get("status") == "True"
+        for cond in status.get("conditions") or []
+    )
+
+
+def pod_info(pod: Mapping[str, Any]) -> PodInfo:
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    gates = {g.get("name") for g in spec.get("schedulingGates") or []}
+    return PodInfo(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        cluster=labels.get(c.LABEL_CLUSTER, ""),
+        replica_name=labels.get(c.KUBERAY_LABEL_REPLICA_NAME),
+        replica_index=_int(labels.get(c.KUBERAY_LABEL_REPLICA_INDEX)),
+        host_index=_int(labels.get(c.KUBERAY_LABEL_HOST_INDEX)),
+        gated=c.SCHEDULING_GATE in gates,
+        pinned_pool=(spec.get("nodeSelector") or {}).get(c.NODE_LABEL_NODEPOOL),
+        node_name=spec.get("nodeName"),
+        running_ready=status.get("phase") == "Running" and _condition_true(status, "Ready"),
+        deleting=bool(meta.get("deletionTimestamp")),
+        created=meta.get("creationTimestamp", ""),
+    )
+
+
+def node_info(node: Mapping[str, Any]) -> NodeInfo:
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    allocatable = status.get("allocatable") or {}
+    return NodeInfo(
+        name=meta.get("name", ""),
+        pool=labels.get(c.NODE_LABEL_NODEPOOL, ""),
+        accelerator=labels.get(c.NODE_LABEL_ACCELERATOR, ""),
+        topology=labels.get(c.NODE_LABEL_TOPOLOGY, ""),
+        chips=_int(allocatable.get(c.TPU_RESOURCE)) or 0,
+        ready=_condition_true(status, "Ready"),
+        schedulable=not spec.get("unschedulable", False),
+    )
+
+
+def reservation_info(obj: Mapping[str, Any]) -> ReservationInfo:
+    spec = obj.get("spec") or {}
+    holder = spec.get("holder") or {}
+    return ReservationInfo(
+        pool=spec.get("nodePool") or (obj.get("metadata") or {}).get("name", ""),
+        holder=Holder(
+            namespace=holder.get("namespace", ""),
+            name=holder.get("name", ""),
+            uid=holder.get("uid", ""),
+            replica_name=holder.get("replicaName", ""),
+            replica_index=_int(holder.get("replicaIndex")),
+        ),
+        phase=(obj.get("status") or {}).get("phase"),
+    )
+
+
+def reservation_shape(obj: Mapping[str, Any]) -> tuple[str, str]:
+    spec = obj.get("spec") or {}
+    return spec.get("gkeAccelerator", ""), spec.get("topology", "")
+
+
+def reservation_body(
+    pool: str,
+    holder: Holder,
+    *,
+    gke_accelerator: str,
+    accelerator_type: str,
+    topology: str,
+    hosts: int,
+) -> dict[str, Any]:
+    holder_spec: dict[str, Any] = {
+        "namespace": holder.namespace,
+        "name": holder.name,
+        "uid": holder.uid,
+        "replicaName": holder.replica_name,
+    }
+    if holder.replica_index is not None:
+        holder_spec["replicaIndex"] = holder.replica_index
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND_RESERVATION,
+        "metadata": {
+            "name": pool,
+            "labels": {c.LABEL_CLUSTER: holder.name, c.LABEL_MANAGED_BY: c.MANAGED_BY},
+        },
+        "spec": {
+            "nodePool": pool,
+            "gkeAccelerator": gke_accelerator,
+            "acceleratorType": accelerator_type,
+            "topology": topology,
+            "hosts": hosts,
+            "holder": holder_spec,
+        },
+    }
+
+
+def raycluster_info(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What the reconcile compares and reports: our applied fields and KubeRay's state."""
+    meta = obj.get("metadata") or {}
+    return {
+        "uid": meta.get("uid"),
+        "labels": dict(meta.get("labels") or {}),
+        "ownerReferences": list(meta.get("ownerReferences") or []),
+        "spec": obj.get("spec") or {},
+        "state": (obj.get("status") or {}).get("state"),
+    }
+
+
+def is_subset(wanted: Any, actual: Any) -> bool:
+    """True when every field in ``wanted`` has the same value in ``actual`` (SSA is a no-op)."""
+    if isinstance(wanted, Mapping):
+        return isinstance(actual, Mapping) and all(
+            k in actual and is_subset(v, actual[k]) for k, v in wanted.items()
+        )
+    if isinstance(wanted, list):
+        return (
+            isinstance(actual, list)
+            and len(wanted) == len(actual)
+            and all(is_subset(w, a) for w, a in zip(wanted, actual, strict=True))
+        )
+    return bool(wanted == actual)
