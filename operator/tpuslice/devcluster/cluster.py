@@ -17,11 +17,11 @@ import shutil
 import ssl
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes.client import ApiException
 
@@ -32,6 +32,8 @@ from .processes import ComponentError, Process, free_port, http_ok, start, wait_
 from .tools import ToolPaths
 
 __all__ = ["ClusterSettings", "LocalCluster", "StartupReport"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,8 @@ class LocalCluster:
         return names
 
     # ------------------------------------------------------------ components
-    def _step(self, name: str, fn: Any) -> Any:
+    def _step(self, name: str, fn: Callable[[], T]) -> T:
+        """Run one start-up step, recording how long it took."""
         began = time.monotonic()
         result = fn()
         self.report.steps[name] = round(time.monotonic() - began, 2)
