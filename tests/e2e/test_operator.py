@@ -1,0 +1,403 @@
+"""The operator on the local simulated GKE cluster, scenario by scenario (issue 4, a-h).
+
+Each scenario is what a user would do and see: apply a TPUSliceCluster, watch
+conditions, pods, reservations. The real scheduler places pods, the real
+KubeRay creates and replaces them, the real garbage collector deletes them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.helpers import E2ECluster
+from tests.e2e.operator_support import (
+    InvariantWatch,
+    OperatorProcess,
+    apply,
+    condition,
+    describe,
+    get_tsc,
+    held_by,
+    kubectl,
+    pool_of,
+    reservations,
+    slice_pods,
+    tsc,
+    wait_condition,
+)
+from tpuslice.devcluster import kube
+from tpuslice.devcluster.nodepools import TPUPool, default_pools, pool_nodes
+
+TIMINGS: dict[str, list[float]] = {}
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: E2ECluster, tpuslice_crds: None) -> Iterator[OperatorProcess]:
+    logs = (cluster.run_dir or Path(".e2e-runs") / "existing") / "logs"
+    proc = OperatorProcess(cluster.kubeconfig, logs / "operator.log")
+    proc.start()
+    yield proc
+    proc.stop()
+    if TIMINGS:
+        lines = [
+            f"{k}: n={len(v)} max={max(v):.2f}s mean={sum(v) / len(v):.2f}s"
+            for k, v in TIMINGS.items()
+        ]
+        (logs / "operator-timings.txt").write_text("\n".join(lines) + "\n")
+
+
+def record(name: str, seconds: float) -> None:
+    TIMINGS.setdefault(name, []).append(seconds)
+
+
+def add_pool(cluster: E2ECluster, pool: TPUPool) -> list[str]:
+    names = kube.create_pool(cluster.api, pool)
+    kube.wait_nodes_ready(cluster.api, names)
+    return names
+
+
+def measure_release_latency(cluster: E2ECluster, namespace: str, name: str) -> None:
+    """Last pod of a slice created -> that slice's pods ungated (from the API's own times)."""
+    by_replica: dict[str, list[Any]] = {}
+    for pod in slice_pods(cluster, namespace, name):
+        replica = (pod.metadata.labels or {}).get("ray.io/worker-group-replica-name")
+        by_replica.setdefault(replica, []).append(pod)
+    for pods in by_replica.values():
+        last_created = max(p.metadata.creation_timestamp for p in pods)
+        scheduled = [
+            c.last_transition_time
+            for p in pods
+            for c in p.status.conditions or []
+            if c.type == "PodScheduled" and c.status == "True"
+        ]
+        if scheduled:
+            record(
+                "last pod created -> slice scheduled",
+                (max(scheduled) - last_created).total_seconds(),
+            )
+
+
+def test_a_two_slices_on_two_free_pools_become_ready(
+    cluster: E2ECluster, namespace: str, operator: OperatorProcess
+) -> None:
+    began = time.monotonic()
+    apply(cluster, namespace, tsc("llm", slices=2))
+    kube.wait_for(
+        lambda: cluster.custom.list_namespaced_custom_object(
+            "ray.io", "v1", namespace, "rayclusters"
+        )["items"],
+        timeout_s=30,
+        what="RayCluster",
+    )
+    record("apply -> RayCluster created", time.monotonic() - began)
+    done = kubectl(
+        cluster,
+        "wait",
+        "-n",
+        namespace,
+        "--for=condition=Ready",
+        "tsc/llm",
+        "--timeout=120s",
+        check=False,
+    )
+    assert done.returncode == 0, (done.stderr, describe(cluster, namespace, "llm"))
+    record("apply -> Ready", time.monotonic() - began)
+    obj = get_tsc(cluster, namespace, "llm")
+    status = obj["status"]
+    assert (status["readySlices"], status["desiredSlices"], status["sliceReadiness"]) == (
+        2,
+        2,
+        "2/2",
+    )
+    assert status["observedGeneration"] == obj["metadata"]["generation"]
+    pools = {s["nodePool"] for s in status["slices"]}
+    assert len(pools) == 2 and all(s["state"] == "Ready" for s in status["slices"])
+    # each slice's pods run on the nodes of its own pool, and nowhere else
+    held = held_by(cluster, namespace, "llm")
+    assert set(held.values()) == pools
+    for pod in slice_pods(cluster, namespace, "llm"):
+        replica = pod.metadata.labels["ray.io/worker-group-replica-name"]
+        assert pool_of(pod.spec.node_name, cluster) == held[replica]
+        assert pod.spec.node_selector["cloud.google.com/gke-nodepool"] == held[replica]
+        assert not pod.spec.scheduling_gates
+    measure_release_latency(cluster, namespace, "llm")
+    printed = kubectl(cluster, "get", "tsc", "-n", namespace).stdout
+    assert "v6e-16" in printed and "2/2" in printed and "True" in printed
+
+
+def test_b_one_free_pool_one_slice_waits_until_a_pool_is_added(
+    cluster: E2ECluster, namespace: str, operator: OperatorProcess
+) -> None:
+    first = TPUPool("v6e-2x8-one", "v6e", "2x8", nodes=4)
+    second = TPUPool("v6e-2x8-two", "v6e", "2x8", nodes=4)
+    add_pool(cluster, first)
+    try:
+        apply(cluster, namespace, tsc("wide", topology="2x8", slices=2))
+        obj = wait_condition(cluster, namespace, "wide", "Ready", "False", "WaitingForCapacity")
+
+        # wait until one slice runs; the other's pods must all still be gated
+        def one_running() -> Any:
+            pods = slice_pods(cluster, namespace, "wide")
+            running = [p for p in pods if p.status.phase == "Running"]
+            return pods if len(pods) == 8 and len(running) == 4 else None
+
+        pods = kube.wait_for(
+            one_running,
+            timeout_s=90,
+            what="one slice running",
+            describe=lambda: describe(cluster, namespace, "wide"),
+        )
+        for pod in pods:
+            if pod.status.phase != "Running":
+                assert [g.name for g in pod.spec.scheduling_gates] == [
+                    "tpuslice.dev/slice-reservation"
+                ]
+                assert pod.spec.node_name is None
+        obj = get_tsc(cluster, namespace, "wide")
+        ready = condition(obj, "Ready")
+        assert ready["reason"] == "WaitingForCapacity"
+        assert (
+            "needs a free node pool of 4 ready nodes with tpu-v6e-slice/2x8; 1 match: "
+            "v6e-2x8-one held by"
+        ) in ready["message"]
+        assert condition(obj, "Reconciling")["status"] == "True"
+        assert condition(obj, "Stalled")["status"] == "False"
+        events = kubectl(
+            cluster, "get", "events", "-n", namespace, "-o", "custom-columns=R:.reason"
+        ).stdout
+        assert "WaitingForCapacity" in events
+        add_pool(cluster, second)
+        wait_condition(cluster, namespace, "wide", "Ready", "True", timeout_s=90)
+        assert set(held_by(cluster, namespace, "wide").values()) == {first.name, second.name}
+    finally:
+        kubectl(
+            cluster,
+            "delete",
+            "tsc",
+            "-n",
+            namespace,
+            "wide",
+            "--wait=true",
+            "--timeout=90s",
+            check=False,
+        )
+        kube.delete_pool(cluster.api, first.name)
+        kube.delete_pool(cluster.api, second.name)
+
+
+def test_c_two_clusters_compete_for_one_pool(
+    cluster: E2ECluster, namespace: str, operator: OperatorProcess
+) -> None:
+    spec = {"tpu": {"type": "v5e", "topology": "2x4", "chipsPerHost": 4}}
+    with InvariantWatch(cluster, namespace) as watch:
+        for name in ("first", "second"):
+            body = tsc(name, type_="v5e", topology="2x4")
+            body["spec"]["tpu"].update(spec["tpu"])
+            apply(cluster, namespace, body)
+
+        def one_ready() -> Any:
+            states = {
+                n: condition(get_tsc(cluster, namespace, n), "Ready") for n in ("first", "second")
+            }
+            winners = [n for n, c in states.items() if c.get("status") == "True"]
+            return winners if len(winners) == 1 else None
+
+        (winner,) = kube.wait_for(
+            one_ready,
+            timeout_s=120,
+            what="exactly one Ready",
+            describe=lambda: [describe(cluster, namespace, n) for n in ("first", "second")],
+        )
+        loser = "second" if winner == "first" else "first"
+        waiting = wait_condition(
+            cluster, namespace, loser, "Ready", "False", "WaitingForCapacity", timeout_s=30
+        )
+        assert f"v5e-2x4 held by {namespace}/{winner}" in condition(waiting, "Ready")["message"]
+        holders = [r for r in reservations(cluster) if r["spec"]["nodePool"] == "v5e-2x4"]
+        assert [r["spec"]["holder"]["name"] for r in holders] == [winner]
+        kubectl(cluster, "delete", "tsc", "-n", namespace, winner, "--wait=true", "--timeout=90s")
+        wait_condition(cluster, namespace, loser, "Ready", "True", timeout_s=120)
+    assert watch.samples > 5  # the watch really sampled during the scenario
+    assert watch.violations == []
+
+
+def test_d_deleting_the_cluster_removes_everything_and_releases_the_pool(
+    cluster: E2ECluster, namespace: str, operator: OperatorProcess
+) -> None:
+    apply(cluster, namespace, tsc("gone", type_="v4", topology="2x2x2"))
+    wait_condition(cluster, namespace, "gone", "Ready", "True")
+    assert held_by(cluster, namespace, "gone") != {}
+    kubectl(cluster, "delete", "tsc", "-n", namespace, "gone", "--wait=true", "--timeout=90s")
+    assert (
+        cluster.custom.list_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters")[
+            "items"
+        ]
+        == []
+    )
+    kube.wait_for(
+        lambda: not slice_pods(cluster, namespace, "gone"), timeout_s=60, what="worker pods deleted"
+    )
+    assert held_by(cluster, namespace, "gone") == {}
+
+
+def test_e_node_failure_moves_the_slice_and_recovers(
+    cluster: E2ECluster, namespace: str, operator: OperatorProcess, restore_nodes: list[str]
+) -> None:
+    apply(cluster, namespace, tsc("sturdy"))
+    obj = wait_condition(cluster, namespace, "sturdy", "Ready", "True")
+    (before,) = obj["status"]["slices"]
+    failed_pool = before["nodePool"]
+    victim = kube.harness_nodes(cluster.api, failed_pool)[0].metadata.name
+    with InvariantWatch(cluster, namespace) as watch:
+        restore_nodes.append(victim)
+        kube.delete_node(cluster.api, victim)  # GKE removes the VM; its pods are orphaned
+
+        def moved() -> Any:
+            obj = get_tsc(cluster, namespace, "sturdy")
+            (now,) = obj["status"]["slices"]
+            ready = condition(obj, "Ready")
+            return (
+                obj
+                if (now.get("replica") != before["replica"] and ready.get("status") == "True")
+                else None
+            )
+
+        obj = kube.wait_for(
+            moved,
+            timeout_s=180,
+            what="slice replaced and Ready again",
+            describe=lambda: describe(cluster, namespace, "sturdy"),
+        )
+    (after,) = obj["status"]["slices"]
+    assert after["nodePool"] != failed_pool  # the damaged pool has 3 of 4 nodes
+    assert watch.violations == []
+    reasons = kubectl(
+        cluster, "get", "events", "-n", namespace, "-o", "custom-columns=R:.reason"
+    ).stdout.split()
+    assert {"SliceReserved", "SliceReleased", "SliceReady"} <= set(reasons)
+    assert failed_pool not in held_by(cluster, namespace, "sturdy").values()
+
+
+@pytest.fixture
+def restore_nodes(cluster: E2ECluster) -> Iterator[list[str]]:
+    """Nodes a test deletes come back afterwards (GKE repairs a pool as a unit)."""
+    deleted: list[str] = []
+    yield deleted
+    wanted = {
+        n["metadata"]["name"]: n
+        for pool in default_pools()
+        if isinstance(pool, TPUPool)
+        for n in pool_nodes(pool)
+    }
+    for name in deleted:
+        cluster.core.create_node(wanted[name])
+    kube.wait_nodes_ready(cluster.api, deleted)
+
+
+def test_f_operator_killed_while_reserving_and_releasing_converges(
+    cluster: E2ECluster, namespace: str, operator: OperatorProcess
+) -> None:
+    with InvariantWatch(cluster, namespace) as watch:
+        apply(cluster, namespace, tsc("crashy", slices=2))
+        kube.wait_for(
+            lambda: held_by(cluster, namespace, "crashy"),
+            timeout_s=60,
+            interval_s=0.05,
+            what="first reservation",
+        )
+        operator.kill()
+        operator.start()
+        kube.wait_for(
+            lambda: any(
+                not p.spec.scheduling_gates for p in slice_pods(cluster, namespace, "crashy")
+            ),
+            timeout_s=60,
+            interval_s=0.05,
+            what="first released pod",
+        )
+        operator.kill()
+        operator.start()
+        wait_condition(cluster, namespace, "crashy", "Ready", "True", timeout_s=120)
+    assert watch.samples > 5  # the watch really sampled during the scenario
+    assert watch.violations == []
+    assert len(set(held_by(cluster, namespace, "crashy").values())) == 2
+
+
+def test_g_slices_one_two_one(
+    cluster: E2ECluster, namespace: str, operator: OperatorProcess
+) -> None:
+    apply(cluster, namespace, tsc("elastic", slices=1))
+    wait_condition(cluster, namespace, "elastic", "Ready", "True")
+    apply(cluster, namespace, tsc("elastic", slices=2))
+    obj = wait_condition(cluster, namespace, "elastic", "Ready", "True")
+    assert obj["status"]["sliceReadiness"] == "2/2"
+    rc = cluster.custom.get_namespaced_custom_object(
+        "ray.io", "v1", namespace, "rayclusters", "elastic"
+    )
+    assert rc["spec"]["workerGroupSpecs"][0]["replicas"] == 2
+    assert len(held_by(cluster, namespace, "elastic")) == 2
+    apply(cluster, namespace, tsc("elastic", slices=1))
+    obj = wait_condition(cluster, namespace, "elastic", "Ready", "True")
+    assert obj["status"]["sliceReadiness"] == "1/1"
+    kube.wait_for(
+        lambda: len(held_by(cluster, namespace, "elastic")) == 1,
+        timeout_s=60,
+        what="surplus reservation released",
+        describe=lambda: describe(cluster, namespace, "elastic"),
+    )
+    assert len(slice_pods(cluster, namespace, "elastic")) == 4
+
+
+BAD_SPECS = [
+    ({"tpu": {"type": "v6e", "topology": "4x4x4"}}, "v5e and v6e slices are 2-dimensional"),
+    ({"tpu": {"type": "v4", "topology": "2x2x3"}}, "v4 slices are 3-dimensional and one of"),
+    ({"tpu": {"type": "v9", "topology": "4x4"}}, 'Unsupported value: "v9"'),
+    (
+        {"tpu": {"type": "v6e", "topology": "4x4", "chipsPerHost": 8}},
+        "spec.tpu.chipsPerHost does not fit the topology",
+    ),
+    ({"ray": {"version": "2.53.0"}}, "at least 2.54.0"),
+    ({"worker": {"resources": {"google.com/tpu": "4"}}}, "must not set google.com/tpu"),
+]
+
+
+@pytest.mark.parametrize(("patch", "message"), BAD_SPECS, ids=[m for _, m in BAD_SPECS])
+def test_h_bad_specs_are_rejected_at_apply(
+    cluster: E2ECluster,
+    namespace: str,
+    tpuslice_crds: None,
+    patch: dict[str, Any],
+    message: str,
+) -> None:
+    import yaml
+
+    body = tsc("bad")
+    for key, value in patch.items():
+        body["spec"][key] = {**body["spec"].get(key, {}), **value}
+    done = kubectl(
+        cluster, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(body), check=False
+    )
+    assert done.returncode != 0
+    assert message in done.stderr, done.stderr
+
+
+def test_h_policy_none_schedules_pods_directly(
+    cluster: E2ECluster, namespace: str, operator: OperatorProcess
+) -> None:
+    apply(
+        cluster,
+        namespace,
+        tsc("free", type_="v4", topology="2x2x2", reservation={"policy": "None"}),
+    )
+    wait_condition(cluster, namespace, "free", "Ready", "True")
+    pods = slice_pods(cluster, namespace, "free")
+    assert len(pods) == 2 and all(not p.spec.scheduling_gates for p in pods)
+    assert held_by(cluster, namespace, "free") == {}
+    assert "SlicesReserved" not in {
+        c["type"] for c in get_tsc(cluster, namespace, "free")["status"]["conditions"]
+    }
