@@ -187,7 +187,7 @@ def slice_pods(cluster: E2ECluster, namespace: str, name: str) -> list[Any]:
 def describe(cluster: E2ECluster, namespace: str, name: str) -> Any:
     try:
         status = get_tsc(cluster, namespace, name).get("status")
-    except Exception as exc:  # noqa: BLE001 - diagnostics only
+    except Exception as exc:
         status = repr(exc)
     pods = [
         f"{p.metadata.name}:{p.status.phase}@{p.spec.node_name}"
@@ -267,7 +267,7 @@ class InvariantWatch:
         while not self._stop.is_set():
             try:
                 findings = self.sample()
-            except Exception:  # noqa: BLE001 - a failed read is not a finding
+            except Exception:
                 findings = set()
             self.samples += 1
             for key in list(self._streaks):
