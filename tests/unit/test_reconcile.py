@@ -1,0 +1,200 @@
+"""One reconcile pass against a fake API: what it writes, and when it writes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tpuslice.kube import ApiError
+from tpuslice.reconcile import Reconciler, Snapshot
+from tpuslice.render import render_cluster
+from tpuslice.reservation import Holder, NodeInfo, PodInfo, ReservationInfo
+from tpuslice.snapshot import raycluster_info
+
+UID = "uid-llm"
+
+
+class FakeKube:
+    def __init__(
+        self, apply_error: ApiError | None = None, taken: dict[str, ReservationInfo] | None = None
+    ) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.apply_error = apply_error
+        self.taken = taken or {}
+        self.status: dict[str, Any] | None = None
+
+    async def apply_raycluster(self, body: Any) -> Any:
+        self.calls.append(("apply", body["metadata"]["name"]))
+        if self.apply_error:
+            raise self.apply_error
+        return body
+
+    async def create_reservation(self, body: Any) -> Any:
+        self.calls.append(("claim", body["metadata"]["name"]))
+        if body["metadata"]["name"] in self.taken:
+            raise ApiError(409, "AlreadyExists", "exists")
+        return body
+
+    async def get_reservation(self, name: str) -> Any:
+        info = self.taken[name]
+        h = info.holder
+        return {
+            "metadata": {"name": name},
+            "spec": {
+                "nodePool": name,
+                "holder": {
+                    "namespace": h.namespace,
+                    "name": h.name,
+                    "uid": h.uid,
+                    "replicaName": h.replica_name,
+                },
+            },
+        }
+
+    async def delete_reservation(self, name: str, uid: str | None = None) -> bool:
+        self.calls.append(("free", name))
+        return True
+
+    async def set_reservation_phase(self, name: str, phase: str, message: str) -> None:
+        self.calls.append(("phase", name, phase))
+
+    async def release_pod(self, namespace: str, name: str, pool: str) -> None:
+        self.calls.append(("release", name, pool))
+
+    async def patch_cluster_status(self, namespace: str, name: str, status: Any) -> None:
+        self.calls.append(("status",))
+        self.status = status
+
+    async def post_event(self, involved: Any, kind: str, reason: str, message: str) -> None:
+        self.calls.append(("event", reason))
+
+
+def cluster_body(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "tpuslice.dev/v1alpha1",
+        "kind": "TPUSliceCluster",
+        "metadata": {"name": "llm", "namespace": "ml", "uid": UID, "generation": 1},
+        "spec": {
+            "tpu": {"type": "v6e", "topology": "4x4", "slices": 1},
+            "ray": {"version": "2.54.0"},
+            **spec,
+        },
+    }
+
+
+def nodes(pool: str) -> list[NodeInfo]:
+    return [NodeInfo(f"{pool}-{i}", pool, "tpu-v6e-slice", "4x4", 4, True, True) for i in range(4)]
+
+
+def pods(
+    gated: bool = True, labelled: bool = True, ready: bool = False, pool: str | None = None
+) -> list[PodInfo]:
+    return [
+        PodInfo(
+            "ml",
+            f"w{i}",
+            "llm",
+            "tpu-aaaaa" if labelled else None,
+            0 if labelled else None,
+            i if labelled else None,
+            gated,
+            pool,
+            None,
+            ready,
+            False,
+        )
+        for i in range(4)
+    ]
+
+
+def run(reconciler: Reconciler) -> None:
+    asyncio.run(reconciler.kick(("ml", "llm")))
+
+
+def make(kube: FakeKube, snap: Snapshot) -> Reconciler:
+    return Reconciler(kube, lambda key: snap)  # type: ignore[arg-type]
+
+
+def kinds(kube: FakeKube) -> list[Any]:
+    return [c[0] for c in kube.calls]
+
+
+def test_first_pass_applies_claims_releases_and_reports() -> None:
+    kube = FakeKube()
+    snap = Snapshot(cluster_body(), pods(), nodes("pool-a"), [], None)
+    run(make(kube, snap))
+    assert ("apply", "llm") in kube.calls and ("claim", "pool-a") in kube.calls
+    assert [c for c in kube.calls if c[0] == "release"] == [
+        ("release", f"w{i}", "pool-a") for i in range(4)
+    ]
+    assert kube.status is not None
+    ready = next(c for c in kube.status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "False"
+    assert kube.status["slices"][0]["nodePool"] == "pool-a"
+
+
+def test_steady_state_makes_no_api_writes() -> None:
+    body = cluster_body()
+    rc = raycluster_info({**render_cluster(body), "status": {"state": "ready"}})
+    reservation = ReservationInfo("pool-a", Holder("ml", "llm", UID, "tpu-aaaaa", 0), "Bound")
+    snap = Snapshot(
+        body, pods(gated=False, ready=True, pool="pool-a"), nodes("pool-a"), [reservation], rc
+    )
+    first = FakeKube()
+    run(make(first, snap))
+    # the first pass reports Ready once: status, the slice's event, the cluster's event
+    assert first.calls == [("status",), ("event", "SliceReady"), ("event", "Ready")]
+    body["status"] = first.status
+    second = FakeKube()
+    run(make(second, Snapshot(body, snap.pods, snap.nodes, snap.reservations, rc)))
+    assert second.calls == []
+
+
+def test_kuberay_missing_is_stalled_with_the_fix() -> None:
+    kube = FakeKube(apply_error=ApiError(404, "NotFound", "the server could not find"))
+    run(make(kube, Snapshot(cluster_body(), [], nodes("pool-a"), [], None)))
+    assert kube.status is not None
+    stalled = next(c for c in kube.status["conditions"] if c["type"] == "Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "KubeRayNotInstalled")
+    assert "install KubeRay" in stalled["message"]
+    assert ("event", "KubeRayNotInstalled") in kube.calls
+
+
+def test_pods_without_multihost_labels_stall_and_are_never_released() -> None:
+    kube = FakeKube()
+    run(make(kube, Snapshot(cluster_body(), pods(labelled=False), nodes("pool-a"), [], None)))
+    assert "release" not in kinds(kube) and "claim" not in kinds(kube)
+    stalled = next(c for c in kube.status["conditions"] if c["type"] == "Stalled")  # type: ignore[index]
+    assert stalled["reason"] == "MultiHostIndexingDisabled"
+    assert "--feature-gates=RayMultiHostIndexing=true" in stalled["message"]
+
+
+def test_override_conflict_is_stalled_invalid_spec_and_nothing_applied() -> None:
+    body = cluster_body(
+        worker={
+            "template": {"spec": {"nodeSelector": {"cloud.google.com/gke-tpu-topology": "8x8"}}}
+        }
+    )
+    kube = FakeKube()
+    run(make(kube, Snapshot(body, [], [], [], None)))
+    assert "apply" not in kinds(kube)
+    stalled = next(c for c in kube.status["conditions"] if c["type"] == "Stalled")  # type: ignore[index]
+    assert stalled["reason"] == "InvalidSpec"
+    assert "gke-tpu-topology" in stalled["message"]
+
+
+def test_lost_claim_releases_nothing() -> None:
+    other = ReservationInfo("pool-a", Holder("ml", "other", "uid-other", "tpu-zzzzz", 0))
+    kube = FakeKube(taken={"pool-a": other})
+    run(make(kube, Snapshot(cluster_body(), pods(), nodes("pool-a"), [], None)))
+    assert ("claim", "pool-a") in kube.calls
+    assert "release" not in kinds(kube)
+    assert ("event", "ReservationConflict") in kube.calls
+
+
+def test_deleting_cluster_is_left_to_the_finalizer() -> None:
+    body = cluster_body()
+    body["metadata"]["deletionTimestamp"] = "2026-11-30T00:00:00Z"
+    kube = FakeKube()
+    run(make(kube, Snapshot(body, pods(), nodes("pool-a"), [], None)))
+    assert kube.calls == []
