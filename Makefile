@@ -24,7 +24,7 @@ install: $(STAMP) ## Create .venv with the operator and its test tools
 dev: install ## Same as install
 
 # ---------------------------------------------------------------- checks
-.PHONY: test test-unit lint verify
+.PHONY: test test-unit lint verify sync-crds
 test: test-unit test-e2e ## Run every test tier (unit, then e2e on the local cluster)
 
 test-unit: $(STAMP) ## Unit tests only (pure functions, seconds)
@@ -35,9 +35,15 @@ lint: $(STAMP) ## ruff and mypy
 	$(VENV)/bin/ruff format --check operator tests
 	$(VENV)/bin/mypy
 
+sync-crds: ## Copy crds/ (the one source) into the chart and manifests/
+	$(PYTHON) hack/sync_crds.py
+
 verify: $(STAMP) ## Regenerate generated files and fail if anything changed
 	$(PY) hack/sync_crds.py
+	$(PY) hack/sync_crds.py --check
 	git diff --exit-code -- charts manifests
+	@test -z "$$(git status --porcelain -- charts manifests)" || \
+	  { git status --short -- charts manifests; echo "untracked generated files: commit them"; exit 1; }
 
 # ---------------------------------------------------------------- local simulated GKE cluster
 # Binaries are built from Go modules into a cache keyed by hack/versions.env
