@@ -65,3 +65,12 @@ dev-cluster-status: $(STAMP) ## Components and node pools of the dev cluster
 
 test-e2e: tools $(STAMP) ## e2e tier on a fresh local cluster (or TPUSLICE_E2E_KUBECONFIG)
 	$(PY) -m pytest tests/e2e -q
+
+# ---------------------------------------------------------------- demo
+.PHONY: demo demo-down
+demo: tools $(STAMP) ## Local GKE TPU cluster + operator + a 2-slice TPUSliceCluster becoming Ready
+	bash hack/demo.sh
+
+demo-down: $(STAMP) ## Stop the demo's operator and local cluster
+	-@test -f $(DEV_CLUSTER)/operator.pid && kill "$$(cat $(DEV_CLUSTER)/operator.pid)" 2>/dev/null; rm -f $(DEV_CLUSTER)/operator.pid
+	$(PY) -m tpuslice.devcluster --dir $(DEV_CLUSTER) down

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# `make demo`: a local simulated GKE TPU cluster, the operator, and an example
+# TPUSliceCluster with two v6e 4x4 slices becoming Ready. Leaves everything
+# running for you to explore; `make demo-down` stops it.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+state=.dev-cluster
+py=.venv/bin/python
+bin="$(bash hack/tools-dir.sh)/bin"
+export KUBECONFIG="$root/$state/kubeconfig"
+k() { "$bin/kubectl" "$@"; }
+
+step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+
+if "$py" -m tpuslice.devcluster --dir "$state" status >/dev/null 2>&1 && k get --raw /readyz >/dev/null 2>&1; then
+  step "local cluster already running ($state)"
+else
+  step "starting the local simulated GKE TPU cluster"
+  "$py" -m tpuslice.devcluster --dir "$state" up
+fi
+
+step "installing the TPUSliceCluster and SliceReservation CRDs from crds/"
+k apply --server-side --force-conflicts -f crds/
+k wait --for=condition=Established --timeout=60s -f crds/ >/dev/null
+
+step "starting the operator (log: $state/operator.log)"
+if [[ -f $state/operator.pid ]] && kill -0 "$(cat $state/operator.pid)" 2>/dev/null; then
+  echo "already running (pid $(cat $state/operator.pid))"
+else
+  nohup .venv/bin/tpuslice run --kubeconfig "$KUBECONFIG" --liveness-port 0 \
+    >"$state/operator.log" 2>&1 &
+  echo $! >"$state/operator.pid"
+  echo "pid $(cat $state/operator.pid)"
+fi
+
+step "applying examples/v6e-4x4-two-slices.yaml in namespace demo"
+k create namespace demo --dry-run=client -o yaml | k apply -f - >/dev/null
+k apply -n demo -f examples/v6e-4x4-two-slices.yaml
+k wait -n demo --for=condition=Ready tsc/llm --timeout=180s
+
+step "kubectl get tsc,slicereservations,pods -o wide"
+k get -n demo tsc,slicereservations,pods -o wide
+
+cat <<MSG
+
+The TPUSliceCluster is Ready: each slice holds a whole node pool and runs on it.
+Explore:
+  export KUBECONFIG=$KUBECONFIG
+  alias kubectl=$bin/kubectl
+  kubectl get tsc -n demo llm -o yaml            # status: slices, conditions
+  kubectl get raycluster -n demo llm -o yaml     # what the operator rendered
+  kubectl get events -n demo                     # SliceReserved, SliceScheduled, SliceReady
+  kubectl patch tsc -n demo llm --type merge -p '{"spec":{"tpu":{"slices":3}}}'
+                                                 # only 2 free v6e 4x4 pools: WaitingForCapacity
+  tail -f $state/operator.log
+Stop everything: make demo-down
+MSG
