@@ -100,7 +100,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         settings.posting.level = logging.WARNING
         kube = Kube.connect(config.kubeconfig, config.api_threads)
         memo.kube = kube
-        memo.reconciler = Reconciler(kube, make_reader(kwargs), config.resync_seconds)
+        memo.reconciler = Reconciler(kube, make_reader(kwargs))
         if not await kube.crd_exists(f"{c.RAY_PLURAL_CLUSTER}.{c.RAY_GROUP}"):
             logger.warning(
                 "KubeRay's RayCluster CRD is not installed; every TPUSliceCluster "

@@ -30,6 +30,7 @@ from tpuslice.reservation import (
     ClusterRef,
     NodeInfo,
     PodInfo,
+    PodRelease,
     ReservationInfo,
     SlicePlan,
     SliceState,
@@ -137,14 +138,12 @@ class _Overlay:
 class Reconciler:
     kube: Kube
     read: SnapshotReader
-    resync_seconds: float = 60.0
     _running: set[ClusterKey] = field(default_factory=set)
     _dirty: set[ClusterKey] = field(default_factory=set)
     _overlay: _Overlay = field(default_factory=_Overlay)
     _written: dict[ClusterKey, dict[str, Any]] = field(default_factory=dict)
     _waiting: dict[Shape, set[ClusterKey]] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    on_slice_released: Callable[[PodInfo, float], None] | None = None
 
     # ------------------------------------------------------------ triggers
     async def kick(self, key: ClusterKey) -> None:
@@ -322,7 +321,7 @@ class Reconciler:
         }
         releases = [r for r in first.releases if r.replica_name in holding]
         if releases:
-            await self._release(releases, snap.pods)
+            await self._release(releases)
             acted = True
         for pool in first.binds:
             try:
@@ -388,11 +387,10 @@ class Reconciler:
             )
         return held
 
-    async def _release(self, releases: Sequence[Any], pods: Sequence[PodInfo]) -> None:
+    async def _release(self, releases: Sequence[PodRelease]) -> None:
         """Patch every pod of the slice(s) at once: the partly-released window is one RTT."""
-        created = {(p.namespace, p.name): p for p in pods}
 
-        async def one(release: Any) -> None:
+        async def one(release: PodRelease) -> None:
             try:
                 await self.kube.release_pod(release.namespace, release.name, release.pool)
             except ApiError as exc:
@@ -403,9 +401,6 @@ class Reconciler:
                 release.pool,
                 time.monotonic(),
             )
-            pod = created.get((release.namespace, release.name))
-            if pod is not None and self.on_slice_released is not None:
-                self.on_slice_released(pod, time.time())
 
         await asyncio.gather(*(one(r) for r in releases))
 
