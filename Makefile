@@ -24,11 +24,14 @@ install: $(STAMP) ## Create .venv with the operator and its test tools
 dev: install ## Same as install
 
 # ---------------------------------------------------------------- checks
-.PHONY: test test-unit lint verify sync-crds
-test: test-unit test-e2e ## Run every test tier (unit, then e2e on the local cluster)
+.PHONY: test test-unit test-contract lint verify sync-crds
+test: test-unit test-contract test-e2e ## Run every test tier (unit, Ray contract, then e2e on the local cluster)
 
 test-unit: $(STAMP) ## Unit tests only (pure functions, seconds)
 	$(PY) -m pytest tests/unit -q
+
+test-contract: $(STAMP) ## Ray contract tier: our TPU identity through real Ray (local Ray processes, ~1 min)
+	$(PY) -m pytest tests/contract -q
 
 lint: $(STAMP) ## ruff and mypy
 	$(VENV)/bin/ruff check operator tests
