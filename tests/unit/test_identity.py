@@ -428,3 +428,58 @@ def test_head_and_non_tpu_pods_pass_unchanged() -> None:
         result = mutate_pod(pod)
         assert result.identity is None and result.pod == pod
         assert read_identity(pod) is None
+
+
+def _gke_stand_in(pod: dict[str, Any], svc: str, slices_env: bool) -> dict[str, Any]:
+    """What GKE's kuberay-tpu-webhook leaves on a multi-host worker (main.go, KubeRay labels on).
+
+    ``svc`` is its headless Service name: KubeRay's CheckName, which keeps the last
+    50 characters of ``<name>-headless``.
+    """
+    pod = copy.deepcopy(pod)
+    labels = pod["metadata"]["labels"]
+    r, h = labels[c.KUBERAY_LABEL_REPLICA_INDEX], labels[c.KUBERAY_LABEL_HOST_INDEX]
+    pod["spec"].update({"hostname": f"tpu-{r}-{h}", "subdomain": svc})
+    pod["spec"]["affinity"] = {
+        "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": []}
+    }
+    env = [
+        {"name": "TPU_WORKER_HOSTNAMES", "value": ",".join(f"tpu-{r}-{j}.{svc}" for j in range(4))},
+        {"name": "TPU_WORKER_ID", "value": h},
+        {"name": "TPU_NAME", "value": f"tpu-{r}"},
+        HOST_IP_ENV,
+        ADDR_ENV,
+    ]
+    if slices_env:
+        env[:0] = [
+            {"name": "MEGASCALE_NUM_SLICES", "value": "2"},
+            {"name": "MEGASCALE_SLICE_ID", "value": r},
+            {"name": "MEGASCALE_COORDINATOR_ADDRESS", "value": f"tpu-0-0.{svc}"},
+            {"name": "MEGASCALE_PORT", "value": "8081"},
+        ]
+    pod["spec"]["containers"][0]["env"] = env
+    return pod
+
+
+@pytest.mark.parametrize("slices_env", [False, True])
+def test_after_gke_webhook_stand_in(slices_env: bool) -> None:
+    """Both webhooks installed, GKE's first: same values for short names, its affinity stays."""
+    template, hosts = render_worker_template("v6e", "4x4", slices=2)
+    pod = kuberay_pod(template, hosts, 1, 2)
+    after_gke = _gke_stand_in(pod, "llm-headless", slices_env)
+    result = mutate_pod(after_gke)
+    assert result.kept == () and result.replaced == ()
+    assert result.pod["spec"]["affinity"] == after_gke["spec"]["affinity"]
+    assert env_of(result.pod) == env_of(mutate_pod(pod).pod)
+
+    # A 45-character name: GKE's truncated Service does not exist; we fix the
+    # subdomain but keep its env (it looks user-set) and say so.
+    name = "n" * 45
+    template, hosts = render_worker_template("v6e", "4x4", slices=2, name=name)
+    pod = kuberay_pod(template, hosts, 1, 2, cluster=name)
+    truncated = f"{name}-headless"[-50:]
+    result = mutate_pod(_gke_stand_in(pod, truncated, slices_env))
+    assert result.pod["spec"]["subdomain"] == f"{name}-headless"
+    assert Note("", "spec.subdomain") in result.replaced
+    assert Note("ray-worker", "TPU_WORKER_HOSTNAMES") in result.kept
+    assert truncated in env_of(result.pod)["TPU_WORKER_HOSTNAMES"]
