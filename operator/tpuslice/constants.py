@@ -29,6 +29,9 @@ SCHEDULING_GATE: Final = f"{GROUP}/slice-reservation"
 ANNOTATION_TPU_TYPE: Final = f"{GROUP}/tpu-type"
 ANNOTATION_CHIPS_PER_HOST: Final = f"{GROUP}/chips-per-host"
 ANNOTATION_SLICES: Final = f"{GROUP}/slices"
+# On the RayCluster: digest of the last applied rendering, so a field we stop
+# sending (suspend lifted, an override removed) triggers an apply that drops it.
+ANNOTATION_APPLIED_HASH: Final = f"{GROUP}/applied-hash"
 FIELD_MANAGER: Final = "tpuslice-operator"
 WORKER_GROUP: Final = "tpu"
 HEAD_CONTAINER: Final = "ray-head"

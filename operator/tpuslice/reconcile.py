@@ -16,6 +16,8 @@ the indexes are listed afresh and the next pass decides from them alone.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from tpuslice import constants as c
 from tpuslice import events
 from tpuslice.kube import ApiError, Kube
 from tpuslice.render import render_raycluster
@@ -77,6 +80,11 @@ class Snapshot:
 
 
 SnapshotReader = Callable[[ClusterKey], Snapshot]
+
+
+def applied_hash(rendered: Mapping[str, Any]) -> str:
+    """A digest of everything we send, kept on the RayCluster to notice removed fields."""
+    return hashlib.sha256(json.dumps(rendered, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _now() -> str:
@@ -257,11 +265,31 @@ class Reconciler:
     async def _apply_raycluster(
         self, rendered: Mapping[str, Any], actual: Mapping[str, Any] | None
     ) -> tuple[Stall | None, bool]:
-        """Server-side apply when the RayCluster is missing or differs in a field we own."""
+        """Server-side apply when the RayCluster is missing, differs in a field we own, or
+        was applied from a different rendering (the hash annotation): SSA then also removes
+        fields we no longer send."""
+        if (
+            "suspend" not in rendered["spec"]
+            and actual is not None
+            and actual.get("ownsSuspend")
+            and actual["spec"].get("suspend") is True
+        ):
+            # KubeRay 1.5 resumes only on an explicit `suspend: false`; removing the field
+            # leaves the cluster suspended. Send false once, for a suspension we made.
+            rendered = {**rendered, "spec": {**rendered["spec"], "suspend": False}}
+        digest = applied_hash(rendered)
+        rendered = {
+            **rendered,
+            "metadata": {
+                **rendered["metadata"],
+                "annotations": {c.ANNOTATION_APPLIED_HASH: digest},
+            },
+        }
         wanted = {"labels": rendered["metadata"]["labels"], "spec": rendered["spec"]}
         owner_uid = rendered["metadata"]["ownerReferences"][0]["uid"]
         if (
             actual is not None
+            and actual["annotations"].get(c.ANNOTATION_APPLIED_HASH) == digest
             and is_subset(wanted, actual)
             and any(
                 o.get("uid") == owner_uid and o.get("controller") for o in actual["ownerReferences"]

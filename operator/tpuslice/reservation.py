@@ -233,15 +233,20 @@ def _capacity_message(
     return f"{head}; {count} match: " + ", ".join(details)
 
 
-def _group_replicas(pods: Iterable[PodInfo]) -> tuple[dict[str, _Replica], list[str]]:
+def _group_replicas(pods: Iterable[PodInfo], hosts: int) -> tuple[dict[str, _Replica], list[str]]:
+    """Pods by slice. KubeRay labels replica name and host index only for multi-host
+    groups; a single-host slice is one pod, so the pod's own name names the slice."""
     replicas: dict[str, _Replica] = {}
     unindexed: list[str] = []
     for pod in pods:
-        if pod.replica_name is None or pod.host_index is None:
+        name = pod.replica_name
+        if name is None and hosts == 1 and pod.replica_index is not None:
+            name = pod.name
+        elif name is None or pod.host_index is None:
             if not pod.deleting:
                 unindexed.append(pod.name)
             continue
-        replica = replicas.setdefault(pod.replica_name, _Replica(pod.replica_name, None))
+        replica = replicas.setdefault(name, _Replica(name, None))
         if pod.replica_index is not None:
             replica.index = pod.replica_index
         replica.pods.append(pod)
@@ -274,7 +279,7 @@ def plan_slices(
 ) -> SlicePlan:
     """Decide claims, releases and frees for one TPUSliceCluster from a snapshot."""
     wanted = _Wanted(accelerator, topology, hosts, chips_per_host)
-    replicas, unindexed = _group_replicas(pods)
+    replicas, unindexed = _group_replicas(pods, hosts)
     all_reservations = list(reservations)
     ours = {r.holder.replica_name: r for r in all_reservations if r.holder.uid == cluster.uid}
     held_by_others = {r.pool: r.holder for r in all_reservations if r.holder.uid != cluster.uid}
@@ -379,22 +384,25 @@ def plan_slices(
             binds.append(pool)
         status_for(replica, SliceStatus(index, state, replica.name, pool, ready, message))
 
-    slices = tuple(
-        by_index.get(
-            i,
-            SliceStatus(
-                i, SliceState.PENDING, message="waiting for KubeRay to create the slice's pods"
-            ),
+    # KubeRay picks which replica to remove on scale-down, so the live replicas need
+    # not hold indices 0..n-1: report them all, plus a Pending entry per missing one.
+    live_count = sum(1 for s in by_index.values() if s.state != SliceState.RELEASING)
+    free_indices = (i for i in range(desired_slices + len(by_index)) if i not in by_index)
+    missing = [
+        SliceStatus(
+            next(free_indices),
+            SliceState.PENDING,
+            message="waiting for KubeRay to create the slice's pods",
         )
-        for i in range(desired_slices)
-    )
-    extra = tuple(s for i, s in sorted(by_index.items()) if i >= desired_slices)
+        for _ in range(max(0, desired_slices - live_count))
+    ]
+    slices = tuple(sorted([*by_index.values(), *missing], key=lambda s: s.index))
     return SlicePlan(
         claims=tuple(claims),
         releases=tuple(releases),
         frees=frees,
         binds=tuple(binds),
-        slices=slices + extra,
+        slices=slices,
         unindexed_pods=tuple(sorted(unindexed)),
     )
 

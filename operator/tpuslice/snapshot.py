@@ -125,12 +125,25 @@ def reservation_body(
     }
 
 
+def _owns_suspend(meta: Mapping[str, Any]) -> bool:
+    """Whether our field manager set spec.suspend (KubeRay resumes only on an explicit false,
+    so we must send one after lifting our own suspension, and only then)."""
+    for entry in meta.get("managedFields") or []:
+        if entry.get("manager") == c.FIELD_MANAGER:
+            spec = ((entry.get("fieldsV1") or {}).get("f:spec")) or {}
+            if "f:suspend" in spec:
+                return True
+    return False
+
+
 def raycluster_info(obj: Mapping[str, Any]) -> dict[str, Any]:
     """What the reconcile compares and reports: our applied fields and KubeRay's state."""
     meta = obj.get("metadata") or {}
     return {
+        "ownsSuspend": _owns_suspend(meta),
         "uid": meta.get("uid"),
         "labels": dict(meta.get("labels") or {}),
+        "annotations": dict(meta.get("annotations") or {}),
         "ownerReferences": list(meta.get("ownerReferences") or []),
         "spec": obj.get("spec") or {},
         "state": (obj.get("status") or {}).get("state"),

@@ -74,9 +74,8 @@ def _condition(
 
 
 def _not_ready_reason(observed: Observed) -> tuple[str, str]:
-    wanted = observed.slices[: observed.desired_slices]
     for state in _BLOCKING_ORDER:
-        blocked = [s for s in wanted if s.state == state]
+        blocked = [s for s in observed.slices if s.state == state]
         if blocked:
             detail = "; ".join(
                 f"slice {s.index}: {s.message}" if s.message else f"slice {s.index}"
@@ -91,7 +90,10 @@ def _not_ready_reason(observed: Observed) -> tuple[str, str]:
 
 
 def _ready_slices(observed: Observed) -> int:
-    return sum(1 for s in observed.slices[: observed.desired_slices] if s.state == SliceState.READY)
+    """Ready slices, at most the desired count (a replica KubeRay is about to remove on
+    scale-down may still be ready)."""
+    ready = sum(1 for s in observed.slices if s.state == SliceState.READY)
+    return min(ready, observed.desired_slices)
 
 
 def desired_conditions(observed: Observed) -> list[dict[str, Any]]:
@@ -125,8 +127,9 @@ def desired_conditions(observed: Observed) -> list[dict[str, Any]]:
             _condition(STALLED, False, reason, "converging", gen),
         ]
     if observed.gated and observed.stall is None and not observed.suspended:
-        wanted = observed.slices[: observed.desired_slices]
-        unreserved = [s.index for s in wanted if not s.node_pool]
+        unreserved = [
+            s.index for s in observed.slices if not s.node_pool and s.state != SliceState.RELEASING
+        ]
         conditions.append(
             _condition(
                 SLICES_RESERVED,

@@ -401,3 +401,103 @@ def test_h_policy_none_schedules_pods_directly(
     assert "SlicesReserved" not in {
         c["type"] for c in get_tsc(cluster, namespace, "free")["status"]["conditions"]
     }
+
+
+def test_raycluster_deleted_by_hand_is_recreated_and_others_fields_are_kept(
+    cluster: E2ECluster, namespace: str, operator: OperatorProcess
+) -> None:
+    apply(cluster, namespace, tsc("kept", type_="v4", topology="2x2x2"))
+    wait_condition(cluster, namespace, "kept", "Ready", "True")
+    # another controller (Kueue, a policy engine) owns a label on the RayCluster
+    kubectl(
+        cluster,
+        "label",
+        "raycluster",
+        "-n",
+        namespace,
+        "kept",
+        "team=research",
+        "--field-manager=someone-else",
+    )
+    apply(
+        cluster,
+        namespace,
+        tsc(
+            "kept",
+            type_="v4",
+            topology="2x2x2",
+            worker={"resources": {"cpu": "6", "memory": "16Gi"}},
+        ),
+    )
+
+    def updated() -> Any:
+        rc = cluster.custom.get_namespaced_custom_object(
+            "ray.io", "v1", namespace, "rayclusters", "kept"
+        )
+        container = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+        return rc if container["resources"]["requests"]["cpu"] == "6" else None
+
+    rc = kube.wait_for(updated, timeout_s=30, what="resources change applied")
+    assert rc["metadata"]["labels"]["team"] == "research"
+    old_uid = rc["metadata"]["uid"]
+    kubectl(cluster, "delete", "raycluster", "-n", namespace, "kept", "--wait=false")
+    kube.wait_for(
+        lambda: (
+            cluster.custom.get_namespaced_custom_object(
+                "ray.io", "v1", namespace, "rayclusters", "kept"
+            )["metadata"]["uid"]
+            != old_uid
+        ),
+        timeout_s=60,
+        what="RayCluster recreated",
+    )
+    wait_condition(cluster, namespace, "kept", "Ready", "True")
+
+
+def test_suspend_releases_the_pools_and_resume_gets_them_back(
+    cluster: E2ECluster, namespace: str, operator: OperatorProcess
+) -> None:
+    apply(cluster, namespace, tsc("napper", type_="v4", topology="2x2x2"))
+    wait_condition(cluster, namespace, "napper", "Ready", "True")
+    apply(cluster, namespace, tsc("napper", type_="v4", topology="2x2x2", suspend=True))
+    obj = wait_condition(cluster, namespace, "napper", "Ready", "False", "Suspended")
+    assert obj["status"]["desiredSlices"] == 0
+    kube.wait_for(
+        lambda: (
+            not held_by(cluster, namespace, "napper")
+            and not slice_pods(cluster, namespace, "napper")
+        ),
+        timeout_s=60,
+        what="pods gone and pool released",
+        describe=lambda: describe(cluster, namespace, "napper"),
+    )
+    apply(cluster, namespace, tsc("napper", type_="v4", topology="2x2x2", suspend=False))
+    wait_condition(cluster, namespace, "napper", "Ready", "True")
+
+
+def test_single_host_slice_reserves_a_one_node_pool(
+    cluster: E2ECluster, namespace: str, operator: OperatorProcess
+) -> None:
+    """KubeRay labels single-host workers with the replica index only; still one pool each."""
+    pool = TPUPool("v6e-2x2-solo", "v6e", "2x2", nodes=1)
+    add_pool(cluster, pool)
+    try:
+        apply(cluster, namespace, tsc("solo", topology="2x2"))
+        obj = wait_condition(cluster, namespace, "solo", "Ready", "True")
+        (entry,) = obj["status"]["slices"]
+        assert entry["nodePool"] == pool.name and entry["readyHosts"] == 1
+        (pod,) = slice_pods(cluster, namespace, "solo")
+        assert entry["replica"] == pod.metadata.name
+    finally:
+        kubectl(
+            cluster,
+            "delete",
+            "tsc",
+            "-n",
+            namespace,
+            "solo",
+            "--wait=true",
+            "--timeout=90s",
+            check=False,
+        )
+        kube.delete_pool(cluster.api, pool.name)

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from tpuslice.kube import ApiError
-from tpuslice.reconcile import Reconciler, Snapshot
+from tpuslice.reconcile import Reconciler, Snapshot, applied_hash
 from tpuslice.render import render_cluster
 from tpuslice.reservation import Holder, NodeInfo, PodInfo, ReservationInfo
 from tpuslice.snapshot import raycluster_info
@@ -19,12 +19,14 @@ class FakeKube:
         self, apply_error: ApiError | None = None, taken: dict[str, ReservationInfo] | None = None
     ) -> None:
         self.calls: list[tuple[Any, ...]] = []
+        self.applied: list[Any] = []
         self.apply_error = apply_error
         self.taken = taken or {}
         self.status: dict[str, Any] | None = None
 
     async def apply_raycluster(self, body: Any) -> Any:
         self.calls.append(("apply", body["metadata"]["name"]))
+        self.applied.append(body)
         if self.apply_error:
             raise self.apply_error
         return body
@@ -135,7 +137,9 @@ def test_first_pass_applies_claims_releases_and_reports() -> None:
 
 def test_steady_state_makes_no_api_writes() -> None:
     body = cluster_body()
-    rc = raycluster_info({**render_cluster(body), "status": {"state": "ready"}})
+    rendered = render_cluster(body)
+    rendered["metadata"]["annotations"] = {"tpuslice.dev/applied-hash": applied_hash(rendered)}
+    rc = raycluster_info({**rendered, "status": {"state": "ready"}})
     reservation = ReservationInfo("pool-a", Holder("ml", "llm", UID, "tpu-aaaaa", 0), "Bound")
     snap = Snapshot(
         body, pods(gated=False, ready=True, pool="pool-a"), nodes("pool-a"), [reservation], rc
@@ -198,3 +202,35 @@ def test_deleting_cluster_is_left_to_the_finalizer() -> None:
     kube = FakeKube()
     run(make(kube, Snapshot(body, pods(), nodes("pool-a"), [], None)))
     assert kube.calls == []
+
+
+def test_lifting_suspend_reapplies_although_every_sent_field_matches() -> None:
+    suspended = cluster_body(suspend=True)
+    rendered = render_cluster(suspended)
+    rendered["metadata"]["annotations"] = {"tpuslice.dev/applied-hash": applied_hash(rendered)}
+    rendered["metadata"]["managedFields"] = [
+        {
+            "manager": "tpuslice-operator",
+            "operation": "Apply",
+            "fieldsV1": {"f:spec": {"f:suspend": {}}},
+        }
+    ]
+    rc = raycluster_info(rendered)
+    kube = FakeKube()
+    run(make(kube, Snapshot(cluster_body(suspend=False), [], [], [], rc)))
+    assert ("apply", "llm") in kube.calls
+    assert kube.applied[-1]["spec"]["suspend"] is False  # KubeRay resumes only on false
+
+
+def test_someone_elses_suspend_is_left_alone() -> None:
+    """Kueue suspends RayClusters it has not admitted; we never send suspend then."""
+    body = cluster_body()
+    rendered = render_cluster(body)
+    rendered["metadata"]["annotations"] = {"tpuslice.dev/applied-hash": applied_hash(rendered)}
+    rendered["spec"]["suspend"] = True
+    rendered["metadata"]["managedFields"] = [
+        {"manager": "kueue", "operation": "Update", "fieldsV1": {"f:spec": {"f:suspend": {}}}}
+    ]
+    kube = FakeKube()
+    run(make(kube, Snapshot(body, [], [], [], raycluster_info(rendered))))
+    assert "apply" not in kinds(kube)

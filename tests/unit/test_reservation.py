@@ -259,6 +259,22 @@ def test_pods_without_multi_host_labels_are_reported() -> None:
     assert result.claims == ()
 
 
+def test_single_host_slices_are_named_by_their_pod() -> None:
+    """KubeRay sets only the replica index on single-host workers."""
+    single = [
+        PodInfo("ml", f"dev-tpu-worker-{i}", "dev", None, i, None, True, None, None, False, False)
+        for i in range(2)
+    ]
+    nodes = [NodeInfo(f"n{i}", f"p{i}", "tpu-v6e-slice", "2x2", 4, True, True) for i in range(2)]
+    result = plan(pods=single, nodes=nodes, topology="2x2", hosts=1, desired_slices=2)
+    assert result.unindexed_pods == ()
+    assert [(c.pool, c.holder.replica_name) for c in result.claims] == [
+        ("p0", "dev-tpu-worker-0"),
+        ("p1", "dev-tpu-worker-1"),
+    ]
+    assert [r.name for r in result.releases] == ["dev-tpu-worker-0", "dev-tpu-worker-1"]
+
+
 def test_policy_none_never_claims() -> None:
     pods = slice_pods("tpu-aaaaa", 0, gated=False, ready=True)
     result = plan(pods=pods, nodes=pool("pool-a"), gated=False, desired_slices=1)
@@ -266,13 +282,24 @@ def test_policy_none_never_claims() -> None:
     assert result.slices[0].state == SliceState.READY
 
 
-def test_missing_slices_are_pending_and_surplus_replicas_are_listed() -> None:
+def test_live_replicas_at_any_index_count_and_missing_ones_are_pending() -> None:
     result = plan(pods=slice_pods("tpu-ccccc", 2), nodes=pool("pool-a"), desired_slices=2)
     assert [(s.index, s.state) for s in result.slices] == [
         (0, SliceState.PENDING),
-        (1, SliceState.PENDING),
         (2, SliceState.RESERVED),
     ]
+
+
+def test_after_scale_down_the_surviving_replica_may_keep_index_one() -> None:
+    """KubeRay chooses which replica to delete; the one left can be index 1."""
+    pods = slice_pods("tpu-bbbbb", 1, gated=False, pinned="pool-b", ready=True)
+    result = plan(
+        pods=pods,
+        nodes=pool("pool-b"),
+        desired_slices=1,
+        reservations=[ours("pool-b", "tpu-bbbbb", 1, phase="Bound")],
+    )
+    assert [(s.index, s.state) for s in result.slices] == [(1, SliceState.READY)]
 
 
 def test_same_snapshot_same_plan() -> None:
