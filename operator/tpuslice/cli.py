@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
@@ -109,6 +110,13 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
             resync_seconds=args.resync_seconds,
             liveness_port=args.liveness_port or None,
             log_level=args.log_level,
+            webhook_port=args.webhook_port or None,
+            webhook_addr=args.webhook_addr,
+            webhook_url=args.webhook_url,
+            webhook_service=args.webhook_service,
+            webhook_namespace=args.webhook_namespace or os.environ.get("POD_NAMESPACE"),
+            webhook_cert_dir=args.webhook_cert_dir,
+            manage_webhook_configuration=not args.no_manage_webhook_configuration,
         )
     )
 
@@ -179,6 +187,43 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=60.0,
         help="safety-net reconcile interval per TPUSliceCluster",
+    )
+    hook = run.add_argument_group("TPU identity webhook")
+    hook.add_argument(
+        "--webhook-port",
+        type=int,
+        default=9443,
+        help="HTTPS port of the webhook (0 disables the webhook)",
+    )
+    hook.add_argument(
+        "--webhook-addr", default=None, help="listen address (default: all interfaces)"
+    )
+    hook.add_argument(
+        "--webhook-url",
+        default=None,
+        help="out of cluster: base URL the API server calls, e.g. https://127.0.0.1:9443",
+    )
+    hook.add_argument(
+        "--webhook-service",
+        default=None,
+        help="in cluster: the Service in front of the webhook port",
+    )
+    hook.add_argument(
+        "--webhook-namespace",
+        default=None,
+        help="namespace of --webhook-service (default: $POD_NAMESPACE)",
+    )
+    hook.add_argument(
+        "--webhook-cert-dir",
+        default="/tmp/tpuslice-webhook",
+        help="tls.crt, tls.key and ca.crt are used if present (cert-manager); "
+        "otherwise a self-signed set is written here",
+    )
+    hook.add_argument(
+        "--no-manage-webhook-configuration",
+        action="store_true",
+        help="do not apply the MutatingWebhookConfiguration (e.g. cert-manager's "
+        "CA injector maintains it)",
     )
     run.set_defaults(func=_cmd_run)
     return parser

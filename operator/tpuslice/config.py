@@ -17,3 +17,11 @@ class OperatorConfig:
     log_level: str = "INFO"
     api_threads: int = 32
     finalizer: str = "tpuslice.dev/finalizer"
+    # TPU identity webhook (see docs/tpu-identity.md); port None disables it.
+    webhook_port: int | None = 9443
+    webhook_addr: str | None = None  # listen address; None: all interfaces
+    webhook_url: str | None = None  # out of cluster: the API server calls this base URL
+    webhook_service: str | None = None  # in cluster: the Service in front of the port
+    webhook_namespace: str | None = None  # the Service's namespace
+    webhook_cert_dir: str = "/tmp/tpuslice-webhook"  # tls.crt/tls.key/ca.crt used if present
+    manage_webhook_configuration: bool = True  # apply the MutatingWebhookConfiguration

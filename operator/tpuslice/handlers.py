@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import kopf
 
 from tpuslice import constants as c
+from tpuslice import webhook
 from tpuslice.config import OperatorConfig
 from tpuslice.kube import Kube
 from tpuslice.reconcile import ClusterKey, Reconciler, Snapshot, spec_shape
@@ -73,9 +76,39 @@ def make_reader(indices: Mapping[str, Any]) -> Any:
     return read
 
 
+async def _start_webhook(
+    settings: kopf.OperatorSettings, kube: Kube, config: OperatorConfig, logger: Any
+) -> None:
+    """Serve the TPU identity webhook and, unless told otherwise, apply its configuration."""
+    assert config.webhook_port is not None
+    service = None
+    if config.webhook_service:
+        service = webhook.ServiceRef(config.webhook_service, config.webhook_namespace or "default")
+        hosts = webhook.service_hosts(service.name, service.namespace)
+    else:
+        hosts = [urlparse(config.webhook_url or "https://127.0.0.1").hostname or "127.0.0.1"]
+    files = webhook.certificates_for(Path(config.webhook_cert_dir), hosts)
+    webhook.configure_admission(
+        settings,
+        webhook.webhook_server(files, port=config.webhook_port, addr=config.webhook_addr),
+    )
+    if config.manage_webhook_configuration and (service or config.webhook_url):
+        await kube.apply_webhook_configuration(
+            webhook.webhook_configuration(
+                ca_bundle=files.ca_bundle(), url=config.webhook_url, service=service
+            )
+        )
+        logger.info(
+            "TPU identity webhook configuration applied (%s)",
+            config.webhook_url or f"service {service}",
+        )
+
+
 def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     """Register every handler of the operator into ``registry``."""
     reg: dict[str, Any] = {"registry": registry}
+    if config.webhook_port:
+        webhook.register_identity_webhook(registry)
     last_nodes: dict[str, NodeInfo] = {}  # only to skip heartbeats that change nothing we use
 
     # ------------------------------------------------------------ start-up
@@ -101,6 +134,8 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         kube = Kube.connect(config.kubeconfig, config.api_threads)
         memo.kube = kube
         memo.reconciler = Reconciler(kube, make_reader(kwargs))
+        if config.webhook_port:
+            await _start_webhook(settings, kube, config, logger)
         if not await kube.crd_exists(f"{c.RAY_PLURAL_CLUSTER}.{c.RAY_GROUP}"):
             logger.warning(
                 "KubeRay's RayCluster CRD is not installed; every TPUSliceCluster "

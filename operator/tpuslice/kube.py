@@ -260,6 +260,22 @@ class Kube:
         )
         return list(result.get("items") or [])
 
+    # ------------------------------------------------------------ admission
+    async def apply_webhook_configuration(self, body: Mapping[str, Any]) -> None:
+        await self.call(
+            "PATCH",
+            _path(
+                "admissionregistration.k8s.io",
+                "v1",
+                "mutatingwebhookconfigurations",
+                body["metadata"]["name"],
+            ),
+            resource="mutatingwebhookconfigurations",
+            query={"fieldManager": c.FIELD_MANAGER, "force": "true"},
+            body=body,
+            content_type=APPLY,
+        )
+
     # ------------------------------------------------------------ our status and events
     async def patch_cluster_status(
         self, namespace: str, name: str, status: Mapping[str, Any]

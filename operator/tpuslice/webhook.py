@@ -47,6 +47,7 @@ __all__ = [
     "ServiceRef",
     "admission_warnings",
     "build_certificates",
+    "certificates_for",
     "configure_admission",
     "identity_handler",
     "register_identity_webhook",
@@ -259,6 +260,17 @@ def write_certificates(bundle: CertBundle, directory: Path) -> CertFiles:
     with os.fdopen(fd, "wb") as out:
         out.write(bundle.key_pem)
     return files
+
+
+def certificates_for(directory: Path, hosts: Sequence[str]) -> CertFiles:
+    """Certificates mounted by cert-manager (tls.crt, tls.key, ca.crt) if present in
+    ``directory``, else a fresh self-signed set for ``hosts`` written there."""
+    mounted = CertFiles(
+        ca=directory / "ca.crt", cert=directory / "tls.crt", key=directory / "tls.key"
+    )
+    if all(p.exists() for p in (mounted.ca, mounted.cert, mounted.key)):
+        return mounted
+    return write_certificates(build_certificates(hosts), directory)
 
 
 # ------------------------------------------------------------------ server wiring

@@ -15,10 +15,12 @@ import threading
 import time
 import urllib.request
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.e2e.helpers import E2ECluster
@@ -40,10 +42,12 @@ class OperatorProcess:
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
     port: int = 0
+    webhook_port: int = 0  # kept across restarts: the webhook configuration points at it
     starts: int = 0
 
     def start(self, timeout_s: float = 60) -> None:
         self.port = free_port()
+        self.webhook_port = self.webhook_port or free_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         log.write(f"\n===== start {self.starts} =====\n".encode())
@@ -60,6 +64,14 @@ class OperatorProcess:
                 str(self.port),
                 "--resync-seconds",
                 "10",
+                "--webhook-port",
+                str(self.webhook_port),
+                "--webhook-addr",
+                "127.0.0.1",
+                "--webhook-url",
+                f"https://127.0.0.1:{self.webhook_port}",
+                "--webhook-cert-dir",
+                str(self.log_path.parent / "webhook-certs"),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -308,3 +320,30 @@ class InvariantWatch:
             if len(replicas) > 1:
                 findings.add(f"pool {pool} has live pods of slices {sorted(replicas)}")
         return findings
+
+
+TIMINGS: dict[str, list[float]] = {}
+
+
+def record(name: str, seconds: float) -> None:
+    TIMINGS.setdefault(name, []).append(seconds)
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: E2ECluster, tpuslice_crds: None) -> Iterator[OperatorProcess]:
+    """`tpuslice run` with the identity webhook served on loopback, for the whole session."""
+    logs = (cluster.run_dir or REPO / ".e2e-runs" / "existing") / "logs"
+    proc = OperatorProcess(cluster.kubeconfig, logs / "operator.log")
+    proc.start()
+    yield proc
+    proc.stop()
+    # a configuration pointing at a stopped webhook would refuse our pods from now on
+    kubectl(
+        cluster, "delete", "mutatingwebhookconfiguration", "tpuslice-identity", "--ignore-not-found"
+    )
+    if TIMINGS:
+        lines = [
+            f"{k}: n={len(v)} max={max(v):.2f}s mean={sum(v) / len(v):.2f}s"
+            for k, v in TIMINGS.items()
+        ]
+        (logs / "operator-timings.txt").write_text("\n".join(lines) + "\n")

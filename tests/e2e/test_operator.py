@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +24,7 @@ from tests.e2e.operator_support import (
     held_by,
     kubectl,
     pool_of,
+    record,
     reservations,
     slice_pods,
     tsc,
@@ -32,27 +32,6 @@ from tests.e2e.operator_support import (
 )
 from tpuslice.devcluster import kube
 from tpuslice.devcluster.nodepools import TPUPool, default_pools, pool_nodes
-
-TIMINGS: dict[str, list[float]] = {}
-
-
-@pytest.fixture(scope="session")
-def operator(cluster: E2ECluster, tpuslice_crds: None) -> Iterator[OperatorProcess]:
-    logs = (cluster.run_dir or Path(".e2e-runs") / "existing") / "logs"
-    proc = OperatorProcess(cluster.kubeconfig, logs / "operator.log")
-    proc.start()
-    yield proc
-    proc.stop()
-    if TIMINGS:
-        lines = [
-            f"{k}: n={len(v)} max={max(v):.2f}s mean={sum(v) / len(v):.2f}s"
-            for k, v in TIMINGS.items()
-        ]
-        (logs / "operator-timings.txt").write_text("\n".join(lines) + "\n")
-
-
-def record(name: str, seconds: float) -> None:
-    TIMINGS.setdefault(name, []).append(seconds)
 
 
 def add_pool(cluster: E2ECluster, pool: TPUPool) -> list[str]:
