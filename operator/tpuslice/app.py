@@ -9,6 +9,7 @@ import kopf
 
 from tpuslice.config import OperatorConfig
 from tpuslice.handlers import register
+from tpuslice.metrics import Metrics, serve
 
 
 def run_operator(config: OperatorConfig) -> None:
@@ -23,7 +24,10 @@ def run_operator(config: OperatorConfig) -> None:
         # kopf logs every successful handler call at INFO: one line per pod event.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     registry = kopf.OperatorRegistry()
-    register(registry, config)
+    metrics = Metrics()
+    register(registry, config, metrics)
+    if config.metrics_port:
+        serve(metrics, config.metrics_port, config.metrics_addr)
     liveness = f"http://0.0.0.0:{config.liveness_port}/healthz" if config.liveness_port else None
     kopf.run(
         registry=registry,

@@ -117,6 +117,8 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
             webhook_namespace=args.webhook_namespace or os.environ.get("POD_NAMESPACE"),
             webhook_cert_dir=args.webhook_cert_dir,
             manage_webhook_configuration=not args.no_manage_webhook_configuration,
+            metrics_port=args.metrics_port or None,
+            metrics_addr=args.metrics_addr,
         )
     )
 
@@ -188,6 +190,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=60.0,
         help="safety-net reconcile interval per TPUSliceCluster",
     )
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        default=8000,
+        help="serve Prometheus /metrics on this port (0 disables; see docs/metrics.md)",
+    )
+    run.add_argument("--metrics-addr", default="0.0.0.0", help="listen address of /metrics")
     hook = run.add_argument_group("TPU identity webhook")
     hook.add_argument(
         "--webhook-port",

@@ -25,3 +25,6 @@ class OperatorConfig:
     webhook_namespace: str | None = None  # the Service's namespace
     webhook_cert_dir: str = "/tmp/tpuslice-webhook"  # tls.crt/tls.key/ca.crt used if present
     manage_webhook_configuration: bool = True  # apply the MutatingWebhookConfiguration
+    # Prometheus /metrics (docs/metrics.md); port None disables it.
+    metrics_port: int | None = 8000
+    metrics_addr: str = "0.0.0.0"  # all interfaces: Prometheus scrapes the pod IP

@@ -22,6 +22,7 @@ from tpuslice import constants as c
 from tpuslice import webhook
 from tpuslice.config import OperatorConfig
 from tpuslice.kube import Kube
+from tpuslice.metrics import Metrics
 from tpuslice.reconcile import ClusterKey, Reconciler, Snapshot, spec_shape
 from tpuslice.reservation import NodeInfo, PodInfo, ReservationInfo
 from tpuslice.snapshot import (
@@ -104,11 +105,14 @@ async def _start_webhook(
         )
 
 
-def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
-    """Register every handler of the operator into ``registry``."""
+def register(
+    registry: kopf.OperatorRegistry, config: OperatorConfig, metrics: Metrics | None = None
+) -> None:
+    """Register every handler of the operator into ``registry``, recording into ``metrics``."""
     reg: dict[str, Any] = {"registry": registry}
+    metrics = metrics or Metrics()
     if config.webhook_port:
-        webhook.register_identity_webhook(registry)
+        webhook.register_identity_webhook(registry, metrics)
     last_nodes: dict[str, NodeInfo] = {}  # only to skip heartbeats that change nothing we use
 
     # ------------------------------------------------------------ start-up
@@ -131,9 +135,9 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         settings.watching.label_selectors[NODES] = c.NODE_LABEL_ACCELERATOR
         settings.watching.label_selectors[RAYCLUSTERS] = c.LABEL_CLUSTER
         settings.posting.level = logging.WARNING
-        kube = Kube.connect(config.kubeconfig, config.api_threads)
+        kube = Kube.connect(config.kubeconfig, config.api_threads, metrics)
         memo.kube = kube
-        memo.reconciler = Reconciler(kube, make_reader(kwargs))
+        memo.reconciler = Reconciler(kube, make_reader(kwargs), metrics=metrics)
         if config.webhook_port:
             await _start_webhook(settings, kube, config, logger)
         if not await kube.crd_exists(f"{c.RAY_PLURAL_CLUSTER}.{c.RAY_GROUP}"):
@@ -211,7 +215,10 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         info = reservation_info(body)
         keys = {(info.holder.namespace, info.holder.name)}
         if type == "DELETED":  # a pool became free: wake whoever waits for its shape
+            metrics.reservation_gone(info.pool)
             keys |= memo.reconciler.waiting_for(reservation_shape(body))
+        else:
+            metrics.reservation_seen(info.pool, info.phase)
         memo.reconciler.kick_soon(keys)
 
     @kopf.on.event(*NODES, labels={c.NODE_LABEL_ACCELERATOR: kopf.PRESENT}, **reg)

@@ -16,7 +16,7 @@ import logging
 from collections import Counter
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -25,6 +25,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from tpuslice import constants as c
+from tpuslice.metrics import Metrics
 
 __all__ = ["ApiError", "Kube", "load_api_client"]
 
@@ -85,18 +86,26 @@ def _now() -> str:
 
 @dataclass
 class Kube:
-    """Async wrapper over one ApiClient; counts requests by (verb, resource)."""
+    """Async wrapper over one ApiClient; counts requests by (verb, resource).
+
+    ``requests`` is the in-process count (the liveness probe reports it);
+    ``metrics`` exports the same count, and failed requests, to Prometheus.
+    """
 
     api: Any
     executor: ThreadPoolExecutor
     requests: Counter[tuple[str, str]]
+    metrics: Metrics = field(default_factory=Metrics)
 
     @classmethod
-    def connect(cls, kubeconfig: str | None = None, threads: int = 32) -> Kube:
+    def connect(
+        cls, kubeconfig: str | None = None, threads: int = 32, metrics: Metrics | None = None
+    ) -> Kube:
         return cls(
             api=load_api_client(kubeconfig, pool_size=threads),
             executor=ThreadPoolExecutor(threads, thread_name_prefix="kube"),
             requests=Counter(),
+            metrics=metrics or Metrics(),
         )
 
     # ------------------------------------------------------------ transport
@@ -146,10 +155,15 @@ class Kube:
         content_type: str | None = None,
     ) -> Any:
         self.requests[(method, resource)] += 1
+        self.metrics.api_request(method, resource)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self.executor, self._call_sync, method, path, query, body, content_type
-        )
+        try:
+            return await loop.run_in_executor(
+                self.executor, self._call_sync, method, path, query, body, content_type
+            )
+        except Exception:
+            self.metrics.api_error()
+            raise
 
     # ------------------------------------------------------------ RayCluster
     async def apply_raycluster(self, body: Mapping[str, Any]) -> Any:
@@ -323,6 +337,7 @@ class Kube:
                 body=event,
             )
         except ApiError as exc:
+            self.metrics.error("event")
             log.warning(
                 "could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc
             )

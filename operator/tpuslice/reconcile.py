@@ -28,6 +28,7 @@ from typing import Any
 from tpuslice import constants as c
 from tpuslice import events
 from tpuslice.kube import ApiError, Kube
+from tpuslice.metrics import Metrics, slice_last_created
 from tpuslice.render import render_raycluster
 from tpuslice.reservation import (
     ClusterRef,
@@ -152,6 +153,8 @@ class Reconciler:
     _written: dict[ClusterKey, dict[str, Any]] = field(default_factory=dict)
     _waiting: dict[Shape, set[ClusterKey]] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _applied_once: set[ClusterKey] = field(default_factory=set)  # for the creation metric
+    metrics: Metrics = field(default_factory=Metrics)
 
     # ------------------------------------------------------------ triggers
     async def kick(self, key: ClusterKey) -> None:
@@ -163,12 +166,15 @@ class Reconciler:
         try:
             while True:
                 self._dirty.discard(key)
+                began = time.perf_counter()
                 try:
                     await self._reconcile(key, self.read(key))
                 except Exception:
+                    self.metrics.reconciled(time.perf_counter() - began, ok=False)
                     log.exception("reconcile of %s/%s failed; retrying in %ss", *key, RETRY_SECONDS)
                     self._retry_later(key)
                     return
+                self.metrics.reconciled(time.perf_counter() - began, ok=True)
                 if key not in self._dirty:
                     return
         finally:
@@ -197,6 +203,8 @@ class Reconciler:
 
     def forget(self, key: ClusterKey) -> None:
         self._written.pop(key, None)
+        self._applied_once.discard(key)
+        self.metrics.forget_cluster(key)
         for keys in self._waiting.values():
             keys.discard(key)
 
@@ -223,9 +231,13 @@ class Reconciler:
             return
 
         stall, applied = await self._apply_raycluster(rendered, snap.raycluster)
+        if applied and snap.raycluster is None and key not in self._applied_once:
+            self._applied_once.add(key)  # an apply was sent and the RayCluster was missing
+            self.metrics.raycluster_created(meta.get("creationTimestamp", ""), time.time())
         self._overlay.expire(time.monotonic())
         plan, stall = await self._act_on_slices(ref, spec, snap, previous, stall)
         self._track_waiting(key, spec, plan)
+        self.metrics.cluster_slices(key, (str(s.state) for s in plan.slices))
         ray_ready = bool(snap.raycluster and snap.raycluster.get("state") == "ready")
         observed = Observed(
             generation=int(meta.get("generation") or 0),
@@ -350,6 +362,9 @@ class Reconciler:
         releases = [r for r in first.releases if r.replica_name in holding]
         if releases:
             await self._release(releases)
+            self.metrics.slices_released(
+                slice_last_created(snap.pods, {r.replica_name for r in releases}), time.time()
+            )
             acted = True
         for pool in first.binds:
             try:

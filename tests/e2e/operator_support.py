@@ -43,11 +43,13 @@ class OperatorProcess:
     proc: subprocess.Popen[bytes] | None = None
     port: int = 0
     webhook_port: int = 0  # kept across restarts: the webhook configuration points at it
+    metrics_port: int = 0
     starts: int = 0
 
     def start(self, timeout_s: float = 60) -> None:
         self.port = free_port()
         self.webhook_port = self.webhook_port or free_port()
+        self.metrics_port = free_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         log.write(f"\n===== start {self.starts} =====\n".encode())
@@ -72,6 +74,10 @@ class OperatorProcess:
                 f"https://127.0.0.1:{self.webhook_port}",
                 "--webhook-cert-dir",
                 str(self.log_path.parent / "webhook-certs"),
+                "--metrics-port",
+                str(self.metrics_port),
+                "--metrics-addr",
+                "127.0.0.1",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
