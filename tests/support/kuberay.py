@@ -16,14 +16,15 @@ from typing import Any
 
 import yaml
 
-from tests.support.versions import pinned_versions
+from tpuslice.devcluster.tools import read_versions
 
 MODULE = "github.com/ray-project/kuberay/ray-operator"
 
 
 @cache
 def kuberay_module_dir() -> Path:
-    version = pinned_versions()["KUBERAY_VERSION"]
+    root = Path(__file__).resolve().parents[2]
+    version = read_versions(root / "hack" / "versions.env")["KUBERAY_VERSION"]
     result = subprocess.run(
         ["go", "mod", "download", "-json", f"{MODULE}@{version}"],
         check=True,

@@ -23,7 +23,7 @@ from tpuslice.devcluster.nodepools import (
     [
         ("v6e", "4x4", 4, "tpu-v6e-slice", "ct6e-standard-4t"),
         ("v5e", "2x4", 2, "tpu-v5-lite-podslice", "ct5lp-hightpu-4t"),
-        ("v4", "2x2x2", 2, "tpu-v4-podslice", "ct4p-hightpu-4"),
+        ("v4", "2x2x2", 2, "tpu-v4-podslice", "ct4p-hightpu-4t"),
         ("v5p", "2x2x4", 4, "tpu-v5p-slice", "ct5p-hightpu-4t"),
         ("tpu7x", "2x2x2", 2, "tpu7x", "tpu7x-standard-4t"),
     ],

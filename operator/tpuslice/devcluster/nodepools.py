@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tpuslice.topology import resolve_generation
+
 __all__ = [
     "KWOK_ANNOTATION",
     "POOL_ANNOTATION",
@@ -44,23 +46,30 @@ TPU_TAINT: dict[str, str] = {"key": TPU_RESOURCE, "value": "present", "effect": 
 
 @dataclass(frozen=True)
 class _TPUType:
-    """How GKE names and sizes hosts of one TPU generation."""
+    """The GKE machines of one TPU generation. The accelerator label and the chips a host
+    may have come from tpuslice.topology, the one table of generations."""
 
-    accelerator: str  # value of cloud.google.com/gke-tpu-accelerator
+    generation: str  # name in tpuslice.topology
     machine_family: str  # cloud.google.com/machine-family
     machine_type: str  # format string over the chips per host
     cpu_per_chip: int  # vCPU of the 4-chip host / 4
     memory_gib_per_chip: int
-    chips_per_host: tuple[int, ...]
+
+    @property
+    def accelerator(self) -> str:
+        return resolve_generation(self.generation).gke_accelerator
+
+    @property
+    def chips_per_host(self) -> tuple[int, ...]:
+        return resolve_generation(self.generation).host_chip_options
 
 
-# Small local copy of the GKE naming; unified with tpuslice.topology later.
 _TPU_TYPES: dict[str, _TPUType] = {
-    "v4": _TPUType("tpu-v4-podslice", "ct4p", "ct4p-hightpu-{chips}", 60, 100, (4,)),
-    "v5e": _TPUType("tpu-v5-lite-podslice", "ct5lp", "ct5lp-hightpu-{chips}t", 28, 48, (1, 4, 8)),
-    "v5p": _TPUType("tpu-v5p-slice", "ct5p", "ct5p-hightpu-{chips}t", 52, 112, (4,)),
-    "v6e": _TPUType("tpu-v6e-slice", "ct6e", "ct6e-standard-{chips}t", 45, 180, (1, 4, 8)),
-    "tpu7x": _TPUType("tpu7x", "tpu7x", "tpu7x-standard-{chips}t", 56, 240, (1, 4)),
+    "v4": _TPUType("v4", "ct4p", "ct4p-hightpu-{chips}t", 60, 100),
+    "v5e": _TPUType("v5e", "ct5lp", "ct5lp-hightpu-{chips}t", 28, 48),
+    "v5p": _TPUType("v5p", "ct5p", "ct5p-hightpu-{chips}t", 52, 112),
+    "v6e": _TPUType("v6e", "ct6e", "ct6e-standard-{chips}t", 45, 180),
+    "tpu7x": _TPUType("tpu7x", "tpu7x", "tpu7x-standard-{chips}t", 56, 240),
 }
 
 
