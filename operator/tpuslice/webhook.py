@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import base64
 import datetime
-import ipaddress
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,12 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import kopf
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from tpuslice import constants as c
+from tpuslice import pki
 from tpuslice.identity import IdentityError, MutationResult, mutate_pod
 from tpuslice.metrics import Metrics
 
@@ -194,84 +192,25 @@ def service_hosts(service: str, namespace: str) -> list[str]:
     ]
 
 
-def _san(host: str) -> x509.GeneralName:
-    try:
-        return x509.IPAddress(ipaddress.ip_address(host))
-    except ValueError:
-        return x509.DNSName(host)
-
-
 def build_certificates(
     hosts: Sequence[str],
     *,
     valid_days: int = 365,
     now: datetime.datetime | None = None,
 ) -> CertBundle:
-    """A fresh CA and a serving certificate for ``hosts`` (DNS names or IP addresses).
-
-    ECDSA P-256 keys: fast to generate on a small machine, accepted by the API
-    server's Go TLS client. The first host is the subject's common name; all of
-    them are subjectAltNames, which is what Go checks.
-    """
+    """A fresh CA and a serving certificate for ``hosts`` (DNS names or IP addresses);
+    the first host is the subject's common name, all of them are SANs (what Go checks)."""
     if not hosts:
         raise ValueError("a serving certificate needs at least one host name or IP address")
-    start = (now or datetime.datetime.now(datetime.UTC)) - datetime.timedelta(minutes=5)
-    end = start + datetime.timedelta(days=valid_days)
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{c.IDENTITY_WEBHOOK}-ca")])
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
-        .add_extension(x509.SubjectAlternativeName([_san(h) for h in hosts]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
-        )
-        .sign(ca_key, hashes.SHA256())
+    valid = datetime.timedelta(days=valid_days)
+    ca = pki.new_ca(f"{c.IDENTITY_WEBHOOK}-ca", valid=valid, now=now)
+    cert, key = pki.issue(
+        ca, hosts[0], ExtendedKeyUsageOID.SERVER_AUTH, hosts=hosts, valid=valid, now=now
     )
     return CertBundle(
-        ca_pem=ca_cert.public_bytes(serialization.Encoding.PEM),
+        ca_pem=ca[0].public_bytes(serialization.Encoding.PEM),
         cert_pem=cert.public_bytes(serialization.Encoding.PEM),
-        key_pem=key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ),
+        key_pem=pki.key_pem(key),
     )
 
 
