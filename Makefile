@@ -24,8 +24,8 @@ install: $(STAMP) ## Create .venv with the operator and its test tools
 dev: install ## Same as install
 
 # ---------------------------------------------------------------- checks
-.PHONY: test test-unit test-contract lint verify sync-crds
-test: test-unit test-contract test-e2e ## Run every test tier (unit, Ray contract, then e2e on the local cluster)
+.PHONY: test test-unit test-contract lint verify sync-crds manifests image-check chart-lint
+test: test-unit image-check test-contract test-e2e ## Run every test tier (unit, image install check, Ray contract, then e2e on the local cluster)
 
 test-unit: $(STAMP) ## Unit tests only (pure functions, seconds)
 	$(PY) -m pytest tests/unit -q
@@ -41,9 +41,21 @@ lint: $(STAMP) ## ruff and mypy
 sync-crds: ## Copy crds/ (the one source) into the chart and manifests/
 	$(PYTHON) hack/sync_crds.py
 
-verify: $(STAMP) ## Regenerate generated files and fail if anything changed
+manifests: sync-crds ## Render manifests/ (plain YAML + kustomization.yaml) from the chart's default values
+	$(PYTHON) hack/render_manifests.py
+
+image-check: $(STAMP) ## Lint the Dockerfile (hadolint) and run its install steps in a fresh venv (no Docker needed)
+	bash hack/image_check.sh
+
+chart-lint: ## helm lint --strict the chart (default values and the cert-manager variant)
+	H=$$(bash hack/tools-dir.sh)/bin/helm; $$H lint --strict charts/tpuslice-operator && \
+	  $$H lint --strict charts/tpuslice-operator --set webhook.certManager.enabled=true --set metrics.serviceMonitor.enabled=true
+
+verify: $(STAMP) ## Regenerate generated files (CRD copies, manifests/) and fail if anything changed
 	$(PY) hack/sync_crds.py
 	$(PY) hack/sync_crds.py --check
+	$(PY) hack/render_manifests.py
+	$(PY) hack/render_manifests.py --check
 	git diff --exit-code -- charts manifests
 	@test -z "$$(git status --porcelain -- charts manifests)" || \
 	  { git status --short -- charts manifests; echo "untracked generated files: commit them"; exit 1; }
@@ -77,3 +89,11 @@ demo: tools $(STAMP) ## Local GKE TPU cluster + operator + a 2-slice TPUSliceClu
 demo-down: $(STAMP) ## Stop the demo's operator and local cluster
 	-@test -f $(DEV_CLUSTER)/operator.pid && kill "$$(cat $(DEV_CLUSTER)/operator.pid)" 2>/dev/null; rm -f $(DEV_CLUSTER)/operator.pid
 	$(PY) -m tpuslice.devcluster --dir $(DEV_CLUSTER) down
+
+# ---------------------------------------------------------------- kind on a laptop (needs Docker; not run in CI)
+.PHONY: kind-up kind-down
+kind-up: $(STAMP) ## kind cluster + KubeRay + KWOK + fake TPU node pools + this chart (see README "Install")
+	bash hack/kind-up.sh
+
+kind-down: ## Delete the cluster made by kind-up
+	$${KIND:-$$(command -v kind || echo .kind/bin/kind)} delete cluster --name $${KIND_CLUSTER:-tpuslice}
