@@ -1,0 +1,301 @@
+"""The Helm chart on the real API server, and its RBAC proven by running the operator with it.
+
+One install serves the whole module (CI budget): the chart's objects exist, its
+rendered output (default and cert-manager variants) and manifests/ pass a
+server-side dry run, the operator then runs out of cluster with the chart
+ServiceAccount's own token through a two-slice scenario to Ready (plus the
+WaitingForCapacity and Stalled states, whose real status objects feed the
+GitOps health checks), a call outside the ClusterRole is forbidden, and
+`helm upgrade` / `helm uninstall` behave as the chart README says.
+
+The session's `operator` is stopped while ours runs (two operators would race)
+and restarted afterwards, which re-applies its own webhook configuration: the
+cluster-scoped `tpuslice-identity` never points at a dead endpoint after this
+module.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client import ApiException
+
+from tests.e2e.helpers import E2ECluster
+from tests.e2e.operator_support import (
+    OperatorProcess,
+    apply,
+    condition,
+    get_tsc,
+    held_by,
+    kubectl,
+    tsc,
+    wait_condition,
+)
+from tests.support.gitops import argocd_health, kstatus
+from tpuslice.devcluster import ToolPaths, kube
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "tpuslice-operator"
+RELEASE = "e2e-chart"
+FULLNAME = f"{RELEASE}-tpuslice-operator"
+
+
+def helm(cluster: E2ECluster, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    binary = ToolPaths.for_repo(REPO).binary("helm")
+    done = subprocess.run(
+        [str(binary), f"--kubeconfig={cluster.kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    if check:
+        assert done.returncode == 0, f"helm {' '.join(args)}: {done.stdout}{done.stderr}"
+    return done
+
+
+def test_manifests_match_the_chart() -> None:
+    """manifests/ is what the chart renders with default values (`make manifests`)."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "hack" / "render_manifests.py"), "--check"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HELM": str(ToolPaths.for_repo(REPO).binary("helm"))},
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture(scope="module")
+def release(cluster: E2ECluster, tpuslice_crds: None) -> Iterator[str]:
+    """`helm install` into a fresh namespace; uninstalled (if still there) afterwards."""
+    ns = f"tpuslice-chart-{uuid.uuid4().hex[:5]}"
+    helm(cluster, "install", RELEASE, str(CHART), "-n", ns, "--create-namespace")
+    try:
+        yield ns
+    finally:
+        helm(cluster, "uninstall", RELEASE, "-n", ns, "--ignore-not-found", check=False)
+        for name in (ns, "tpuslice-system"):  # the latter: manifests/ dry run
+            kubectl(
+                cluster,
+                "delete",
+                "namespace",
+                name,
+                "--ignore-not-found",
+                "--wait=false",
+                check=False,
+            )
+
+
+def dry_run(cluster: E2ECluster, namespace: str, text: str) -> None:
+    kubectl(
+        cluster,
+        "apply",
+        "--server-side",
+        "--dry-run=server",
+        "--force-conflicts",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        stdin=text,
+    )
+
+
+def sa_kubeconfig(cluster: E2ECluster, namespace: str, path: Path) -> Path:
+    """A kubeconfig that authenticates only as the chart's ServiceAccount (TokenRequest)."""
+    token = cluster.core.create_namespaced_service_account_token(
+        FULLNAME, namespace, {"spec": {"expirationSeconds": 3600}}
+    ).status.token
+    config = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    context = next(c for c in config["clusters"])["cluster"]
+    server = context["server"]
+    ca = (
+        context.get("certificate-authority-data")
+        or base64.b64encode(Path(context["certificate-authority"]).read_bytes()).decode()
+    )
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {"name": "c", "cluster": {"server": server, "certificate-authority-data": ca}}
+                ],
+                "users": [{"name": "sa", "user": {"token": token}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "sa"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    return path
+
+
+def first_status(
+    cluster: E2ECluster, namespace: str, name: str, want: Any, what: str
+) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        obj = get_tsc(cluster, namespace, name)
+        return obj if want(obj) else None
+
+    return kube.wait_for(check, timeout_s=60, what=what, interval_s=0.1)
+
+
+def test_chart_install_rbac_upgrade_uninstall(
+    cluster: E2ECluster,
+    release: str,
+    namespace: str,
+    operator: OperatorProcess,
+    tmp_path: Path,
+) -> None:
+    ns = release
+    # -- objects of `helm install`
+    apps = cluster.api
+    deployment = client.AppsV1Api(apps).read_namespaced_deployment(FULLNAME, ns)
+    assert deployment.spec.replicas == 1
+    assert deployment.spec.strategy.type == "Recreate"
+    pod = deployment.spec.template.spec
+    assert pod.security_context.run_as_non_root is True
+    assert pod.containers[0].security_context.read_only_root_filesystem is True
+    assert f"--webhook-service={FULLNAME}-webhook" in pod.containers[0].args
+    service = cluster.core.read_namespaced_service(f"{FULLNAME}-webhook", ns)
+    assert [(p.port, p.target_port) for p in service.spec.ports] == [(443, "webhook")]
+    cluster.core.read_namespaced_service_account(FULLNAME, ns)
+    rbac = client.RbacAuthorizationV1Api(apps)
+    role = rbac.read_cluster_role(FULLNAME)
+    assert role.rules and all("*" not in (r.verbs + r.resources) for r in role.rules)
+    rbac.read_cluster_role_binding(FULLNAME)
+    ext = kube.apiextensions_v1(apps)
+    for crd in ("tpusliceclusters.tpuslice.dev", "slicereservations.tpuslice.dev"):
+        ext.read_custom_resource_definition(crd)
+
+    # -- rendered output passes the API server's own validation
+    dry_run(cluster, ns, helm(cluster, "template", RELEASE, str(CHART), "-n", ns).stdout)
+    with_cm = helm(
+        cluster,
+        "template",
+        RELEASE,
+        str(CHART),
+        "-n",
+        ns,
+        "--set",
+        "webhook.certManager.enabled=true",
+    ).stdout
+    docs = [d for d in yaml.safe_load_all(with_cm) if d]
+    assert {d["kind"] for d in docs} >= {"Certificate", "Issuer", "MutatingWebhookConfiguration"}
+    # cert-manager's own kinds need its CRDs; everything else must be accepted. The
+    # configuration is checked under another name: the live tpuslice-identity belongs
+    # to the session operator (switching modes means deleting it first; chart README).
+    docs = [d for d in docs if not d["apiVersion"].startswith("cert-manager.io")]
+    for doc in docs:
+        if doc["kind"] == "MutatingWebhookConfiguration":
+            doc["metadata"]["name"] = f"{RELEASE}-dry-run"
+    dry_run(cluster, ns, yaml.safe_dump_all(docs))
+    kubectl(cluster, "create", "namespace", "tpuslice-system", check=False)
+    kubectl(cluster, "apply", "-k", str(REPO / "manifests"), "--server-side", "--dry-run=server")
+
+    # -- the operator with the chart's ServiceAccount and nothing else
+    config = sa_kubeconfig(cluster, ns, tmp_path / "sa.kubeconfig")
+    denied = kubectl(cluster, f"--kubeconfig={config}", "get", "secrets", "-n", ns, check=False)
+    assert denied.returncode != 0 and "forbidden" in denied.stderr.lower(), denied.stderr
+    for verb, resource in (("create", "pods"), ("delete", "nodes"), ("get", "secrets")):
+        can = kubectl(
+            cluster, f"--kubeconfig={config}", "auth", "can-i", verb, resource, "-A", check=False
+        )
+        assert can.stdout.strip() == "no", f"{verb} {resource}: {can.stdout}"
+
+    operator.stop()
+    ours = OperatorProcess(config, tmp_path / "sa-operator" / "operator.log")
+    captured: dict[str, dict[str, Any]] = {}
+    try:
+        ours.start()
+        apply(cluster, namespace, tsc("llm", slices=2))
+        captured["reconciling"] = first_status(
+            cluster,
+            namespace,
+            "llm",
+            lambda o: condition(o, "Reconciling").get("status") == "True",
+            "llm Reconciling=True",
+        )
+        captured["ready"] = wait_condition(cluster, namespace, "llm", "Ready", "True")
+        assert len(held_by(cluster, namespace, "llm")) == 2
+        apply(cluster, namespace, tsc("llm", slices=3))  # only two v6e 4x4 pools exist
+        captured["waiting-for-capacity"] = wait_condition(
+            cluster, namespace, "llm", "Ready", "False", "WaitingForCapacity"
+        )
+        bad = tsc("bad", type_="v4", topology="2x2x2")
+        bad["spec"]["worker"]["template"] = {
+            "spec": {"nodeSelector": {"cloud.google.com/gke-tpu-topology": "2x2x4"}}
+        }
+        apply(cluster, namespace, bad)
+        captured["stalled"] = wait_condition(cluster, namespace, "bad", "Stalled", "True")
+        # tear-down through the finalizer: RayCluster deleted, pools released
+        kubectl(cluster, "delete", "-n", namespace, "tsc", "llm", "bad", "--wait=false")
+        kube.wait_for(
+            lambda: (
+                not held_by(cluster, namespace, "llm")
+                and not cluster.custom.list_namespaced_custom_object(
+                    "tpuslice.dev", "v1alpha1", namespace, "tpusliceclusters"
+                )["items"]
+            ),
+            timeout_s=120,
+            what="TPUSliceClusters deleted and their node pools released",
+            describe=lambda: (held_by(cluster, namespace, "llm"), ours.tail(10)),
+        )
+        log = ours.log_path.read_text(errors="replace")
+        assert "forbidden" not in log.lower() and " 403" not in log, ours.tail(60)
+    finally:
+        ours.stop()
+        operator.start()  # re-applies the session operator's webhook configuration
+
+    # -- GitOps health of real objects (also kept as unit-test fixtures)
+    expected = {
+        "reconciling": ("Progressing", "InProgress"),
+        "ready": ("Healthy", "Current"),
+        "waiting-for-capacity": ("Progressing", "InProgress"),
+        "stalled": ("Degraded", "Failed"),
+    }
+    out = (cluster.run_dir or tmp_path) / "gitops-status"
+    out.mkdir(parents=True, exist_ok=True)
+    for key, obj in captured.items():
+        obj["metadata"].pop("managedFields", None)
+        # refresh tests/unit/fixtures/gitops/ from these when the status format changes
+        (out / f"{key}.json").write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+        got = (argocd_health(obj)["status"], kstatus(obj))
+        assert got == expected[key], f"{key}: {got}, status {obj.get('status')}"
+
+    # -- helm upgrade changes the Deployment, keeps the CRDs and the release's objects
+    helm(
+        cluster,
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        "-n",
+        ns,
+        "--reuse-values",
+        "--set",
+        "operator.logLevel=DEBUG",
+    )
+    deployment = client.AppsV1Api(apps).read_namespaced_deployment(FULLNAME, ns)
+    assert "--log-level=DEBUG" in deployment.spec.template.spec.containers[0].args
+    status = json.loads(helm(cluster, "status", RELEASE, "-n", ns, "-o", "json").stdout)
+    assert status["version"] == 2 and status["info"]["status"] == "deployed"
+
+    # -- helm uninstall removes the release and keeps the CRDs
+    helm(cluster, "uninstall", RELEASE, "-n", ns, "--wait")
+    with pytest.raises(ApiException) as gone:
+        rbac.read_cluster_role(FULLNAME)
+    assert gone.value.status == 404
+    with pytest.raises(ApiException):
+        client.AppsV1Api(apps).read_namespaced_deployment(FULLNAME, ns)
+    for crd in ("tpusliceclusters.tpuslice.dev", "slicereservations.tpuslice.dev"):
+        ext.read_custom_resource_definition(crd)
