@@ -28,8 +28,11 @@ step "starting the operator (log: $state/operator.log)"
 if [[ -f $state/operator.pid ]] && kill -0 "$(cat $state/operator.pid)" 2>/dev/null; then
   echo "already running (pid $(cat $state/operator.pid))"
 else
+  # the identity webhook listens on loopback, where the local API server can call it
+  port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   nohup .venv/bin/tpuslice run --kubeconfig "$KUBECONFIG" --liveness-port 0 \
-    >"$state/operator.log" 2>&1 &
+    --webhook-port "$port" --webhook-addr 127.0.0.1 --webhook-url "https://127.0.0.1:$port" \
+    --webhook-cert-dir "$state/webhook" >"$state/operator.log" 2>&1 &
   echo $! >"$state/operator.pid"
   echo "pid $(cat $state/operator.pid)"
 fi
@@ -51,6 +54,8 @@ Explore:
   kubectl get tsc -n demo llm -o yaml            # status: slices, conditions
   kubectl get raycluster -n demo llm -o yaml     # what the operator rendered
   kubectl get events -n demo                     # SliceReserved, SliceScheduled, SliceReady
+  kubectl get pod -n demo -l tpuslice.dev/cluster=llm -o yaml | grep -A1 TPU_WORKER_ID
+                                                 # each host's identity, set by the webhook
   kubectl patch tsc -n demo llm --type merge -p '{"spec":{"tpu":{"slices":3}}}'
                                                  # only 2 free v6e 4x4 pools: WaitingForCapacity
   tail -f $state/operator.log
