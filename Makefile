@@ -81,6 +81,14 @@ dev-cluster-status: $(STAMP) ## Components and node pools of the dev cluster
 test-e2e: tools $(STAMP) ## e2e tier on a fresh local cluster (or TPUSLICE_E2E_KUBECONFIG)
 	$(PY) -m pytest tests/e2e -q
 
+# ---------------------------------------------------------------- benchmark
+# Not part of `make test`: starts its own local cluster, minutes (small) to an hour (large).
+SCALE ?= small
+
+.PHONY: bench
+bench: tools $(STAMP) ## Operator vs KubeRay on the local cluster (SCALE=small|medium|large); .bench/results-$(SCALE).json
+	$(PY) hack/bench.py --scale $(SCALE)
+
 # ---------------------------------------------------------------- demo
 .PHONY: demo demo-down
 demo: tools $(STAMP) ## Local GKE TPU cluster + operator + a 2-slice TPUSliceCluster becoming Ready

@@ -1,0 +1,793 @@
+#!/usr/bin/env python3
+"""`make bench [SCALE=small|medium|large]`: the operator next to KubeRay on the local cluster.
+
+One run, one local simulated GKE cluster (etcd, kube-apiserver, scheduler,
+controller-manager, KWOK, KubeRay), one fake v6e 4x4 node pool (4 nodes) per
+TPUSliceCluster plus CPU nodes for the heads. In order:
+
+  f. floor: create+delete ConfigMaps one at a time (bare API-server write latency);
+  operator run: `tpuslice run` as a separate process with --metrics-port; every
+     TPUSliceCluster (v6e 4x4, one slice) is created at once from a thread pool;
+     watches (raw JSON lines, receive time taken on this machine's monotonic
+     clock) record when each RayCluster, each pod, each release and each Ready
+     condition was seen:
+     a. TSC created -> RayCluster seen, next to KubeRay's RayCluster seen ->
+        first pod seen, and the ratio of the two;
+     b. last pod of a slice seen -> every pod of the slice seen ungated and pinned;
+     c. first create -> every TSC Ready;
+     e. then 60 s of steady state: the operator's non-GET API requests (its
+        /metrics) and the TSC / SliceReservation / Event changes seen by watches;
+     d. the operator's peak RSS (VmHWM) and CPU seconds from /proc;
+  direct run: the operator stopped and its webhook configuration deleted, the
+     same RayClusters (rendered by tpuslice.render, reservation policy None, so
+     no gate) created directly; c. compares first create -> every RayCluster ready.
+
+Prints a table and writes .bench/results-<scale>.json. Every wait is bounded; a
+phase that times out is reported with what it reached, and the run goes on.
+Not part of `make test`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import platform
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tpuslice import constants as c
+from tpuslice.devcluster import (
+    ClusterSettings,
+    CPUPool,
+    LocalCluster,
+    ToolPaths,
+    TPUPool,
+    kube,
+)
+from tpuslice.devcluster.processes import exit_on_signals, free_port
+from tpuslice.render import render_cluster
+
+REPO = Path(__file__).resolve().parents[1]
+HOSTS = 4  # v6e 4x4: 4 hosts of 4 chips
+WEBHOOK_CONFIG = "tpuslice-identity"
+
+
+@dataclass(frozen=True)
+class Scale:
+    clusters: int
+    timeout_s: float  # bound of each wait (all Ready, all gone)
+    apply_threads: int = 8
+
+
+SCALES = {
+    "small": Scale(clusters=25, timeout_s=300),
+    "medium": Scale(clusters=200, timeout_s=900),
+    "large": Scale(clusters=1000, timeout_s=900),
+}
+
+
+# ---------------------------------------------------------------- statistics
+def percentile(values: Iterable[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100); None for no values."""
+    data = sorted(values)
+    if not data:
+        return None
+    rank = max(1, math.ceil(q / 100 * len(data)))
+    return data[rank - 1]
+
+
+def summary(values: Iterable[float]) -> dict[str, Any]:
+    data = list(values)
+    return {
+        "n": len(data),
+        "p50": percentile(data, 50),
+        "p99": percentile(data, 99),
+        "max": max(data) if data else None,
+    }
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
+# ---------------------------------------------------------------- watches
+@dataclass
+class Recorder:
+    """First-seen times (monotonic seconds) of everything the watches saw."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    applied: dict[str, float] = field(default_factory=dict)  # create call returned
+    rc_created: dict[str, float] = field(default_factory=dict)
+    first_pod: dict[str, float] = field(default_factory=dict)  # by RayCluster
+    pod_added: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    pod_released: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    ready: dict[str, float] = field(default_factory=dict)
+    window: Counter[str] | None = None  # counts changes while the steady window is open
+
+    def count(self, what: str) -> None:
+        if self.window is not None:
+            self.window[what] += 1
+
+    def on_raycluster(self, kind: str, obj: Mapping[str, Any], t: float) -> None:
+        name = obj["metadata"]["name"]
+        with self.lock:
+            if kind == "ADDED":
+                self.rc_created.setdefault(name, t)
+            if (obj.get("status") or {}).get("state") == "ready":
+                self.ready.setdefault("rc/" + name, t)
+
+    def on_pod(self, kind: str, obj: Mapping[str, Any], t: float) -> None:
+        if kind not in ("ADDED", "MODIFIED"):
+            return
+        meta = obj["metadata"]
+        labels = meta.get("labels") or {}
+        with self.lock:
+            cluster = labels.get(c.KUBERAY_LABEL_CLUSTER)
+            if cluster:
+                self.first_pod.setdefault(cluster, t)
+            replica = labels.get(c.KUBERAY_LABEL_REPLICA_NAME)
+            if labels.get(c.KUBERAY_LABEL_NODE_TYPE) != "worker" or not replica:
+                return
+            self.pod_added[replica].setdefault(meta["name"], t)
+            spec = obj.get("spec") or {}
+            gates = {g.get("name") for g in spec.get("schedulingGates") or []}
+            if c.SCHEDULING_GATE not in gates and (spec.get("nodeSelector") or {}).get(
+                c.NODE_LABEL_NODEPOOL
+            ):
+                self.pod_released[replica].setdefault(meta["name"], t)
+
+    def on_tsc(self, kind: str, obj: Mapping[str, Any], t: float) -> None:
+        with self.lock:
+            self.count(f"tpusliceclusters {kind}")
+            for cond in (obj.get("status") or {}).get("conditions") or []:
+                if cond.get("type") == "Ready" and cond.get("status") == "True":
+                    self.ready.setdefault("tsc/" + obj["metadata"]["name"], t)
+
+    def on_reservation(self, kind: str, obj: Mapping[str, Any], t: float) -> None:
+        with self.lock:
+            self.count(f"slicereservations {kind}")
+
+    def on_event(self, kind: str, obj: Mapping[str, Any], t: float) -> None:
+        if obj.get("reportingComponent") == c.FIELD_MANAGER:
+            with self.lock:
+                self.count(f"events {kind}")
+
+    def ready_count(self, prefix: str) -> int:
+        with self.lock:
+            return sum(1 for k in self.ready if k.startswith(prefix))
+
+    def slice_release(self) -> list[float]:
+        """Per complete slice: last pod released - last pod created (both as seen)."""
+        with self.lock:
+            out = []
+            for replica, added in self.pod_added.items():
+                released = self.pod_released.get(replica, {})
+                if len(added) >= HOSTS and len(released) >= HOSTS:
+                    out.append(max(0.0, max(released.values()) - max(added.values())))
+            return out
+
+
+class Watch(threading.Thread):
+    """A raw watch (JSON lines, no model classes) calling ``handler(type, object, t)``."""
+
+    def __init__(
+        self, api: Any, path: str, handler: Callable[[str, Any, float], None], **params: str
+    ) -> None:
+        super().__init__(daemon=True, name=f"watch {path}")
+        self.api, self.path, self.handler, self.params = api, path, handler, params
+        self.stopped = threading.Event()
+        self.synced = threading.Event()
+        self._response: Any = None
+
+    def run(self) -> None:
+        version = ""
+        while not self.stopped.is_set():
+            query = {"watch": "1", "timeoutSeconds": "600", **self.params}
+            if version:
+                query["resourceVersion"] = version
+            try:
+                self._response = self.api.rest_client.request(
+                    "GET",
+                    f"{self.api.configuration.host}{self.path}?{urlencode(query)}",
+                    headers={"Accept": "application/json"},
+                    _request_timeout=(10, 700),
+                ).response  # the urllib3 response, not read yet: iterate its lines
+                self.synced.set()
+                for line in self._response:
+                    t = time.monotonic()
+                    event = json.loads(line)
+                    if event["type"] == "ERROR":
+                        version = ""  # expired: list again (first-seen times are kept)
+                        break
+                    version = event["object"]["metadata"].get("resourceVersion", version)
+                    self.handler(event["type"], event["object"], t)
+            except Exception:
+                if self.stopped.is_set():
+                    return
+                time.sleep(0.5)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self._response is not None:
+            with contextlib.suppress(Exception):
+                self._response.shutdown()
+
+
+def start_watches(api: Any, namespace: str, rec: Recorder, operator: bool) -> list[Watch]:
+    ns = f"/namespaces/{namespace}"
+    watches = [
+        Watch(api, f"/apis/ray.io/v1{ns}/rayclusters", rec.on_raycluster),
+        Watch(api, f"/api/v1{ns}/pods", rec.on_pod, labelSelector=c.KUBERAY_LABEL_CLUSTER),
+    ]
+    if operator:
+        watches += [
+            Watch(api, f"/apis/{c.GROUP}/{c.VERSION}{ns}/tpusliceclusters", rec.on_tsc),
+            Watch(api, f"/apis/{c.GROUP}/{c.VERSION}/slicereservations", rec.on_reservation),
+            Watch(api, f"/api/v1{ns}/events", rec.on_event),
+        ]
+    for w in watches:
+        w.start()
+    for w in watches:
+        w.synced.wait(30)
+    return watches
+
+
+# ---------------------------------------------------------------- objects
+def tsc(name: str, gated: bool = True) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "tpu": {"type": "v6e", "topology": "4x4", "slices": 1},
+        "ray": {"version": "2.54.0"},
+        "head": {"resources": {"cpu": "1", "memory": "2Gi"}},
+        "worker": {"resources": {"cpu": "4", "memory": "16Gi"}},
+    }
+    if not gated:
+        spec["reservation"] = {"policy": "None"}
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND_CLUSTER,
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def names(n: int) -> list[str]:
+    return [f"b{i:04d}" for i in range(n)]
+
+
+def create_all(
+    create: Callable[[str], None], items: list[str], threads: int, rec: Recorder
+) -> float:
+    """Create every item from a thread pool; return the monotonic time of the first call."""
+    began = time.monotonic()
+
+    def one(name: str) -> None:
+        for attempt in range(5):
+            try:
+                create(name)
+                break
+            except Exception:
+                if attempt == 4:
+                    raise
+                time.sleep(1)
+        with rec.lock:
+            rec.applied[name] = time.monotonic()
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, items))
+    return began
+
+
+# ---------------------------------------------------------------- the operator process
+@dataclass
+class Operator:
+    kubeconfig: Path
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+    health_port: int = 0
+    metrics_port: int = 0
+
+    def start(self) -> None:
+        self.health_port, self.metrics_port, webhook_port = free_port(), free_port(), free_port()
+        out = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tpuslice.cli",
+                "run",
+                f"--kubeconfig={self.kubeconfig}",
+                f"--liveness-port={self.health_port}",
+                f"--metrics-port={self.metrics_port}",
+                "--metrics-addr=127.0.0.1",
+                f"--webhook-port={webhook_port}",
+                "--webhook-addr=127.0.0.1",
+                f"--webhook-url=https://127.0.0.1:{webhook_port}",
+                f"--webhook-cert-dir={self.log.parent / 'webhook-certs'}",
+                "--log-level=WARNING",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=REPO,
+        )
+        out.close()
+
+        def healthy() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"operator exited; see {self.log}")
+            try:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{self.health_port}/healthz", timeout=2
+                ) as r:
+                    return bool(r.status == 200)
+            except OSError:
+                return False
+
+        kube.wait_for(healthy, timeout_s=120, what="operator /healthz")
+
+    def proc_stats(self) -> dict[str, float]:
+        """Peak and current RSS (MiB) and user+system CPU seconds, from /proc."""
+        assert self.proc is not None
+        pid = self.proc.pid
+        status = Path(f"/proc/{pid}/status").read_text()
+        kib = {
+            line.split(":")[0]: int(line.split()[1])
+            for line in status.splitlines()
+            if line.startswith(("VmHWM", "VmRSS"))
+        }
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        return {
+            "peak_rss_mib": round(kib["VmHWM"] / 1024, 1),
+            "rss_mib": round(kib["VmRSS"] / 1024, 1),
+            "cpu_seconds": round((int(fields[11]) + int(fields[12])) / ticks, 2),
+        }
+
+    def metrics(self) -> dict[str, Any]:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10
+        ) as r:
+            text = r.read().decode()
+        out: dict[str, Any] = {"writes": 0.0, "requests": {}}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if s.name == "tpuslice_api_requests_total":
+                    out["requests"][f"{s.labels['verb']} {s.labels['resource']}"] = s.value
+                    if s.labels["verb"] != "GET":
+                        out["writes"] += s.value
+                elif s.name.endswith(("_sum", "_count", "_total")) and not s.labels.get("le"):
+                    key = s.name + "".join(f"{{{k}={v}}}" for k, v in sorted(s.labels.items()))
+                    out[key] = s.value
+        return out
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+# ---------------------------------------------------------------- phases
+def wait_count(
+    what: str, current: Callable[[], int], target: int, timeout_s: float
+) -> tuple[bool, float]:
+    """Poll until ``current() >= target``; (reached, seconds waited). Prints progress."""
+    began = time.monotonic()
+    last_print = 0.0
+    while True:
+        n = current()
+        now = time.monotonic()
+        if n >= target:
+            return True, now - began
+        if now - began > timeout_s:
+            print(f"  ! {what}: {n}/{target} after {timeout_s:.0f}s, going on", flush=True)
+            return False, now - began
+        if now - last_print > 30:
+            print(f"  {what}: {n}/{target} ({now - began:.0f}s)", flush=True)
+            last_print = now
+        time.sleep(0.5)
+
+
+def floor(core: Any, namespace: str, count: int = 50) -> dict[str, Any]:
+    creates, deletes = [], []
+    for i in range(count):
+        body = {"metadata": {"name": f"floor-{i}"}, "data": {"k": "v"}}
+        t = time.perf_counter()
+        core.create_namespaced_config_map(namespace, body, _preload_content=False)
+        creates.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        core.delete_namespaced_config_map(f"floor-{i}", namespace, _preload_content=False)
+        deletes.append(time.perf_counter() - t)
+    return {"create_s": summary(creates), "delete_s": summary(deletes)}
+
+
+def body(response: Any) -> Any:
+    """JSON of a ``_preload_content=False`` answer (a RESTResponse or a urllib3 response)."""
+    data = response.read() if hasattr(response, "response") else response.data
+    return json.loads(data)
+
+
+def make_namespace(core: Any, name: str) -> None:
+    core.create_namespace({"metadata": {"name": name}})
+    kube.wait_for(
+        lambda: bool(core.list_namespaced_service_account(name).items),
+        timeout_s=60,
+        what=f"service account in {name}",
+    )
+
+
+def count_pods(core: Any, namespace: str) -> int:
+    r = core.list_namespaced_pod(namespace, _preload_content=False, limit=10000)
+    return len(body(r)["items"])
+
+
+def delete_and_wait(core: Any, custom: Any, namespace: str, plural: str, timeout_s: float) -> bool:
+    group, version = (c.GROUP, c.VERSION) if plural == "tpusliceclusters" else ("ray.io", "v1")
+    custom.delete_collection_namespaced_custom_object(group, version, namespace, plural)
+    ok, _ = wait_count(
+        f"pods of {namespace} gone",
+        lambda: -count_pods(core, namespace),
+        0,
+        timeout_s,
+    )
+    return ok
+
+
+def operator_run(
+    cluster: LocalCluster, scale: Scale, steady_s: float, run_dir: Path, result: dict[str, Any]
+) -> None:
+    """Fill ``result`` as figures come in, so an interrupted run still reports them."""
+    core, custom = kube.core_v1(cluster.api), custom_api(cluster.api)
+    ns = "bench-operator"
+    make_namespace(core, ns)
+    operator = Operator(cluster.kubeconfig, run_dir / "logs" / "operator.log")
+    operator.start()
+    rec, items = Recorder(), names(scale.clusters)
+    try:
+        watches = start_watches(cluster.api, ns, rec, operator=True)
+        print(f"  creating {len(items)} TPUSliceClusters", flush=True)
+        began = create_all(
+            lambda n: custom.create_namespaced_custom_object(
+                c.GROUP, c.VERSION, ns, c.PLURAL_CLUSTER, tsc(n), _preload_content=False
+            ),
+            items,
+            scale.apply_threads,
+            rec,
+        )
+        result["create_seconds"] = round(time.monotonic() - began, 2)
+        ok, _ = wait_count(
+            "TPUSliceClusters Ready", lambda: rec.ready_count("tsc/"), len(items), scale.timeout_s
+        )
+        with rec.lock:
+            ready_times = [t for k, t in rec.ready.items() if k.startswith("tsc/")]
+        result["all_ready"] = ok
+        result["ready"] = len(ready_times)
+        result["ready_seconds"] = round(max(ready_times) - began, 2) if ready_times else None
+        result.update(latencies(rec, items))
+        result["proc_after_ready"] = operator.proc_stats()
+        before = operator.metrics()
+        with rec.lock:
+            rec.window = Counter()
+        print(f"  steady state: {steady_s:.0f}s", flush=True)
+        time.sleep(steady_s)
+        with rec.lock:
+            seen, rec.window = dict(rec.window or {}), None
+        after = operator.metrics()
+        result["steady"] = {
+            "seconds": steady_s,
+            "operator_writes": after["writes"] - before["writes"],
+            "operator_requests": {
+                k: v - before["requests"].get(k, 0)
+                for k, v in after["requests"].items()
+                if v != before["requests"].get(k, 0)
+            },
+            "changes_seen_by_watches": seen,
+        }
+        result["proc"] = operator.proc_stats()
+        result["operator_metrics"] = after
+        for w in watches:
+            w.stop()
+        print("  deleting TPUSliceClusters", flush=True)
+        result["teardown_complete"] = delete_and_wait(
+            core, custom, ns, c.PLURAL_CLUSTER, scale.timeout_s
+        )
+        wait_count(
+            "reservations released",
+            lambda: (
+                -len(
+                    custom.list_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL_RESERVATION)[
+                        "items"
+                    ]
+                )
+            ),
+            0,
+            120,
+        )
+    finally:
+        if "tsc_to_raycluster_s" not in result:  # interrupted: report what was reached
+            result.update(latencies(rec, items), ready=rec.ready_count("tsc/"))
+        if "proc" not in result:
+            with contextlib.suppress(Exception):
+                result["proc"] = operator.proc_stats()
+        operator.stop()
+        # the webhook refuses our pods while its configuration points at a stopped operator
+        subprocess.run(
+            [
+                str(ToolPaths.for_repo(REPO).binary("kubectl")),
+                f"--kubeconfig={cluster.kubeconfig}",
+                "delete",
+                "mutatingwebhookconfiguration",
+                WEBHOOK_CONFIG,
+                "--ignore-not-found",
+            ],
+            capture_output=True,
+            timeout=60,
+        )
+
+
+def latencies(rec: Recorder, items: list[str]) -> dict[str, Any]:
+    with rec.lock:
+        to_rc = [rec.rc_created[n] - rec.applied[n] for n in items if n in rec.rc_created]
+        to_pod = [rec.first_pod[n] - rec.rc_created[n] for n in items if n in rec.first_pod]
+    a, k = summary(to_rc), summary(to_pod)
+    return {
+        "tsc_to_raycluster_s": a,
+        "raycluster_to_first_pod_s": k,
+        "ratio_p50": ratio(a["p50"], k["p50"]),
+        "ratio_p99": ratio(a["p99"], k["p99"]),
+        "slice_release_s": summary(rec.slice_release()),
+    }
+
+
+def direct_run(cluster: LocalCluster, scale: Scale) -> dict[str, Any]:
+    core, custom = kube.core_v1(cluster.api), custom_api(cluster.api)
+    ns = "bench-direct"
+    make_namespace(core, ns)
+    rec = Recorder()
+    watches = start_watches(cluster.api, ns, rec, operator=False)
+    items = names(scale.clusters)
+
+    def create(name: str) -> None:
+        body = render_cluster({**tsc(name, gated=False), "metadata": {"name": name}})
+        body["metadata"]["namespace"] = ns
+        custom.create_namespaced_custom_object(
+            "ray.io", "v1", ns, "rayclusters", body, _preload_content=False
+        )
+
+    print(f"  creating {len(items)} RayClusters directly", flush=True)
+    began = create_all(create, items, scale.apply_threads, rec)
+    ok, _ = wait_count(
+        "RayClusters ready", lambda: rec.ready_count("rc/"), len(items), scale.timeout_s
+    )
+    with rec.lock:
+        ready_times = [t for k, t in rec.ready.items() if k.startswith("rc/")]
+        to_pod = [rec.first_pod[n] - rec.rc_created[n] for n in items if n in rec.first_pod]
+    for w in watches:
+        w.stop()
+    result = {
+        "all_ready": ok,
+        "ready": len(ready_times),
+        "ready_seconds": round(max(ready_times) - began, 2) if ready_times else None,
+        "raycluster_to_first_pod_s": summary(to_pod),
+    }
+    print("  deleting RayClusters", flush=True)
+    result["teardown_complete"] = delete_and_wait(core, custom, ns, "rayclusters", 300)
+    return result
+
+
+def custom_api(api: Any) -> Any:
+    from kubernetes import client
+
+    return client.CustomObjectsApi(api)
+
+
+# ---------------------------------------------------------------- setup and report
+def pools(clusters: int) -> list[Any]:
+    heads_per_node = 14  # 16-CPU nodes, 1-CPU heads
+    return [TPUPool(f"v6e-{i:04d}", "v6e", "4x4", nodes=HOSTS) for i in range(clusters)] + [
+        CPUPool("cpu", nodes=clusters // heads_per_node + 2)
+    ]
+
+
+def add_pools(cluster: LocalCluster, wanted: list[Any]) -> int:
+    with ThreadPoolExecutor(8) as pool:
+        created = [
+            n
+            for chunk in pool.map(lambda p: kube.create_pool(cluster.api, p), wanted)
+            for n in chunk
+        ]
+    core = kube.core_v1(cluster.api)
+
+    def ready() -> int:
+        r = core.list_node(_preload_content=False)
+        return sum(
+            1
+            for n in body(r)["items"]
+            if any(
+                x["type"] == "Ready" and x["status"] == "True"
+                for x in n.get("status", {}).get("conditions") or []
+            )
+        )
+
+    wait_count("nodes Ready", ready, len(created), 600)
+    return len(created)
+
+
+def machine() -> dict[str, Any]:
+    mem_kib = next(
+        int(line.split()[1])
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal")
+    )
+    versions = dict(
+        line.split("=", 1)
+        for line in (REPO / "hack/versions.env").read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "memory_gib": round(mem_kib / 2**20, 1),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        **versions,
+    }
+
+
+def fmt(value: Any, unit: str = "s") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}{unit}" if unit else f"{value:.2f}"
+    return f"{value}{unit}"
+
+
+def table(r: Mapping[str, Any]) -> str:
+    op, direct, fl = r.get("operator", {}), r.get("direct", {}), r.get("floor", {})
+    a, k = op.get("tsc_to_raycluster_s", {}), op.get("raycluster_to_first_pod_s", {})
+    b = op.get("slice_release_s", {})
+    proc = op.get("proc", op.get("proc_after_ready", {}))
+    steady = op.get("steady", {})
+    rows = [
+        ("scale", f"{r['clusters']} TSCs, {r['nodes']} nodes, {r['clusters'] * HOSTS} workers"),
+        (
+            "f  API write floor (ConfigMap create) p50/p99",
+            f"{fmt(fl.get('create_s', {}).get('p50'))} / {fmt(fl.get('create_s', {}).get('p99'))}",
+        ),
+        (
+            "a  TSC created -> RayCluster seen p50/p99 (n)",
+            f"{fmt(a.get('p50'))} / {fmt(a.get('p99'))} ({a.get('n')})",
+        ),
+        (
+            "   KubeRay: RayCluster -> first pod p50/p99 (n)",
+            f"{fmt(k.get('p50'))} / {fmt(k.get('p99'))} ({k.get('n')})",
+        ),
+        (
+            "   ratio p50 / p99 (target <= 1.0)",
+            f"{fmt(op.get('ratio_p50'), '')} / {fmt(op.get('ratio_p99'), '')}",
+        ),
+        (
+            "b  last pod -> slice released p50/p99 (n)",
+            f"{fmt(b.get('p50'))} / {fmt(b.get('p99'))} ({b.get('n')})",
+        ),
+        (
+            "c  all Ready: operator / direct",
+            f"{fmt(op.get('ready_seconds'))} ({op.get('ready')}) / "
+            f"{fmt(direct.get('ready_seconds'))} ({direct.get('ready')})",
+        ),
+        ("   overhead ratio", fmt(r.get("overhead_ratio"), "")),
+        (
+            "d  operator peak RSS / CPU seconds",
+            f"{fmt(proc.get('peak_rss_mib'), ' MiB')} / {fmt(proc.get('cpu_seconds'))}",
+        ),
+        (
+            f"e  operator API writes in {fmt(steady.get('seconds'))} steady state",
+            f"{fmt(steady.get('operator_writes'), '')}; watches saw "
+            f"{steady.get('changes_seen_by_watches')}",
+        ),
+    ]
+    width = max(len(x) for x, _ in rows)
+    return "\n".join(f"{x:<{width}}  {y}" for x, y in rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scale", choices=sorted(SCALES), default="small")
+    parser.add_argument("--clusters", type=int, default=None, help="override the scale's count")
+    parser.add_argument("--steady-seconds", type=float, default=60.0)
+    parser.add_argument("--skip-direct", action="store_true")
+    args = parser.parse_args()
+    scale = SCALES[args.scale]
+    if args.clusters:
+        scale = Scale(args.clusters, scale.timeout_s, scale.apply_threads)
+    out_dir = REPO / ".bench"
+    run_dir = out_dir / f"run-{args.scale}-{time.strftime('%Y%m%d-%H%M%S')}"
+    exit_on_signals()
+    result: dict[str, Any] = {
+        "scale": args.scale,
+        "clusters": scale.clusters,
+        "machine": machine(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "run_dir": str(run_dir),
+    }
+    began = time.monotonic()
+    cluster = LocalCluster(ClusterSettings(tools=ToolPaths.for_repo(REPO), run_dir=run_dir))
+    try:
+        print(f"starting the local cluster in {run_dir}", flush=True)
+        cluster.start()
+        kubectl = [
+            str(ToolPaths.for_repo(REPO).binary("kubectl")),
+            f"--kubeconfig={cluster.kubeconfig}",
+        ]
+        crds = [a for p in sorted((REPO / "crds").glob("*.yaml")) for a in ("-f", str(p))]
+        subprocess.run([*kubectl, "apply", "--server-side", *crds], check=True, capture_output=True)
+        subprocess.run(
+            [*kubectl, "wait", "--for=condition=Established", "--timeout=60s", *crds],
+            check=True,
+            capture_output=True,
+        )
+        print(f"adding {scale.clusters} v6e 4x4 pools", flush=True)
+        t = time.monotonic()
+        result["nodes"] = add_pools(cluster, pools(scale.clusters))
+        result["nodes_seconds"] = round(time.monotonic() - t, 1)
+        core = kube.core_v1(cluster.api)
+        make_namespace(core, "bench-floor")
+        print("f: API write floor", flush=True)
+        result["floor"] = floor(core, "bench-floor")
+        print("operator run", flush=True)
+        operator_run(
+            cluster, scale, args.steady_seconds, run_dir, result.setdefault("operator", {})
+        )
+        if not args.skip_direct:
+            print("direct run (no operator)", flush=True)
+            result["direct"] = direct_run(cluster, scale)
+            result["overhead_ratio"] = ratio(
+                result["operator"].get("ready_seconds"), result["direct"].get("ready_seconds")
+            )
+    except BaseException as exc:
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        print(f"bench stopped: {result['error']}", flush=True)
+    finally:
+        cluster.stop()
+        result["wall_seconds"] = round(time.monotonic() - began, 1)
+        result.setdefault("nodes", scale.clusters * HOSTS)
+        out_dir.mkdir(exist_ok=True)
+        path = out_dir / f"results-{args.scale}.json"
+        path.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        print()
+        print(table(result))
+        print(f"\nJSON: {path}")
+    return 1 if "error" in result else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
