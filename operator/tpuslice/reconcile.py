@@ -110,6 +110,8 @@ class _Overlay:
     created: dict[str, tuple[ReservationInfo, float]] = field(default_factory=dict)
     deleted: dict[str, float] = field(default_factory=dict)
     released: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
+    bound: dict[str, float] = field(default_factory=dict)  # phase Bound sent, per pool
+    applied: dict[ClusterKey, tuple[str, float]] = field(default_factory=dict)  # RayCluster hash
 
     def expire(self, now: float) -> None:
         def fresh(stamp: float) -> bool:
@@ -118,9 +120,13 @@ class _Overlay:
         self.created = {k: v for k, v in self.created.items() if fresh(v[1])}
         self.released = {k: v for k, v in self.released.items() if fresh(v[1])}
         self.deleted = {k: v for k, v in self.deleted.items() if fresh(v)}
+        self.bound = {k: v for k, v in self.bound.items() if fresh(v)}
+        self.applied = {k: v for k, v in self.applied.items() if fresh(v[1])}
 
     def reservations(self, indexed: Iterable[ReservationInfo]) -> list[ReservationInfo]:
         seen = {r.pool: r for r in indexed}
+        for pool in [p for p in self.bound if p in seen and seen[p].phase == "Bound"]:
+            del self.bound[pool]
         for pool, (info, _) in list(self.created.items()):
             if pool in seen and seen[pool].holder == info.holder:
                 del self.created[pool]
@@ -297,6 +303,11 @@ class Reconciler:
                 "annotations": {c.ANNOTATION_APPLIED_HASH: digest},
             },
         }
+        key = (rendered["metadata"].get("namespace", ""), rendered["metadata"]["name"])
+        if actual is not None:
+            self._overlay.applied.pop(key, None)
+        elif key in self._overlay.applied and self._overlay.applied[key][0] == digest:
+            return None, True  # applied by an earlier pass; the watch has not shown it yet
         wanted = {"labels": rendered["metadata"]["labels"], "spec": rendered["spec"]}
         owner_uid = rendered["metadata"]["ownerReferences"][0]["uid"]
         if (
@@ -316,6 +327,7 @@ class Reconciler:
             if exc.status in (400, 403, 409, 422):
                 return Stall(events.APPLY_REJECTED, f"RayCluster rejected: {exc.message}"), False
             raise
+        self._overlay.applied[key] = (digest, time.monotonic())
         return None, True
 
     async def _act_on_slices(
@@ -367,11 +379,14 @@ class Reconciler:
             )
             acted = True
         for pool in first.binds:
+            if pool in self._overlay.bound:
+                continue  # sent by an earlier pass; the watch has not shown it yet
             try:
                 await self.kube.set_reservation_phase(pool, "Bound", "every pod pinned to the pool")
             except ApiError as exc:
                 if not exc.not_found:
                     raise
+            self._overlay.bound[pool] = time.monotonic()
         return (plan() if acted else first), stall
 
     async def _free(self, ref: ClusterRef, pools: Sequence[str], snap: Snapshot) -> bool:
@@ -380,6 +395,7 @@ class Reconciler:
             if await self.kube.delete_reservation(pool):
                 self._overlay.deleted[pool] = time.monotonic()
                 self._overlay.created.pop(pool, None)
+                self._overlay.bound.pop(pool, None)
                 replica = by_pool[pool].holder.replica_name if pool in by_pool else "?"
                 await self._event(
                     ref,
@@ -420,6 +436,7 @@ class Reconciler:
                 continue
             self._overlay.created[claim.pool] = (reservation_info(created), time.monotonic())
             self._overlay.deleted.pop(claim.pool, None)
+            self._overlay.bound.pop(claim.pool, None)
             held.append(claim.holder.replica_name)
             await self._event(
                 ref,

@@ -234,3 +234,22 @@ def test_someone_elses_suspend_is_left_alone() -> None:
     kube = FakeKube()
     run(make(kube, Snapshot(body, [], [], [], raycluster_info(rendered))))
     assert "apply" not in kinds(kube)
+
+
+def test_repeated_passes_before_the_watch_catches_up_write_once() -> None:
+    """A second pass on the same (stale) snapshot neither re-applies the RayCluster nor
+    re-sends phase Bound: both writes are remembered until the watch shows them."""
+    reservation = ReservationInfo("pool-a", Holder("ml", "llm", UID, "tpu-aaaaa", 0), None)
+    snap = Snapshot(
+        cluster_body(), pods(gated=False, pool="pool-a"), nodes("pool-a"), [reservation], None
+    )
+    kube = FakeKube()
+    reconciler = make(kube, snap)
+
+    async def twice() -> None:
+        await reconciler.kick(("ml", "llm"))
+        await reconciler.kick(("ml", "llm"))
+
+    asyncio.run(twice())
+    assert kinds(kube).count("apply") == 1
+    assert [c for c in kube.calls if c[0] == "phase"] == [("phase", "pool-a", "Bound")]
