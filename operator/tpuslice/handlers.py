@@ -236,6 +236,7 @@ def register(
         if type == "DELETED":
             last_nodes.pop(name, None)
         shape = (info.accelerator, info.topology)
+        memo.reconciler.nodes_changed(shape)
         keys = memo.reconciler.waiting_for(shape)
         keys |= {
             (r.holder.namespace, r.holder.name)

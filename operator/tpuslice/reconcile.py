@@ -35,10 +35,12 @@ from tpuslice.reservation import (
     NodeInfo,
     PodInfo,
     PodRelease,
+    PoolIndex,
     ReservationInfo,
     SlicePlan,
     SliceState,
     plan_slices,
+    pool_index,
 )
 from tpuslice.snapshot import is_subset, reservation_body, reservation_info
 from tpuslice.spec import SliceClusterSpec, SpecError, parse_cluster
@@ -161,6 +163,25 @@ class Reconciler:
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _applied_once: set[ClusterKey] = field(default_factory=set)  # for the creation metric
     metrics: Metrics = field(default_factory=Metrics)
+    _node_versions: dict[Shape, int] = field(default_factory=dict)
+    _inventories: dict[Shape, tuple[int, PoolIndex]] = field(default_factory=dict)
+
+    # ------------------------------------------------------------ nodes
+    def nodes_changed(self, shape: Shape) -> None:
+        """A node of ``shape`` changed in a way the decisions see (not a heartbeat)."""
+        self._node_versions[shape] = self._node_versions.get(shape, 0) + 1
+
+    def _inventory(self, shape: Shape, nodes: Sequence[NodeInfo]) -> PoolIndex | None:
+        """The shape's pool index, rebuilt only after ``nodes_changed``; None (build it in
+        the pass) when nothing reports node changes, as in unit tests."""
+        version = self._node_versions.get(shape)
+        if version is None:
+            return None
+        cached = self._inventories.get(shape)
+        if cached is None or cached[0] != version:
+            cached = (version, pool_index(nodes, *shape))
+            self._inventories[shape] = cached
+        return cached[1]
 
     # ------------------------------------------------------------ triggers
     async def kick(self, key: ClusterKey) -> None:
@@ -344,6 +365,8 @@ class Reconciler:
             if s.get("nodePool") and s.get("index") is not None
         }
 
+        inventory = self._inventory(shape_of(spec), snap.nodes)
+
         def plan() -> SlicePlan:
             return plan_slices(
                 ref,
@@ -357,6 +380,7 @@ class Reconciler:
                 nodes=snap.nodes,
                 reservations=self._overlay.reservations(snap.reservations),
                 previous_pools=previous_pools,
+                inventory=inventory,
             )
 
         first = plan()

@@ -23,11 +23,13 @@ __all__ = [
     "NodeInfo",
     "PodInfo",
     "PodRelease",
+    "PoolIndex",
     "ReservationInfo",
     "SlicePlan",
     "SliceState",
     "SliceStatus",
     "plan_slices",
+    "pool_index",
 ]
 
 
@@ -200,16 +202,31 @@ def pool_inventory(nodes: Iterable[NodeInfo]) -> dict[str, list[NodeInfo]]:
 
 
 def _matching_pools(
-    pools: Mapping[str, Sequence[NodeInfo]], wanted: _Wanted
+    pools: Mapping[str, Sequence[NodeInfo]], accelerator: str, topology: str
 ) -> dict[str, Sequence[NodeInfo]]:
     return {
         name: nodes
         for name, nodes in sorted(pools.items())
-        if nodes
-        and all(
-            n.accelerator == wanted.accelerator and n.topology == wanted.topology for n in nodes
-        )
+        if nodes and all(n.accelerator == accelerator and n.topology == topology for n in nodes)
     }
+
+
+@dataclass(frozen=True)
+class PoolIndex:
+    """The node pools of one shape: every pool by name, and those whose nodes all match.
+
+    Building it walks every node of the shape (4,000 at the design's scale), so the
+    reconciler keeps one per shape until a node of that shape really changes,
+    instead of rebuilding it in every pass.
+    """
+
+    pools: Mapping[str, Sequence[NodeInfo]]
+    matching: Mapping[str, Sequence[NodeInfo]]
+
+
+def pool_index(nodes: Iterable[NodeInfo], accelerator: str, topology: str) -> PoolIndex:
+    pools = pool_inventory(nodes)
+    return PoolIndex(pools, _matching_pools(pools, accelerator, topology))
 
 
 def _capacity_message(
@@ -276,16 +293,21 @@ def plan_slices(
     nodes: Iterable[NodeInfo],
     reservations: Iterable[ReservationInfo],
     previous_pools: Mapping[int, str] | None = None,
+    inventory: PoolIndex | None = None,
 ) -> SlicePlan:
-    """Decide claims, releases and frees for one TPUSliceCluster from a snapshot."""
+    """Decide claims, releases and frees for one TPUSliceCluster from a snapshot.
+
+    ``inventory``, when given, is ``pool_index(nodes, accelerator, topology)`` built
+    earlier from the same nodes; ``nodes`` is then not read.
+    """
     wanted = _Wanted(accelerator, topology, hosts, chips_per_host)
     replicas, unindexed = _group_replicas(pods, hosts)
     all_reservations = list(reservations)
     ours = {r.holder.replica_name: r for r in all_reservations if r.holder.uid == cluster.uid}
     held_by_others = {r.pool: r.holder for r in all_reservations if r.holder.uid != cluster.uid}
     held_by_ours = {r.pool: r.holder for r in ours.values()}
-    pools = pool_inventory(nodes)
-    matching = _matching_pools(pools, wanted)
+    inventory = inventory or pool_index(nodes, accelerator, topology)
+    pools, matching = inventory.pools, inventory.matching
     previous_pools = previous_pools or {}
 
     frees = tuple(sorted(r.pool for name, r in ours.items() if name not in replicas))

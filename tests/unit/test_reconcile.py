@@ -253,3 +253,20 @@ def test_repeated_passes_before_the_watch_catches_up_write_once() -> None:
     asyncio.run(twice())
     assert kinds(kube).count("apply") == 1
     assert [c for c in kube.calls if c[0] == "phase"] == [("phase", "pool-a", "Bound")]
+
+
+def test_pool_index_is_rebuilt_only_after_a_node_change() -> None:
+    shape = ("tpu-v6e-slice", "4x4")
+    snap = Snapshot(cluster_body(), pods(), nodes("pool-a"), [], None)
+    kube = FakeKube()
+    reconciler = make(kube, snap)
+    assert reconciler._inventory(shape, nodes("pool-a")) is None  # no node events: per pass
+    reconciler.nodes_changed(shape)
+    first = reconciler._inventory(shape, nodes("pool-a"))
+    assert first is not None and list(first.matching) == ["pool-a"]
+    assert reconciler._inventory(shape, nodes("pool-b")) is first  # unchanged version: cached
+    run(reconciler)
+    assert ("claim", "pool-a") in kube.calls
+    reconciler.nodes_changed(shape)
+    again = reconciler._inventory(shape, nodes("pool-b"))
+    assert again is not None and list(again.matching) == ["pool-b"]
