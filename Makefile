@@ -27,7 +27,7 @@ dev: install ## Same as install
 .PHONY: test test-unit test-contract lint verify sync-crds manifests image-check chart-lint
 test: test-unit image-check test-contract test-e2e ## Run every test tier (unit, image install check, Ray contract, then e2e on the local cluster)
 
-test-unit: $(STAMP) ## Unit tests only (pure functions, seconds)
+test-unit: tools $(STAMP) ## Unit tests (seconds; the chart tests use the helm that `make tools` builds)
 	$(PY) -m pytest tests/unit -q
 
 test-contract: $(STAMP) ## Ray contract tier: our TPU identity through real Ray (local Ray processes, ~1 min)

@@ -237,22 +237,21 @@ def test_e_node_failure_moves_the_slice_and_recovers(
         kube.delete_node(cluster.api, victim)  # GKE removes the VM; its pods are orphaned
 
         def moved() -> Any:
+            """The replacement slice Ready; the old one may still be listed as Releasing."""
             obj = get_tsc(cluster, namespace, "sturdy")
-            (now,) = obj["status"]["slices"]
-            ready = condition(obj, "Ready")
-            return (
-                obj
-                if (now.get("replica") != before["replica"] and ready.get("status") == "True")
-                else None
-            )
+            fresh = [
+                s
+                for s in obj["status"]["slices"]
+                if s.get("replica") != before["replica"] and s["state"] == "Ready"
+            ]
+            return fresh[0] if fresh and condition(obj, "Ready").get("status") == "True" else None
 
-        obj = kube.wait_for(
+        after = kube.wait_for(
             moved,
             timeout_s=180,
             what="slice replaced and Ready again",
             describe=lambda: describe(cluster, namespace, "sturdy"),
         )
-    (after,) = obj["status"]["slices"]
     assert after["nodePool"] != failed_pool  # the damaged pool has 3 of 4 nodes
     assert watch.violations == []
     reasons = kubectl(

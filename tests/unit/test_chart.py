@@ -1,4 +1,4 @@
-"""The Helm chart, rendered by the real `helm template` (skipped until `make tools` built helm).
+"""The Helm chart, rendered by the real `helm template` (`make test-unit` builds helm first).
 
 What is pinned here: the chart's cert-manager MutatingWebhookConfiguration is
 the one the operator builds (webhook.webhook_configuration) apart from caBundle;
@@ -25,7 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "tpuslice-operator"
 HELM = ToolPaths.for_repo(ROOT).binary("helm")
 
-pytestmark = pytest.mark.skipif(not HELM.exists(), reason="helm not built yet (make tools)")
+
+@pytest.fixture(autouse=True, scope="module")
+def helm_is_built() -> None:
+    """Fail, never skip: a chart test that does not run is not a pass."""
+    assert HELM.exists(), f"{HELM} is missing: run `make tools` (make test-unit does)"
 
 
 def render(*args: str, namespace: str = "ops") -> list[dict[str, Any]]:
