@@ -80,6 +80,9 @@ class Snapshot:
     nodes: Sequence[NodeInfo]
     reservations: Sequence[ReservationInfo]  # of the cluster's shape, and the cluster's own
     raycluster: Mapping[str, Any] | None
+    # Reconciler.node_versions when ``nodes`` was read, so a pool index built from these
+    # nodes is cached under the version they belong to, never a newer one.
+    node_versions: Mapping[Shape, int] = field(default_factory=dict)
 
 
 SnapshotReader = Callable[[ClusterKey], Snapshot]
@@ -171,17 +174,22 @@ class Reconciler:
         """A node of ``shape`` changed in a way the decisions see (not a heartbeat)."""
         self._node_versions[shape] = self._node_versions.get(shape, 0) + 1
 
-    def _inventory(self, shape: Shape, nodes: Sequence[NodeInfo]) -> PoolIndex | None:
+    def _inventory(self, shape: Shape, snap: Snapshot) -> PoolIndex | None:
         """The shape's pool index, rebuilt only after ``nodes_changed``; None (build it in
-        the pass) when nothing reports node changes, as in unit tests."""
-        version = self._node_versions.get(shape)
+        the pass) when nothing reports node changes, as in unit tests.
+
+        Keyed by the version the snapshot's nodes were read at: a node event during an
+        earlier await of this pass must not get stale nodes cached as current."""
+        version = snap.node_versions.get(shape)
         if version is None:
             return None
         cached = self._inventories.get(shape)
-        if cached is None or cached[0] != version:
-            cached = (version, pool_index(nodes, *shape))
-            self._inventories[shape] = cached
-        return cached[1]
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        index = pool_index(snap.nodes, *shape)
+        if version == self._node_versions.get(shape):
+            self._inventories[shape] = (version, index)
+        return index
 
     # ------------------------------------------------------------ triggers
     async def kick(self, key: ClusterKey) -> None:
@@ -195,7 +203,8 @@ class Reconciler:
                 self._dirty.discard(key)
                 began = time.perf_counter()
                 try:
-                    await self._reconcile(key, self.read(key))
+                    versions = dict(self._node_versions)  # read with the snapshot, no await
+                    await self._reconcile(key, replace(self.read(key), node_versions=versions))
                 except Exception:
                     self.metrics.reconciled(time.perf_counter() - began, ok=False)
                     log.exception("reconcile of %s/%s failed; retrying in %ss", *key, RETRY_SECONDS)
@@ -365,7 +374,7 @@ class Reconciler:
             if s.get("nodePool") and s.get("index") is not None
         }
 
-        inventory = self._inventory(shape_of(spec), snap.nodes)
+        inventory = self._inventory(shape_of(spec), snap)
 
         def plan() -> SlicePlan:
             return plan_slices(

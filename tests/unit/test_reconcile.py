@@ -260,13 +260,48 @@ def test_pool_index_is_rebuilt_only_after_a_node_change() -> None:
     snap = Snapshot(cluster_body(), pods(), nodes("pool-a"), [], None)
     kube = FakeKube()
     reconciler = make(kube, snap)
-    assert reconciler._inventory(shape, nodes("pool-a")) is None  # no node events: per pass
+
+    def read(pool: str) -> Snapshot:
+        return Snapshot(
+            cluster_body(), [], nodes(pool), [], None, node_versions=dict(reconciler._node_versions)
+        )
+
+    assert reconciler._inventory(shape, read("pool-a")) is None  # no node events: per pass
     reconciler.nodes_changed(shape)
-    first = reconciler._inventory(shape, nodes("pool-a"))
+    first = reconciler._inventory(shape, read("pool-a"))
     assert first is not None and list(first.matching) == ["pool-a"]
-    assert reconciler._inventory(shape, nodes("pool-b")) is first  # unchanged version: cached
+    assert reconciler._inventory(shape, read("pool-b")) is first  # unchanged version: cached
     run(reconciler)
     assert ("claim", "pool-a") in kube.calls
     reconciler.nodes_changed(shape)
-    again = reconciler._inventory(shape, nodes("pool-b"))
+    again = reconciler._inventory(shape, read("pool-b"))
     assert again is not None and list(again.matching) == ["pool-b"]
+
+
+def test_nodes_read_before_a_node_change_are_not_cached_as_current() -> None:
+    """A node event during an await of a pass bumps the version; that pass's (older)
+    nodes are used once but never cached under the new version."""
+    shape = ("tpu-v6e-slice", "4x4")
+    reconciler = make(FakeKube(), Snapshot(cluster_body(), [], [], [], None))
+    reconciler.nodes_changed(shape)
+    stale = Snapshot(
+        cluster_body(),
+        [],
+        nodes("pool-old"),
+        [],
+        None,
+        node_versions=dict(reconciler._node_versions),
+    )
+    reconciler.nodes_changed(shape)  # arrives while the pass is awaiting the API
+    used = reconciler._inventory(shape, stale)
+    assert used is not None and list(used.matching) == ["pool-old"]
+    fresh = Snapshot(
+        cluster_body(),
+        [],
+        nodes("pool-new"),
+        [],
+        None,
+        node_versions=dict(reconciler._node_versions),
+    )
+    current = reconciler._inventory(shape, fresh)
+    assert current is not None and list(current.matching) == ["pool-new"]
