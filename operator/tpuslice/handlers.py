@@ -26,6 +26,7 @@ from tpuslice.metrics import Metrics
 from tpuslice.reconcile import ClusterKey, Reconciler, Snapshot, spec_shape
 from tpuslice.reservation import NodeInfo, PodInfo, ReservationInfo
 from tpuslice.snapshot import (
+    cluster_record,
     node_info,
     pod_info,
     raycluster_info,
@@ -153,7 +154,7 @@ def register(
     # ------------------------------------------------------------ indexes
     @kopf.index(*TSC, id="tsc_index", **reg)
     def tsc_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-        return {(namespace or "", name): dict(body)}
+        return {(namespace or "", name): cluster_record(body)}
 
     @kopf.index(*PODS, labels={c.LABEL_CLUSTER: kopf.PRESENT}, id="pod_index", **reg)
     def pod_index(

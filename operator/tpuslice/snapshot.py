@@ -13,7 +13,28 @@ from typing import Any
 from tpuslice import constants as c
 from tpuslice.reservation import Holder, NodeInfo, PodInfo, ReservationInfo
 
-__all__ = ["node_info", "pod_info", "raycluster_info", "reservation_body", "reservation_info"]
+__all__ = [
+    "cluster_record",
+    "node_info",
+    "pod_info",
+    "raycluster_info",
+    "reservation_body",
+    "reservation_info",
+]
+
+
+_CLUSTER_METADATA = ("name", "namespace", "uid", "generation", "deletionTimestamp")
+
+
+def cluster_record(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a TPUSliceCluster the reconcile reads. Dropping managedFields and the
+    last-applied annotation keeps the index a fraction of the objects' size."""
+    meta = obj.get("metadata") or {}
+    return {
+        "metadata": {k: meta[k] for k in _CLUSTER_METADATA if k in meta},
+        "spec": obj.get("spec") or {},
+        "status": obj.get("status") or {},
+    }
 
 
 def _int(value: Any) -> int | None:

@@ -1,0 +1,100 @@
+"""Kubernetes objects -> the records the decisions and indexes keep."""
+
+from __future__ import annotations
+
+from tpuslice.snapshot import cluster_record, is_subset, node_info, pod_info, raycluster_info
+
+
+def test_pod_record_reads_kuberay_labels_gate_and_pin() -> None:
+    pod = {
+        "metadata": {
+            "name": "w0",
+            "namespace": "ml",
+            "creationTimestamp": "2026-11-30T00:00:00Z",
+            "labels": {
+                "tpuslice.dev/cluster": "llm",
+                "ray.io/worker-group-replica-name": "tpu-abcde",
+                "ray.io/worker-group-replica-index": "1",
+                "ray.io/replica-host-index": "3",
+            },
+        },
+        "spec": {
+            "schedulingGates": [
+                {"name": "tpuslice.dev/slice-reservation"},
+                {"name": "kueue.x-k8s.io/admission"},
+            ],
+            "nodeSelector": {"cloud.google.com/gke-nodepool": "pool-a"},
+        },
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    info = pod_info(pod)
+    assert (info.replica_name, info.replica_index, info.host_index) == ("tpu-abcde", 1, 3)
+    assert info.gated and info.pinned_pool == "pool-a" and info.running_ready
+    assert not info.deleting
+
+
+def test_node_record() -> None:
+    node = {
+        "metadata": {
+            "name": "n0",
+            "labels": {
+                "cloud.google.com/gke-nodepool": "pool-a",
+                "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+                "cloud.google.com/gke-tpu-topology": "4x4",
+            },
+        },
+        "spec": {"unschedulable": True},
+        "status": {
+            "allocatable": {"google.com/tpu": "4"},
+            "conditions": [{"type": "Ready", "status": "False"}],
+        },
+    }
+    info = node_info(node)
+    assert (info.pool, info.chips, info.ready, info.schedulable) == ("pool-a", 4, False, False)
+
+
+def test_cluster_record_keeps_what_the_reconcile_reads_only() -> None:
+    body = {
+        "apiVersion": "tpuslice.dev/v1alpha1",
+        "kind": "TPUSliceCluster",
+        "metadata": {
+            "name": "llm",
+            "namespace": "ml",
+            "uid": "u",
+            "generation": 2,
+            "managedFields": [{"manager": "kubectl"}] * 50,
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+        },
+        "spec": {"tpu": {"type": "v6e"}},
+        "status": {"readySlices": 1},
+    }
+    assert cluster_record(body) == {
+        "metadata": {"name": "llm", "namespace": "ml", "uid": "u", "generation": 2},
+        "spec": {"tpu": {"type": "v6e"}},
+        "status": {"readySlices": 1},
+    }
+
+
+def test_raycluster_record_knows_who_set_suspend() -> None:
+    ours = {
+        "metadata": {
+            "managedFields": [
+                {"manager": "tpuslice-operator", "fieldsV1": {"f:spec": {"f:suspend": {}}}}
+            ]
+        }
+    }
+    kueue = {
+        "metadata": {
+            "managedFields": [{"manager": "kueue", "fieldsV1": {"f:spec": {"f:suspend": {}}}}]
+        }
+    }
+    assert raycluster_info(ours)["ownsSuspend"] is True
+    assert raycluster_info(kueue)["ownsSuspend"] is False
+
+
+def test_is_subset_ignores_extra_fields_but_not_changed_or_missing_ones() -> None:
+    actual = {"a": {"b": 1, "x": 2}, "l": [{"n": 1, "extra": True}]}
+    assert is_subset({"a": {"b": 1}, "l": [{"n": 1}]}, actual)
+    assert not is_subset({"a": {"b": 2}}, actual)
+    assert not is_subset({"a": {"c": 1}}, actual)
+    assert not is_subset({"l": [{"n": 1}, {"n": 2}]}, actual)
