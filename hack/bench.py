@@ -35,12 +35,10 @@ import json
 import math
 import os
 import platform
-import signal
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -60,7 +58,8 @@ from tpuslice.devcluster import (
     TPUPool,
     kube,
 )
-from tpuslice.devcluster.processes import exit_on_signals, free_port
+from tpuslice.devcluster.operator_process import OperatorProcess
+from tpuslice.devcluster.processes import exit_on_signals
 from tpuslice.render import render_cluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -294,98 +293,19 @@ def create_all(
 
 
 # ---------------------------------------------------------------- the operator process
-@dataclass
-class Operator:
-    kubeconfig: Path
-    log: Path
-    proc: subprocess.Popen[bytes] | None = None
-    health_port: int = 0
-    metrics_port: int = 0
-
-    def start(self) -> None:
-        self.health_port, self.metrics_port, webhook_port = free_port(), free_port(), free_port()
-        out = self.log.open("ab")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tpuslice.cli",
-                "run",
-                f"--kubeconfig={self.kubeconfig}",
-                f"--liveness-port={self.health_port}",
-                f"--metrics-port={self.metrics_port}",
-                "--metrics-addr=127.0.0.1",
-                f"--webhook-port={webhook_port}",
-                "--webhook-addr=127.0.0.1",
-                f"--webhook-url=https://127.0.0.1:{webhook_port}",
-                f"--webhook-cert-dir={self.log.parent / 'webhook-certs'}",
-                "--log-level=WARNING",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=REPO,
-        )
-        out.close()
-
-        def healthy() -> bool:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"operator exited; see {self.log}")
-            try:
-                with urllib.request.urlopen(
-                    f"http://127.0.0.1:{self.health_port}/healthz", timeout=2
-                ) as r:
-                    return bool(r.status == 200)
-            except OSError:
-                return False
-
-        kube.wait_for(healthy, timeout_s=120, what="operator /healthz")
-
-    def proc_stats(self) -> dict[str, float]:
-        """Peak and current RSS (MiB) and user+system CPU seconds, from /proc."""
-        assert self.proc is not None
-        pid = self.proc.pid
-        status = Path(f"/proc/{pid}/status").read_text()
-        kib = {
-            line.split(":")[0]: int(line.split()[1])
-            for line in status.splitlines()
-            if line.startswith(("VmHWM", "VmRSS"))
-        }
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        return {
-            "peak_rss_mib": round(kib["VmHWM"] / 1024, 1),
-            "rss_mib": round(kib["VmRSS"] / 1024, 1),
-            "cpu_seconds": round((int(fields[11]) + int(fields[12])) / ticks, 2),
-        }
-
-    def metrics(self) -> dict[str, Any]:
-        with urllib.request.urlopen(
-            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10
-        ) as r:
-            text = r.read().decode()
-        out: dict[str, Any] = {"writes": 0.0, "requests": {}}
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                if s.name == "tpuslice_api_requests_total":
-                    out["requests"][f"{s.labels['verb']} {s.labels['resource']}"] = s.value
-                    if s.labels["verb"] != "GET":
-                        out["writes"] += s.value
-                elif s.name.endswith(("_sum", "_count", "_total")) and not s.labels.get("le"):
-                    key = s.name + "".join(f"{{{k}={v}}}" for k, v in sorted(s.labels.items()))
-                    out[key] = s.value
-        return out
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
+def operator_metrics(operator: OperatorProcess) -> dict[str, Any]:
+    """API writes by verb/resource and the counters of the operator's /metrics."""
+    out: dict[str, Any] = {"writes": 0.0, "requests": {}}
+    for family in text_string_to_metric_families(operator.metrics_text()):
+        for s in family.samples:
+            if s.name == "tpuslice_api_requests_total":
+                out["requests"][f"{s.labels['verb']} {s.labels['resource']}"] = s.value
+                if s.labels["verb"] != "GET":
+                    out["writes"] += s.value
+            elif s.name.endswith(("_sum", "_count", "_total")) and not s.labels.get("le"):
+                key = s.name + "".join(f"{{{k}={v}}}" for k, v in sorted(s.labels.items()))
+                out[key] = s.value
+    return out
 
 
 # ---------------------------------------------------------------- phases
@@ -461,7 +381,12 @@ def operator_run(
     core, custom = kube.core_v1(cluster.api), custom_api(cluster.api)
     ns = "bench-operator"
     make_namespace(core, ns)
-    operator = Operator(cluster.kubeconfig, run_dir / "logs" / "operator.log")
+    operator = OperatorProcess(
+        cluster.kubeconfig,
+        run_dir / "logs" / "operator.log",
+        extra_args=("--log-level=WARNING",),
+        cwd=REPO,
+    )
     operator.start()
     rec, items = Recorder(), names(scale.clusters)
     try:
@@ -486,14 +411,14 @@ def operator_run(
         result["ready_seconds"] = round(max(ready_times) - began, 2) if ready_times else None
         result.update(latencies(rec, items))
         result["proc_after_ready"] = operator.proc_stats()
-        before = operator.metrics()
+        before = operator_metrics(operator)
         with rec.lock:
             rec.window = Counter()
         print(f"  steady state: {steady_s:.0f}s", flush=True)
         time.sleep(steady_s)
         with rec.lock:
             seen, rec.window = dict(rec.window or {}), None
-        after = operator.metrics()
+        after = operator_metrics(operator)
         result["steady"] = {
             "seconds": steady_s,
             "operator_writes": after["writes"] - before["writes"],

@@ -6,14 +6,9 @@ the same tests then run against any cluster named by a kubeconfig.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,102 +20,10 @@ import yaml
 
 from tests.e2e.helpers import E2ECluster
 from tpuslice.devcluster import kube
+from tpuslice.devcluster.operator_process import OperatorProcess
 
 GROUP, VERSION = "tpuslice.dev", "v1alpha1"
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class OperatorProcess:
-    kubeconfig: Path
-    log_path: Path
-    proc: subprocess.Popen[bytes] | None = None
-    port: int = 0
-    webhook_port: int = 0  # kept across restarts: the webhook configuration points at it
-    metrics_port: int = 0
-    starts: int = 0
-
-    def start(self, timeout_s: float = 60) -> None:
-        self.port = free_port()
-        self.webhook_port = self.webhook_port or free_port()
-        self.metrics_port = free_port()
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
-        log.write(f"\n===== start {self.starts} =====\n".encode())
-        log.flush()
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tpuslice.cli",
-                "run",
-                "--kubeconfig",
-                str(self.kubeconfig),
-                "--liveness-port",
-                str(self.port),
-                "--resync-seconds",
-                "10",
-                "--webhook-port",
-                str(self.webhook_port),
-                "--webhook-addr",
-                "127.0.0.1",
-                "--webhook-url",
-                f"https://127.0.0.1:{self.webhook_port}",
-                "--webhook-cert-dir",
-                str(self.log_path.parent / "webhook-certs"),
-                "--metrics-port",
-                str(self.metrics_port),
-                "--metrics-addr",
-                "127.0.0.1",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=REPO,
-        )
-        log.close()
-        self.starts += 1
-        kube.wait_for(
-            self._healthy,
-            timeout_s=timeout_s,
-            what="operator /healthz",
-            describe=lambda: self.tail(),
-        )
-
-    def _healthy(self) -> bool:
-        if self.proc is None or self.proc.poll() is not None:
-            raise AssertionError(f"operator exited; log {self.log_path}:\n{self.tail()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
-
-    def kill(self) -> None:
-        """SIGKILL: no cleanup, no finalizers run, exactly like an OOM kill."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def tail(self, lines: int = 30) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
 # ---------------------------------------------------------------- objects
@@ -339,7 +242,9 @@ def record(name: str, seconds: float) -> None:
 def operator(cluster: E2ECluster, tpuslice_crds: None) -> Iterator[OperatorProcess]:
     """`tpuslice run` with the identity webhook served on loopback, for the whole session."""
     logs = (cluster.run_dir or REPO / ".e2e-runs" / "existing") / "logs"
-    proc = OperatorProcess(cluster.kubeconfig, logs / "operator.log")
+    proc = OperatorProcess(
+        cluster.kubeconfig, logs / "operator.log", extra_args=("--resync-seconds=10",), cwd=REPO
+    )
     proc.start()
     yield proc
     proc.stop()
