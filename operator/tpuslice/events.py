@@ -14,13 +14,10 @@ SLICE_RESERVED: Final = "SliceReserved"  # a node pool was claimed for a slice
 SLICE_RELEASED: Final = "SliceReleased"  # a slice's reservation was deleted (pods gone)
 SLICE_SCHEDULED: Final = "SliceScheduled"  # every pod of a slice was released and pinned
 SLICE_READY: Final = "SliceReady"
-SLICE_PENDING: Final = "SlicePending"
 SLICE_TERMINATING: Final = "SliceTerminating"
 WAITING_FOR_CAPACITY: Final = "WaitingForCapacity"
 RESERVATION_LOST: Final = "ReservationConflict"  # the pool was claimed by someone else first
-RAYCLUSTER_APPLIED: Final = "RayClusterApplied"
 CLUSTER_READY: Final = "Ready"
-STALLED: Final = "Stalled"
 
 # Stalled reasons (status conditions and events).
 KUBERAY_NOT_INSTALLED: Final = "KubeRayNotInstalled"
