@@ -23,7 +23,15 @@ __all__ = [
 ]
 
 
-_CLUSTER_METADATA = ("name", "namespace", "uid", "generation", "deletionTimestamp")
+# creationTimestamp feeds tpuslice_raycluster_creation_seconds.
+_CLUSTER_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+)
 
 
 def cluster_record(obj: Mapping[str, Any]) -> dict[str, Any]:

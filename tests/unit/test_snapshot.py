@@ -62,6 +62,7 @@ def test_cluster_record_keeps_what_the_reconcile_reads_only() -> None:
             "namespace": "ml",
             "uid": "u",
             "generation": 2,
+            "creationTimestamp": "2026-11-30T00:00:00Z",
             "managedFields": [{"manager": "kubectl"}] * 50,
             "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
         },
@@ -69,7 +70,13 @@ def test_cluster_record_keeps_what_the_reconcile_reads_only() -> None:
         "status": {"readySlices": 1},
     }
     assert cluster_record(body) == {
-        "metadata": {"name": "llm", "namespace": "ml", "uid": "u", "generation": 2},
+        "metadata": {
+            "name": "llm",
+            "namespace": "ml",
+            "uid": "u",
+            "generation": 2,
+            "creationTimestamp": "2026-11-30T00:00:00Z",
+        },
         "spec": {"tpu": {"type": "v6e"}},
         "status": {"readySlices": 1},
     }
