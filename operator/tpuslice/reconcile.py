@@ -262,7 +262,7 @@ class Reconciler:
             await self._write_status(
                 body,
                 previous,
-                self._stalled_observation(body, None, Stall(events.INVALID_SPEC, str(exc))),
+                self._stalled_observation(body, Stall(events.INVALID_SPEC, str(exc))),
             )
             return
 
@@ -291,15 +291,14 @@ class Reconciler:
         )
         await self._write_status(body, previous, observed)
 
-    def _stalled_observation(
-        self, body: Mapping[str, Any], spec: SliceClusterSpec | None, stall: Stall
-    ) -> Observed:
+    def _stalled_observation(self, body: Mapping[str, Any], stall: Stall) -> Observed:
+        """For a spec that cannot be parsed: no shape is known, only the stall."""
         tpu = (body.get("spec") or {}).get("tpu") or {}
         return Observed(
             generation=int((body.get("metadata") or {}).get("generation") or 0),
-            accelerator_type=spec.shape.accelerator_type if spec else "",
-            hosts_per_slice=spec.shape.hosts if spec else 0,
-            chips_per_host=spec.shape.chips_per_host if spec else 0,
+            accelerator_type="",
+            hosts_per_slice=0,
+            chips_per_host=0,
             ray_cluster=(body.get("metadata") or {}).get("name", ""),
             desired_slices=int(tpu.get("slices") or 1),
             slices=(),
