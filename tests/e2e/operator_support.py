@@ -68,6 +68,19 @@ def apply(cluster: E2ECluster, namespace: str, body: dict[str, Any]) -> None:
     kubectl(cluster, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(body))
 
 
+def delete_tsc(cluster: E2ECluster, namespace: str, name: str, *, check: bool = True) -> None:
+    """Delete and wait until it is gone: the finalizer has released its node pools."""
+    kubectl(
+        cluster, "delete", "tsc", "-n", namespace, name, "--wait=true", "--timeout=90s", check=check
+    )
+
+
+def event_reasons(cluster: E2ECluster, namespace: str) -> set[str]:
+    """Reasons of every Event in ``namespace`` (ours, KubeRay's, the scheduler's)."""
+    out = kubectl(cluster, "get", "events", "-n", namespace, "-o", "custom-columns=R:.reason")
+    return set(out.stdout.split()[1:])  # first line is the column header
+
+
 def get_tsc(cluster: E2ECluster, namespace: str, name: str) -> dict[str, Any]:
     obj: dict[str, Any] = cluster.custom.get_namespaced_custom_object(
         GROUP, VERSION, namespace, "tpusliceclusters", name

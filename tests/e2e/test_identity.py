@@ -19,6 +19,7 @@ from tests.e2e.operator_support import (
     OperatorProcess,
     apply,
     describe,
+    event_reasons,
     kubectl,
     slice_pods,
     tsc,
@@ -125,12 +126,7 @@ def test_with_the_webhook_down_our_pods_are_refused_and_others_are_not(
         # KubeRay's own attempts are refused too: the replica stays short
         cluster.core.delete_namespaced_pod(worker.metadata.name, namespace)
         kube.wait_for(
-            lambda: (
-                "FailedToCreateWorkerPod"
-                in kubectl(
-                    cluster, "get", "events", "-n", namespace, "-o", "custom-columns=R:.reason"
-                ).stdout
-            ),
+            lambda: "FailedToCreateWorkerPod" in event_reasons(cluster, namespace),
             timeout_s=60,
             what="KubeRay's refused pod creation event",
         )

@@ -19,7 +19,9 @@ from tests.e2e.operator_support import (
     OperatorProcess,
     apply,
     condition,
+    delete_tsc,
     describe,
+    event_reasons,
     get_tsc,
     held_by,
     kubectl,
@@ -146,25 +148,12 @@ def test_b_one_free_pool_one_slice_waits_until_a_pool_is_added(
         ) in ready["message"]
         assert condition(obj, "Reconciling")["status"] == "True"
         assert condition(obj, "Stalled")["status"] == "False"
-        events = kubectl(
-            cluster, "get", "events", "-n", namespace, "-o", "custom-columns=R:.reason"
-        ).stdout
-        assert "WaitingForCapacity" in events
+        assert "WaitingForCapacity" in event_reasons(cluster, namespace)
         add_pool(cluster, second)
         wait_condition(cluster, namespace, "wide", "Ready", "True", timeout_s=90)
         assert set(held_by(cluster, namespace, "wide").values()) == {first.name, second.name}
     finally:
-        kubectl(
-            cluster,
-            "delete",
-            "tsc",
-            "-n",
-            namespace,
-            "wide",
-            "--wait=true",
-            "--timeout=90s",
-            check=False,
-        )
+        delete_tsc(cluster, namespace, "wide", check=False)
         kube.delete_pool(cluster.api, first.name)
         kube.delete_pool(cluster.api, second.name)
 
@@ -199,7 +188,7 @@ def test_c_two_clusters_compete_for_one_pool(
         assert f"v5e-2x4 held by {namespace}/{winner}" in condition(waiting, "Ready")["message"]
         holders = [r for r in reservations(cluster) if r["spec"]["nodePool"] == "v5e-2x4"]
         assert [r["spec"]["holder"]["name"] for r in holders] == [winner]
-        kubectl(cluster, "delete", "tsc", "-n", namespace, winner, "--wait=true", "--timeout=90s")
+        delete_tsc(cluster, namespace, winner)
         wait_condition(cluster, namespace, loser, "Ready", "True", timeout_s=120)
     assert watch.samples > 5  # the watch really sampled during the scenario
     assert watch.violations == []
@@ -211,7 +200,7 @@ def test_d_deleting_the_cluster_removes_everything_and_releases_the_pool(
     apply(cluster, namespace, tsc("gone", type_="v4", topology="2x2x2"))
     wait_condition(cluster, namespace, "gone", "Ready", "True")
     assert held_by(cluster, namespace, "gone") != {}
-    kubectl(cluster, "delete", "tsc", "-n", namespace, "gone", "--wait=true", "--timeout=90s")
+    delete_tsc(cluster, namespace, "gone")
     assert (
         cluster.custom.list_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters")[
             "items"
@@ -254,10 +243,7 @@ def test_e_node_failure_moves_the_slice_and_recovers(
         )
     assert after["nodePool"] != failed_pool  # the damaged pool has 3 of 4 nodes
     assert watch.violations == []
-    reasons = kubectl(
-        cluster, "get", "events", "-n", namespace, "-o", "custom-columns=R:.reason"
-    ).stdout.split()
-    assert {"SliceReserved", "SliceReleased", "SliceReady"} <= set(reasons)
+    assert {"SliceReserved", "SliceReleased", "SliceReady"} <= event_reasons(cluster, namespace)
     assert failed_pool not in held_by(cluster, namespace, "sturdy").values()
 
 
@@ -467,15 +453,5 @@ def test_single_host_slice_reserves_a_one_node_pool(
         (pod,) = slice_pods(cluster, namespace, "solo")
         assert entry["replica"] == pod.metadata.name
     finally:
-        kubectl(
-            cluster,
-            "delete",
-            "tsc",
-            "-n",
-            namespace,
-            "solo",
-            "--wait=true",
-            "--timeout=90s",
-            check=False,
-        )
+        delete_tsc(cluster, namespace, "solo", check=False)
         kube.delete_pool(cluster.api, pool.name)
