@@ -149,7 +149,7 @@ def register(
 
     @kopf.on.probe(id="api", **reg)
     async def api_requests(memo: kopf.Memo, **_: Any) -> int:
-        return sum(memo.kube.requests.values()) if "kube" in memo else 0
+        return memo.kube.metrics.api_requests_sent() if "kube" in memo else 0
 
     # ------------------------------------------------------------ indexes
     @kopf.index(*TSC, id="tsc_index", **reg)

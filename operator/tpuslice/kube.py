@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections import Counter
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -86,15 +85,11 @@ def _now() -> str:
 
 @dataclass
 class Kube:
-    """Async wrapper over one ApiClient; counts requests by (verb, resource).
-
-    ``requests`` is the in-process count (the liveness probe reports it);
-    ``metrics`` exports the same count, and failed requests, to Prometheus.
-    """
+    """Async wrapper over one ApiClient; ``metrics`` counts requests by (verb, resource)
+    and failed ones."""
 
     api: Any
     executor: ThreadPoolExecutor
-    requests: Counter[tuple[str, str]]
     metrics: Metrics = field(default_factory=Metrics)
 
     @classmethod
@@ -104,7 +99,6 @@ class Kube:
         return cls(
             api=load_api_client(kubeconfig, pool_size=threads),
             executor=ThreadPoolExecutor(threads, thread_name_prefix="kube"),
-            requests=Counter(),
             metrics=metrics or Metrics(),
         )
 
@@ -154,7 +148,6 @@ class Kube:
         body: Any = None,
         content_type: str | None = None,
     ) -> Any:
-        self.requests[(method, resource)] += 1
         self.metrics.api_request(method, resource)
         loop = asyncio.get_running_loop()
         try:
