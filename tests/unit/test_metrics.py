@@ -8,13 +8,14 @@ import socket
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
-import kopf
 import pytest
 
 from tests.unit.test_reconcile import FakeKube, cluster_body, nodes, pods
+from tpuslice import constants as c
 from tpuslice import webhook
+from tpuslice.identity import IdentityError, MutationResult
 from tpuslice.kube import ApiError, Kube
 from tpuslice.metrics import Metrics, parse_timestamp, serve, slice_last_created
 from tpuslice.reconcile import Reconciler, Snapshot
@@ -147,9 +148,17 @@ def test_kube_call_counts_requests_and_failures() -> None:
     assert m.api_requests_sent() == 2  # what the liveness probe reports
 
 
-class FakePatch:
-    def __init__(self) -> None:
-        self.fns: list[Any] = []
+def _review(pod: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u1",
+            "operation": "CREATE",
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "object": pod,
+        },
+    }
 
 
 @pytest.mark.parametrize(
@@ -159,21 +168,35 @@ class FakePatch:
 def test_webhook_latency_by_result(
     monkeypatch: pytest.MonkeyPatch, outcome: str, result: str
 ) -> None:
-    def fake_handler(patch: FakePatch, **_: Any) -> None:
-        if outcome == "mutate":
-            patch.fns.append(lambda raw: None)
-        elif outcome == "refuse":
-            raise kopf.AdmissionError("no", code=403)
-        elif outcome == "crash":
-            raise KeyError("spec")
+    pod = {"metadata": {"labels": {c.LABEL_CLUSTER: "llm"}}, "spec": {}}
 
-    monkeypatch.setattr(webhook, "identity_handler", fake_handler)
+    def fake_mutate(pod: dict[str, Any]) -> MutationResult:
+        if outcome == "refuse":
+            raise IdentityError("no")
+        if outcome == "crash":
+            raise KeyError("spec")
+        if outcome == "nothing":  # e.g. reinvocation: identity found, already set
+            return MutationResult(pod=pod, identity=cast(Any, object()))
+        return MutationResult(pod={**pod, "spec": {"hostname": "h"}}, identity=cast(Any, object()))
+
+    monkeypatch.setattr(webhook, "mutate_pod", fake_mutate)
     m = Metrics()
-    handler = webhook.timed_identity_handler(m)
-    with contextlib.suppress(kopf.AdmissionError, KeyError):
-        handler(body={}, patch=FakePatch(), warnings=[], logger=None)
+    with contextlib.suppress(KeyError):
+        webhook.timed_admission_response(_review(pod), m)
     assert value(m, "tpuslice_webhook_admission_duration_seconds_count", result=result) == 1
     assert value(m, "tpuslice_errors_total", kind="webhook") == (result == "error")
+
+
+def test_webhook_bad_review_is_not_an_admission() -> None:
+    m = Metrics()
+    with pytest.raises(webhook.BadReview):
+        webhook.timed_admission_response({"kind": "Pod"}, m)
+    assert (
+        m.registry.get_sample_value(
+            "tpuslice_webhook_admission_duration_seconds_count", {"result": "error"}
+        )
+        is None
+    )
 
 
 def _free_port() -> int:
