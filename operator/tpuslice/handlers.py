@@ -1,11 +1,12 @@
 """Thin kopf handlers: keep indexes of what matters, and turn every event into a kick.
 
-Pods, nodes, RayClusters and reservations are followed through kopf indexes
-(small records, server-side label selectors), never with change handlers, so
-kopf writes no annotations on them. All decisions live in the pure modules and
-``reconcile.py``; all API calls in ``kube.py``. Handlers are registered by
-``register`` into a registry the caller owns, with intervals from the frozen
-``OperatorConfig``.
+kopf follows TPUSliceClusters and SliceReservations (indexes of small records,
+the finalizer, timers). Pods, nodes and RayClusters, the numerous kinds, are
+followed by our own watches (``watches.py``) into stores, so kopf keeps no
+per-object state for them and writes nothing on them. All decisions live in the
+pure modules and ``reconcile.py``; all API calls in ``kube.py``. Handlers are
+registered by ``register`` into a registry the caller owns, with intervals from
+the frozen ``OperatorConfig``.
 """
 
 from __future__ import annotations
@@ -24,15 +25,9 @@ from tpuslice.config import OperatorConfig
 from tpuslice.kube import Kube
 from tpuslice.metrics import Metrics
 from tpuslice.reconcile import ClusterKey, Reconciler, Snapshot, spec_shape
-from tpuslice.reservation import NodeInfo, PodInfo, ReservationInfo
-from tpuslice.snapshot import (
-    cluster_record,
-    node_info,
-    pod_info,
-    raycluster_info,
-    reservation_info,
-    reservation_shape,
-)
+from tpuslice.reservation import ReservationInfo
+from tpuslice.snapshot import cluster_record, reservation_info, reservation_shape
+from tpuslice.watches import Watches, node_kicks, pod_kicks
 
 __all__ = ["register"]
 
@@ -40,9 +35,6 @@ log = logging.getLogger(__name__)
 
 TSC = (c.GROUP, c.VERSION, c.PLURAL_CLUSTER)
 RESERVATIONS = (c.GROUP, c.VERSION, c.PLURAL_RESERVATION)
-PODS = ("", "v1", "pods")
-NODES = ("", "v1", "nodes")
-RAYCLUSTERS = (c.RAY_GROUP, c.RAY_VERSION, c.RAY_PLURAL_CLUSTER)
 
 
 def _first(store: Iterable[Any] | None) -> Any:
@@ -51,14 +43,12 @@ def _first(store: Iterable[Any] | None) -> Any:
     return None
 
 
-def make_reader(indices: Mapping[str, Any]) -> Any:
-    """A snapshot reader over kopf's live indexes (the same objects for the whole run)."""
+def make_reader(indices: Mapping[str, Any], watches: Watches) -> Any:
+    """A snapshot reader over kopf's live indexes and our watches' stores (the same
+    objects for the whole run)."""
     clusters = indices["tsc_index"]
-    pods = indices["pod_index"]
-    nodes = indices["node_index"]
     by_shape = indices["reservation_shape_index"]
     by_holder = indices["reservation_holder_index"]
-    rayclusters = indices["raycluster_index"]
 
     def read(key: ClusterKey) -> Snapshot:
         cluster = _first(clusters.get(key))
@@ -69,19 +59,18 @@ def make_reader(indices: Mapping[str, Any]) -> Any:
             reservations[info.pool] = info
         return Snapshot(
             cluster=cluster,
-            pods=list(pods.get(key, ())),
-            nodes=list(nodes.get(shape, ())) if shape else [],
+            pods=watches.pods_of(key),
+            nodes=watches.nodes_of(shape) if shape else [],
             reservations=list(reservations.values()),
-            raycluster=_first(rayclusters.get(key)),
+            raycluster=watches.raycluster(key),
         )
 
     return read
 
 
-async def _start_webhook(
-    settings: kopf.OperatorSettings, kube: Kube, config: OperatorConfig, logger: Any
-) -> None:
-    """Serve the TPU identity webhook and, unless told otherwise, apply its configuration."""
+async def _start_webhook(memo: kopf.Memo, kube: Kube, config: OperatorConfig, logger: Any) -> None:
+    """Serve the TPU identity webhook on its own threads (off kopf's event loop, which
+    is busy with reconciles) and, unless told otherwise, apply its configuration."""
     assert config.webhook_port is not None
     service = None
     if config.webhook_service:
@@ -90,9 +79,8 @@ async def _start_webhook(
     else:
         hosts = [urlparse(config.webhook_url or "https://127.0.0.1").hostname or "127.0.0.1"]
     files = webhook.certificates_for(Path(config.webhook_cert_dir), hosts)
-    webhook.configure_admission(
-        settings,
-        webhook.webhook_server(files, port=config.webhook_port, addr=config.webhook_addr),
+    memo.webhook_server = webhook.serve_identity_webhook(
+        files, port=config.webhook_port, addr=config.webhook_addr, metrics=kube.metrics
     )
     if config.manage_webhook_configuration and (service or config.webhook_url):
         await kube.apply_webhook_configuration(
@@ -112,9 +100,6 @@ def register(
     """Register every handler of the operator into ``registry``, recording into ``metrics``."""
     reg: dict[str, Any] = {"registry": registry}
     metrics = metrics or Metrics()
-    if config.webhook_port:
-        webhook.register_identity_webhook(registry, metrics)
-    last_nodes: dict[str, NodeInfo] = {}  # only to skip heartbeats that change nothing we use
 
     # ------------------------------------------------------------ start-up
     @kopf.on.login(**reg)
@@ -131,21 +116,55 @@ def register(
         settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
             prefix=c.GROUP, key="last-handled-configuration"
         )
-        # server-side filters: only our pods, only TPU nodes, only our RayClusters
-        settings.watching.label_selectors[PODS] = c.LABEL_CLUSTER
-        settings.watching.label_selectors[NODES] = c.NODE_LABEL_ACCELERATOR
-        settings.watching.label_selectors[RAYCLUSTERS] = c.LABEL_CLUSTER
         settings.posting.level = logging.WARNING
         kube = Kube.connect(config.kubeconfig, config.api_threads, metrics)
         memo.kube = kube
-        memo.reconciler = Reconciler(kube, make_reader(kwargs), metrics=metrics)
+        watches = Watches()
+        reconciler = Reconciler(kube, make_reader(kwargs, watches), metrics=metrics)
+        memo.watches, memo.reconciler = watches, reconciler
+        reconciler.hold_until_indexed()
+        shape_index = kwargs["reservation_shape_index"]
+
+        def holders_of(shape: tuple[str, str], pool: str) -> set[ClusterKey]:
+            return {
+                (r.holder.namespace, r.holder.name)
+                for r in shape_index.get(shape, ())
+                if r.pool == pool
+            }
+
+        def on_nodes(changes: list[Any]) -> None:
+            shapes, keys = node_kicks(changes, reconciler.waiting_for, holders_of)
+            for shape in shapes:
+                reconciler.nodes_changed(shape)
+            reconciler.kick_soon(keys)
+
+        await watches.start(
+            kube,
+            config.namespaces,
+            on_pods=lambda changes: reconciler.kick_soon(pod_kicks(changes)),
+            on_nodes=on_nodes,
+            on_rayclusters=lambda changes: reconciler.kick_soon({ch.key for ch in changes}),
+        )
+        logger.info(
+            "listed %d TPU nodes, %d pods and %d RayClusters of TPUSliceClusters",
+            len(watches.nodes),
+            len(watches.pods),
+            len(watches.rayclusters),
+        )
         if config.webhook_port:
-            await _start_webhook(settings, kube, config, logger)
+            await _start_webhook(memo, kube, config, logger)
         if not await kube.crd_exists(f"{c.RAY_PLURAL_CLUSTER}.{c.RAY_GROUP}"):
             logger.warning(
                 "KubeRay's RayCluster CRD is not installed; every TPUSliceCluster "
                 "will be Stalled (KubeRayNotInstalled) until it is"
             )
+
+    @kopf.on.cleanup(**reg)
+    async def stop(memo: kopf.Memo, **_: Any) -> None:
+        if "watches" in memo:
+            memo.watches.stop()
+        if memo.get("webhook_server") is not None:
+            memo.webhook_server.stop()
 
     @kopf.on.probe(id="api", **reg)
     async def api_requests(memo: kopf.Memo, **_: Any) -> int:
@@ -156,20 +175,6 @@ def register(
     def tsc_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
         return {(namespace or "", name): cluster_record(body)}
 
-    @kopf.index(*PODS, labels={c.LABEL_CLUSTER: kopf.PRESENT}, id="pod_index", **reg)
-    def pod_index(
-        namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
-    ) -> dict[Any, PodInfo]:
-        return {(namespace or "", labels[c.LABEL_CLUSTER]): pod_info(body)}
-
-    @kopf.index(*NODES, labels={c.NODE_LABEL_ACCELERATOR: kopf.PRESENT}, id="node_index", **reg)
-    def node_index(labels: kopf.Labels, body: kopf.Body, **_: Any) -> dict[Any, NodeInfo]:
-        return {
-            (labels[c.NODE_LABEL_ACCELERATOR], labels.get(c.NODE_LABEL_TOPOLOGY, "")): node_info(
-                body
-            )
-        }
-
     @kopf.index(*RESERVATIONS, id="reservation_shape_index", **reg)
     def reservation_shape_index(body: kopf.Body, **_: Any) -> dict[Any, ReservationInfo]:
         return {reservation_shape(body): reservation_info(body)}
@@ -179,17 +184,12 @@ def register(
         info = reservation_info(body)
         return {info.holder.uid: info}
 
-    @kopf.index(*RAYCLUSTERS, labels={c.LABEL_CLUSTER: kopf.PRESENT}, id="raycluster_index", **reg)
-    def raycluster_index(
-        namespace: str | None, name: str, body: kopf.Body, **_: Any
-    ) -> dict[Any, Any]:
-        return {(namespace or "", name): raycluster_info(body)}
-
     # ------------------------------------------------------------ triggers
     @kopf.on.event(*TSC, **reg)
     async def cluster_changed(
         type: str, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
     ) -> None:
+        memo.reconciler.indexed()  # kopf calls handlers only once its indexes are filled
         if type == "DELETED":
             memo.reconciler.forget((namespace or "", name))
             return
@@ -199,20 +199,9 @@ def register(
     async def resync(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
         await memo.reconciler.kick((namespace or "", name))
 
-    @kopf.on.event(*PODS, labels={c.LABEL_CLUSTER: kopf.PRESENT}, **reg)
-    async def pod_changed(
-        namespace: str | None, labels: kopf.Labels, memo: kopf.Memo, **_: Any
-    ) -> None:
-        await memo.reconciler.kick((namespace or "", labels[c.LABEL_CLUSTER]))
-
-    @kopf.on.event(*RAYCLUSTERS, labels={c.LABEL_CLUSTER: kopf.PRESENT}, **reg)
-    async def raycluster_changed(
-        namespace: str | None, name: str, memo: kopf.Memo, **_: Any
-    ) -> None:
-        await memo.reconciler.kick((namespace or "", name))
-
     @kopf.on.event(*RESERVATIONS, **reg)
     async def reservation_changed(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        memo.reconciler.indexed()
         info = reservation_info(body)
         keys = {(info.holder.namespace, info.holder.name)}
         if type == "DELETED":  # a pool became free: wake whoever waits for its shape
@@ -220,30 +209,6 @@ def register(
             keys |= memo.reconciler.waiting_for(reservation_shape(body))
         else:
             metrics.reservation_seen(info.pool, info.phase)
-        memo.reconciler.kick_soon(keys)
-
-    @kopf.on.event(*NODES, labels={c.NODE_LABEL_ACCELERATOR: kopf.PRESENT}, **reg)
-    async def node_changed(
-        type: str,
-        name: str,
-        body: kopf.Body,
-        memo: kopf.Memo,
-        **kwargs: Any,
-    ) -> None:
-        info = node_info(body)
-        if type != "DELETED" and last_nodes.get(name) == info:
-            return
-        last_nodes[name] = info
-        if type == "DELETED":
-            last_nodes.pop(name, None)
-        shape = (info.accelerator, info.topology)
-        memo.reconciler.nodes_changed(shape)
-        keys = memo.reconciler.waiting_for(shape)
-        keys |= {
-            (r.holder.namespace, r.holder.name)
-            for r in kwargs["reservation_shape_index"].get(shape, ())
-            if r.pool == info.pool
-        }
         memo.reconciler.kick_soon(keys)
 
     # ------------------------------------------------------------ release
@@ -260,7 +225,7 @@ def register(
         kube: Kube = memo.kube
         namespace = namespace or ""
         await kube.delete_raycluster(namespace, name)
-        remaining = list(kwargs["pod_index"].get((namespace, name), ()))
+        remaining = memo.watches.pods_of((namespace, name))
         if remaining:
             raise kopf.TemporaryError(
                 f"waiting for {len(remaining)} worker pods to terminate before releasing "
@@ -281,7 +246,7 @@ def register(
             return
         if any(
             p.replica_name == holder.replica_name
-            for p in kwargs["pod_index"].get((holder.namespace, holder.name), ())
+            for p in memo.watches.pods_of((holder.namespace, holder.name))
         ):
             return
         if await memo.kube.delete_reservation(info.pool, uid=body.metadata.uid):

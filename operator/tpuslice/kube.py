@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,13 +27,24 @@ from kubernetes import config as k8s_config
 from tpuslice import constants as c
 from tpuslice.metrics import Metrics
 
-__all__ = ["ApiError", "Kube", "load_api_client"]
+__all__ = ["ApiError", "Deliver", "Followed", "Kube", "iter_lines", "load_api_client", "object_key"]
 
 log = logging.getLogger(__name__)
 
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
+
+
+#: A watch request ends after this long and is reopened from the last resourceVersion.
+WATCH_SECONDS = 290
+LIST_PAGE_SIZE = 500
+#: How often to look again for a kind whose CRD is missing (KubeRay installed later).
+MISSING_KIND_RETRY_SECONDS = 30.0
+
+ObjectKey = tuple[str, str]  # (namespace or "", name)
+#: (None, every record) for a listing, (ADDED|MODIFIED|DELETED, {key: record}) for an event.
+Deliver = Callable[[str | None, dict[ObjectKey, Any]], None]
 
 
 class ApiError(Exception):
@@ -79,6 +91,54 @@ def _path(group: str, version: str, plural: str, name: str = "", namespace: str 
     return base + (f"/{quote(name)}" if name else "")
 
 
+@dataclass(frozen=True)
+class Followed:
+    """A kind the operator lists and watches itself, and how to shrink its objects."""
+
+    group: str
+    version: str
+    plural: str
+    convert: Callable[[Mapping[str, Any]], Any]
+    label_selector: str = ""
+    namespace: str = ""  # "" for all namespaces (and for cluster-scoped kinds)
+
+    def path(self) -> str:
+        return _path(self.group, self.version, self.plural, namespace=self.namespace)
+
+    def query(self) -> dict[str, str]:
+        return {"labelSelector": self.label_selector} if self.label_selector else {}
+
+
+def object_key(obj: Mapping[str, Any]) -> ObjectKey:
+    meta = obj.get("metadata") or {}
+    return meta.get("namespace") or "", meta.get("name") or ""
+
+
+def iter_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Whole lines out of a stream of chunks (a watch sends one JSON event per line)."""
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        yield from (line for line in lines if line.strip())
+    if pending.strip():
+        yield pending
+
+
+def _raise_for(status: int, reason: str, data: bytes) -> None:
+    try:
+        payload = json.loads(data)
+    except (ValueError, TypeError):
+        payload = {}
+    if not isinstance(payload, dict):
+        payload = {}
+    raise ApiError(
+        status,
+        str(payload.get("reason") or reason),
+        str(payload.get("message") or data[:500]),
+    )
+
+
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -103,14 +163,16 @@ class Kube:
         )
 
     # ------------------------------------------------------------ transport
-    def _call_sync(
+    def _send(
         self,
         method: str,
         path: str,
         query: Mapping[str, str] | None,
         body: Any,
         content_type: str | None,
+        timeout: float | tuple[float, float] = 30,
     ) -> Any:
+        """One request; the response is not read yet (a watch streams it)."""
         url = self.api.configuration.host + path + (f"?{urlencode(query)}" if query else "")
         headers = {"Accept": "application/json"}
         if body is not None:
@@ -119,23 +181,21 @@ class Kube:
         self.api.update_params_for_auth(auth, None, ["BearerToken"], path, method, body)
         headers.update(auth)
         response = self.api.rest_client.request(
-            method,
-            url,
-            headers=headers,
-            body=body,
-            _request_timeout=30,
+            method, url, headers=headers, body=body, _request_timeout=timeout
         )
-        data = response.read()
         if response.status >= 400:
-            try:
-                payload = json.loads(data)
-            except (ValueError, TypeError):
-                payload = {}
-            raise ApiError(
-                response.status,
-                str(payload.get("reason") or response.reason),
-                str(payload.get("message") or data[:500]),
-            )
+            _raise_for(response.status, response.reason, response.read())
+        return response
+
+    def _call_sync(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | None,
+        body: Any,
+        content_type: str | None,
+    ) -> Any:
+        data = self._send(method, path, query, body, content_type).read()
         return json.loads(data) if data else None
 
     async def call(
@@ -334,3 +394,117 @@ class Kube:
             log.warning(
                 "could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc
             )
+
+    # ------------------------------------------------------------ watches
+    async def follow(self, kind: Followed, deliver: Deliver) -> threading.Event:
+        """List ``kind``, then watch it forever on a thread of its own; return once the first
+        listing was delivered. Returns the event that stops the thread.
+
+        ``deliver`` runs on the calling event loop with ``(None, records)`` for a full
+        listing (the first one and every relist after the watch fell too far behind) and
+        ``(event type, {key: record})`` for each watch event. Converting objects into
+        records happens on the watch thread, so whole objects never reach the loop."""
+        loop = asyncio.get_running_loop()
+        listed: asyncio.Future[None] = loop.create_future()
+        stop = threading.Event()
+
+        def on_loop(event: str | None, records: dict[ObjectKey, Any]) -> None:
+            deliver(event, records)
+            if event is None and not listed.done():
+                listed.set_result(None)
+
+        def emit(event: str | None, records: dict[ObjectKey, Any]) -> None:
+            loop.call_soon_threadsafe(on_loop, event, records)
+
+        threading.Thread(
+            target=self._follow_forever,
+            args=(kind, emit, stop),
+            name=f"watch-{kind.plural}",
+            daemon=True,
+        ).start()
+        await listed
+        return stop
+
+    def _follow_forever(
+        self, kind: Followed, emit: Callable[[str | None, dict[ObjectKey, Any]], None], stop: Any
+    ) -> None:
+        version: str | None = None
+        backoff = 1.0
+        while not stop.is_set():
+            try:
+                if version is None:
+                    records, version = self._list_all(kind)
+                    emit(None, records)
+                version = self._watch_once(kind, version, emit, stop)
+                backoff = 1.0
+            except ApiError as exc:
+                self.metrics.api_error()
+                if exc.status == 410:  # too old: list again
+                    version = None
+                    continue
+                if exc.not_found:  # the CRD is not installed (KubeRay): nothing to follow yet
+                    version = None
+                    emit(None, {})
+                    stop.wait(MISSING_KIND_RETRY_SECONDS)
+                    continue
+                log.warning("watching %s failed: %s; retrying in %.0fs", kind.plural, exc, backoff)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+            except Exception as exc:  # connection reset, read timeout, bad JSON: watch again
+                self.metrics.api_error()
+                log.warning("watching %s failed: %s; retrying in %.0fs", kind.plural, exc, backoff)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+    def _list_all(self, kind: Followed) -> tuple[dict[ObjectKey, Any], str]:
+        """Every object (in pages), converted; and the resourceVersion to watch from."""
+        records: dict[ObjectKey, Any] = {}
+        token = ""
+        while True:
+            query = dict(kind.query(), limit=str(LIST_PAGE_SIZE))
+            if token:
+                query["continue"] = token
+            self.metrics.api_request("LIST", kind.plural)
+            page = self._call_sync("GET", kind.path(), query, None, None) or {}
+            for obj in page.get("items") or []:
+                records[object_key(obj)] = kind.convert(obj)
+            meta = page.get("metadata") or {}
+            token = meta.get("continue") or ""
+            if not token:
+                return records, str(meta.get("resourceVersion") or "")
+
+    def _watch_once(
+        self,
+        kind: Followed,
+        version: str,
+        emit: Callable[[str | None, dict[ObjectKey, Any]], None],
+        stop: Any,
+    ) -> str:
+        """One watch request from ``version`` until the server ends it; the newest version."""
+        query = dict(
+            kind.query(),
+            watch="1",
+            resourceVersion=version,
+            allowWatchBookmarks="true",
+            timeoutSeconds=str(WATCH_SECONDS),
+        )
+        self.metrics.api_request("WATCH", kind.plural)
+        response = self._send("GET", kind.path(), query, None, None, (10, WATCH_SECONDS + 30))
+        try:
+            for line in iter_lines(response.response.stream(64 * 1024)):
+                if stop.is_set():
+                    break
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    raise ApiError(
+                        int(obj.get("code") or 500),
+                        str(obj.get("reason") or "WatchError"),
+                        str(obj.get("message") or obj),
+                    )
+                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                    emit(event["type"], {object_key(obj): kind.convert(obj)})
+        finally:
+            response.response.release_conn()
+        return version

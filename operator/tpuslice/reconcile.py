@@ -168,6 +168,22 @@ class Reconciler:
     metrics: Metrics = field(default_factory=Metrics)
     _node_versions: dict[Shape, int] = field(default_factory=dict)
     _inventories: dict[Shape, tuple[int, PoolIndex]] = field(default_factory=dict)
+    # Kicks held back until kopf has filled its indexes (see ``hold_until_indexed``).
+    _held: set[ClusterKey] | None = None
+
+    # ------------------------------------------------------------ start-up
+    def hold_until_indexed(self) -> None:
+        """Hold kicks until ``indexed``: our own watches are listed before kopf's indexes
+        of clusters and reservations, and a pass over a snapshot without the cluster's
+        reservations would claim pools it already holds."""
+        if self._held is None:
+            self._held = set()
+
+    def indexed(self) -> None:
+        """kopf's indexes are filled (kopf calls no handler before that): run what was held."""
+        held, self._held = self._held, None
+        if held:
+            self.kick_soon(held)
 
     # ------------------------------------------------------------ nodes
     def nodes_changed(self, shape: Shape) -> None:
@@ -194,6 +210,9 @@ class Reconciler:
     # ------------------------------------------------------------ triggers
     async def kick(self, key: ClusterKey) -> None:
         """Reconcile ``key`` now, or once more after the pass already running."""
+        if self._held is not None:
+            self._held.add(key)
+            return
         if key in self._running:
             self._dirty.add(key)
             return
