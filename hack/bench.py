@@ -15,7 +15,7 @@ TPUSliceCluster plus CPU nodes for the heads. In order:
         first pod seen, and the ratio of the two;
      b. last pod of a slice seen -> every pod of the slice seen ungated and pinned;
      c. first create -> every TSC Ready;
-     e. then 60 s of steady state: the operator's non-GET API requests (its
+     e. then 60 s of steady state: the operator's API writes (POST/PUT/PATCH/DELETE; its
         /metrics) and the TSC / SliceReservation / Event changes seen by watches;
      d. the operator's peak RSS (VmHWM) and CPU seconds from /proc;
   direct run: the operator stopped and its webhook configuration deleted, the
@@ -293,6 +293,9 @@ def create_all(
 
 
 # ---------------------------------------------------------------- the operator process
+WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE"}  # not GET, LIST, WATCH
+
+
 def operator_metrics(operator: OperatorProcess) -> dict[str, Any]:
     """API writes by verb/resource and the counters of the operator's /metrics."""
     out: dict[str, Any] = {"writes": 0.0, "requests": {}}
@@ -300,7 +303,7 @@ def operator_metrics(operator: OperatorProcess) -> dict[str, Any]:
         for s in family.samples:
             if s.name == "tpuslice_api_requests_total":
                 out["requests"][f"{s.labels['verb']} {s.labels['resource']}"] = s.value
-                if s.labels["verb"] != "GET":
+                if s.labels["verb"] in WRITE_VERBS:
                     out["writes"] += s.value
             elif s.name.endswith(("_sum", "_count", "_total")) and not s.labels.get("le"):
                 key = s.name + "".join(f"{{{k}={v}}}" for k, v in sorted(s.labels.items()))
