@@ -19,6 +19,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -44,7 +45,7 @@ from tpuslice.reservation import (
 )
 from tpuslice.snapshot import is_subset, reservation_body, reservation_info
 from tpuslice.spec import SliceClusterSpec, SpecError, parse_cluster
-from tpuslice.status import Observed, Stall, compute_status, slice_events
+from tpuslice.status import Observed, Stall, compute_status, progress_only, slice_events
 
 __all__ = ["ClusterKey", "Reconciler", "Snapshot"]
 
@@ -57,6 +58,10 @@ Shape = tuple[str, str]  # (gke accelerator, topology)
 #: assuming it (a relist can skip short-lived objects).
 OVERLAY_TTL_SECONDS = 30.0
 RETRY_SECONDS = 5.0
+#: A status change that is only progress (N of 4 pods created, hosts ready) is written
+#: at most this often per cluster; the counts of a slice coming up arrive within a
+#: second or two, and each used to be a status write of its own.
+PROGRESS_WRITE_SECONDS = 1.0
 
 MULTIHOST_HINT = (
     "KubeRay created worker pods without the ray.io/worker-group-replica-name and "
@@ -170,6 +175,9 @@ class Reconciler:
     _inventories: dict[Shape, tuple[int, PoolIndex]] = field(default_factory=dict)
     # Kicks held back until kopf has filled its indexes (see ``hold_until_indexed``).
     _held: set[ClusterKey] | None = None
+    _last_status_write: dict[ClusterKey, float] = field(default_factory=dict)
+    _kicks_later: set[ClusterKey] = field(default_factory=set)
+    progress_write_seconds: float = PROGRESS_WRITE_SECONDS
 
     # ------------------------------------------------------------ start-up
     def hold_until_indexed(self) -> None:
@@ -235,9 +243,15 @@ class Reconciler:
         finally:
             self._running.discard(key)
 
-    def _retry_later(self, key: ClusterKey) -> None:
+    def _retry_later(self, key: ClusterKey, delay: float = RETRY_SECONDS) -> None:
+        """One more pass after ``delay`` (at most one such pass pending per cluster)."""
+        if key in self._kicks_later:
+            return
+        self._kicks_later.add(key)
+
         async def later() -> None:
-            await asyncio.sleep(RETRY_SECONDS)
+            await asyncio.sleep(delay)
+            self._kicks_later.discard(key)
             await self.kick(key)
 
         self._spawn(later())
@@ -258,6 +272,7 @@ class Reconciler:
 
     def forget(self, key: ClusterKey) -> None:
         self._written.pop(key, None)
+        self._last_status_write.pop(key, None)
         self._applied_once.discard(key)
         self.metrics.forget_cluster(key)
         for keys in self._waiting.values():
@@ -532,8 +547,14 @@ class Reconciler:
         if status == previous or status == dict(body.get("status") or {}):
             self._written[key] = status
             return
+        now = time.monotonic()
+        wait = self._last_status_write.get(key, -math.inf) + self.progress_write_seconds - now
+        if wait > 0 and progress_only(previous, status):
+            self._retry_later(key, wait)  # folded into the next write, or written then
+            return
         await self.kube.patch_cluster_status(meta["namespace"], meta["name"], status)
         self._written[key] = status
+        self._last_status_write[key] = now
         ref = ClusterRef(meta["namespace"], meta["name"], meta.get("uid", ""))
         for kind, reason, message in slice_events(previous.get("slices") or [], observed.slices):
             if reason != events.SLICE_RESERVED:  # posted with the claim itself

@@ -18,7 +18,7 @@ from typing import Any
 from tpuslice import events
 from tpuslice.reservation import SliceState, SliceStatus
 
-__all__ = ["Stall", "compute_status", "merge_conditions", "slice_events"]
+__all__ = ["Stall", "compute_status", "merge_conditions", "progress_only", "slice_events"]
 
 READY = "Ready"
 RECONCILING = "Reconciling"
@@ -209,3 +209,23 @@ def slice_events(
         kind = "Warning" if s.state == SliceState.WAITING_FOR_CAPACITY else "Normal"
         out.append((kind, reason, text))
     return out
+
+
+def _without_progress(status: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        **status,
+        "slices": [
+            {k: v for k, v in s.items() if k not in ("readyHosts", "message")}
+            for s in status.get("slices") or []
+        ],
+        "conditions": [
+            {k: v for k, v in c_.items() if k != "message"} for c_ in status.get("conditions") or []
+        ],
+    }
+
+
+def progress_only(previous: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """True when ``status`` differs from ``previous`` only in counts and messages (pods
+    created, hosts ready): no state, condition status or reason changed. Such a write
+    may wait a moment to be folded with the next one; a state change may not."""
+    return previous != status and _without_progress(previous) == _without_progress(status)

@@ -305,3 +305,39 @@ def test_nodes_read_before_a_node_change_are_not_cached_as_current() -> None:
     )
     current = reconciler._inventory(shape, fresh)
     assert current is not None and list(current.matching) == ["pool-new"]
+
+
+def test_progress_only_status_changes_are_written_at_most_once_a_window() -> None:
+    """Hosts coming up one by one: the first count is written, the next waits for the
+    window (a pass is scheduled for then), a state change is written at once."""
+    from dataclasses import replace as with_
+
+    released = pods(gated=False, pool="pool-a")
+    reservation = ReservationInfo("pool-a", Holder("ml", "llm", UID, "tpu-aaaaa", 0), "Bound")
+    snaps = [
+        Snapshot(cluster_body(), released, nodes("pool-a"), [reservation], None),
+        Snapshot(
+            cluster_body(),
+            [with_(released[0], running_ready=True), *released[1:]],
+            nodes("pool-a"),
+            [reservation],
+            None,
+        ),
+    ]
+    kube = FakeKube()
+    reconciler = Reconciler(kube, lambda key: snaps[0])  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        await reconciler.kick(("ml", "llm"))
+        assert kube.status is not None and kube.status["slices"][0]["readyHosts"] == 0
+        writes = kinds(kube).count("status")
+        snaps[0] = snaps[1]
+        await reconciler.kick(("ml", "llm"))
+        assert kinds(kube).count("status") == writes  # held: only a count changed
+        assert ("ml", "llm") in reconciler._kicks_later
+        reconciler.progress_write_seconds = 0.0
+        await reconciler.kick(("ml", "llm"))
+        assert kinds(kube).count("status") == writes + 1
+        assert kube.status["slices"][0]["readyHosts"] == 1
+
+    asyncio.run(scenario())

@@ -128,3 +128,19 @@ def test_slice_events_on_transitions_only() -> None:
     assert slice_events([], waiting) == [
         ("Warning", "WaitingForCapacity", "slice 0 (tpu-0) WaitingForCapacity: needs a pool")
     ]
+
+
+def test_progress_only_is_counts_and_messages_never_a_state_or_condition_change() -> None:
+    from dataclasses import replace
+
+    from tpuslice.status import progress_only
+
+    scheduled = observed(SliceState.SCHEDULED)
+    before = compute_status(scheduled, None, T0)
+    one_up = replace(scheduled, slices=[replace(scheduled.slices[0], ready_hosts=1)])
+    assert progress_only(before, compute_status(one_up, before, T1))
+    pending = observed(SliceState.PENDING)
+    assert not progress_only(before, compute_status(pending, before, T1))  # a state change
+    ready = observed(SliceState.READY)
+    assert not progress_only(before, compute_status(ready, before, T1))  # Ready flips
+    assert not progress_only(before, before)  # no change at all is not "progress"
