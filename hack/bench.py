@@ -315,19 +315,21 @@ def operator_metrics(operator: OperatorProcess) -> dict[str, Any]:
 def wait_count(
     what: str, current: Callable[[], int], target: int, timeout_s: float
 ) -> tuple[bool, float]:
-    """Poll until ``current() >= target``; (reached, seconds waited). Prints progress."""
+    """Poll until ``current() >= target`` (or, for a target of 0, until it is 0: things
+    left to go); (reached, seconds waited). Prints progress."""
     began = time.monotonic()
     last_print = 0.0
     while True:
         n = current()
         now = time.monotonic()
-        if n >= target:
+        if (n <= 0) if target == 0 else (n >= target):
             return True, now - began
+        shown = f"{n} left" if target == 0 else f"{n}/{target}"
         if now - began > timeout_s:
-            print(f"  ! {what}: {n}/{target} after {timeout_s:.0f}s, going on", flush=True)
+            print(f"  ! {what}: {shown} after {timeout_s:.0f}s, going on", flush=True)
             return False, now - began
         if now - last_print > 30:
-            print(f"  {what}: {n}/{target} ({now - began:.0f}s)", flush=True)
+            print(f"  {what}: {shown} ({now - began:.0f}s)", flush=True)
             last_print = now
         time.sleep(0.5)
 
@@ -370,7 +372,7 @@ def delete_and_wait(core: Any, custom: Any, namespace: str, plural: str, timeout
     custom.delete_collection_namespaced_custom_object(group, version, namespace, plural)
     ok, _ = wait_count(
         f"pods of {namespace} gone",
-        lambda: -count_pods(core, namespace),
+        lambda: count_pods(core, namespace),
         0,
         timeout_s,
     )
@@ -443,7 +445,7 @@ def operator_run(
         wait_count(
             "reservations released",
             lambda: (
-                -len(
+                len(
                     custom.list_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL_RESERVATION)[
                         "items"
                     ]

@@ -426,7 +426,10 @@ class Kube:
         return stop
 
     def _follow_forever(
-        self, kind: Followed, emit: Callable[[str | None, dict[ObjectKey, Any]], None], stop: Any
+        self,
+        kind: Followed,
+        emit: Callable[[str | None, dict[ObjectKey, Any]], None],
+        stop: threading.Event,
     ) -> None:
         version: str | None = None
         backoff = 1.0
@@ -438,10 +441,10 @@ class Kube:
                 version = self._watch_once(kind, version, emit, stop)
                 backoff = 1.0
             except ApiError as exc:
-                self.metrics.api_error()
-                if exc.status == 410:  # too old: list again
+                if exc.status == 410:  # our resourceVersion is too old (normal): list again
                     version = None
                     continue
+                self.metrics.api_error()
                 if exc.not_found:  # the CRD is not installed (KubeRay): nothing to follow yet
                     version = None
                     emit(None, {})
@@ -478,7 +481,7 @@ class Kube:
         kind: Followed,
         version: str,
         emit: Callable[[str | None, dict[ObjectKey, Any]], None],
-        stop: Any,
+        stop: threading.Event,
     ) -> str:
         """One watch request from ``version`` until the server ends it; the newest version."""
         query = dict(

@@ -131,3 +131,117 @@ def test_kicks_wait_until_kopf_has_filled_its_indexes() -> None:
         assert reads == [("ml", "llm"), ("ml", "other")]
 
     asyncio.run(scenario())
+
+
+class FakeResponse:
+    def __init__(self, status: int, payload: bytes, lines: list[bytes] | None = None) -> None:
+        self.status = status
+        self.reason = "OK" if status < 400 else "Error"
+        self._payload = payload
+        self.response = self
+        self._lines = lines or []
+
+    def read(self) -> bytes:
+        return self._payload
+
+    def stream(self, _: int) -> list[bytes]:
+        return [line + b"\n" for line in self._lines]
+
+    def release_conn(self) -> None:
+        pass
+
+
+class FakeApi:
+    """Answers list and watch requests from a script, one answer per request."""
+
+    def __init__(self, answers: list[FakeResponse]) -> None:
+        self.answers = answers
+        self.urls: list[str] = []
+        self.configuration = type("C", (), {"host": "https://api"})()
+        self.rest_client = self
+
+    def update_params_for_auth(self, *_: object) -> None:
+        pass
+
+    def request(self, method: str, url: str, **_: object) -> FakeResponse:
+        self.urls.append(url)
+        if not self.answers:
+            raise ConnectionError("script over")
+        return self.answers.pop(0)
+
+
+def _node_obj(name: str, rv: str, ready: bool = True) -> dict[str, object]:
+    return {
+        "metadata": {
+            "name": name,
+            "resourceVersion": rv,
+            "labels": {
+                "cloud.google.com/gke-nodepool": "a",
+                "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+                "cloud.google.com/gke-tpu-topology": "4x4",
+            },
+        },
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def test_follow_lists_in_pages_watches_and_relists_after_410() -> None:
+    import json
+    import threading
+
+    from tpuslice.kube import Kube
+
+    def page(items: list[object], rv: str, token: str = "") -> FakeResponse:
+        meta = {"resourceVersion": rv, **({"continue": token} if token else {})}
+        return FakeResponse(200, json.dumps({"items": items, "metadata": meta}).encode())
+
+    def event(kind: str, obj: object) -> bytes:
+        return json.dumps({"type": kind, "object": obj}).encode()
+
+    api = FakeApi(
+        [
+            page([_node_obj("n1", "1")], "5", token="more"),
+            page([_node_obj("n2", "2")], "5"),
+            FakeResponse(
+                200,
+                b"",
+                [
+                    event("MODIFIED", _node_obj("n1", "6", ready=False)),
+                    event("BOOKMARK", {"metadata": {"resourceVersion": "7"}}),
+                    event("ERROR", {"code": 410, "reason": "Expired", "message": "too old"}),
+                ],
+            ),
+            page([_node_obj("n1", "8", ready=False)], "8"),  # n2 went while we were away
+        ]
+    )
+    kube = Kube(api=api, executor=None)  # type: ignore[arg-type]
+    seen: list[tuple[str | None, list[str]]] = []
+    stop = threading.Event()
+
+    def emit(event_type: str | None, records: dict[tuple[str, str], NodeInfo]) -> None:
+        seen.append((event_type, sorted(k[1] for k in records)))
+        if len(seen) == 3:
+            stop.set()
+
+    kube._follow_forever(Followed("", "v1", "nodes", node_info, "x"), emit, stop)
+    assert seen == [(None, ["n1", "n2"]), ("MODIFIED", ["n1"]), (None, ["n1"])]
+    assert "continue=more" in api.urls[1]
+    assert "watch=1" in api.urls[2] and "resourceVersion=5" in api.urls[2]
+
+
+def test_follow_of_a_kind_whose_crd_is_missing_reports_an_empty_listing() -> None:
+    import threading
+
+    from tpuslice.kube import Kube
+
+    api = FakeApi([FakeResponse(404, b'{"reason":"NotFound","message":"no such kind"}')])
+    kube = Kube(api=api, executor=None)  # type: ignore[arg-type]
+    stop = threading.Event()
+    seen: list[object] = []
+
+    def emit(event_type: str | None, records: dict[tuple[str, str], object]) -> None:
+        seen.append((event_type, records))
+        stop.set()
+
+    kube._follow_forever(Followed("ray.io", "v1", "rayclusters", dict), emit, stop)
+    assert seen == [(None, {})]
