@@ -18,6 +18,10 @@ TPUSliceCluster plus CPU nodes for the heads. In order:
      e. then 60 s of steady state: the operator's API writes (POST/PUT/PATCH/DELETE; its
         /metrics) and the TSC / SliceReservation / Event changes seen by watches;
      d. the operator's peak RSS (VmHWM) and CPU seconds from /proc;
+     g. then a restart: the operator stopped and started again over the same
+        clusters; seconds until healthy and until every cluster had a pass (its
+        tpuslice_slices gauge is full), and its writes until then plus 30 s (the
+        webhook configuration apply at start is one);
   direct run: the operator stopped and its webhook configuration deleted, the
      same RayClusters (rendered by tpuslice.render, reservation policy None, so
      no gate) created directly; c. compares first create -> every RayCluster ready.
@@ -312,6 +316,47 @@ def operator_metrics(operator: OperatorProcess) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- phases
+def slices_reported(operator: OperatorProcess) -> int:
+    """Slices in the operator's tpuslice_slices gauge: a cluster is in it after its first
+    pass since the process started."""
+    return int(
+        sum(
+            s.value
+            for family in text_string_to_metric_families(operator.metrics_text())
+            for s in family.samples
+            if s.name == "tpuslice_slices"
+        )
+    )
+
+
+def restart(operator: OperatorProcess, scale: Scale, slices: int, quiet_s: float) -> dict[str, Any]:
+    """g. Stop the operator and start it again over the Ready clusters: how long until it
+    has reconciled every one (kopf's and our watches' listing included), and whether
+    that restart writes anything (a level-based reconcile over unchanged state should not)."""
+    print("  g: restarting the operator", flush=True)
+    operator.stop()
+    began = time.monotonic()
+    operator.start(timeout_s=scale.timeout_s)
+    healthy = time.monotonic() - began
+    ok, _ = wait_count(
+        "slices reported after restart", lambda: slices_reported(operator), slices, scale.timeout_s
+    )
+    reconciled = time.monotonic() - began
+    time.sleep(quiet_s)
+    metrics = operator_metrics(operator)
+    return {
+        "healthy_seconds": round(healthy, 2),
+        "all_reconciled": ok,
+        "reconciled_seconds": round(reconciled, 2),
+        "quiet_seconds": quiet_s,
+        "writes": metrics["writes"],
+        "write_requests": {
+            k: v for k, v in metrics["requests"].items() if k.split()[0] in WRITE_VERBS
+        },
+        "proc": operator.proc_stats(),
+    }
+
+
 def wait_count(
     what: str, current: Callable[[], int], target: int, timeout_s: float
 ) -> tuple[bool, float]:
@@ -368,8 +413,20 @@ def count_pods(core: Any, namespace: str) -> int:
 
 
 def delete_and_wait(core: Any, custom: Any, namespace: str, plural: str, timeout_s: float) -> bool:
+    """Delete every object one by one from a thread pool (a single deletecollection of
+    1,000 objects outlived the API server's request timeout) and wait for their pods."""
     group, version = (c.GROUP, c.VERSION) if plural == "tpusliceclusters" else ("ray.io", "v1")
-    custom.delete_collection_namespaced_custom_object(group, version, namespace, plural)
+    listed = custom.list_namespaced_custom_object(group, version, namespace, plural)
+    names = [item["metadata"]["name"] for item in listed.get("items") or []]
+
+    def one(name: str) -> None:
+        with contextlib.suppress(Exception):  # already gone, or retried by the wait below
+            custom.delete_namespaced_custom_object(
+                group, version, namespace, plural, name, _preload_content=False
+            )
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, names))
     ok, _ = wait_count(
         f"pods of {namespace} gone",
         lambda: count_pods(core, namespace),
@@ -436,6 +493,7 @@ def operator_run(
         }
         result["proc"] = operator.proc_stats()
         result["operator_metrics"] = after
+        result["restart"] = restart(operator, scale, len(items), min(steady_s, 30.0))
         for w in watches:
             w.stop()
         print("  deleting TPUSliceClusters", flush=True)
@@ -444,12 +502,8 @@ def operator_run(
         )
         wait_count(
             "reservations released",
-            lambda: (
-                len(
-                    custom.list_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL_RESERVATION)[
-                        "items"
-                    ]
-                )
+            lambda: len(
+                custom.list_cluster_custom_object(c.GROUP, c.VERSION, c.PLURAL_RESERVATION)["items"]
             ),
             0,
             120,
@@ -607,6 +661,7 @@ def table(r: Mapping[str, Any]) -> str:
     b = op.get("slice_release_s", {})
     proc = op.get("proc", op.get("proc_after_ready", {}))
     steady = op.get("steady", {})
+    restarted = op.get("restart", {})
     rows = [
         ("scale", f"{r['clusters']} TSCs, {r['nodes']} nodes, {r['clusters'] * HOSTS} workers"),
         (
@@ -643,6 +698,15 @@ def table(r: Mapping[str, Any]) -> str:
             f"e  operator API writes in {fmt(steady.get('seconds'))} steady state",
             f"{fmt(steady.get('operator_writes'), '')}; watches saw "
             f"{steady.get('changes_seen_by_watches')}",
+        ),
+        (
+            "g  restart: healthy / every cluster reconciled",
+            f"{fmt(restarted.get('healthy_seconds'))} / {fmt(restarted.get('reconciled_seconds'))}",
+        ),
+        (
+            "   restart: writes until reconciled + quiet, RSS",
+            f"{fmt(restarted.get('writes'), '')} (+{fmt(restarted.get('quiet_seconds'))}); "
+            f"{fmt(restarted.get('proc', {}).get('peak_rss_mib'), ' MiB')}",
         ),
     ]
     width = max(len(x) for x, _ in rows)
