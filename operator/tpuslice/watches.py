@@ -11,6 +11,7 @@ half-filled store. What each change kicks is decided by pure functions here.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from tpuslice.store import Change, ObjectKey, RecordStore
 __all__ = ["Watches", "apply", "followed_kinds", "node_kicks", "pod_kicks"]
 
 ClusterKey = tuple[str, str]
+POD_GONE_POLL_SECONDS = 0.5
 Shape = tuple[str, str]
 
 
@@ -120,6 +122,17 @@ class Watches:
 
     def pods_of(self, key: ClusterKey) -> list[PodInfo]:
         return self.pods.group(key)
+
+    async def pods_gone(
+        self, key: ClusterKey, timeout: float, poll: float = POD_GONE_POLL_SECONDS
+    ) -> list[PodInfo]:
+        """Wait up to ``timeout`` seconds for the cluster's pods to leave the store; the
+        pods still there. Polls the store (a dict lookup), never the API server."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.pods_of(key) and loop.time() < deadline:
+            await asyncio.sleep(poll)
+        return self.pods_of(key)
 
     def nodes_of(self, shape: Shape) -> list[NodeInfo]:
         return self.nodes.group(shape)

@@ -245,3 +245,22 @@ def test_follow_of_a_kind_whose_crd_is_missing_reports_an_empty_listing() -> Non
 
     kube._follow_forever(Followed("ray.io", "v1", "rayclusters", dict), emit, stop)
     assert seen == [(None, {})]
+
+
+def test_pods_gone_waits_on_the_store_and_reports_what_is_left() -> None:
+    from tpuslice.watches import Watches
+
+    async def scenario() -> None:
+        w = Watches()
+        apply(w.pods, "ADDED", {("ml", "w0"): pod("ml", "w0", "llm")})
+        assert [p.name for p in await w.pods_gone(("ml", "llm"), 0.05, poll=0.01)] == ["w0"]
+
+        async def delete_later() -> None:
+            await asyncio.sleep(0.05)
+            apply(w.pods, "DELETED", {("ml", "w0"): pod("ml", "w0", "llm")})
+
+        task = asyncio.create_task(delete_later())
+        assert await w.pods_gone(("ml", "llm"), 5.0, poll=0.01) == []
+        await task
+
+    asyncio.run(scenario())
