@@ -26,6 +26,7 @@ from kubernetes import config as k8s_config
 
 from tpuslice import constants as c
 from tpuslice.metrics import Metrics
+from tpuslice.store import ObjectKey
 
 __all__ = ["ApiError", "Deliver", "Followed", "Kube", "iter_lines", "load_api_client", "object_key"]
 
@@ -42,7 +43,6 @@ LIST_PAGE_SIZE = 500
 #: How often to look again for a kind whose CRD is missing (KubeRay installed later).
 MISSING_KIND_RETRY_SECONDS = 30.0
 
-ObjectKey = tuple[str, str]  # (namespace or "", name)
 #: (None, every record) for a listing, (ADDED|MODIFIED|DELETED, {key: record}) for an event.
 Deliver = Callable[[str | None, dict[ObjectKey, Any]], None]
 
@@ -428,7 +428,7 @@ class Kube:
     def _follow_forever(
         self,
         kind: Followed,
-        emit: Callable[[str | None, dict[ObjectKey, Any]], None],
+        emit: Deliver,
         stop: threading.Event,
     ) -> None:
         version: str | None = None
@@ -440,21 +440,17 @@ class Kube:
                     emit(None, records)
                 version = self._watch_once(kind, version, emit, stop)
                 backoff = 1.0
-            except ApiError as exc:
-                if exc.status == 410:  # our resourceVersion is too old (normal): list again
-                    version = None
+            except Exception as exc:  # also connection resets, read timeouts, bad JSON
+                api_error = exc if isinstance(exc, ApiError) else None
+                if api_error is not None and api_error.status == 410:
+                    version = None  # our resourceVersion is too old (normal): list again
                     continue
                 self.metrics.api_error()
-                if exc.not_found:  # the CRD is not installed (KubeRay): nothing to follow yet
-                    version = None
+                if api_error is not None and api_error.not_found:
+                    version = None  # the CRD is not installed (KubeRay): nothing to follow yet
                     emit(None, {})
                     stop.wait(MISSING_KIND_RETRY_SECONDS)
                     continue
-                log.warning("watching %s failed: %s; retrying in %.0fs", kind.plural, exc, backoff)
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
-            except Exception as exc:  # connection reset, read timeout, bad JSON: watch again
-                self.metrics.api_error()
                 log.warning("watching %s failed: %s; retrying in %.0fs", kind.plural, exc, backoff)
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
@@ -480,7 +476,7 @@ class Kube:
         self,
         kind: Followed,
         version: str,
-        emit: Callable[[str | None, dict[ObjectKey, Any]], None],
+        emit: Deliver,
         stop: threading.Event,
     ) -> str:
         """One watch request from ``version`` until the server ends it; the newest version."""

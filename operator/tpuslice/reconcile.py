@@ -47,7 +47,7 @@ from tpuslice.snapshot import is_subset, reservation_body, reservation_info
 from tpuslice.spec import SliceClusterSpec, SpecError, parse_cluster
 from tpuslice.status import Observed, Stall, compute_status, progress_only, slice_events
 
-__all__ = ["ClusterKey", "Reconciler", "Snapshot"]
+__all__ = ["ClusterKey", "Reconciler", "Shape", "Snapshot"]
 
 log = logging.getLogger(__name__)
 

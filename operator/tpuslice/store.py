@@ -10,7 +10,7 @@ nodes). A store keeps one record per object and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -50,9 +50,6 @@ class RecordStore(Generic[R]):
 
     def __len__(self) -> int:
         return len(self._records)
-
-    def __iter__(self) -> Iterator[R]:
-        return iter(list(self._records.values()))
 
     def get(self, key: ObjectKey) -> R | None:
         return self._records.get(key)

@@ -18,16 +18,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpuslice import constants as c
-from tpuslice.kube import Followed, Kube
+from tpuslice.kube import Deliver, Followed, Kube
+from tpuslice.reconcile import ClusterKey, Shape
 from tpuslice.reservation import NodeInfo, PodInfo
 from tpuslice.snapshot import node_info, pod_info, raycluster_info
 from tpuslice.store import Change, ObjectKey, RecordStore
 
 __all__ = ["Watches", "apply", "followed_kinds", "node_kicks", "pod_kicks"]
 
-ClusterKey = tuple[str, str]
 POD_GONE_POLL_SECONDS = 0.5
-Shape = tuple[str, str]
 
 
 def _pod_group(pod: PodInfo) -> ClusterKey:
@@ -171,7 +170,7 @@ class Watches:
 
 def _deliver_into(
     store: RecordStore[Any], notify: Callable[[list[Any]], None], namespace: str
-) -> Callable[[str | None, dict[ObjectKey, Any]], None]:
+) -> Deliver:
     def deliver(event: str | None, records: dict[ObjectKey, Any]) -> None:
         changes = apply(store, event, records, namespace)
         if changes:
