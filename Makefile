@@ -13,10 +13,10 @@ help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 # ---------------------------------------------------------------- setup
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml hack/tpusim/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test]' -e hack/tpusim
 	touch $@
 
 .PHONY: install dev
@@ -34,8 +34,8 @@ test-contract: $(STAMP) ## Ray contract tier: our TPU identity through real Ray 
 	$(PY) -m pytest tests/contract -q
 
 lint: $(STAMP) ## ruff and mypy
-	$(VENV)/bin/ruff check operator tests
-	$(VENV)/bin/ruff format --check operator tests
+	$(VENV)/bin/ruff check operator tests hack/tpusim
+	$(VENV)/bin/ruff format --check operator tests hack/tpusim
 	$(VENV)/bin/mypy
 
 sync-crds: ## Copy crds/ (the one source) into the chart and manifests/
@@ -70,13 +70,13 @@ tools: ## Build kube-*, etcd, kwok, ray-operator, helm once (cold: minutes on 2 
 	bash hack/build-tools.sh
 
 dev-cluster: tools $(STAMP) ## Start the local cluster with default TPU pools in the background
-	$(PY) -m tpuslice.devcluster --dir $(DEV_CLUSTER) up
+	$(PY) -m tpusim --dir $(DEV_CLUSTER) up
 
 dev-cluster-down: $(STAMP) ## Stop the cluster started by dev-cluster
-	$(PY) -m tpuslice.devcluster --dir $(DEV_CLUSTER) down
+	$(PY) -m tpusim --dir $(DEV_CLUSTER) down
 
 dev-cluster-status: $(STAMP) ## Components and node pools of the dev cluster
-	$(PY) -m tpuslice.devcluster --dir $(DEV_CLUSTER) status
+	$(PY) -m tpusim --dir $(DEV_CLUSTER) status
 
 test-e2e: tools $(STAMP) ## e2e tier on a fresh local cluster (or TPUSLICE_E2E_KUBECONFIG)
 	$(PY) -m pytest tests/e2e -q
@@ -96,7 +96,7 @@ demo: tools $(STAMP) ## Local GKE TPU cluster + operator + a 2-slice TPUSliceClu
 
 demo-down: $(STAMP) ## Stop the demo's operator and local cluster
 	-@test -f $(DEV_CLUSTER)/operator.pid && kill "$$(cat $(DEV_CLUSTER)/operator.pid)" 2>/dev/null; rm -f $(DEV_CLUSTER)/operator.pid
-	$(PY) -m tpuslice.devcluster --dir $(DEV_CLUSTER) down
+	$(PY) -m tpusim --dir $(DEV_CLUSTER) down
 
 # ---------------------------------------------------------------- kind on a laptop (needs Docker; not run in CI)
 .PHONY: kind-up kind-down

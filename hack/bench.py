@@ -54,7 +54,7 @@ from urllib.parse import urlencode
 from prometheus_client.parser import text_string_to_metric_families
 
 from tpuslice import constants as c
-from tpuslice.devcluster import (
+from tpusim import (
     ClusterSettings,
     CPUPool,
     LocalCluster,
@@ -62,8 +62,8 @@ from tpuslice.devcluster import (
     TPUPool,
     kube,
 )
-from tpuslice.devcluster.operator_process import OperatorProcess
-from tpuslice.devcluster.processes import exit_on_signals
+from tpusim.operator_process import OperatorProcess
+from tpusim.processes import exit_on_signals
 from tpuslice.render import render_cluster
 
 REPO = Path(__file__).resolve().parents[1]

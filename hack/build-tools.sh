@@ -14,7 +14,7 @@ source "$root/hack/versions.env"
 out=$("$root/hack/tools-dir.sh")
 bin=$out/bin
 work=$out/work
-binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok ray-operator helm)
+binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok ray-operator helm)
 
 complete() {
   [[ -f $out/.complete ]] || return 1
@@ -47,7 +47,8 @@ moddir() { # module@version -> directory of its download
 
 # ---------------------------------------------------------------- kubernetes
 build_kubernetes() {
-  local cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  # kubelet and kube-proxy run the real node of the real-node tier (docs/local-cluster.md).
+  local cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
   local missing=0
   for c in "${cmds[@]}"; do [[ -x $bin/$c ]] || missing=1; done
   ((missing)) || { log "kubernetes binaries present"; return; }

@@ -13,11 +13,11 @@ k() { "$bin/kubectl" "$@"; }
 
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
-if "$py" -m tpuslice.devcluster --dir "$state" status >/dev/null 2>&1 && k get --raw /readyz >/dev/null 2>&1; then
+if "$py" -m tpusim --dir "$state" status >/dev/null 2>&1 && k get --raw /readyz >/dev/null 2>&1; then
   step "local cluster already running ($state)"
 else
   step "starting the local simulated GKE TPU cluster"
-  "$py" -m tpuslice.devcluster --dir "$state" up
+  "$py" -m tpusim --dir "$state" up
 fi
 
 step "installing the TPUSliceCluster and SliceReservation CRDs from crds/"

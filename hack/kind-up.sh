@@ -48,7 +48,7 @@ step "fake GKE TPU node pools (the e2e tier's defaults)"
 .venv/bin/python - "$kubeconfig" <<'PY'
 import sys
 from pathlib import Path
-from tpuslice.devcluster import default_pools, kube
+from tpusim import default_pools, kube
 
 api = kube.api_client(Path(sys.argv[1]))
 for pool in default_pools():

@@ -28,9 +28,9 @@ from kubernetes.client import ApiException
 
 from tests.e2e.helpers import E2ECluster
 from tests.e2e.operator_support import operator  # noqa: F401  (a real `tpuslice run`)
-from tpuslice.devcluster import ClusterSettings, LocalCluster, ToolPaths, default_pools, kube
-from tpuslice.devcluster.nodepools import pool_names
-from tpuslice.devcluster.processes import exit_on_signals, tail
+from tpusim import ClusterSettings, LocalCluster, ToolPaths, default_pools, kube
+from tpusim.nodepools import pool_names
+from tpusim.processes import exit_on_signals, tail
 
 REPO = Path(__file__).resolve().parents[2]
 

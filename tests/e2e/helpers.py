@@ -9,7 +9,7 @@ from typing import Any
 
 from kubernetes import client
 
-from tpuslice.devcluster import kube
+from tpusim import kube
 
 TPU_TOLERATION = {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
 V6E_4X4 = {

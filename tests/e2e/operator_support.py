@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from tests.e2e.helpers import E2ECluster
-from tpuslice.devcluster import kube
-from tpuslice.devcluster.operator_process import OperatorProcess
+from tpusim import kube
+from tpusim.operator_process import OperatorProcess
 
 GROUP, VERSION = "tpuslice.dev", "v1alpha1"
 REPO = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ def tsc(
 def kubectl(
     cluster: E2ECluster, *args: str, stdin: str | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    from tpuslice.devcluster import ToolPaths
+    from tpusim import ToolPaths
 
     tools = ToolPaths.for_repo(REPO)
     binary = str(tools.binary("kubectl")) if not tools.missing() else "kubectl"

@@ -43,7 +43,7 @@ from tests.e2e.operator_support import (
     wait_condition,
 )
 from tests.support.gitops import argocd_health, kstatus
-from tpuslice.devcluster import ToolPaths, kube
+from tpusim import ToolPaths, kube
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "tpuslice-operator"

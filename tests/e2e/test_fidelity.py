@@ -23,7 +23,7 @@ from tests.e2e.helpers import (
     wait_raycluster_ready,
     worker_pods,
 )
-from tpuslice.devcluster import kube
+from tpusim import kube
 
 pytestmark = pytest.mark.e2e
 

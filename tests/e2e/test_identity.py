@@ -25,7 +25,7 @@ from tests.e2e.operator_support import (
     tsc,
     wait_condition,
 )
-from tpuslice.devcluster import kube
+from tpusim import kube
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 

@@ -32,8 +32,8 @@ from tests.e2e.operator_support import (
     tsc,
     wait_condition,
 )
-from tpuslice.devcluster import kube
-from tpuslice.devcluster.nodepools import TPUPool, default_pools, pool_nodes
+from tpusim import kube
+from tpusim.nodepools import TPUPool, default_pools, pool_nodes
 
 
 def add_pool(cluster: E2ECluster, pool: TPUPool) -> list[str]:

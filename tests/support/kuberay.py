@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from tpuslice.devcluster.tools import read_versions
+from tpusim.tools import read_versions
 
 MODULE = "github.com/ray-project/kuberay/ray-operator"
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tpusim import ToolPaths
 from tpuslice import webhook
-from tpuslice.devcluster import ToolPaths
 from tpuslice.watches import followed_kinds
 
 ROOT = Path(__file__).resolve().parents[2]

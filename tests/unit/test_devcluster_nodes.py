@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tpuslice.devcluster.nodepools import (
+from tpusim.nodepools import (
     KWOK_ANNOTATION,
     POOL_ANNOTATION,
     CPUPool,

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tpuslice.devcluster.tools import ToolPaths, find_repo_root, read_versions
+from tpusim.tools import ToolPaths, find_repo_root, read_versions
 
 REPO = Path(__file__).resolve().parents[2]
 

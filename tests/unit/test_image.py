@@ -7,10 +7,13 @@ the image builds and runs under a container runtime.
 
 from __future__ import annotations
 
+import ast
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import yaml
@@ -55,3 +58,48 @@ def test_chart_runs_as_the_image_user() -> None:
     values = (ROOT / "charts" / "tpuslice-operator" / "templates" / "deployment.yaml").read_text()
     (user,) = re.findall(r"^USER (\d+):", DOCKERFILE, flags=re.MULTILINE)
     assert f"runAsUser: {user}" in values
+
+
+def test_wheel_ships_only_the_operator(tmp_path: Path) -> None:
+    """The local cluster, fakes and benchmark never reach users' wheel or image."""
+    # What the Dockerfile's build stage copies, built as it builds it (`pip wheel .`).
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(
+        ROOT / "operator",
+        src / "operator",
+        ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"),
+    )
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(src)],
+        check=True,
+    )
+    (wheel,) = tmp_path.glob("tpuslice_operator-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    packages = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert packages == {"tpuslice"}, packages
+    assert not [n for n in names if "devcluster" in n or "tpusim" in n]
+    assert "tpuslice/cli.py" in names
+
+
+def test_dev_cluster_never_imports_operator_tables() -> None:
+    """The fake GKE takes its labels from its own table; only the PKI helper is shared."""
+    sim = ROOT / "hack" / "tpusim" / "tpusim"
+    imported: set[str] = set()
+    for source in sim.glob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+    assert {m for m in imported if m.split(".")[0] == "tpuslice"} <= {"tpuslice"}
+    pki_only = [
+        alias.name
+        for source in sim.glob("*.py")
+        for node in ast.walk(ast.parse(source.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module == "tpuslice"
+        for alias in node.names
+    ]
+    assert set(pki_only) <= {"pki"}, pki_only

@@ -178,7 +178,7 @@ def set_node_not_ready(api: Any, name: str, reason: str = "KubeletNotReady") -> 
         "type": "Ready",
         "status": "False",
         "reason": reason,
-        "message": "simulated by tpuslice.devcluster",
+        "message": "simulated by tpusim",
         "lastHeartbeatTime": now,
         "lastTransitionTime": now,
     }

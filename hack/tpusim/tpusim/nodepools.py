@@ -5,8 +5,11 @@ taints and capacity it would see on GKE; a pod spec that schedules here must
 schedule there and vice versa. Everything in this module is pure data in, data
 out, so the GKE shape of a node is unit-tested without a cluster.
 
-The TPU type table is deliberately local: ``tpuslice.topology`` owns the real
-rules and will replace it; the harness must not depend on operator code it tests.
+The TPU type table is deliberately local and written from GKE's documentation
+("About TPUs in GKE", "Plan TPUs in GKE": machine types, the
+``cloud.google.com/gke-tpu-accelerator`` values, chips per host), never imported
+from the operator: a fake GKE that took its labels from ``tpuslice.topology``
+would mirror a wrong label there and every e2e scenario would still pass.
 """
 
 from __future__ import annotations
@@ -15,8 +18,6 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-from tpuslice.topology import resolve_generation
 
 __all__ = [
     "KWOK_ANNOTATION",
@@ -46,30 +47,27 @@ TPU_TAINT: dict[str, str] = {"key": TPU_RESOURCE, "value": "present", "effect": 
 
 @dataclass(frozen=True)
 class _TPUType:
-    """The GKE machines of one TPU generation. The accelerator label and the chips a host
-    may have come from tpuslice.topology, the one table of generations."""
+    """The GKE machines of one TPU generation, as GKE's documentation lists them."""
 
-    generation: str  # name in tpuslice.topology
+    accelerator: str  # cloud.google.com/gke-tpu-accelerator
+    chips_per_host: tuple[int, ...]  # chips of the generation's machine types
     machine_family: str  # cloud.google.com/machine-family
     machine_type: str  # format string over the chips per host
     cpu_per_chip: int  # vCPU of the 4-chip host / 4
     memory_gib_per_chip: int
 
-    @property
-    def accelerator(self) -> str:
-        return resolve_generation(self.generation).gke_accelerator
-
-    @property
-    def chips_per_host(self) -> tuple[int, ...]:
-        return resolve_generation(self.generation).host_chip_options
-
 
 _TPU_TYPES: dict[str, _TPUType] = {
-    "v4": _TPUType("v4", "ct4p", "ct4p-hightpu-{chips}t", 60, 100),
-    "v5e": _TPUType("v5e", "ct5lp", "ct5lp-hightpu-{chips}t", 28, 48),
-    "v5p": _TPUType("v5p", "ct5p", "ct5p-hightpu-{chips}t", 52, 112),
-    "v6e": _TPUType("v6e", "ct6e", "ct6e-standard-{chips}t", 45, 180),
-    "tpu7x": _TPUType("tpu7x", "tpu7x", "tpu7x-standard-{chips}t", 56, 240),
+    # ct4p-hightpu-4t
+    "v4": _TPUType("tpu-v4-podslice", (4,), "ct4p", "ct4p-hightpu-{chips}t", 60, 100),
+    # ct5lp-hightpu-1t / -4t / -8t
+    "v5e": _TPUType("tpu-v5-lite-podslice", (1, 4, 8), "ct5lp", "ct5lp-hightpu-{chips}t", 28, 48),
+    # ct5p-hightpu-4t
+    "v5p": _TPUType("tpu-v5p-slice", (4,), "ct5p", "ct5p-hightpu-{chips}t", 52, 112),
+    # ct6e-standard-1t / -4t / -8t
+    "v6e": _TPUType("tpu-v6e-slice", (1, 4, 8), "ct6e", "ct6e-standard-{chips}t", 45, 180),
+    # tpu7x-standard-4t (and the 1-chip host of the 1x1x1 shape)
+    "tpu7x": _TPUType("tpu7x", (1, 4), "tpu7x", "tpu7x-standard-{chips}t", 56, 240),
 }
 
 

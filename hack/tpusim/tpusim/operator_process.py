@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tpuslice.devcluster.kube import wait_for
-from tpuslice.devcluster.processes import free_port
+from tpusim.kube import wait_for
+from tpusim.processes import free_port
 
 __all__ = ["OperatorProcess"]
 

@@ -1,4 +1,4 @@
-"""Command line: ``python -m tpuslice.devcluster up|down|status|add-pool|remove-pool``.
+"""Command line: ``python -m tpusim up|down|status|add-pool|remove-pool``.
 
 `up` detaches by default (the cluster outlives the command, as `make
 dev-cluster` wants); `up --foreground` keeps it in this process until Ctrl-C.
@@ -179,7 +179,7 @@ def cmd_remove_pool(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tpuslice.devcluster", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m tpusim", description=__doc__)
     parser.add_argument(
         "--dir", type=Path, default=Path(".dev-cluster"), help="state/log directory"
     )

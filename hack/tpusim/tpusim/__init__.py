@@ -4,7 +4,7 @@ etcd, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK (fake
 nodes and pod lifecycle) and the KubeRay operator run as local processes on
 loopback ports; fake node pools carry GKE's TPU labels, taint and capacity.
 Used by the e2e tests (a pytest fixture), `make dev-cluster` and
-``python -m tpuslice.devcluster up|down|status``.
+``python -m tpusim up|down|status``.
 """
 
 from .cluster import ClusterSettings, LocalCluster, StartupReport
