@@ -6,9 +6,11 @@ import logging
 import os
 
 import kopf
+from kopf._core.engines.peering import Identity  # kopf.run's type; not re-exported
 
 from tpuslice.config import OperatorConfig
 from tpuslice.handlers import register
+from tpuslice.health import Health, serve_health
 from tpuslice.metrics import Metrics, serve
 
 
@@ -28,12 +30,17 @@ def run_operator(config: OperatorConfig) -> None:
     register(registry, config, metrics)
     if config.metrics_port:
         serve(metrics, config.metrics_port, config.metrics_addr)
-    liveness = f"http://0.0.0.0:{config.liveness_port}/healthz" if config.liveness_port else None
+    health = Health(webhook=bool(config.webhook_port))
+    if config.liveness_port:
+        # Before kopf starts, so a start-up that never finishes is seen by the probes.
+        serve_health(health, config.liveness_port)
     kopf.run(
         registry=registry,
         standalone=True,
         clusterwide=not config.namespaces,
         namespaces=list(config.namespaces),
-        liveness_endpoint=liveness,
-        memo=kopf.Memo(config=config),
+        # kopf would derive it from the user name, which a container's numeric
+        # user (65532, no passwd entry) does not have: KeyError from getpwuid.
+        identity=Identity(config.identity),
+        memo=kopf.Memo(config=config, health=health),
     )

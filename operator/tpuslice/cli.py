@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
 import yaml
@@ -99,6 +100,12 @@ def _cmd_render(args: argparse.Namespace, out: TextIO) -> None:
     out.write(yaml.safe_dump_all(clusters, sort_keys=False))
 
 
+def instance_identity(env: Mapping[str, str]) -> str:
+    """The pod name (``POD_NAME``, set by the chart from the downward API), else
+    ``<host>-<pid>``: unique per process, readable in logs, never the user name."""
+    return env.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+
+
 def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
     from tpuslice.app import run_operator  # kopf is imported only when running
     from tpuslice.config import OperatorConfig
@@ -106,6 +113,7 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
     run_operator(
         OperatorConfig(
             kubeconfig=args.kubeconfig,
+            identity=instance_identity(os.environ),
             namespaces=tuple(args.namespaces),
             resync_seconds=args.resync_seconds,
             liveness_port=args.liveness_port or None,
@@ -182,7 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     run.add_argument(
-        "--liveness-port", type=int, default=8080, help="serve /healthz on this port (0 disables)"
+        "--liveness-port",
+        type=int,
+        default=8080,
+        help="serve /healthz (liveness) and /readyz (readiness) on this port (0 disables)",
     )
     run.add_argument(
         "--resync-seconds",

@@ -10,6 +10,9 @@ class OperatorConfig:
     """Everything `tpuslice run` can be told; handlers get it through kopf's memo."""
 
     kubeconfig: str | None = None
+    #: Who this instance is (the pod name in a cluster, else host and pid): kopf's
+    #: identity, never derived from the user name (a numeric user may have none).
+    identity: str = "tpuslice-operator"
     namespaces: tuple[str, ...] = ()  # empty: all namespaces
     resync_seconds: float = 60.0  # safety-net reconcile of every TPUSliceCluster
     sweep_seconds: float = 60.0  # orphaned-reservation sweep interval

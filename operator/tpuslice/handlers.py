@@ -11,6 +11,7 @@ the frozen ``OperatorConfig``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -22,6 +23,7 @@ import kopf
 from tpuslice import constants as c
 from tpuslice import webhook
 from tpuslice.config import OperatorConfig
+from tpuslice.health import Health
 from tpuslice.kube import Kube
 from tpuslice.metrics import Metrics
 from tpuslice.reconcile import ClusterKey, Reconciler, Snapshot, spec_shape
@@ -33,6 +35,8 @@ __all__ = ["register"]
 
 log = logging.getLogger(__name__)
 
+#: How often the event loop tells the liveness probe it is turning.
+HEARTBEAT_SECONDS = 1.0
 #: How long one call of the finalizer handler waits for a cluster's pods to be gone.
 TEARDOWN_WAIT_SECONDS = 60.0
 
@@ -71,6 +75,13 @@ def make_reader(indices: Mapping[str, Any], watches: Watches) -> Any:
     return read
 
 
+async def _beat(health: Health) -> None:
+    """Tell the liveness probe, once a second, that the event loop is turning."""
+    while True:
+        health.beat()
+        await asyncio.sleep(HEARTBEAT_SECONDS)
+
+
 async def _start_webhook(memo: kopf.Memo, kube: Kube, config: OperatorConfig, logger: Any) -> None:
     """Serve the TPU identity webhook on its own threads (off kopf's event loop, which
     is busy with reconciles) and, unless told otherwise, apply its configuration."""
@@ -107,8 +118,14 @@ def register(
     # ------------------------------------------------------------ start-up
     @kopf.on.login(**reg)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        """In a pod: the service account; elsewhere: $KUBECONFIG (set from --kubeconfig)."""
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+        """In a pod: the service account; elsewhere: $KUBECONFIG (set from --kubeconfig).
+
+        Through the kubernetes client's own configuration, as ``Kube`` logs in: in a pod
+        that is the API server's address from ``KUBERNETES_SERVICE_HOST``. kopf's
+        ``login_with_service_account`` dials ``kubernetes.default.svc`` instead, so it
+        needs cluster DNS that ``Kube`` does not, and the operator looked started while
+        kopf could not reach the API server (seen on a real node without DNS)."""
+        return kopf.login_via_client(**kwargs)
 
     @kopf.on.startup(**reg)
     async def configure(
@@ -120,7 +137,9 @@ def register(
             prefix=c.GROUP, key="last-handled-configuration"
         )
         settings.posting.level = logging.WARNING
-        kube = Kube.connect(config.kubeconfig, config.api_threads, metrics)
+        health: Health = memo.health
+        memo.heartbeat = asyncio.get_running_loop().create_task(_beat(health))
+        kube = Kube.connect(config.kubeconfig, config.api_threads, metrics, health)
         memo.kube = kube
         watches = Watches()
         reconciler = Reconciler(kube, make_reader(kwargs, watches), metrics=metrics)
@@ -156,11 +175,13 @@ def register(
         )
         if config.webhook_port:
             await _start_webhook(memo, kube, config, logger)
+            health.webhook_listening()
         if not await kube.crd_exists(f"{c.RAY_PLURAL_CLUSTER}.{c.RAY_GROUP}"):
             logger.warning(
                 "KubeRay's RayCluster CRD is not installed; every TPUSliceCluster "
                 "will be Stalled (KubeRayNotInstalled) until it is"
             )
+        health.started()
 
     @kopf.on.cleanup(**reg)
     async def stop(memo: kopf.Memo, **_: Any) -> None:
@@ -168,10 +189,8 @@ def register(
             memo.watches.stop()
         if memo.get("webhook_server") is not None:
             memo.webhook_server.stop()
-
-    @kopf.on.probe(id="api", **reg)
-    async def api_requests(memo: kopf.Memo, **_: Any) -> int:
-        return memo.kube.metrics.api_requests_sent() if "kube" in memo else 0
+        if memo.get("heartbeat") is not None:
+            memo.heartbeat.cancel()
 
     # ------------------------------------------------------------ indexes
     @kopf.index(*TSC, id="tsc_index", **reg)

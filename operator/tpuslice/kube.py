@@ -25,6 +25,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from tpuslice import constants as c
+from tpuslice.health import Health
 from tpuslice.metrics import Metrics
 from tpuslice.store import ObjectKey
 
@@ -151,15 +152,22 @@ class Kube:
     api: Any
     executor: ThreadPoolExecutor
     metrics: Metrics = field(default_factory=Metrics)
+    #: Told whether each followed kind's list and watch get answers (readiness).
+    health: Health = field(default_factory=Health)
 
     @classmethod
     def connect(
-        cls, kubeconfig: str | None = None, threads: int = 32, metrics: Metrics | None = None
+        cls,
+        kubeconfig: str | None = None,
+        threads: int = 32,
+        metrics: Metrics | None = None,
+        health: Health | None = None,
     ) -> Kube:
         return cls(
             api=load_api_client(kubeconfig, pool_size=threads),
             executor=ThreadPoolExecutor(threads, thread_name_prefix="kube"),
             metrics=metrics or Metrics(),
+            health=health or Health(),
         )
 
     # ------------------------------------------------------------ transport
@@ -437,6 +445,7 @@ class Kube:
             try:
                 if version is None:
                     records, version = self._list_all(kind)
+                    self.health.watch_ok(kind.plural)
                     emit(None, records)
                 version = self._watch_once(kind, version, emit, stop)
                 backoff = 1.0
@@ -447,10 +456,12 @@ class Kube:
                     continue
                 self.metrics.api_error()
                 if api_error is not None and api_error.not_found:
+                    self.health.watch_ok(kind.plural)  # the API server answered
                     version = None  # the CRD is not installed (KubeRay): nothing to follow yet
                     emit(None, {})
                     stop.wait(MISSING_KIND_RETRY_SECONDS)
                     continue
+                self.health.watch_failed(kind.plural, f"{type(exc).__name__}: {exc}")
                 log.warning("watching %s failed: %s; retrying in %.0fs", kind.plural, exc, backoff)
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
@@ -489,6 +500,7 @@ class Kube:
         )
         self.metrics.api_request("WATCH", kind.plural)
         response = self._send("GET", kind.path(), query, None, None, (10, WATCH_SECONDS + 30))
+        self.health.watch_ok(kind.plural)
         try:
             for line in iter_lines(response.response.stream(64 * 1024)):
                 if stop.is_set():

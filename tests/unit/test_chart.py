@@ -159,7 +159,13 @@ def test_deployment_is_restricted_single_replica_recreate() -> None:
     assert security["readOnlyRootFilesystem"] is True
     assert security["capabilities"] == {"drop": ["ALL"]}
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # kopf's identity comes from the pod name, never from the user name (uid 65532 has none)
+    env = {
+        e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        for e in container["env"]
+    }
+    assert env["POD_NAME"] == "metadata.name"
     assert container["resources"]["limits"]["memory"]
     # the cert dir (/tmp/tpuslice-webhook, the CLI default) is on a writable emptyDir
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]

@@ -68,7 +68,7 @@ class OperatorProcess:
         wait_for(
             self._healthy,
             timeout_s=timeout_s,
-            what="operator /healthz",
+            what="operator /readyz",
             describe=lambda: self.tail(),
         )
 
@@ -76,7 +76,7 @@ class OperatorProcess:
         if self.proc is None or self.proc.poll() is not None:
             raise AssertionError(f"operator exited; log {self.log_path}:\n{self.tail()}")
         try:
-            url = f"http://127.0.0.1:{self.health_port}/healthz"
+            url = f"http://127.0.0.1:{self.health_port}/readyz"
             with urllib.request.urlopen(url, timeout=2) as response:
                 return bool(response.status == 200)
         except OSError:

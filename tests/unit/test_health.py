@@ -1,0 +1,112 @@
+"""Liveness and readiness verdicts on a fake clock, and the probe server over HTTP."""
+
+from __future__ import annotations
+
+import http.client
+
+from tpuslice.cli import instance_identity
+from tpuslice.health import Health, serve_health
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def started(clock: Clock, webhook: bool = False) -> Health:
+    health = Health(clock=clock, webhook=webhook, loop_stall_s=30, watch_grace_s=15)
+    health.beat()
+    if webhook:
+        health.webhook_listening()
+    health.started()
+    return health
+
+
+def test_alive_during_startup_grace_then_not_if_the_loop_never_turned() -> None:
+    clock = Clock()
+    health = Health(clock=clock, startup_grace_s=300)
+    assert health.liveness().ok
+    clock.now += 301
+    verdict = health.liveness()
+    assert not verdict.ok and "has not started" in verdict.reasons[0]
+
+
+def test_a_stalled_loop_fails_liveness_and_readiness() -> None:
+    clock = Clock()
+    health = started(clock)
+    assert health.liveness().ok and health.readiness().ok
+    clock.now += 31
+    assert not health.liveness().ok
+    assert "has not turned for 31s" in health.readiness().text()
+    health.beat()
+    assert health.liveness().ok and health.readiness().ok
+
+
+def test_not_ready_until_started_and_webhook_listening() -> None:
+    clock = Clock()
+    health = Health(clock=clock, webhook=True)
+    reasons = health.readiness().reasons
+    assert any("not listed yet" in r for r in reasons)
+    assert any("webhook is not listening" in r for r in reasons)
+    assert any("has not turned yet" in r for r in reasons)
+    assert health.liveness().ok  # starting is not dead
+    health.beat()
+    health.started()
+    assert not health.readiness().ok
+    health.webhook_listening()
+    assert health.readiness().ok
+
+
+def test_a_watch_failing_past_the_grace_makes_it_unready_and_recovery_clears_it() -> None:
+    clock = Clock()
+    health = started(clock)
+    health.watch_failed("pods", "ConnectionRefusedError: [Errno 111]")
+    clock.now += 10
+    health.beat()
+    health.watch_failed("pods", "ConnectionRefusedError: again")
+    assert health.readiness().ok  # within the grace: a normal reconnect
+    clock.now += 6
+    health.beat()
+    verdict = health.readiness()
+    assert not verdict.ok
+    assert verdict.reasons == ("watching pods has failed for 16s: ConnectionRefusedError: again",)
+    assert health.liveness().ok  # an API outage never restarts the operator
+    health.watch_ok("pods")
+    assert health.readiness().ok
+
+
+def test_probe_server_answers_both_paths() -> None:
+    clock = Clock()
+    health = Health(clock=clock)
+    server = serve_health(health, 0, "127.0.0.1")
+    try:
+        port = server.server_address[1]
+
+        def get(path: str) -> tuple[int, str]:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", path)
+            response = conn.getresponse()
+            body = response.read().decode()
+            conn.close()
+            return response.status, body
+
+        assert get("/healthz") == (200, "ok\n")
+        status, body = get("/readyz")
+        assert status == 503 and "not listed yet" in body
+        health.beat()
+        health.started()
+        assert get("/readyz") == (200, "ok\n")
+        assert get("/metrics")[0] == 404
+    finally:
+        server.stop()
+
+
+def test_instance_identity_prefers_the_pod_name() -> None:
+    assert instance_identity({"POD_NAME": "tpuslice-operator-7d9f-abcde"}) == (
+        "tpuslice-operator-7d9f-abcde"
+    )
+    own = instance_identity({})
+    assert own.rsplit("-", 1)[1].isdigit()
