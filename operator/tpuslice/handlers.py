@@ -25,6 +25,7 @@ from tpuslice import webhook
 from tpuslice.config import OperatorConfig
 from tpuslice.health import Health
 from tpuslice.kube import Kube
+from tpuslice.kube import credentials as kube_credentials
 from tpuslice.metrics import Metrics
 from tpuslice.reconcile import ClusterKey, Reconciler, Snapshot, spec_shape
 from tpuslice.reservation import ReservationInfo
@@ -125,7 +126,16 @@ def register(
         ``login_with_service_account`` dials ``kubernetes.default.svc`` instead, so it
         needs cluster DNS that ``Kube`` does not, and the operator looked started while
         kopf could not reach the API server (seen on a real node without DNS)."""
-        return kopf.login_via_client(**kwargs)
+        creds = kube_credentials(config.kubeconfig)
+        return kopf.ConnectionInfo(
+            server=creds.server,
+            ca_path=creds.ca_path,
+            insecure=creds.insecure,
+            scheme=creds.scheme,
+            token=creds.token,
+            certificate_path=creds.certificate_path,
+            private_key_path=creds.private_key_path,
+        )
 
     @kopf.on.startup(**reg)
     async def configure(

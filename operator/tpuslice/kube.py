@@ -84,6 +84,42 @@ def load_api_client(kubeconfig: str | None = None, pool_size: int = 32) -> Any:
     return k8s_client.ApiClient(configuration)
 
 
+@dataclass(frozen=True)
+class Credentials:
+    """Where the API server is and how to log in, as the kubernetes client resolved it
+    (kopf's ``ConnectionInfo`` is built from this, so kopf and ``Kube`` log in alike)."""
+
+    server: str
+    ca_path: str | None
+    insecure: bool
+    scheme: str | None
+    token: str | None
+    certificate_path: str | None
+    private_key_path: str | None
+
+
+def credentials(kubeconfig: str | None = None) -> Credentials:
+    """The same resolution as :func:`load_api_client`: in a pod the service account and
+    ``KUBERNETES_SERVICE_HOST`` (an IP: no cluster DNS needed), else the kubeconfig.
+
+    Read afresh on every call, so a re-login after a 401 picks up a rotated token."""
+    configuration = load_api_client(kubeconfig, pool_size=1).configuration
+    header = configuration.get_api_key_with_prefix(
+        "BearerToken"
+    ) or configuration.get_api_key_with_prefix("authorization")
+    parts = header.split(" ", 1) if header else []
+    scheme, token = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0] if parts else None)
+    return Credentials(
+        server=configuration.host,
+        ca_path=configuration.ssl_ca_cert or None,
+        insecure=not configuration.verify_ssl,
+        scheme=scheme,
+        token=token,
+        certificate_path=configuration.cert_file or None,
+        private_key_path=configuration.key_file or None,
+    )
+
+
 def _path(group: str, version: str, plural: str, name: str = "", namespace: str = "") -> str:
     base = "/api/v1" if group == "" else f"/apis/{group}/{version}"
     if namespace:

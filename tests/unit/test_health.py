@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import http.client
+from pathlib import Path
+
+import yaml
 
 from tpuslice.cli import instance_identity
 from tpuslice.health import Health, serve_health
+from tpuslice.kube import credentials
 
 
 class Clock:
@@ -110,3 +114,33 @@ def test_instance_identity_prefers_the_pod_name() -> None:
     )
     own = instance_identity({})
     assert own.rsplit("-", 1)[1].isdigit()
+
+
+def test_kopf_logs_in_with_the_kubeconfig_it_is_given(tmp_path: Path) -> None:
+    """kopf and Kube resolve credentials alike; the kubeconfig named by --kubeconfig wins
+    (kopf's login_via_client reads the $KUBECONFIG of import time instead)."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {
+                            "server": "https://10.0.0.1:6443",
+                            "insecure-skip-tls-verify": True,
+                        },
+                    }
+                ],
+                "users": [{"name": "u", "user": {"token": "abc.def"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    creds = credentials(str(path))
+    assert creds.server == "https://10.0.0.1:6443"
+    assert (creds.scheme, creds.token) == ("Bearer", "abc.def")
+    assert creds.insecure is True and creds.certificate_path is None
