@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from tpuslice import pki
 
-__all__ = ["PKI", "make_pki", "write_kubeconfig"]
+__all__ = ["PKI", "issue_client_cert", "make_pki", "write_client_kubeconfig", "write_kubeconfig"]
 
 _VALIDITY = datetime.timedelta(days=30)
 
@@ -97,27 +99,61 @@ def make_pki(directory: Path, service_ip: str = "10.96.0.1") -> PKI:
     return files
 
 
+def issue_client_cert(
+    files: PKI, directory: Path, stem: str, common_name: str, organization: str | None = None
+) -> tuple[Path, Path]:
+    """Sign a client certificate with the cluster CA; return (cert, key) paths.
+
+    For identities that authenticate by certificate alone, without TLS
+    bootstrap or CSR approval: the real node's kubelet (``system:node:<name>``
+    in ``system:nodes``, which the Node authorizer recognises) and kube-proxy
+    (``system:kube-proxy``, bound to ``system:node-proxier`` by default RBAC).
+    """
+    ca_cert = x509.load_pem_x509_certificate(files.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(files.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{files.ca_key} is not an ECDSA key")
+    cert, key = pki.issue(
+        (ca_cert, ca_key),
+        common_name,
+        ExtendedKeyUsageOID.CLIENT_AUTH,
+        organization=organization,
+        valid=_VALIDITY,
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    cert_path, key_path = directory / f"{stem}.crt", directory / f"{stem}.key"
+    _write(cert_path, cert.public_bytes(serialization.Encoding.PEM))
+    _write(key_path, pki.key_pem(key), private=True)
+    return cert_path, key_path
+
+
 def write_kubeconfig(path: Path, server: str, pki: PKI, name: str = "tpusim") -> Path:
     """Write a kubeconfig for the admin identity with the certs embedded by path."""
+    return write_client_kubeconfig(
+        path, server, pki.ca_cert, pki.admin_cert, pki.admin_key, name=name, user=f"{name}-admin"
+    )
+
+
+def write_client_kubeconfig(
+    path: Path, server: str, ca: Path, cert: Path, key: Path, *, name: str, user: str
+) -> Path:
+    """Write a kubeconfig for one client certificate (referenced by path, mode 0600)."""
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
             {
                 "name": name,
-                "cluster": {"server": server, "certificate-authority": str(pki.ca_cert)},
+                "cluster": {"server": server, "certificate-authority": str(ca)},
             }
         ],
         "users": [
             {
-                "name": f"{name}-admin",
-                "user": {
-                    "client-certificate": str(pki.admin_cert),
-                    "client-key": str(pki.admin_key),
-                },
+                "name": user,
+                "user": {"client-certificate": str(cert), "client-key": str(key)},
             }
         ],
-        "contexts": [{"name": name, "context": {"cluster": name, "user": f"{name}-admin"}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": user}}],
         "current-context": name,
     }
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ import atexit
 import contextlib
 import json
 import shutil
+import socket
 import ssl
 import subprocess
 import time
@@ -31,7 +32,7 @@ from .nodepools import NodePool, pool_names
 from .processes import ComponentError, Process, free_port, http_ok, start, wait_until
 from .tools import ToolPaths
 
-__all__ = ["ClusterSettings", "LocalCluster", "StartupReport"]
+__all__ = ["ClusterSettings", "LocalCluster", "StartupReport", "primary_address"]
 
 T = TypeVar("T")
 
@@ -54,6 +55,12 @@ class ClusterSettings:
     cluster_name: str = "tpusim"
     #: Keep etcd's data directory after stop (for post-mortems); logs are always kept.
     keep_etcd_data: bool = False
+    #: The VM's own address (see ``primary_address``) when a real kubelet node
+    #: (tpusim.realnode) joins; None keeps the loopback-only control plane. Pods
+    #: on a real node reach the API server through the ``kubernetes`` Service
+    #: (10.96.0.1), which kube-proxy forwards to its endpoints: the API server
+    #: must then listen on and advertise an address pods can route to.
+    node_ip: str | None = None
 
 
 @dataclass
@@ -82,6 +89,8 @@ class LocalCluster:
         self.kubeconfig = settings.run_dir / "kubeconfig"
         self.report = StartupReport()
         self.ports: dict[str, int] = {}
+        #: The certificates of this cluster (set by ``start``; a real node signs with its CA).
+        self.pki: PKI | None = None
         self._procs: list[Process] = []
         self._api: Any = None
         self._stopped = False
@@ -126,6 +135,7 @@ class LocalCluster:
             pki = self._step(
                 "certificates", lambda: make_pki(self.run_dir / "pki", self.settings.service_ip)
             )
+            self.pki = pki
             self._start_etcd()
             self._start_apiserver(pki)
             self._start_controller_manager(pki)
@@ -221,30 +231,49 @@ class LocalCluster:
         )
         self._wait(proc, f"http://127.0.0.1:{client_port}/health")
 
+    def apiserver_argv(self, pki: PKI, port: int) -> list[str]:
+        """The kube-apiserver command line (separate so tests can check the flags).
+
+        Loopback-only by default, with ``--endpoint-reconciler-type=none``: no pod
+        ever dials the API server, so the ``kubernetes`` Service has no endpoints.
+        With ``node_ip`` set (a real node joins), it listens on every address and
+        advertises ``node_ip``, so the lease reconciler publishes ``node_ip:port``
+        as the Service's endpoint; it reaches kubelets by their InternalIP (the
+        node names do not resolve) with the admin certificate (``system:masters``
+        passes the kubelet's webhook authorization) for ``logs``/``exec``.
+        """
+        node_ip = self.settings.node_ip
+        argv = [
+            self._bin("kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+            f"--bind-address={'0.0.0.0' if node_ip else '127.0.0.1'}",
+            f"--advertise-address={node_ip or '127.0.0.1'}",
+            f"--secure-port={port}",
+            f"--tls-cert-file={pki.apiserver_cert}",
+            f"--tls-private-key-file={pki.apiserver_key}",
+            f"--client-ca-file={pki.ca_cert}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki.sa_pub}",
+            f"--service-account-signing-key-file={pki.sa_key}",
+            f"--service-cluster-ip-range={self.settings.service_cidr}",
+            "--authorization-mode=Node,RBAC",
+            "--allow-privileged=true",
+            "--profiling=false",
+        ]
+        if node_ip:
+            argv += [
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
+                f"--kubelet-client-certificate={pki.admin_cert}",
+                f"--kubelet-client-key={pki.admin_key}",
+            ]
+        else:
+            argv.insert(-1, "--endpoint-reconciler-type=none")
+        return argv
+
     def _start_apiserver(self, pki: PKI) -> None:
         port = free_port()
         self.ports["apiserver"] = port
-        proc = self._launch(
-            "kube-apiserver",
-            [
-                self._bin("kube-apiserver"),
-                f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={port}",
-                f"--tls-cert-file={pki.apiserver_cert}",
-                f"--tls-private-key-file={pki.apiserver_key}",
-                f"--client-ca-file={pki.ca_cert}",
-                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-                f"--service-account-key-file={pki.sa_pub}",
-                f"--service-account-signing-key-file={pki.sa_key}",
-                f"--service-cluster-ip-range={self.settings.service_cidr}",
-                "--authorization-mode=Node,RBAC",
-                "--allow-privileged=true",
-                "--endpoint-reconciler-type=none",
-                "--profiling=false",
-            ],
-        )
+        proc = self._launch("kube-apiserver", self.apiserver_argv(pki, port))
         write_kubeconfig(
             self.kubeconfig, f"https://127.0.0.1:{port}", pki, self.settings.cluster_name
         )
@@ -375,6 +404,24 @@ class LocalCluster:
             ],
         }
         (self.run_dir / "state.json").write_text(json.dumps(state, indent=2) + "\n")
+
+
+def primary_address() -> str:
+    """The VM's primary IPv4 address: the source address of its default route.
+
+    A UDP socket "connected" to an outside address makes the kernel pick the
+    route and source address without sending anything. This is the address a
+    real node registers as its InternalIP and the API server advertises.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect(("198.51.100.1", 9))  # TEST-NET-2; nothing is sent
+        except OSError as exc:
+            raise RuntimeError(f"no default IPv4 route to find the node address: {exc}") from exc
+        address = str(sock.getsockname()[0])
+    if address.startswith("127.") or address == "0.0.0.0":
+        raise RuntimeError(f"the default route's source address is {address}, not a real one")
+    return address
 
 
 def _insecure() -> ssl.SSLContext:
