@@ -1,9 +1,11 @@
-"""Command line: ``python -m tpusim up|down|status|add-pool|remove-pool|images``.
+"""Command line: ``python -m tpusim up|down|status|add-pool|remove-pool|images|cleanup-host``.
 
 `up` detaches by default (the cluster outlives the command, as `make
 dev-cluster` wants); `up --foreground` keeps it in this process until Ctrl-C.
 State (pids, ports, kubeconfig) lives in ``--dir`` so `down` and `status` from
-another shell find it.
+another shell find it. `up --real-node` adds one real kubelet node
+(tpusim.realnode; root); `down` takes it and every host change back, and
+`cleanup-host` does that alone from the recorded state (after a crash).
 """
 
 from __future__ import annotations
@@ -20,9 +22,18 @@ from typing import Any
 import yaml
 
 from . import kube
-from .cluster import ClusterSettings, LocalCluster
+from .cluster import ClusterSettings, LocalCluster, primary_address
+from .hoststate import (
+    STATE_DIR_NAME,
+    HostLock,
+    HostRecord,
+    RealNodeBusy,
+    cleanup_host,
+    host_leftovers,
+)
 from .nodepools import NodePool, default_pools, parse_pool_spec, pool_from_dict
 from .processes import ComponentError, exit_on_signals, kill_recorded
+from .realnode import REAL_NODE_LABEL, RealNode, drain_node
 from .tools import ToolPaths, find_repo_root
 
 
@@ -59,7 +70,16 @@ def cmd_up(args: argparse.Namespace) -> int:
     if state and any(_alive(c) for c in state["components"]):
         print(f"a cluster is already running from {directory}; stop it with `down` first")
         return 1
-    for sub in ("logs", "pki", "etcd-data", "kubeconfig", "state.json"):
+    if args.real_node:
+        try:
+            HostLock().check(directory)
+        except RealNodeBusy as exc:
+            print(exc, file=sys.stderr)
+            return 1
+    old_node = HostRecord.load(directory / STATE_DIR_NAME)
+    if old_node is not None and not old_node.cleaned and not _cleanup_real_node(old_node):
+        return 1
+    for sub in ("logs", "pki", "etcd-data", "kubeconfig", "state.json", STATE_DIR_NAME):
         target = directory / sub
         if target.is_dir():
             shutil.rmtree(target)
@@ -71,18 +91,26 @@ def cmd_up(args: argparse.Namespace) -> int:
         run_dir=directory,
         ready_timeout_s=args.timeout,
         die_with_parent=args.foreground,
+        node_ip=primary_address() if args.real_node else None,
     )
     cluster = LocalCluster(settings)
+    node = RealNode(cluster) if args.real_node else None
     exit_on_signals()
     began = time.monotonic()
     try:
         cluster.start()
         nodes = cluster.add_pools(pools)
-    except ComponentError as exc:
+        if node is not None:
+            node.start()
+    except (ComponentError, RealNodeBusy) as exc:
         print(f"cluster failed to start: {exc}", file=sys.stderr)
+        if node is not None:
+            node.stop()
         cluster.stop()
         return 1
     except BaseException:
+        if node is not None:
+            node.stop()
         cluster.stop()
         raise
     elapsed = time.monotonic() - began
@@ -91,28 +119,68 @@ def cmd_up(args: argparse.Namespace) -> int:
     )
     for step, secs in cluster.report.steps.items():
         print(f"  {step:<24} {secs:6.1f}s")
+    if node is not None:
+        print(f"real node {node.name} Ready ({settings.node_ip}, pods {node.settings.pod_cidr}):")
+        for step, secs in node.report.steps.items():
+            print(f"  {step:<24} {secs:6.1f}s")
+        print(f"  pin pods with: {json.dumps(node.placement())}")
     print(f"\n  export KUBECONFIG={cluster.kubeconfig}")
     print(f"  {settings.tools.binary('kubectl')} get nodes -L cloud.google.com/gke-nodepool")
     if not args.foreground:
         print("\nstop it with: make dev-cluster-down")
         return 0
     print("\nrunning in the foreground; Ctrl-C stops it")
+    everything = cluster.processes + (node.processes if node is not None else ())
     try:
-        while all(p.alive() for p in cluster.processes):
+        while all(p.alive() for p in everything):
             time.sleep(1.0)
     except KeyboardInterrupt:
         pass
     finally:
+        if node is not None:
+            node.stop()
         cluster.stop()
     return 0
+
+
+def _cleanup_real_node(record: HostRecord, kubeconfig: Path | None = None) -> bool:
+    """Drain (if the kubelet and API still answer) and clean up a recorded real node."""
+    kubelet = next((c for c in record.components if c["name"] == "kubelet"), None)
+    if kubeconfig is not None and kubeconfig.exists() and kubelet and _alive(kubelet):
+        try:
+            deleted = drain_node(
+                kube.api_client(kubeconfig), record.node_name, Path(record.containerd_socket)
+            )
+            print(f"deleted {deleted} pods of real node {record.node_name}")
+        except Exception as exc:  # the host cleanup below kills what is left
+            print(f"could not drain {record.node_name} through the API: {exc}")
+    try:
+        report = cleanup_host(record, lock=HostLock())
+    except RealNodeBusy as exc:
+        print(exc, file=sys.stderr)
+        return False
+    for line in report.done:
+        print(f"  {line}")
+    for line in report.failed:
+        print(f"  FAILED: {line}", file=sys.stderr)
+    left = host_leftovers(record)
+    for line in left:
+        print(f"  left on the host: {line}", file=sys.stderr)
+    return not report.failed and not left
 
 
 def cmd_down(args: argparse.Namespace) -> int:
     directory: Path = args.dir.resolve()
     state = _load_state(directory)
+    node = HostRecord.load(directory / STATE_DIR_NAME)
+    node_ok = True
+    if node is not None and not node.cleaned:
+        kubeconfig = Path(state["kubeconfig"]) if state else None
+        print(f"real node {node.node_name}:")
+        node_ok = _cleanup_real_node(node, kubeconfig)
     if state is None:
         print(f"no cluster state in {directory}; nothing to stop")
-        return 0
+        return 0 if node_ok else 1
     stopped = [
         c["name"]
         for c in reversed(state["components"])
@@ -122,7 +190,22 @@ def cmd_down(args: argparse.Namespace) -> int:
     state["stopped"] = True
     (directory / "state.json").write_text(json.dumps(state, indent=2) + "\n")
     print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
-    return 0
+    return 0 if node_ok else 1
+
+
+def cmd_cleanup_host(args: argparse.Namespace) -> int:
+    """Take back a real node's host changes from its recorded state (after a crash)."""
+    directory: Path = args.dir.resolve()
+    lock = HostLock()
+    record = HostRecord.load(directory / STATE_DIR_NAME) or lock.owner()
+    if record is None:
+        left = host_leftovers(lock=lock)
+        print(f"no real node recorded in {directory} or {lock.path}")
+        for line in left:
+            print(f"  left on the host: {line}")
+        return 1 if left else 0
+    print(f"cleaning up after real node {record.node_name} of {record.run_dir}")
+    return 0 if _cleanup_real_node(record) else 1
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -137,12 +220,23 @@ def cmd_status(args: argparse.Namespace) -> int:
         running &= alive
         word = "running" if alive else "STOPPED"
         print(f"  {comp['name']:<24} pid {comp['pid']:<8} {word:<8} {comp['log']}")
+    node = HostRecord.load(directory / STATE_DIR_NAME)
+    if node is not None and not node.cleaned:
+        print(f"  real node {node.node_name} ({node.node_ip}, pods {node.pod_cidr}):")
+        for comp in node.components:
+            alive = _alive(comp)
+            running &= alive
+            word = "running" if alive else "STOPPED"
+            print(f"    {comp['name']:<22} pid {comp['pid']:<8} {word:<8} {comp['log']}")
     if not running:
         return 1
     api = kube.api_client(Path(state["kubeconfig"]))
     pools: dict[str, list[str]] = {}
     for node in kube.core_v1(api).list_node().items:
-        pool = (node.metadata.labels or {}).get("cloud.google.com/gke-nodepool", "-")
+        labels = node.metadata.labels or {}
+        pool = labels.get("cloud.google.com/gke-nodepool", "-")
+        if labels.get(REAL_NODE_LABEL) == "true":
+            pool = "(real node)"
         flag = "Ready" if kube.node_ready(node) else "NotReady"
         if node.spec.unschedulable:
             flag += ",cordoned"
@@ -223,9 +317,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     up.add_argument(
         "--timeout", type=float, default=180.0, help="per-component readiness bound (s)"
     )
+    up.add_argument(
+        "--real-node",
+        action="store_true",
+        help="also a real kubelet+containerd node (root; one per machine; tpusim.realnode)",
+    )
     up.set_defaults(fn=cmd_up)
     sub.add_parser("down", help="stop a cluster started by up").set_defaults(fn=cmd_down)
     sub.add_parser("status", help="components and node pools").set_defaults(fn=cmd_status)
+    sub.add_parser(
+        "cleanup-host",
+        help="undo a real node's host changes from its recorded state (after a crash)",
+    ).set_defaults(fn=cmd_cleanup_host)
     add = sub.add_parser("add-pool", help="add pools to a running cluster")
     add.add_argument("spec", nargs="+", help="NAME:TYPE:TOPOLOGY:NODES[:CHIPS] or NAME:cpu:NODES")
     add.set_defaults(fn=cmd_add_pool)
