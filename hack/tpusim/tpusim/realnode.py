@@ -751,7 +751,7 @@ class RealNode:
             with contextlib.suppress(Exception):
                 proc.popen.wait(timeout=5)
         with contextlib.suppress(Exception):
-            kube.core_v1(self.cluster.api).delete_node(self.name)
+            kube.core_v1(self.cluster.api).delete_node(self.name, _request_timeout=10)
         self.stop_seconds = round(time.monotonic() - began, 2)
 
     # ------------------------------------------------------------ images
@@ -900,7 +900,7 @@ class RealNode:
 
         def node_ready() -> bool:
             try:
-                return kube.node_ready(core.read_node(self.name))
+                return kube.node_ready(core.read_node(self.name, _request_timeout=5))
             except ApiException:
                 return False
 
@@ -959,12 +959,18 @@ def drain_node(api: Any, node: str, containerd_socket: Path, timeout_s: float = 
     host cleanup instead.
     """
     core = kube.core_v1(api)
-    core.patch_node(node, {"spec": {"unschedulable": True}})
-    pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+    # Bounded calls: an API server in graceful shutdown may accept and never answer.
+    core.patch_node(node, {"spec": {"unschedulable": True}}, _request_timeout=10)
+    pods = core.list_pod_for_all_namespaces(
+        field_selector=f"spec.nodeName={node}", _request_timeout=10
+    ).items
     for pod in pods:
         with contextlib.suppress(ApiException):
             core.delete_namespaced_pod(
-                pod.metadata.name, pod.metadata.namespace, grace_period_seconds=1
+                pod.metadata.name,
+                pod.metadata.namespace,
+                grace_period_seconds=1,
+                _request_timeout=10,
             )
     ctr = ["ctr", f"--address={containerd_socket}", "--namespace=k8s.io", "tasks", "ls"]
     deadline = time.monotonic() + timeout_s
