@@ -25,7 +25,7 @@ dev: install ## Same as install
 
 # ---------------------------------------------------------------- checks
 .PHONY: test test-unit test-contract lint verify sync-crds manifests image-check chart-lint
-test: test-unit image-check test-contract test-e2e ## Run every test tier (unit, image install check, Ray contract, then e2e on the local cluster)
+test: test-unit image-check test-contract test-e2e test-realnode ## Run every test tier (unit, image install check, Ray contract, e2e on the local cluster, then the real-node tier)
 
 test-unit: tools $(STAMP) ## Unit tests (seconds; the chart tests use the helm that `make tools` builds)
 	$(PY) -m pytest tests/unit -q
@@ -65,12 +65,18 @@ verify: $(STAMP) ## Regenerate generated files (CRD copies, manifests/) and fail
 # (hack/tools-dir.sh prints it); a second `make tools` is a no-op.
 DEV_CLUSTER := .dev-cluster
 
-.PHONY: tools dev-cluster dev-cluster-down dev-cluster-status test-e2e
+.PHONY: tools dev-cluster dev-cluster-real realnode-cleanup dev-cluster-down dev-cluster-status test-e2e
 tools: ## Build kube-*, etcd, kwok, ray-operator, helm once (cold: minutes on 2 cores)
 	bash hack/build-tools.sh
 
 dev-cluster: tools $(STAMP) ## Start the local cluster with default TPU pools in the background
 	$(PY) -m tpusim --dir $(DEV_CLUSTER) up
+
+dev-cluster-real: tools $(STAMP) realnode-deps ## Dev cluster plus one real kubelet node (root; see docs/local-cluster.md)
+	$(PY) -m tpusim --dir $(DEV_CLUSTER) up --real-node
+
+realnode-cleanup: $(STAMP) ## Undo a crashed real node's host changes from its recorded state
+	$(PY) -m tpusim --dir $(DEV_CLUSTER) cleanup-host
 
 dev-cluster-down: $(STAMP) ## Stop the cluster started by dev-cluster
 	$(PY) -m tpusim --dir $(DEV_CLUSTER) down
@@ -80,6 +86,19 @@ dev-cluster-status: $(STAMP) ## Components and node pools of the dev cluster
 
 test-e2e: tools $(STAMP) ## e2e tier on a fresh local cluster (or TPUSLICE_E2E_KUBECONFIG)
 	$(PY) -m pytest tests/e2e -q
+
+# The real-node tier: a real kubelet + containerd node joins the local cluster and
+# runs the operator from the chart, with the image built here by buildah (root;
+# installs Debian's containerd, runc, CNI plugins, buildah, debootstrap, dnsmasq).
+.PHONY: test-realnode realnode-deps image
+realnode-deps: ## Install the real node's Debian packages (root, apt-get; only what is missing)
+	bash hack/realnode-deps.sh
+
+test-realnode: tools $(STAMP) realnode-deps ## Real-node tier: the chart's operator in a real pod on a real kubelet (root)
+	$(PY) -m pytest tests/realnode -q
+
+image: $(STAMP) ## Build the operator image (docker if a daemon answers, else buildah on a local base)
+	bash hack/image.sh
 
 # ---------------------------------------------------------------- benchmark
 # Not part of `make test`: starts its own local cluster, minutes (small) to an hour (large).

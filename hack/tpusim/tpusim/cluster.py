@@ -363,6 +363,9 @@ class LocalCluster:
                 f"--health-probe-bind-address=127.0.0.1:{probe}",
                 f"--feature-gates={self.settings.kuberay_feature_gates}",
                 "--log-stdout-encoder=console",
+                # With a real node, KubeRay (on the host, outside cluster DNS) reaches a
+                # real Ray head's dashboard through the API server's service proxy.
+                *(["--use-kubernetes-proxy"] if self.settings.node_ip else []),
             ],
             env={"KUBECONFIG": str(self.kubeconfig)},
         )

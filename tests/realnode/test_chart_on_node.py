@@ -1,0 +1,484 @@
+"""The chart as users install it, running the operator in a real pod on a real kubelet.
+
+One module, run in order, one release at a time (CI budget and one webhook
+configuration): `helm install` into a namespace that enforces Pod Security
+`restricted`, the operator Ready in its pod with its ServiceAccount, the identity
+webhook reached by the API server through the Service with the operator's own
+CA, a two-slice TPUSliceCluster Ready with every worker's TPU identity, the
+metrics Service, liveness restarting a hung operator, `helm upgrade` with a
+changed value, `helm uninstall` (what stays and what goes, as the README says),
+then `manifests/` through `kubectl apply -k` giving the same running operator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes.client import ApiException
+
+from tests.e2e.operator_support import apply, delete_tsc, kubectl, slice_pods, tsc, wait_condition
+from tests.realnode.conftest import REAL_TOLERATION, NodeCluster, helm
+from tpusim import kube
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "tpuslice-operator"
+MANIFESTS = REPO / "manifests"
+RELEASE = "tpuslice-operator"
+FULLNAME = RELEASE  # the release name already contains the chart name
+WEBHOOK_CONFIG = "tpuslice-identity"
+POD_CIDR = ipaddress.ip_network("10.245.0.0/24")  # the real node's bridge (tpusim.realnode)
+IDENTITY_ENV = ("TPU_WORKER_ID", "TPU_NAME", "TPU_WORKER_HOSTNAMES", "MEGASCALE_NUM_SLICES")
+PSA_RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+
+pytestmark = pytest.mark.realnode
+
+
+# ---------------------------------------------------------------- helpers
+def operator_pods(cluster: NodeCluster, namespace: str) -> list[Any]:
+    pods: list[Any] = cluster.core.list_namespaced_pod(
+        namespace, label_selector="app.kubernetes.io/name=tpuslice-operator"
+    ).items
+    return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+def ready(pod: Any) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+
+
+def wait_operator_ready(cluster: NodeCluster, namespace: str, timeout_s: float = 180) -> Any:
+    """The one operator pod of the namespace, Running and Ready on the real node."""
+
+    def check() -> Any:
+        pods = operator_pods(cluster, namespace)
+        if len(pods) == 1 and ready(pods[0]):
+            return pods[0]
+        return None
+
+    pod = kube.wait_for(
+        check,
+        timeout_s=timeout_s,
+        what=f"the operator pod Ready in {namespace}",
+        describe=lambda: describe_operator(cluster, namespace),
+    )
+    assert pod.spec.node_name == cluster.node_name, "the operator must run on the real node"
+    assert ipaddress.ip_address(pod.status.pod_ip) in POD_CIDR, pod.status.pod_ip
+    return pod
+
+
+def describe_operator(cluster: NodeCluster, namespace: str) -> str:
+    out = kubectl(cluster, "describe", "pods", "-n", namespace, check=False).stdout
+    logs = kubectl(
+        cluster,
+        "logs",
+        "-n",
+        namespace,
+        "-l",
+        "app.kubernetes.io/name=tpuslice-operator",
+        "--tail=40",
+        check=False,
+    )
+    return f"{out[-4000:]}\n--- logs\n{logs.stdout}{logs.stderr}"
+
+
+def restricted_namespace(cluster: NodeCluster, name: str) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": PSA_RESTRICTED},
+    }
+    kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(body))
+
+
+def values_file(cluster: NodeCluster, path: Path, **extra: Any) -> Path:
+    """Values a user on this node would set: the locally built image, pinned to the node."""
+    values: dict[str, Any] = {
+        "image": {
+            "repository": cluster.operator_image.repository,
+            "tag": cluster.operator_image.tag,
+            "pullPolicy": "Never",
+        },
+        "nodeSelector": {"kubernetes.io/hostname": cluster.node_name},
+        "tolerations": [REAL_TOLERATION],
+        # Short probe timings, so the hung-operator restart fits CI's budget.
+        "operator": {
+            "probes": {
+                "liveness": {
+                    "initialDelaySeconds": 5,
+                    "periodSeconds": 2,
+                    "timeoutSeconds": 1,
+                    "failureThreshold": 3,
+                },
+                "readiness": {"periodSeconds": 2, "timeoutSeconds": 1, "failureThreshold": 2},
+            }
+        },
+        "terminationGracePeriodSeconds": 5,
+        **extra,
+    }
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def webhook_ca_and_service(cluster: NodeCluster) -> tuple[str, dict[str, Any]]:
+    config = json.loads(
+        kubectl(cluster, "get", "mutatingwebhookconfiguration", WEBHOOK_CONFIG, "-o", "json").stdout
+    )
+    (hook,) = config["webhooks"]
+    client_config = hook["clientConfig"]
+    assert "url" not in client_config, "in a pod the webhook is reached through its Service"
+    return client_config["caBundle"], client_config["service"]
+
+
+def two_slices_ready(cluster: NodeCluster, namespace: str, name: str) -> None:
+    """A two-slice v6e 4x4 TPUSliceCluster Ready, every worker with its TPU identity."""
+    apply(cluster, namespace, tsc(name, slices=2))
+    wait_condition(cluster, namespace, name, "Ready", "True", timeout_s=180)
+    workers = [
+        p
+        for p in slice_pods(cluster, namespace, name)
+        if "ray.io/worker-group-replica-name" in (p.metadata.labels or {})
+    ]
+    assert len(workers) == 8, [p.metadata.name for p in workers]
+    ids = set()
+    for pod in workers:
+        (container,) = [c for c in pod.spec.containers if c.name == "ray-worker"]
+        env = {e.name: e.value for e in container.env or []}
+        missing = [k for k in IDENTITY_ENV if k not in env]
+        assert not missing, f"{pod.metadata.name} lacks {missing}"
+        ids.add((env["TPU_NAME"], env["TPU_WORKER_ID"]))
+    assert len(ids) == 8, ids  # no duplicate worker ids
+
+
+def operator_host_pids(cluster: NodeCluster) -> list[int]:
+    """Host pids of `tpuslice run` processes running as the image's user 65532."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        uid_line = next((line for line in status.splitlines() if line.startswith("Uid:")), "")
+        if (
+            b"run" in cmdline
+            and any(part.endswith(b"tpuslice") for part in cmdline)
+            and (uid_line.split()[1:2] == ["65532"])
+        ):
+            pids.append(int(entry.name))
+    return pids
+
+
+def metrics_through_service(cluster: NodeCluster, namespace: str) -> str:
+    """/metrics through the API server's service proxy to the chart's metrics Service."""
+    path = f"/api/v1/namespaces/{namespace}/services/http:{FULLNAME}-metrics:metrics/proxy/metrics"
+    return kubectl(cluster, "get", "--raw", path).stdout
+
+
+# ---------------------------------------------------------------- the scenario
+@pytest.fixture(scope="module")
+def release_ns(node_cluster: NodeCluster) -> str:
+    return "tpuslice-system"
+
+
+def test_helm_install_runs_the_operator_in_a_real_pod(
+    node_cluster: NodeCluster,
+    release_ns: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    workload_ns: str,
+) -> None:
+    cluster = node_cluster
+    restricted_namespace(cluster, release_ns)
+    values = values_file(cluster, tmp_path_factory.mktemp("values") / "values.yaml")
+    helm(
+        cluster,
+        "install",
+        RELEASE,
+        str(CHART),
+        "-n",
+        release_ns,
+        "-f",
+        str(values),
+        "--wait",
+        "--timeout=3m",
+    )
+    pod = wait_operator_ready(cluster, release_ns)
+    # Pod Security restricted admitted it as the image's numeric user.
+    assert pod.spec.security_context.run_as_user == 65532
+    # The kubelet serves its logs: start-up listed through the API server with its token.
+    logs = kubectl(cluster, "logs", "-n", release_ns, pod.metadata.name).stdout
+    assert "listed" in logs and "Traceback" not in logs, logs[-3000:]
+    ca_bundle, service = webhook_ca_and_service(cluster)
+    assert ca_bundle and service == {
+        "name": f"{FULLNAME}-webhook",
+        "namespace": release_ns,
+        "path": service["path"],
+        "port": 443,
+    }
+    two_slices_ready(cluster, workload_ns, "llm")
+    # The metrics Service answers, and its figures show the 8 workers were mutated
+    # by this pod's webhook (the API server called it through the webhook Service).
+    text = metrics_through_service(cluster, release_ns)
+    mutated = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("tpuslice_webhook_admission_duration_seconds_count")
+        and 'result="mutated"' in line
+    ]
+    assert mutated and mutated[0] >= 8, [line for line in text.splitlines() if "webhook" in line]
+
+
+def test_liveness_restarts_a_hung_operator(node_cluster: NodeCluster, release_ns: str) -> None:
+    cluster = node_cluster
+    before = wait_operator_ready(cluster, release_ns)
+    restarts = before.status.container_statuses[0].restart_count
+    pids = operator_host_pids(cluster)
+    assert len(pids) == 1, pids
+    os.kill(pids[0], signal.SIGSTOP)
+    try:
+
+        def restarted() -> Any:
+            pods = operator_pods(cluster, release_ns)
+            if len(pods) == 1 and pods[0].status.container_statuses[0].restart_count > restarts:
+                return pods[0]
+            return None
+
+        kube.wait_for(
+            restarted,
+            timeout_s=90,
+            what="the kubelet restarting the stopped operator",
+            describe=lambda: describe_operator(cluster, release_ns),
+        )
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):  # killed by the kubelet: good
+                os.kill(pid, signal.SIGCONT)
+    wait_operator_ready(cluster, release_ns)
+
+
+def test_helm_upgrade_with_a_changed_value(
+    node_cluster: NodeCluster, release_ns: str, workload_ns: str
+) -> None:
+    cluster = node_cluster
+    old = wait_operator_ready(cluster, release_ns)
+    helm(
+        cluster,
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        "-n",
+        release_ns,
+        "--reuse-values",
+        "--set",
+        "operator.logLevel=DEBUG",
+        "--wait",
+        "--timeout=3m",
+    )
+
+    def replaced() -> Any:
+        pods = operator_pods(cluster, release_ns)
+        if len(pods) == 1 and pods[0].metadata.uid != old.metadata.uid and ready(pods[0]):
+            return pods[0]
+        return None
+
+    new = kube.wait_for(replaced, timeout_s=180, what="the upgraded operator pod Ready")
+    assert "--log-level=DEBUG" in new.spec.containers[0].args
+    # The new pod made its CA again and applied it; the webhook still admits pods.
+    delete_tsc(cluster, workload_ns, "llm")  # frees the two v6e 4x4 pools
+    two_slices_ready(cluster, workload_ns, "after-upgrade")
+
+
+def test_helm_uninstall_keeps_crds_and_the_webhook_configuration(
+    node_cluster: NodeCluster, release_ns: str, workload_ns: str
+) -> None:
+    cluster = node_cluster
+    delete_tsc(cluster, workload_ns, "after-upgrade")  # README: delete TPUSliceClusters first
+    helm(cluster, "uninstall", RELEASE, "-n", release_ns, "--wait", "--timeout=2m")
+    kube.wait_for(
+        lambda: not operator_pods(cluster, release_ns),
+        timeout_s=60,
+        what="the operator pod gone after helm uninstall",
+    )
+    for kind, name in (
+        ("deployment", FULLNAME),
+        ("clusterrole", FULLNAME),
+        ("service", f"{FULLNAME}-webhook"),
+    ):
+        done = kubectl(cluster, "get", kind, name, "-n", release_ns, check=False)
+        assert done.returncode != 0 and "NotFound" in done.stderr, (kind, done.stdout)
+    for crd in ("tpusliceclusters.tpuslice.dev", "slicereservations.tpuslice.dev"):
+        kubectl(cluster, "get", "crd", crd)  # helm uninstall keeps CRDs
+    # Applied by the operator itself: it stays, and the README says to delete it by hand.
+    kubectl(cluster, "get", "mutatingwebhookconfiguration", WEBHOOK_CONFIG)
+    kubectl(cluster, "delete", "mutatingwebhookconfiguration", WEBHOOK_CONFIG)
+    kubectl(cluster, "delete", "namespace", release_ns, "--wait=true", "--timeout=120s")
+
+
+def test_manifests_with_kubectl_apply_k_give_the_same_operator(
+    node_cluster: NodeCluster, tmp_path: Path, workload_ns: str
+) -> None:
+    """A user's kustomization over manifests/: the image, and the pin to this node."""
+    cluster = node_cluster
+    shutil.copytree(MANIFESTS, tmp_path / "base")
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": ["base"],
+        "images": [
+            {
+                "name": "tpuslice-operator",
+                "newName": cluster.operator_image.repository,
+                "newTag": cluster.operator_image.tag,
+            }
+        ],
+        "patches": [
+            {
+                "target": {"kind": "Deployment", "name": FULLNAME},
+                "patch": yaml.safe_dump(
+                    [
+                        {
+                            "op": "add",
+                            "path": "/spec/template/spec/nodeSelector",
+                            "value": {"kubernetes.io/hostname": cluster.node_name},
+                        },
+                        {
+                            "op": "add",
+                            "path": "/spec/template/spec/tolerations",
+                            "value": [REAL_TOLERATION],
+                        },
+                        {
+                            "op": "replace",
+                            "path": "/spec/template/spec/containers/0/imagePullPolicy",
+                            "value": "Never",
+                        },
+                    ]
+                ),
+            }
+        ],
+    }
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    # The CRDs are still there from the Helm release, owned by the field manager "helm":
+    # taking them over needs --force-conflicts, as the README says.
+    kubectl(cluster, "apply", "--server-side", "--force-conflicts", "-k", str(tmp_path))
+    try:
+        namespace = yaml.safe_load((MANIFESTS / "namespace.yaml").read_text())["metadata"]
+        assert namespace["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+        wait_operator_ready(cluster, namespace["name"])
+        _, service = webhook_ca_and_service(cluster)
+        assert service["namespace"] == namespace["name"]
+        two_slices_ready(cluster, workload_ns, "from-manifests")
+        delete_tsc(cluster, workload_ns, "from-manifests")
+    finally:
+        kubectl(
+            cluster, "delete", "-k", str(tmp_path), "--wait=true", "--timeout=180s", check=False
+        )
+        kubectl(
+            cluster,
+            "delete",
+            "mutatingwebhookconfiguration",
+            WEBHOOK_CONFIG,
+            "--ignore-not-found",
+            check=False,
+        )
+
+
+def test_ray_head_runs_for_real_on_the_node(node_cluster: NodeCluster, workload_ns: str) -> None:
+    """A RayCluster head from the local Ray image: Ready by KubeRay's own probes, and its
+    dashboard reachable through the API server's proxy, the path KubeRay takes with
+    ``--use-kubernetes-proxy`` (it runs on the host, outside cluster DNS)."""
+    cluster = node_cluster
+    name = "real-head"
+    head_resources = {"cpu": "500m", "memory": "1Gi"}
+    body = {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": name, "namespace": workload_ns},
+        "spec": {
+            "rayVersion": cluster.ray_image.tag,
+            "headGroupSpec": {
+                "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
+                "template": {
+                    "spec": {
+                        "nodeSelector": {"kubernetes.io/hostname": cluster.node_name},
+                        "tolerations": [REAL_TOLERATION],
+                        "containers": [
+                            {
+                                "name": "ray-head",
+                                "image": cluster.ray_image.ref,
+                                "imagePullPolicy": "Never",
+                                "resources": {
+                                    "requests": head_resources,
+                                    "limits": dict(head_resources),
+                                },
+                            }
+                        ],
+                    }
+                },
+            },
+        },
+    }
+    kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(body))
+
+    def state() -> str | None:
+        obj = cluster.custom.get_namespaced_custom_object(
+            "ray.io", "v1", workload_ns, "rayclusters", name
+        )
+        return "ready" if (obj.get("status") or {}).get("state") == "ready" else None
+
+    def head_pods() -> str:
+        out = kubectl(
+            cluster,
+            "get",
+            "pods",
+            "-n",
+            workload_ns,
+            "-l",
+            f"ray.io/cluster={name}",
+            "-o",
+            "wide",
+            check=False,
+        )
+        return out.stdout + out.stderr
+
+    kube.wait_for(state, timeout_s=240, what=f"RayCluster {name} ready", describe=head_pods)
+    (head,) = cluster.core.list_namespaced_pod(
+        workload_ns, label_selector=f"ray.io/cluster={name}"
+    ).items
+    assert head.spec.node_name == cluster.node_name and ready(head)
+    assert ipaddress.ip_address(head.status.pod_ip) in POD_CIDR
+    service = f"http:{name}-head-svc:dashboard"
+    path = f"/api/v1/namespaces/{workload_ns}/services/{service}/proxy/api/version"
+    version = json.loads(
+        kube.wait_for(
+            lambda: kubectl(cluster, "get", "--raw", path, check=False).stdout or None,
+            timeout_s=60,
+            what="the Ray dashboard through the API server proxy",
+        )
+    )
+    assert version.get("ray_version", "").startswith(cluster.ray_image.tag.split("-")[0]), version
+    kubectl(
+        cluster, "delete", "raycluster", "-n", workload_ns, name, "--wait=true", "--timeout=120s"
+    )
+
+    def head_gone() -> bool:
+        try:
+            cluster.core.read_namespaced_pod(head.metadata.name, workload_ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
+
+    kube.wait_for(head_gone, timeout_s=120, what="the Ray head pod gone with its RayCluster")
