@@ -154,7 +154,7 @@ class FakeResponse:
 class FakeApi:
     """Answers list and watch requests from a script, one answer per request."""
 
-    def __init__(self, answers: list[FakeResponse]) -> None:
+    def __init__(self, answers: list[FakeResponse | Exception]) -> None:
         self.answers = answers
         self.urls: list[str] = []
         self.configuration = type("C", (), {"host": "https://api"})()
@@ -167,7 +167,10 @@ class FakeApi:
         self.urls.append(url)
         if not self.answers:
             raise ConnectionError("script over")
-        return self.answers.pop(0)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
 
 def _node_obj(name: str, rv: str, ready: bool = True) -> dict[str, object]:
@@ -245,6 +248,43 @@ def test_follow_of_a_kind_whose_crd_is_missing_reports_an_empty_listing() -> Non
 
     kube._follow_forever(Followed("ray.io", "v1", "rayclusters", dict), emit, stop)
     assert seen == [(None, {})]
+
+
+def test_follow_tells_readiness_when_the_api_server_fails_and_when_it_answers_again() -> None:
+    import json
+    import threading
+
+    from tpuslice.health import Health
+    from tpuslice.kube import Kube
+
+    class Recording(Health):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[tuple[str, str]] = []
+
+        def watch_ok(self, kind: str) -> None:
+            self.calls.append(("ok", kind))
+            super().watch_ok(kind)
+
+        def watch_failed(self, kind: str, error: str) -> None:
+            self.calls.append(("failed", error))
+            super().watch_failed(kind, error)
+
+    listing = json.dumps({"items": [], "metadata": {"resourceVersion": "3"}}).encode()
+    api = FakeApi([ConnectionRefusedError(111, "Connection refused"), FakeResponse(200, listing)])
+    health = Recording()
+    kube = Kube(api=api, executor=None, health=health)  # type: ignore[arg-type]
+    stop = threading.Event()
+
+    def emit(event_type: str | None, records: dict[tuple[str, str], object]) -> None:
+        stop.set()
+
+    kube._follow_forever(Followed("", "v1", "nodes", node_info, "x"), emit, stop)
+    # (the watch after the listing then fails too: the script is over)
+    assert health.calls[:2] == [
+        ("failed", "ConnectionRefusedError: [Errno 111] Connection refused"),
+        ("ok", "nodes"),
+    ]
 
 
 def test_pods_gone_waits_on_the_store_and_reports_what_is_left() -> None:
