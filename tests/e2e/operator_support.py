@@ -64,6 +64,24 @@ def kubectl(
     return done
 
 
+def helm(
+    cluster: E2ECluster, *args: str, check: bool = True, timeout_s: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """The helm that `make tools` builds, against the test cluster."""
+    from tpusim import ToolPaths
+
+    binary = ToolPaths.for_repo(REPO).binary("helm")
+    done = subprocess.run(
+        [str(binary), f"--kubeconfig={cluster.kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    if check:
+        assert done.returncode == 0, f"helm {' '.join(args)}: {done.stdout}{done.stderr}"
+    return done
+
+
 def apply(cluster: E2ECluster, namespace: str, body: dict[str, Any]) -> None:
     kubectl(cluster, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(body))
 

@@ -38,6 +38,7 @@ from tests.e2e.operator_support import (
     condition,
     get_tsc,
     held_by,
+    helm,
     kubectl,
     tsc,
     wait_condition,
@@ -49,19 +50,6 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "tpuslice-operator"
 RELEASE = "e2e-chart"
 FULLNAME = f"{RELEASE}-tpuslice-operator"
-
-
-def helm(cluster: E2ECluster, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    binary = ToolPaths.for_repo(REPO).binary("helm")
-    done = subprocess.run(
-        [str(binary), f"--kubeconfig={cluster.kubeconfig}", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    if check:
-        assert done.returncode == 0, f"helm {' '.join(args)}: {done.stdout}{done.stderr}"
-    return done
 
 
 def test_manifests_match_the_chart() -> None:

@@ -16,7 +16,6 @@ skips), so CI fails. Needs root, like the node it runs.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -71,19 +70,6 @@ class NodeCluster(E2ECluster):
 def _image_ref(ref: str) -> ImageRef:
     repository, _, tag = ref.rpartition(":")
     return ImageRef(repository, tag)
-
-
-def helm(cluster: E2ECluster, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    binary = ToolPaths.for_repo(REPO).binary("helm")
-    done = subprocess.run(
-        [str(binary), f"--kubeconfig={cluster.kubeconfig}", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if check:
-        assert done.returncode == 0, f"helm {' '.join(args)}: {done.stdout}{done.stderr}"
-    return done
 
 
 @pytest.fixture(scope="session")

@@ -25,8 +25,16 @@ import pytest
 import yaml
 from kubernetes.client import ApiException
 
-from tests.e2e.operator_support import apply, delete_tsc, kubectl, slice_pods, tsc, wait_condition
-from tests.realnode.conftest import REAL_TOLERATION, NodeCluster, helm
+from tests.e2e.operator_support import (
+    apply,
+    delete_tsc,
+    helm,
+    kubectl,
+    slice_pods,
+    tsc,
+    wait_condition,
+)
+from tests.realnode.conftest import REAL_TOLERATION, NodeCluster
 from tpusim import kube
 
 REPO = Path(__file__).resolve().parents[2]

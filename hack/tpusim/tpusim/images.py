@@ -46,7 +46,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from .processes import tail
+from .processes import log_excerpt
 
 __all__ = [
     "BaseRecipe",
@@ -120,10 +120,7 @@ class ImageBuildError(RuntimeError):
     """A build step failed; names the step, its log file and the log's last lines."""
 
     def __init__(self, step: str, log_file: Path | None, reason: str) -> None:
-        where = f"; log: {log_file}" if log_file else ""
-        last = tail(log_file, 20) if log_file else ""
-        detail = f"\n--- last lines of {log_file} ---\n{last}" if last else ""
-        super().__init__(f"image step {step!r} failed: {reason}{where}{detail}")
+        super().__init__(f"image step {step!r} failed: {reason}{log_excerpt(log_file, 20)}")
         self.step = step
         self.log_file = log_file
 

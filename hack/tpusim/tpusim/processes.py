@@ -31,6 +31,7 @@ __all__ = [
     "free_port",
     "http_ok",
     "kill_recorded",
+    "log_excerpt",
     "start",
     "tail",
     "wait_until",
@@ -39,14 +40,19 @@ __all__ = [
 _PR_SET_PDEATHSIG = 1
 
 
+def log_excerpt(log: Path | None, lines: int) -> str:
+    """``; log: PATH`` and its last ``lines`` lines, for an error message ("" without a log)."""
+    if log is None:
+        return ""
+    last = tail(log, lines)
+    return f"; log: {log}" + (f"\n--- last lines of {log} ---\n{last}" if last else "")
+
+
 class ComponentError(RuntimeError):
     """A component failed to start or become ready; names it and its log."""
 
     def __init__(self, component: str, log: Path | None, reason: str) -> None:
-        where = f"; log: {log}" if log else ""
-        last = tail(log, 15) if log else ""
-        detail = f"\n--- last lines of {log} ---\n{last}" if last else ""
-        super().__init__(f"{component}: {reason}{where}{detail}")
+        super().__init__(f"{component}: {reason}{log_excerpt(log, 15)}")
         self.component = component
         self.log = log
 
