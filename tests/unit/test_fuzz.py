@@ -31,6 +31,7 @@ from tpuslice.spec import SpecError
 settings.register_profile(
     "ci",
     derandomize=True,
+    database=None,
     max_examples=150,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -131,7 +132,11 @@ def test_without_a_schema_only_spec_errors_escape(template: Any) -> None:
 def test_what_the_crd_accepts_the_operator_renders(obj: Any) -> None:
     """The CRD (schema + CEL) and spec.py judge a TPUSliceCluster alike: an object the API
     server would store never stalls on a rule the CRD already has."""
-    if not isinstance(obj, dict) or validate(TSC_CRD, obj):
+    if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+        return
+    if not isinstance(obj["metadata"].get("name"), str):
+        return  # the API server names every object before the CRD's rules see it
+    if validate(TSC_CRD, obj):
         return
     _, errors = judged(obj)
     assert all(e.startswith(("spec.head.template", "spec.worker.template")) for e in errors), errors
