@@ -23,6 +23,7 @@ __all__ = [
     "MAX_SLICE_MESSAGE",
     "Stall",
     "compute_status",
+    "failure_status",
     "index_ranges",
     "merge_conditions",
     "progress_only",
@@ -272,6 +273,23 @@ def _slice_entries(slices: Sequence[SliceStatus]) -> list[dict[str, Any]]:
                 budget -= len(message)
         out.append(entry)
     return out
+
+
+def failure_status(
+    previous: Mapping[str, Any], generation: int, reason: str, message: str, now: str
+) -> dict[str, Any]:
+    """``previous`` with Ready/Reconciling/Stalled saying a pass failed (the operator
+    retries by itself: Reconciling, not Stalled); every other field is kept, so
+    observedGeneration still names the last generation fully applied."""
+    conditions = [
+        _condition(READY, False, reason, message, generation),
+        _condition(RECONCILING, True, reason, message, generation),
+        _condition(STALLED, False, reason, "retrying by itself", generation),
+    ]
+    ours = {c["type"] for c in conditions}
+    kept = [c for c in previous.get("conditions") or [] if c.get("type") not in ours]
+    merged = merge_conditions(previous.get("conditions") or [], conditions, now)
+    return {**previous, "conditions": merged + kept}
 
 
 def slice_events(
