@@ -400,7 +400,17 @@ def plan_slices(
             ]
         state, ready = _live_state(replica, pool, hosts)
         message = ""
-        if not complete:
+        terminating = len(replica.pods) - len(live)
+        if not complete and terminating:
+            # KubeRay replaces a multi-host replica only once its deleted pods are gone; a
+            # pod on a dead node stays until the node returns or is removed.
+            message = (
+                f"{len(live)} of {hosts} pods live, {terminating} terminating; the pool "
+                f"stays held until KubeRay has replaced them"
+            )
+            if pool in pools and (problem := _pool_problem(pools[pool], wanted)):
+                message += f" (node pool {pool} {problem})"
+        elif not complete:
             message = f"{len(live)} of {hosts} pods created; released when all exist"
         elif pool in pools and (problem := _pool_problem(pools[pool], wanted)):
             message = f"node pool {pool} {problem}"

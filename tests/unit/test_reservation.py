@@ -326,3 +326,24 @@ def test_same_snapshot_same_plan() -> None:
         nodes=pool("pool-b") + pool("pool-a"),
     )
     assert plan(**kwargs) == plan(**kwargs)
+
+
+def test_a_held_slice_with_a_pod_terminating_on_a_dead_node_keeps_its_pool_and_says_why() -> None:
+    """KubeRay waits for the deleted pod before replacing the replica; a dead kubelet never
+    finishes it: the pool stays held, nothing is released, and the message says why."""
+    pods = slice_pods("tpu-aaaaa", 0, gated=False, pinned="pool-a", ready=True)
+    pods[1] = slice_pods("tpu-aaaaa", 0, gated=False, pinned="pool-a", deleting=True)[1]
+    ours = ReservationInfo("pool-a", Holder("ml", "llm", "uid-llm", "tpu-aaaaa", 0), "Bound")
+    result = plan(
+        pods=pods,
+        nodes=pool("pool-a", not_ready=2) + pool("pool-b"),
+        desired_slices=1,
+        reservations=[ours],
+    )
+    assert result.frees == () and result.claims == () and result.releases == ()
+    (entry,) = result.slices
+    assert (entry.state, entry.node_pool) == (SliceState.RESERVED, "pool-a")
+    assert entry.message == (
+        "3 of 4 pods live, 1 terminating; the pool stays held until KubeRay has replaced "
+        "them (node pool pool-a has 2 of 4 nodes NotReady)"
+    )
