@@ -25,7 +25,7 @@ BASES: tuple[dict[str, Any], ...] = (
     {"type": "v4", "topology": "2x2x2"},
     {"type": "v5p", "topology": "2x2x1"},
     {"type": "tpu7x", "topology": "2x2x2"},
-    {"type": "tpu-v6e-slice", "topology": "8x8"},
+    {"type": "tpu-v6e-slice", "topology": "2x4"},
 )
 
 SCALARS: tuple[Any, ...] = (
@@ -209,7 +209,7 @@ class SpecFaults:
 
     def spec(self, name: str) -> tuple[dict[str, Any], list[str]]:
         rng = self.rng
-        body = base_cluster(name, rng.choice(BASES), slices=rng.choice([1, 1, 1, 2, 3]))
+        body = base_cluster(name, rng.choice(BASES), slices=rng.choice([1, 1, 1, 2]))
         spec = body["spec"]
         if rng.random() < 0.3:
             spec["reservation"] = {"policy": rng.choice(["NodePool", "None"])}
@@ -263,7 +263,16 @@ class SpecFaults:
             )
             return f"{group}.resources"
         if kind == "name":
-            body["metadata"]["name"] = rng.choice(["Upper", "x" * 60, "1abc", "a_b", "ok-name"])
+            name = body["metadata"]["name"]
+            body["metadata"]["name"] = rng.choice(
+                [
+                    name.upper(),
+                    f"{name}-{'x' * 50}",
+                    f"1{name}",
+                    name.replace("-", "_"),
+                    f"{name}-ok",
+                ]
+            )
             return "metadata.name"
         if kind == "unknown":
             where = rng.choice([spec, spec["tpu"], spec["ray"], spec["worker"]])
