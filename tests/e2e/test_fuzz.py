@@ -64,6 +64,12 @@ def _field_of(stderr: str) -> str | None:
     return re.sub(r"\[[^\]]*\]", "", match.group(0)) if match else None
 
 
+def _stall_field(obj: dict[str, Any]) -> str:
+    """The first field a Stalled message names, cut to four steps (spec.worker.template.spec)."""
+    field = _field_of(condition(obj, "Stalled").get("message", "")) or "(none)"
+    return ".".join(field.split(".")[:4])
+
+
 def _judge(obj: dict[str, Any]) -> tuple[str, str] | None:
     """(outcome, reason) once the object has conditions for its generation, else None."""
     generation = obj["metadata"].get("generation")
@@ -84,6 +90,7 @@ def test_random_specs_are_refused_reconciled_or_stalled_never_silent(
     faults = SpecFaults(SEED, _template_fields())
     outcomes: dict[str, Counter[str]] = {k: Counter() for k in ("refused", "reconciled", "stalled")}
     bad: list[dict[str, Any]] = []
+    stall_fields: Counter[str] = Counter()
     began = time.monotonic()
     specs = [faults.spec(f"fz-{i:04d}") for i in range(COUNT)]
     for start in range(0, COUNT, BATCH):
@@ -132,6 +139,8 @@ def test_random_specs_are_refused_reconciled_or_stalled_never_silent(
                     bad.append({"name": name, "faults": waiting[name], "status": reason})
                 else:
                     outcomes[outcome][reason] += 1
+                    if outcome == "stalled":
+                        stall_fields[_stall_field(obj)] += 1
                 del waiting[name]
             if waiting:
                 time.sleep(0.5)
@@ -157,6 +166,7 @@ def test_random_specs_are_refused_reconciled_or_stalled_never_silent(
         "stalled": sum(outcomes["stalled"].values()),
         "bad": len(bad),
         "by_reason": {k: dict(v.most_common()) for k, v in outcomes.items()},
+        "stalled_by_field": dict(stall_fields.most_common()),
         "bad_cases": bad,
         "failed_passes_logged": _failed_passes(cluster, namespace),
     }
