@@ -39,6 +39,8 @@ WORKER_CONTAINER: Final = "ray-worker"
 
 # Ray and KubeRay floors (see README "Support floors").
 MIN_RAY_VERSION: Final = (2, 54, 0)
+# Most slices of one TPUSliceCluster (the CRD's maximum of spec.tpu.slices).
+MAX_SLICES: Final = 4096
 # KubeRay refuses longer RayCluster names (63 minus its longest service suffix).
 MAX_NAME_LENGTH: Final = 53
 

@@ -18,6 +18,9 @@ SLICE_TERMINATING: Final = "SliceTerminating"
 WAITING_FOR_CAPACITY: Final = "WaitingForCapacity"
 RESERVATION_LOST: Final = "ReservationConflict"  # the pool was claimed by someone else first
 CLUSTER_READY: Final = "Ready"
+# A pass failed (API error, bug); posted at most every few minutes per cluster while
+# it keeps failing. Also the reason of Ready/Reconciling meanwhile.
+RECONCILE_ERROR: Final = "ReconcileError"
 
 # Stalled reasons (status conditions and events).
 KUBERAY_NOT_INSTALLED: Final = "KubeRayNotInstalled"

@@ -289,13 +289,17 @@ class Kube:
             if not exc.not_found:
                 raise
 
+    async def get_crd(self, name: str) -> Any:
+        """A CustomResourceDefinition (KubeRay's, for its pod-template schema)."""
+        return await self.call(
+            "GET",
+            _path("apiextensions.k8s.io", "v1", "customresourcedefinitions", name),
+            resource="customresourcedefinitions",
+        )
+
     async def crd_exists(self, name: str) -> bool:
         try:
-            await self.call(
-                "GET",
-                _path("apiextensions.k8s.io", "v1", "customresourcedefinitions", name),
-                resource="customresourcedefinitions",
-            )
+            await self.get_crd(name)
         except ApiError as exc:
             if exc.not_found:
                 return False

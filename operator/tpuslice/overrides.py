@@ -13,6 +13,14 @@ Rules (the README repeats them for users):
 - A path the operator owns (TPU selectors, TPU chips, our labels, our gate)
   may be repeated with the same value; a different value is an error naming
   the field, never silently dropped or silently winning.
+
+Before anything is merged the override is judged, every problem naming the
+user's field: where the operator renders a map or a list the override must
+give one too (a null or a string there would drop the TPU selectors or the
+Ray container), items of a named list must be objects with a string ``name``
+and unique names; with KubeRay's template schema (``schema.py``) every field
+is type-checked and unknown fields are refused, and the merged template is
+checked again for required fields.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tpuslice.schema import SchemaError, describe, schema_errors
 from tpuslice.spec import FieldError
 
 __all__ = ["OwnedValue", "merge_template"]
@@ -37,6 +46,8 @@ _NAMED_LISTS = frozenset(
         "imagePullSecrets",
     }
 )
+#: Named lists whose items cannot go without a name (ports and imagePullSecrets can).
+_NAME_REQUIRED = _NAMED_LISTS - {"ports", "imagePullSecrets"}
 _APPENDED_LISTS = frozenset({"tolerations"})
 
 # A path through a template: map keys, or ("name", value) to pick a named list item.
@@ -70,6 +81,92 @@ def _merge(base: Any, override: Any, key: str | None = None) -> Any:
     return copy.deepcopy(override)
 
 
+def _join(path: str, step: PathStep | int) -> str:
+    if isinstance(step, int):
+        return f"{path}[{step}]"
+    if isinstance(step, tuple):
+        return f"{path}[{step[0]}={step[1]}]"
+    if "/" in step or "." in step:
+        return f'{path}["{step}"]'
+    return f"{path}.{step}"
+
+
+def _named_items(key: str, items: list[Any], path: str, errors: list[FieldError]) -> None:
+    """Items of a list merged by name: objects, a string ``name`` (where one is needed),
+    no name twice."""
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        where = _join(path, index)
+        if not isinstance(item, Mapping):
+            errors.append(FieldError(where, f"must be an object, got {describe(item)}"))
+            continue
+        if "name" not in item:
+            if key in _NAME_REQUIRED:
+                errors.append(
+                    FieldError(f"{where}.name", f"is required (items of {key} merge by name)")
+                )
+            continue
+        name = item["name"]
+        if not isinstance(name, str):
+            errors.append(FieldError(f"{where}.name", f"must be a string, got {describe(name)}"))
+        elif name in seen:
+            errors.append(FieldError(f"{where}.name", f"{name!r} is given twice; names are unique"))
+        else:
+            seen.add(name)
+
+
+def _shape_errors(base: Any, override: Any, path: str, errors: list[FieldError]) -> None:
+    """Problems of ``override`` that the merge itself would trip over or hide."""
+    if isinstance(override, Mapping):
+        for key, value in override.items():
+            if not isinstance(key, str):
+                errors.append(FieldError(path, f"has a key {key!r} that is not a string"))
+                continue
+            sub = base.get(key) if isinstance(base, Mapping) else None
+            where = _join(path, key)
+            if isinstance(sub, Mapping) and not isinstance(value, Mapping):
+                errors.append(
+                    FieldError(
+                        where,
+                        f"must be an object (the operator renders one), got {describe(value)}",
+                    )
+                )
+            elif isinstance(sub, list) and not isinstance(value, list):
+                errors.append(
+                    FieldError(
+                        where, f"must be a list (the operator renders one), got {describe(value)}"
+                    )
+                )
+            elif isinstance(value, list) and key in _NAMED_LISTS:
+                _named_items(key, value, where, errors)
+                named = {
+                    i.get("name"): i
+                    for i in (sub if isinstance(sub, list) else [])
+                    if isinstance(i, Mapping) and isinstance(i.get("name"), str)
+                }
+                for index, item in enumerate(value):
+                    if isinstance(item, Mapping) and isinstance(item.get("name"), str):
+                        _shape_errors(named.get(item["name"]), item, _join(where, index), errors)
+            elif isinstance(value, list):
+                for index, item in enumerate(value):
+                    _shape_errors(None, item, _join(where, index), errors)
+            else:
+                _shape_errors(sub, value, where, errors)
+    elif isinstance(override, list):
+        for index, item in enumerate(override):
+            _shape_errors(None, item, _join(path, index), errors)
+
+
+def _schema_field_errors(errors: list[SchemaError], prefix: str) -> list[FieldError]:
+    out = []
+    for path, message in errors:
+        text = prefix
+        for step in path:
+            text = _join(text, step)
+        out.append(FieldError(text, message))
+    return out
+
+
 def _lookup(tree: Any, path: Sequence[PathStep]) -> tuple[bool, Any]:
     node = tree
     for step in path:
@@ -90,12 +187,7 @@ def _lookup(tree: Any, path: Sequence[PathStep]) -> tuple[bool, Any]:
 def _render_path(prefix: str, path: Sequence[PathStep]) -> str:
     text = prefix
     for step in path:
-        if isinstance(step, tuple):
-            text += f"[{step[0]}={step[1]}]"
-        elif "/" in step or "." in step:
-            text += f'["{step}"]'
-        else:
-            text += f".{step}"
+        text = _join(text, step)
     return text
 
 
@@ -104,9 +196,21 @@ def merge_template(
     override: Mapping[str, Any],
     owned: Sequence[OwnedValue],
     path_prefix: str,
+    schema: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], list[FieldError]]:
-    """Return (merged template, conflicts); the caller refuses to render on conflicts."""
-    conflicts: list[FieldError] = []
+    """Return (merged template, problems); the caller refuses to render on problems.
+
+    ``schema`` is KubeRay's pod-template schema (``schema.template_schema``); without it
+    only the checks that need no schema are made."""
+    problems: list[FieldError] = []
+    _shape_errors(base, override, path_prefix, problems)
+    if problems:
+        return copy.deepcopy(dict(base)), problems
+    if schema is not None:
+        problems += _schema_field_errors(
+            schema_errors(schema, dict(override), partial=True), path_prefix
+        )
+    conflicts = problems
     for path, value, why in owned:
         present, user_value = _lookup(override, path)
         if present and user_value != value:
@@ -118,4 +222,6 @@ def merge_template(
                 )
             )
     merged = _merge(dict(base), dict(override))
+    if schema is not None and not conflicts:
+        conflicts += _schema_field_errors(schema_errors(schema, merged, partial=False), path_prefix)
     return merged, conflicts

@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -43,11 +44,29 @@ from tpuslice.reservation import (
     plan_slices,
     pool_index,
 )
+from tpuslice.schema import template_schema
 from tpuslice.snapshot import is_subset, reservation_body, reservation_info
 from tpuslice.spec import SliceClusterSpec, SpecError, parse_cluster
-from tpuslice.status import Observed, Stall, compute_status, progress_only, slice_events
+from tpuslice.status import (
+    MAX_MESSAGE,
+    Observed,
+    Stall,
+    compute_status,
+    failure_status,
+    progress_only,
+    slice_events,
+    truncate,
+)
 
-__all__ = ["ClusterKey", "Reconciler", "Shape", "Snapshot"]
+__all__ = [
+    "ClusterKey",
+    "Reconciler",
+    "Shape",
+    "Snapshot",
+    "backoff_seconds",
+    "error_text",
+    "rejection_message",
+]
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +76,17 @@ Shape = tuple[str, str]  # (gke accelerator, topology)
 #: How long a write of ours may stay invisible in the indexes before we stop
 #: assuming it (a relist can skip short-lived objects).
 OVERLAY_TTL_SECONDS = 30.0
+#: A failed pass is retried after RETRY_SECONDS, then twice as long each time it fails
+#: again, up to MAX_BACKOFF_SECONDS; a success forgets the count.
 RETRY_SECONDS = 5.0
+MAX_BACKOFF_SECONDS = 300.0
+#: While passes keep failing, a Warning event is posted at most this often per cluster.
+FAILURE_EVENT_SECONDS = 300.0
+#: How often to look again for KubeRay's CRD when it is missing, and how long a schema
+#: read from it is used before it is read again (KubeRay upgraded under us).
+SCHEMA_RETRY_SECONDS = 30.0
+SCHEMA_MAX_AGE_SECONDS = 600.0
+RAYCLUSTER_CRD = f"{c.RAY_PLURAL_CLUSTER}.{c.RAY_GROUP}"
 #: A status change that is only progress (N of 4 pods created, hosts ready) is written
 #: at most this often per cluster; the counts of a slice coming up arrive within a
 #: second or two, and each used to be a status write of its own.
@@ -111,6 +140,56 @@ def spec_shape(cluster: Mapping[str, Any]) -> Shape | None:
         return shape_of(parse_cluster(cluster))
     except SpecError:
         return None
+
+
+def backoff_seconds(failures: int) -> float:
+    """Delay before the next pass after ``failures`` failed passes in a row (>= 1)."""
+    return float(min(RETRY_SECONDS * 2 ** min(failures - 1, 30), MAX_BACKOFF_SECONDS))
+
+
+def error_text(exc: BaseException) -> str:
+    """One bounded line for a failed pass: what a user reads in the condition."""
+    if isinstance(exc, ApiError):
+        text = f"API server answered {exc.status} {exc.reason}: {exc.message}"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return truncate(" ".join(text.split()), 1024)
+
+
+_WORKER_TEMPLATE = re.compile(r"\.?spec\.workerGroupSpecs\[[^\]]*\]\.template")
+_HEAD_TEMPLATE = re.compile(r"\.?spec\.headGroupSpec\.template")
+
+
+def rejection_message(message: str) -> str:
+    """The API server's reason for refusing our RayCluster, with the RayCluster's template
+    paths written as the TPUSliceCluster fields they come from."""
+    message = _WORKER_TEMPLATE.sub("spec.worker.template", message)
+    message = _HEAD_TEMPLATE.sub("spec.head.template", message)
+    return f"RayCluster rejected: {message}"
+
+
+def _typed_patch_error(exc: ApiError) -> bool:
+    """Server-side apply answers 500 when a field has the wrong type for the CRD's schema
+    (an override whose resources is a string): the request's fault, not the server's."""
+    return exc.status == 500 and "failed to create typed patch object" in exc.message
+
+
+@dataclass
+class _Failing:
+    """A cluster whose passes fail: how often, when to try again, what was said."""
+
+    count: int
+    retry_at: float  # time.monotonic()
+    generation: int
+    error: str
+    event_at: float = -math.inf
+
+
+def _generation(cluster: Mapping[str, Any] | None) -> int:
+    try:
+        return int(((cluster or {}).get("metadata") or {}).get("generation") or 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 @dataclass
@@ -178,6 +257,11 @@ class Reconciler:
     _last_status_write: dict[ClusterKey, float] = field(default_factory=dict)
     _kicks_later: set[ClusterKey] = field(default_factory=set)
     progress_write_seconds: float = PROGRESS_WRITE_SECONDS
+    _failing: dict[ClusterKey, _Failing] = field(default_factory=dict)
+    # KubeRay's pod-template schema, read from its CRD (None: not read or not there).
+    _schema: Mapping[str, Any] | None = None
+    _schema_read_at: float = -math.inf
+    _schema_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     # ------------------------------------------------------------ start-up
     def hold_until_indexed(self) -> None:
@@ -229,19 +313,117 @@ class Reconciler:
             while True:
                 self._dirty.discard(key)
                 began = time.perf_counter()
+                snap: Snapshot | None = None
                 try:
                     versions = dict(self._node_versions)  # read with the snapshot, no await
-                    await self._reconcile(key, replace(self.read(key), node_versions=versions))
-                except Exception:
+                    snap = replace(self.read(key), node_versions=versions)
+                    if self._backing_off(key, snap):
+                        return
+                    await self._reconcile(key, snap)
+                except Exception as exc:
                     self.metrics.reconciled(time.perf_counter() - began, ok=False)
-                    log.exception("reconcile of %s/%s failed; retrying in %ss", *key, RETRY_SECONDS)
-                    self._retry_later(key)
+                    await self._failed(key, snap, exc)
                     return
                 self.metrics.reconciled(time.perf_counter() - began, ok=True)
+                self._failing.pop(key, None)
                 if key not in self._dirty:
                     return
         finally:
             self._running.discard(key)
+
+    def _backing_off(self, key: ClusterKey, snap: Snapshot) -> bool:
+        """Whether an earlier failure holds this pass back: until its retry time, unless
+        the spec changed since (a fix is tried at once). A held-back pass is run then."""
+        failing = self._failing.get(key)
+        if failing is None or snap.cluster is None:
+            return False
+        wait = failing.retry_at - time.monotonic()
+        if wait <= 0 or _generation(snap.cluster) != failing.generation:
+            return False
+        self._retry_later(key, wait)
+        return True
+
+    async def _failed(self, key: ClusterKey, snap: Snapshot | None, exc: Exception) -> None:
+        """A pass raised: back off exponentially, say so on the object (a condition and a
+        rate-limited event), and log the traceback once per distinct error."""
+        before = self._failing.get(key)
+        count = before.count + 1 if before else 1
+        delay = backoff_seconds(count)
+        error = error_text(exc)
+        now = time.monotonic()
+        cluster = snap.cluster if snap is not None else None
+        failing = _Failing(count, now + delay, _generation(cluster), error)
+        if before is not None:
+            failing.event_at = before.event_at
+        self._failing[key] = failing
+        if before is None or before.error != error:
+            log.exception("reconcile of %s/%s failed; retrying in %.0fs", *key, delay)
+        else:
+            log.warning(
+                "reconcile of %s/%s failed again (%d in a row): %s; retrying in %.0fs",
+                *key,
+                count,
+                error,
+                delay,
+            )
+        self._retry_later(key, delay)
+        if cluster is None or (cluster.get("metadata") or {}).get("deletionTimestamp"):
+            return
+        message = truncate(
+            f"reconcile failed {count} time{'s' * (count != 1)} in a row, next attempt in "
+            f"{delay:.0f}s: {error}",
+            MAX_MESSAGE,
+        )
+        try:
+            await self._write_failure(key, cluster, message)
+            if now - failing.event_at >= FAILURE_EVENT_SECONDS:
+                failing.event_at = now
+                meta = cluster.get("metadata") or {}
+                ref = ClusterRef(
+                    meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")
+                )
+                await self._event(ref, "Warning", events.RECONCILE_ERROR, message)
+        except Exception as write_error:  # the API server may be what fails
+            log.warning("could not report the failure on %s/%s: %s", *key, write_error)
+
+    async def _write_failure(
+        self, key: ClusterKey, cluster: Mapping[str, Any], message: str
+    ) -> None:
+        previous = self._written.get(key) or dict(cluster.get("status") or {})
+        status = failure_status(
+            previous, _generation(cluster), events.RECONCILE_ERROR, message, _now()
+        )
+        await self.kube.patch_cluster_status(key[0], key[1], {"conditions": status["conditions"]})
+        self._written[key] = status
+        self._last_status_write[key] = time.monotonic()
+
+    async def _template_schema(self) -> Mapping[str, Any] | None:
+        """KubeRay's pod-template schema from its CRD in the cluster, read once and again
+        after SCHEMA_MAX_AGE_SECONDS (or SCHEMA_RETRY_SECONDS while it is missing)."""
+        async with self._schema_lock:
+            age = time.monotonic() - self._schema_read_at
+            limit = SCHEMA_RETRY_SECONDS if self._schema is None else SCHEMA_MAX_AGE_SECONDS
+            if age >= limit:
+                self._schema_read_at = time.monotonic()
+                try:
+                    crd = await self.kube.get_crd(RAYCLUSTER_CRD)
+                except ApiError as exc:
+                    if not exc.not_found:
+                        raise
+                    self._schema = None  # KubeRay not installed: the apply says so
+                else:
+                    self._schema = template_schema(crd)
+                    if self._schema is None:
+                        log.warning(
+                            "%s has no pod-template schema where KubeRay 1.5 has it; pod-template "
+                            "overrides are judged by the API server alone",
+                            RAYCLUSTER_CRD,
+                        )
+            return self._schema
+
+    def forget_schema(self) -> None:
+        """Read KubeRay's CRD again on the next pass (it may have changed)."""
+        self._schema_read_at = -math.inf
 
     def _retry_later(self, key: ClusterKey, delay: float = RETRY_SECONDS) -> None:
         """One more pass after ``delay`` (at most one such pass pending per cluster)."""
@@ -274,6 +456,7 @@ class Reconciler:
         self._written.pop(key, None)
         self._last_status_write.pop(key, None)
         self._applied_once.discard(key)
+        self._failing.pop(key, None)
         self.metrics.forget_cluster(key)
         for keys in self._waiting.values():
             keys.discard(key)
@@ -291,7 +474,7 @@ class Reconciler:
         previous = self._written.get(key) or dict(body.get("status") or {})
         try:
             spec = parse_cluster(body)
-            rendered = render_raycluster(spec)
+            rendered = render_raycluster(spec, await self._template_schema())
         except SpecError as exc:
             await self._write_status(
                 body,
@@ -327,14 +510,16 @@ class Reconciler:
 
     def _stalled_observation(self, body: Mapping[str, Any], stall: Stall) -> Observed:
         """For a spec that cannot be parsed: no shape is known, only the stall."""
-        tpu = (body.get("spec") or {}).get("tpu") or {}
+        spec = body.get("spec")
+        tpu = spec.get("tpu") if isinstance(spec, Mapping) else None
+        slices = tpu.get("slices") if isinstance(tpu, Mapping) else None
         return Observed(
-            generation=int((body.get("metadata") or {}).get("generation") or 0),
+            generation=_generation(body),
             accelerator_type="",
             hosts_per_slice=0,
             chips_per_host=0,
-            ray_cluster=(body.get("metadata") or {}).get("name", ""),
-            desired_slices=int(tpu.get("slices") or 1),
+            ray_cluster=str((body.get("metadata") or {}).get("name", "")),
+            desired_slices=slices if isinstance(slices, int) and slices >= 0 else 1,
             slices=(),
             ray_cluster_ready=False,
             suspended=False,
@@ -387,8 +572,10 @@ class Reconciler:
         except ApiError as exc:
             if exc.not_found:
                 return Stall(events.KUBERAY_NOT_INSTALLED, KUBERAY_HINT), False
-            if exc.status in (400, 403, 409, 422):
-                return Stall(events.APPLY_REJECTED, f"RayCluster rejected: {exc.message}"), False
+            if exc.status in (400, 403, 409, 422) or _typed_patch_error(exc):
+                if _typed_patch_error(exc):
+                    self.forget_schema()  # the schema we judged by may be out of date
+                return Stall(events.APPLY_REJECTED, rejection_message(exc.message)), False
             raise
         self._overlay.applied[key] = (digest, time.monotonic())
         return None, True

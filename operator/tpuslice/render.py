@@ -63,7 +63,9 @@ def worker_annotations(spec: SliceClusterSpec) -> dict[str, str]:
     }
 
 
-def _head_template(spec: SliceClusterSpec) -> tuple[dict[str, Any], list[FieldError]]:
+def _head_template(
+    spec: SliceClusterSpec, schema: Mapping[str, Any] | None
+) -> tuple[dict[str, Any], list[FieldError]]:
     resources = {**DEFAULT_HEAD_RESOURCES, **spec.head.resources}
     base = {
         "spec": {
@@ -76,7 +78,7 @@ def _head_template(spec: SliceClusterSpec) -> tuple[dict[str, Any], list[FieldEr
             ]
         }
     }
-    return merge_template(base, spec.head.template, (), "spec.head.template")
+    return merge_template(base, spec.head.template, (), "spec.head.template", schema)
 
 
 def _worker_owned(spec: SliceClusterSpec) -> list[OwnedValue]:
@@ -116,7 +118,9 @@ def _worker_owned(spec: SliceClusterSpec) -> list[OwnedValue]:
     return owned
 
 
-def _worker_template(spec: SliceClusterSpec) -> tuple[dict[str, Any], list[FieldError]]:
+def _worker_template(
+    spec: SliceClusterSpec, schema: Mapping[str, Any] | None
+) -> tuple[dict[str, Any], list[FieldError]]:
     chips = str(spec.shape.chips_per_host)
     resources = _container_resources(spec.worker.resources) or {"requests": {}, "limits": {}}
     resources["requests"][c.TPU_RESOURCE] = chips
@@ -135,13 +139,20 @@ def _worker_template(spec: SliceClusterSpec) -> tuple[dict[str, Any], list[Field
         "metadata": {"labels": worker_labels(spec), "annotations": worker_annotations(spec)},
         "spec": pod_spec,
     }
-    return merge_template(base, spec.worker.template, _worker_owned(spec), "spec.worker.template")
+    return merge_template(
+        base, spec.worker.template, _worker_owned(spec), "spec.worker.template", schema
+    )
 
 
-def render_raycluster(spec: SliceClusterSpec) -> dict[str, Any]:
-    """Build the RayCluster for a validated spec; raise SpecError on override conflicts."""
-    head_template, head_conflicts = _head_template(spec)
-    worker_template, worker_conflicts = _worker_template(spec)
+def render_raycluster(
+    spec: SliceClusterSpec, template_schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Build the RayCluster for a validated spec; raise SpecError on override problems.
+
+    ``template_schema`` (``schema.template_schema`` of KubeRay's RayCluster CRD) makes
+    every field of the pod-template overrides checked as the API server would."""
+    head_template, head_conflicts = _head_template(spec, template_schema)
+    worker_template, worker_conflicts = _worker_template(spec, template_schema)
     if head_conflicts or worker_conflicts:
         raise SpecError(head_conflicts + worker_conflicts)
 
@@ -181,6 +192,8 @@ def render_raycluster(spec: SliceClusterSpec) -> dict[str, Any]:
     }
 
 
-def render_cluster(obj: Mapping[str, Any]) -> dict[str, Any]:
+def render_cluster(
+    obj: Mapping[str, Any], template_schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Validate a TPUSliceCluster dict and render its RayCluster (SpecError on bad input)."""
-    return render_raycluster(parse_cluster(obj))
+    return render_raycluster(parse_cluster(obj), template_schema)

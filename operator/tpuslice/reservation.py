@@ -229,6 +229,11 @@ def pool_index(nodes: Iterable[NodeInfo], accelerator: str, topology: str) -> Po
     return PoolIndex(pools, _matching_pools(pools, accelerator, topology))
 
 
+#: Matching pools a WaitingForCapacity message names (the rest are counted): the message
+#: is repeated on every waiting slice, and a shape may have hundreds of pools.
+CAPACITY_POOLS_LISTED = 5
+
+
 def _capacity_message(
     wanted: _Wanted,
     matching: Mapping[str, Sequence[NodeInfo]],
@@ -238,8 +243,10 @@ def _capacity_message(
     head = f"needs a free node pool of {wanted.describe()}"
     if not matching:
         return f"{head}; no node pool matches"
-    details = []
+    details: list[str] = []
     for name, nodes in matching.items():
+        if len(details) == CAPACITY_POOLS_LISTED:
+            break
         if name in held:
             details.append(f"{name} held by {held[name].describe()}")
         elif name in taken_now:
@@ -247,7 +254,8 @@ def _capacity_message(
         elif problem := _pool_problem(nodes, wanted):
             details.append(f"{name} {problem}")
     count = len(matching)
-    return f"{head}; {count} match: " + ", ".join(details)
+    more = f", and {count - len(details)} more" if count > len(details) else ""
+    return f"{head}; {count} match: " + ", ".join(details) + more
 
 
 def _group_replicas(pods: Iterable[PodInfo], hosts: int) -> tuple[dict[str, _Replica], list[str]]:
@@ -392,7 +400,17 @@ def plan_slices(
             ]
         state, ready = _live_state(replica, pool, hosts)
         message = ""
-        if not complete:
+        terminating = len(replica.pods) - len(live)
+        if not complete and terminating:
+            # KubeRay replaces a multi-host replica only once its deleted pods are gone; a
+            # pod on a dead node stays until the node returns or is removed.
+            message = (
+                f"{len(live)} of {hosts} pods live, {terminating} terminating; the pool "
+                f"stays held until KubeRay has replaced them"
+            )
+            if pool in pools and (problem := _pool_problem(pools[pool], wanted)):
+                message += f" (node pool {pool} {problem})"
+        elif not complete:
             message = f"{len(live)} of {hosts} pods created; released when all exist"
         elif pool in pools and (problem := _pool_problem(pools[pool], wanted)):
             message = f"node pool {pool} {problem}"

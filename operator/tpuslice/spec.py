@@ -98,13 +98,60 @@ def _ray_version_error(version: str) -> str | None:
     return None
 
 
-def _string_map(value: Any, path: str, errors: list[FieldError]) -> dict[str, str]:
+def _describe(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value if len(value) <= 40 else value[:37] + "...")
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
+
+def _object(
+    value: Any, path: str, errors: list[FieldError], known: frozenset[str] | None = None
+) -> Mapping[str, Any]:
+    """``value`` as a map ({} when absent or wrong); with ``known``, unknown keys are
+    errors too (the CRD refuses them; a typo must not vanish on the way)."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        errors.append(FieldError(path, "must be a map of strings"))
+        errors.append(FieldError(path, f"must be an object, got {_describe(value)}"))
         return {}
-    return {str(k): str(v) for k, v in value.items()}
+    if known is not None:
+        for key in value:
+            if key not in known:
+                errors.append(
+                    FieldError(
+                        f"{path}.{key}", f"is not a field; use one of {', '.join(sorted(known))}"
+                    )
+                )
+    return value
+
+
+def _string(value: Any, path: str, errors: list[FieldError], max_length: int = 0) -> str:
+    """A string field ('' when absent)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        errors.append(FieldError(path, f"must be a string, got {_describe(value)}"))
+        return ""
+    if max_length and len(value) > max_length:
+        errors.append(FieldError(path, f"has {len(value)} characters; at most {max_length}"))
+    return value
+
+
+def _string_map(value: Any, path: str, errors: list[FieldError]) -> dict[str, str]:
+    """A map of strings; integers are accepted and written as strings."""
+    out: dict[str, str] = {}
+    for key, item in _object(value, path, errors).items():
+        if isinstance(item, str):
+            out[str(key)] = item
+        elif isinstance(item, int) and not isinstance(item, bool):
+            out[str(key)] = str(item)
+        else:
+            errors.append(FieldError(f"{path}.{key}", f"must be a string, got {_describe(item)}"))
+    return out
 
 
 def _resources(value: Any, path: str, errors: list[FieldError], tpu_owned: bool) -> dict[str, str]:
@@ -125,11 +172,7 @@ def _resources(value: Any, path: str, errors: list[FieldError], tpu_owned: bool)
 
 
 def _group(raw: Any, path: str, errors: list[FieldError], *, tpu_owned: bool) -> GroupSpec:
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, Mapping):
-        errors.append(FieldError(path, "must be an object"))
-        return GroupSpec()
+    raw = _object(raw, path, errors, _GROUP_FIELDS)
     template = raw.get("template")
     if template is None:
         template = {}
@@ -143,16 +186,29 @@ def _group(raw: Any, path: str, errors: list[FieldError], *, tpu_owned: bool) ->
     )
 
 
+_SPEC_FIELDS = frozenset({"tpu", "ray", "head", "worker", "reservation", "suspend"})
+_TPU_FIELDS = frozenset({"type", "topology", "slices", "chipsPerHost"})
+_RAY_FIELDS = frozenset({"version", "image"})
+_GROUP_FIELDS = frozenset({"resources", "rayStartParams", "template"})
+_RESERVATION_FIELDS = frozenset({"policy"})
+
+
 def parse_cluster(obj: Mapping[str, Any]) -> SliceClusterSpec:
     """Validate a TPUSliceCluster dict and return its defaulted spec, or raise SpecError."""
     errors: list[FieldError] = []
-    metadata = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    name = str(metadata.get("name") or "")
-    namespace = str(metadata.get("namespace") or "")
+    if not isinstance(obj, Mapping):
+        problem = f"a TPUSliceCluster is an object, not {_describe(obj)}"
+        raise SpecError([FieldError("metadata", problem)])
+    metadata = _object(obj.get("metadata"), "metadata", errors)
+    spec = _object(obj.get("spec"), "spec", errors, _SPEC_FIELDS)
+    name = _string(metadata.get("name"), "metadata.name", errors)
+    namespace = _string(metadata.get("namespace"), "metadata.namespace", errors)
+    uid = _string(metadata.get("uid"), "metadata.uid", errors)
 
-    if not name:
+    if metadata.get("name") in (None, ""):
         errors.append(FieldError("metadata.name", "is required"))
+    elif not name:
+        pass  # not a string: reported
     elif len(name) > constants.MAX_NAME_LENGTH:
         errors.append(
             FieldError(
@@ -170,56 +226,75 @@ def parse_cluster(obj: Mapping[str, Any]) -> SliceClusterSpec:
             )
         )
 
-    tpu = spec.get("tpu") or {}
+    tpu = _object(spec.get("tpu"), "spec.tpu", errors, _TPU_FIELDS)
     shape: SliceShape | None = None
-    if not tpu.get("type"):
+    tpu_type = _string(tpu.get("type"), "spec.tpu.type", errors)
+    topology = _string(tpu.get("topology"), "spec.tpu.topology", errors)
+    if tpu.get("type") in (None, ""):
         errors.append(FieldError("spec.tpu.type", "is required, e.g. v6e"))
-    if not tpu.get("topology"):
+    if tpu.get("topology") in (None, ""):
         errors.append(FieldError("spec.tpu.topology", "is required, e.g. 4x4"))
-    if tpu.get("type") and tpu.get("topology"):
+    if tpu_type and topology:
         chips_per_host = tpu.get("chipsPerHost")
         if chips_per_host is not None and (
             not isinstance(chips_per_host, int) or isinstance(chips_per_host, bool)
         ):
             errors.append(
-                FieldError("spec.tpu.chipsPerHost", f"must be an integer, got {chips_per_host!r}")
+                FieldError(
+                    "spec.tpu.chipsPerHost", f"must be an integer, got {_describe(chips_per_host)}"
+                )
             )
         else:
             try:
-                shape = slice_shape(str(tpu["type"]), str(tpu["topology"]), chips_per_host)
+                shape = slice_shape(tpu_type, topology, chips_per_host)
             except TopologyError as exc:
                 errors.append(FieldError(f"spec.tpu.{exc.field}", exc.message))
 
     slices = tpu.get("slices", 1)
-    if not isinstance(slices, int) or isinstance(slices, bool) or slices < 1:
-        errors.append(FieldError("spec.tpu.slices", f"must be an integer >= 1, got {slices!r}"))
+    if (
+        not isinstance(slices, int)
+        or isinstance(slices, bool)
+        or not 1 <= slices <= constants.MAX_SLICES
+    ):
+        errors.append(
+            FieldError(
+                "spec.tpu.slices",
+                f"must be an integer from 1 to {constants.MAX_SLICES}, got {_describe(slices)}",
+            )
+        )
         slices = 1
 
-    ray = spec.get("ray") or {}
-    ray_version = str(ray.get("version") or "")
-    if not ray_version:
+    ray = _object(spec.get("ray"), "spec.ray", errors, _RAY_FIELDS)
+    ray_version = _string(ray.get("version"), "spec.ray.version", errors)
+    if ray.get("version") in (None, ""):
         errors.append(FieldError("spec.ray.version", "is required, e.g. 2.54.0"))
-    elif problem := _ray_version_error(ray_version):
+    elif ray_version and (problem := _ray_version_error(ray_version)):
         errors.append(FieldError("spec.ray.version", problem))
-    image = str(ray.get("image") or default_image(ray_version))
+    image = _string(ray.get("image"), "spec.ray.image", errors, max_length=512)
+    image = image or default_image(ray_version)
 
     head = _group(spec.get("head"), "spec.head", errors, tpu_owned=False)
     worker = _group(spec.get("worker"), "spec.worker", errors, tpu_owned=True)
 
-    policy = (spec.get("reservation") or {}).get("policy", "NodePool")
-    if policy not in ("NodePool", "None"):
-        errors.append(FieldError("spec.reservation.policy", f"{policy!r} is not NodePool or None"))
+    reservation = _object(spec.get("reservation"), "spec.reservation", errors, _RESERVATION_FIELDS)
+    policy = reservation.get("policy", "NodePool")
+    if policy not in ("NodePool", "None") or not isinstance(policy, str):
+        errors.append(
+            FieldError("spec.reservation.policy", f"{_describe(policy)} is not NodePool or None")
+        )
 
     suspend = spec.get("suspend", False)
     if not isinstance(suspend, bool):
-        errors.append(FieldError("spec.suspend", f"must be true or false, got {suspend!r}"))
+        errors.append(
+            FieldError("spec.suspend", f"must be true or false, got {_describe(suspend)}")
+        )
 
     if errors or shape is None:
         raise SpecError(errors)
     return SliceClusterSpec(
         name=name,
         namespace=namespace,
-        uid=str(metadata.get("uid") or ""),
+        uid=uid,
         shape=shape,
         slices=slices,
         ray_version=ray_version,

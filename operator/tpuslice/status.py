@@ -11,19 +11,40 @@ generation it was computed for, and ``lastTransitionTime`` moves only when
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tpuslice import events
 from tpuslice.reservation import SliceState, SliceStatus
 
-__all__ = ["Stall", "compute_status", "merge_conditions", "progress_only", "slice_events"]
+__all__ = [
+    "MAX_MESSAGE",
+    "MAX_SLICE_MESSAGE",
+    "Stall",
+    "compute_status",
+    "failure_status",
+    "index_ranges",
+    "merge_conditions",
+    "progress_only",
+    "slice_events",
+    "truncate",
+]
 
 READY = "Ready"
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
 SLICES_RESERVED = "SlicesReserved"
+
+#: Longest condition message written. The CRD allows 32,768 characters (and refuses the
+#: whole status write beyond that); a message is read by people, so it summarises.
+MAX_MESSAGE = 4096
+#: Longest message of one entry of status.slices (there may be 4,096 entries).
+MAX_SLICE_MESSAGE = 512
+#: Characters of status.slices[].message in all, so the status of a 4,096-slice cluster
+#: stays far from the API server's request and etcd's object limits; later entries
+#: carry no message (the conditions still summarise them).
+SLICE_MESSAGES_BUDGET = 65536
 
 # The order in which a not-ready slice explains the cluster's Ready=False.
 _BLOCKING_ORDER = (
@@ -61,6 +82,35 @@ class Observed:
     stall: Stall | None = None
 
 
+def truncate(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    cut = max(0, limit - 40)
+    return f"{text[:cut]} ... ({len(text) - cut} more characters)"[:limit]
+
+
+def index_ranges(indices: Iterable[int], limit: int = 200) -> str:
+    """``0-3, 7, 9-12`` for sorted or unsorted slice indices; at most about ``limit``
+    characters, the rest counted (``... 4,000 in all``)."""
+    ordered = sorted(set(indices))
+    runs: list[tuple[int, int]] = []
+    for i in ordered:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    parts: list[str] = []
+    length = 0
+    for first, last in runs:
+        part = str(first) if first == last else f"{first}-{last}"
+        if parts and length + len(part) + 2 > limit:
+            return ", ".join(parts) + f", ... ({len(ordered):,} in all)"
+        parts.append(part)
+        length += len(part) + 2
+    return ", ".join(parts)
+
+
 def _condition(
     kind: str, status: bool, reason: str, message: str, generation: int
 ) -> dict[str, Any]:
@@ -69,18 +119,36 @@ def _condition(
         "status": "True" if status else "False",
         "observedGeneration": generation,
         "reason": reason,
-        "message": message,
+        "message": truncate(message, MAX_MESSAGE),
     }
+
+
+def _blocked_detail(blocked: Sequence[SliceStatus]) -> str:
+    """Blocked slices grouped by message (thousands of waiting slices mostly share one),
+    within MAX_MESSAGE: the groups that fit, then a count of the rest."""
+    groups: dict[str, list[int]] = {}
+    for s in blocked:
+        groups.setdefault(truncate(s.message, MAX_SLICE_MESSAGE), []).append(s.index)
+    parts: list[str] = []
+    length, shown = 0, 0
+    budget = MAX_MESSAGE - 200
+    for message, indices in groups.items():
+        who = f"slice {indices[0]}" if len(indices) == 1 else f"slices {index_ranges(indices)}"
+        part = f"{who}: {message}" if message else who
+        if parts and length + len(part) > budget:
+            rest = len(blocked) - shown
+            return "; ".join(parts) + f"; and {rest:,} more slice{'s' * (rest != 1)}"
+        parts.append(part)
+        length += len(part) + 2
+        shown += len(indices)
+    return "; ".join(parts)
 
 
 def _not_ready_reason(observed: Observed) -> tuple[str, str]:
     for state in _BLOCKING_ORDER:
         blocked = [s for s in observed.slices if s.state == state]
         if blocked:
-            detail = "; ".join(
-                f"slice {s.index}: {s.message}" if s.message else f"slice {s.index}"
-                for s in blocked
-            )
+            detail = _blocked_detail(blocked)
             return str(
                 state
             ), f"{len(blocked)} of {observed.desired_slices} slices {state}: {detail}"
@@ -137,7 +205,7 @@ def desired_conditions(observed: Observed) -> list[dict[str, Any]]:
                 "AllSlicesReserved" if not unreserved else "SlicesUnreserved",
                 "every slice holds a node pool"
                 if not unreserved
-                else "slices without a node pool: " + ", ".join(str(i) for i in unreserved),
+                else "slices without a node pool: " + index_ranges(unreserved),
                 gen,
             )
         )
@@ -181,13 +249,47 @@ def compute_status(
             "desiredSlices": observed.desired_slices,
             "readySlices": ready,
             "sliceReadiness": f"{ready}/{observed.desired_slices}",
-            "slices": [s.to_dict() for s in observed.slices],
+            "slices": _slice_entries(observed.slices),
             "conditions": merge_conditions(
                 previous.get("conditions") or [], desired_conditions(observed), now
             ),
         }
     )
     return status
+
+
+def _slice_entries(slices: Sequence[SliceStatus]) -> list[dict[str, Any]]:
+    """status.slices, each message bounded and all messages together within a budget."""
+    out = []
+    budget = SLICE_MESSAGES_BUDGET
+    for s in slices:
+        entry = s.to_dict()
+        if "message" in entry:
+            message = truncate(str(entry["message"]), MAX_SLICE_MESSAGE)
+            if len(message) > budget:
+                del entry["message"]
+            else:
+                entry["message"] = message
+                budget -= len(message)
+        out.append(entry)
+    return out
+
+
+def failure_status(
+    previous: Mapping[str, Any], generation: int, reason: str, message: str, now: str
+) -> dict[str, Any]:
+    """``previous`` with Ready/Reconciling/Stalled saying a pass failed (the operator
+    retries by itself: Reconciling, not Stalled); every other field is kept, so
+    observedGeneration still names the last generation fully applied."""
+    conditions = [
+        _condition(READY, False, reason, message, generation),
+        _condition(RECONCILING, True, reason, message, generation),
+        _condition(STALLED, False, reason, "retrying by itself", generation),
+    ]
+    ours = {c["type"] for c in conditions}
+    kept = [c for c in previous.get("conditions") or [] if c.get("type") not in ours]
+    merged = merge_conditions(previous.get("conditions") or [], conditions, now)
+    return {**previous, "conditions": merged + kept}
 
 
 def slice_events(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,3 +170,25 @@ def pod_summary(cluster: E2ECluster, namespace: str) -> list[str]:
         gone = " deleting" if pod.metadata.deletion_timestamp else ""
         out.append(f"{pod.metadata.name}:{pod.status.phase}@{pod.spec.node_name}{gone}")
     return out
+
+
+def holds(
+    check: Callable[[], object], *, seconds: float, what: str, interval_s: float = 0.5
+) -> None:
+    """Assert ``check()`` stays truthy for ``seconds`` (polled): the opposite of wait_for."""
+    deadline = time.monotonic() + seconds
+    while True:
+        state = check()
+        assert state, f"{what} stopped holding after {seconds - (deadline - time.monotonic()):.1f}s"
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(interval_s)
+
+
+def terminating_pod(cluster: E2ECluster, namespace: str, name: str) -> Any:
+    """The pod if it still exists and is being deleted, else None."""
+    pods = cluster.core.list_namespaced_pod(namespace, field_selector=f"metadata.name={name}")
+    for pod in pods.items:
+        if pod.metadata.deletion_timestamp:
+            return pod
+    return None

@@ -16,9 +16,11 @@ from tests.e2e.helpers import (
     E2ECluster,
     condition,
     create_raycluster,
+    holds,
     multihost_raycluster,
     pod_ready,
     pod_summary,
+    terminating_pod,
     tpu_pod,
     wait_raycluster_ready,
     worker_pods,
@@ -200,6 +202,76 @@ def test_node_helpers_notready_cordon_delete(cluster: E2ECluster, namespace: str
         assert cluster.core.read_node(name).spec.unschedulable
     finally:
         kube.cordon(api, name, unschedulable=False)
+
+
+def _pod_on_dead_node(cluster: E2ECluster, namespace: str, node: str) -> str:
+    """A running pod on ``node``; the node made NotReady; the pod deleted (left hanging)."""
+    api = cluster.api
+    cluster.core.create_namespaced_pod(namespace, tpu_pod("stuck", None, 4, nodeName=node))
+    kube.wait_for(
+        lambda: pod_ready(cluster.core.read_namespaced_pod("stuck", namespace)),
+        timeout_s=60,
+        what="pod running on its node",
+    )
+    kube.set_node_not_ready(api, node)
+    cluster.core.delete_namespaced_pod("stuck", namespace)
+    # a dead kubelet finishes nothing: the pod stays Terminating
+    holds(
+        lambda: terminating_pod(cluster, namespace, "stuck"),
+        seconds=8,
+        what="deletion hanging on the NotReady node",
+    )
+    return "stuck"
+
+
+def test_deletion_on_a_notready_node_hangs_until_the_node_is_restored(
+    cluster: E2ECluster, namespace: str
+) -> None:
+    node = "gke-tpusim-v4-2x2x2-0"
+    try:
+        pod = _pod_on_dead_node(cluster, namespace, node)
+    finally:
+        kube.restore_node(cluster.api, node)
+    kube.wait_for(
+        lambda: (
+            not cluster.core.list_namespaced_pod(
+                namespace, field_selector=f"metadata.name={pod}"
+            ).items
+        ),
+        timeout_s=30,
+        what="KWOK finishes the deletion once the node is back",
+    )
+    kube.wait_nodes_ready(cluster.api, [node])
+
+
+def test_deletion_on_a_notready_node_hangs_until_the_node_is_deleted(
+    cluster: E2ECluster, namespace: str
+) -> None:
+    from tpusim.nodepools import default_pools, pool_nodes
+
+    node = "gke-tpusim-v4-2x2x2-1"
+    (body,) = [n for p in default_pools() for n in pool_nodes(p) if n["metadata"]["name"] == node]
+    try:
+        pod = _pod_on_dead_node(cluster, namespace, node)
+        kube.delete_node(cluster.api, node)  # GKE removes the VM
+        kube.wait_for(
+            lambda: (
+                not cluster.core.list_namespaced_pod(
+                    namespace, field_selector=f"metadata.name={pod}"
+                ).items
+            ),
+            timeout_s=150,
+            what="the pod garbage collector removes the orphan of the deleted node",
+        )
+    finally:
+        try:
+            cluster.core.read_node(node)
+            kube.restore_node(cluster.api, node)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            cluster.core.create_node(body)
+    kube.wait_nodes_ready(cluster.api, [node])
 
 
 def test_tpuslicecluster_crd_installs_and_api_server_enforces_cel(

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.helpers import E2ECluster
+from tests.e2e.helpers import E2ECluster, holds, terminating_pod
 from tests.e2e.operator_support import (
     InvariantWatch,
     OperatorProcess,
@@ -245,6 +245,79 @@ def test_e_node_failure_moves_the_slice_and_recovers(
     assert watch.violations == []
     assert {"SliceReserved", "SliceReleased", "SliceReady"} <= event_reasons(cluster, namespace)
     assert failed_pool not in held_by(cluster, namespace, "sturdy").values()
+
+
+def test_the_pool_stays_held_while_a_pod_on_a_dead_node_terminates(
+    cluster: E2ECluster, namespace: str, operator: OperatorProcess
+) -> None:
+    """A node's kubelet dies; the control plane evicts the slice's pod there, which hangs
+    Terminating (tpusim: a dead kubelet finishes nothing). KubeRay replaces a multi-host
+    replica only once its deleted pod is gone, so for as long as it terminates the slice
+    keeps its pool (terminating pods still hold chips), claims no other and says why.
+    When the node returns the pod goes, KubeRay replaces the replica, the new one becomes
+    Ready and the old replica's reservation is released."""
+    evict_soon = {
+        "key": "node.kubernetes.io/not-ready",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 2,
+    }
+    body = tsc("held")
+    body["spec"]["worker"]["template"] = {"spec": {"tolerations": [evict_soon]}}
+    apply(cluster, namespace, body)
+    obj = wait_condition(cluster, namespace, "held", "Ready", "True")
+    (before,) = obj["status"]["slices"]
+    old_replica, old_pool = before["replica"], before["nodePool"]
+    victim_pod = slice_pods(cluster, namespace, "held")[0]
+    victim = victim_pod.spec.node_name
+    restored = False
+    try:
+        with InvariantWatch(cluster, namespace) as watch:
+            kube.set_node_not_ready(cluster.api, victim)
+            kube.wait_for(
+                lambda: terminating_pod(cluster, namespace, victim_pod.metadata.name),
+                timeout_s=90,
+                what="the pod on the dead node evicted (taint manager) and left Terminating",
+                describe=lambda: describe(cluster, namespace, "held"),
+            )
+
+            def still_held() -> bool:
+                ready = condition(get_tsc(cluster, namespace, "held"), "Ready")
+                return bool(
+                    terminating_pod(cluster, namespace, victim_pod.metadata.name)
+                    and held_by(cluster, namespace, "held") == {old_replica: old_pool}
+                    and "1 terminating; the pool stays held" in ready.get("message", "")
+                )
+
+            kube.wait_for(still_held, timeout_s=30, what="status saying a pod terminates")
+            holds(still_held, seconds=10, what="pool held while its pod terminates")
+            kube.restore_node(cluster.api, victim)
+            restored = True
+
+            def replaced() -> Any:
+                obj = get_tsc(cluster, namespace, "held")
+                fresh = [
+                    s
+                    for s in obj["status"]["slices"]
+                    if s.get("replica") != old_replica and s["state"] == "Ready"
+                ]
+                ready = condition(obj, "Ready").get("status") == "True"
+                released = old_replica not in held_by(cluster, namespace, "held")
+                return fresh[0] if fresh and ready and released else None
+
+            after = kube.wait_for(
+                replaced,
+                timeout_s=180,
+                what="replacement slice Ready and the old replica's pool released",
+                describe=lambda: describe(cluster, namespace, "held"),
+            )
+        assert watch.samples > 5 and watch.violations == []
+        assert held_by(cluster, namespace, "held") == {after["replica"]: after["nodePool"]}
+        assert "SliceReleased" in event_reasons(cluster, namespace)
+    finally:
+        if not restored:
+            kube.restore_node(cluster.api, victim)
+        kube.wait_nodes_ready(cluster.api, [victim])
 
 
 @pytest.fixture

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
+from tests.support.kuberay import raycluster_crd
 from tpuslice.kube import ApiError
 from tpuslice.reconcile import Reconciler, Snapshot, applied_hash
 from tpuslice.render import render_cluster
@@ -23,6 +25,15 @@ class FakeKube:
         self.apply_error = apply_error
         self.taken = taken or {}
         self.status: dict[str, Any] | None = None
+        self.crd: Any = raycluster_crd()
+        self.crd_reads = 0
+
+    async def get_crd(self, name: str) -> Any:
+        assert name == "rayclusters.ray.io"
+        self.crd_reads += 1
+        if self.crd is None:
+            raise ApiError(404, "NotFound", f"{name} not found")
+        return self.crd
 
     async def apply_raycluster(self, body: Any) -> Any:
         self.calls.append(("apply", body["metadata"]["name"]))
@@ -341,3 +352,151 @@ def test_progress_only_status_changes_are_written_at_most_once_a_window() -> Non
         assert kube.status["slices"][0]["readyHosts"] == 1
 
     asyncio.run(scenario())
+
+
+def conditions_of(status: dict[str, Any] | None) -> dict[str, tuple[str, str, str]]:
+    assert status is not None
+    return {c["type"]: (c["status"], c["reason"], c["message"]) for c in status["conditions"]}
+
+
+TYPED_PATCH_500 = ApiError(
+    500,
+    "InternalError",
+    "failed to create typed patch object (ml/llm; ray.io/v1, Kind=RayCluster): "
+    '.spec.workerGroupSpecs[groupName="tpu"].template.spec.hostNetwork: expected boolean, '
+    "got &{yes string}",
+)
+
+
+def test_apply_answered_500_typed_patch_is_rayclusterrejected_naming_the_users_field() -> None:
+    """Regression (issue 12): the 500 was re-raised every 5 s with a traceback and the
+    cluster never got a status. (With KubeRay's schema such an override is already an
+    InvalidSpec; here the CRD has none, as an older or unknown KubeRay might.)"""
+    kube = FakeKube(apply_error=TYPED_PATCH_500)
+    kube.crd = {"spec": {"versions": []}}
+    reconciler = make(kube, Snapshot(cluster_body(), [], nodes("pool-a"), [], None))
+    run(reconciler)
+    stalled = conditions_of(kube.status)["Stalled"]
+    assert stalled[:2] == ("True", "RayClusterRejected")
+    assert "spec.worker.template.spec.hostNetwork: expected boolean" in stalled[2]
+    assert ("event", "RayClusterRejected") in kube.calls
+    assert reconciler._failing == {}
+
+
+def test_an_override_kuberay_would_refuse_is_invalid_spec_before_any_apply() -> None:
+    body = cluster_body(worker={"template": {"spec": {"hostNetwork": "yes"}}})
+    kube = FakeKube()
+    reconciler = make(kube, Snapshot(body, [], [], [], None))
+    run(reconciler)
+    run(reconciler)
+    assert "apply" not in kinds(kube)
+    stalled = conditions_of(kube.status)["Stalled"]
+    assert stalled[:2] == ("True", "InvalidSpec")
+    assert "spec.worker.template.spec.hostNetwork: must be true or false" in stalled[2]
+    assert kube.crd_reads == 1  # read once, kept
+
+
+def test_without_kuberays_crd_the_apply_says_kuberay_is_missing() -> None:
+    body = cluster_body(worker={"template": {"spec": {"hostNetwork": "yes"}}})
+    kube = FakeKube(apply_error=ApiError(404, "NotFound", "the server could not find"))
+    kube.crd = None
+    run(make(kube, Snapshot(body, [], [], [], None)))
+    assert conditions_of(kube.status)["Stalled"][:2] == ("True", "KubeRayNotInstalled")
+
+
+class FailingKube(FakeKube):
+    """The API server answers 500 to every server-side apply."""
+
+    def __init__(self) -> None:
+        super().__init__(apply_error=ApiError(500, "InternalError", "etcdserver: timeout"))
+
+
+def test_a_failing_pass_is_a_reconciling_condition_with_backoff_and_one_event() -> None:
+    kube = FailingKube()
+    reconciler = make(kube, Snapshot(cluster_body(), [], nodes("pool-a"), [], None))
+    key = ("ml", "llm")
+
+    async def scenario() -> list[float]:
+        delays = []
+        for _ in range(4):
+            await reconciler.kick(key)
+            delays.append(reconciler._failing[key].retry_at - time.monotonic())
+            reconciler._failing[key].retry_at = 0  # as if the backoff had passed
+        return delays
+
+    delays = asyncio.run(scenario())
+    assert [round(d) for d in delays] == [5, 10, 20, 40]
+    cond = conditions_of(kube.status)
+    assert cond["Ready"][:2] == ("False", "ReconcileError")
+    assert cond["Reconciling"][:2] == ("True", "ReconcileError")
+    assert cond["Stalled"][:2] == ("False", "ReconcileError")
+    assert cond["Ready"][2] == (
+        "reconcile failed 4 times in a row, next attempt in 40s: API server answered 500 "
+        "InternalError: etcdserver: timeout"
+    )
+    assert [c for c in kube.calls if c[0] == "event"] == [("event", "ReconcileError")]
+    assert kinds(kube).count("apply") == 4
+
+
+def test_kicks_during_the_backoff_wait_unless_the_spec_changed() -> None:
+    kube = FailingKube()
+    snap = Snapshot(cluster_body(), [], nodes("pool-a"), [], None)
+    reconciler = make(kube, snap)
+    key = ("ml", "llm")
+
+    async def scenario() -> None:
+        await reconciler.kick(key)
+        for _ in range(5):  # pod events, the resync timer
+            await reconciler.kick(key)
+        assert kinds(kube).count("apply") == 1
+        assert key in reconciler._kicks_later  # the held-back pass is scheduled
+        fixed = cluster_body()
+        fixed["metadata"]["generation"] = 2
+        reconciler.read = lambda _: Snapshot(fixed, [], nodes("pool-a"), [], None)
+        await reconciler.kick(key)  # a new generation is tried at once
+        assert kinds(kube).count("apply") == 2
+
+    asyncio.run(scenario())
+
+
+def test_success_forgets_the_failures(caplog: Any) -> None:
+    import logging
+
+    kube = FailingKube()
+    reconciler = make(kube, Snapshot(cluster_body(), [], nodes("pool-a"), [], None))
+    key = ("ml", "llm")
+
+    async def scenario() -> None:
+        with caplog.at_level(logging.WARNING, logger="tpuslice.reconcile"):
+            for _ in range(3):
+                await reconciler.kick(key)
+                reconciler._failing[key].retry_at = 0
+        kube.apply_error = None
+        await reconciler.kick(key)
+
+    asyncio.run(scenario())
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert len(tracebacks) == 1  # once per distinct error, then one line each
+    assert len(caplog.records) == 3
+    assert reconciler._failing == {}
+    cond = conditions_of(kube.status)
+    assert cond["Stalled"][0] == "False" and cond["Ready"][1] != "ReconcileError"
+
+
+def test_failure_keeps_the_rest_of_the_status() -> None:
+    from tpuslice.status import failure_status
+
+    previous = {
+        "observedGeneration": 3,
+        "readySlices": 1,
+        "conditions": [
+            {"type": "Ready", "status": "False", "reason": "Pending", "lastTransitionTime": "t0"},
+            {"type": "SlicesReserved", "status": "True", "reason": "AllSlicesReserved"},
+        ],
+    }
+    status = failure_status(previous, 4, "ReconcileError", "boom", "t1")
+    assert status["observedGeneration"] == 3 and status["readySlices"] == 1
+    by_type = {c["type"]: c for c in status["conditions"]}
+    assert by_type["Ready"]["lastTransitionTime"] == "t0"  # still False: no transition
+    assert by_type["Reconciling"]["status"] == "True"
+    assert by_type["SlicesReserved"]["reason"] == "AllSlicesReserved"

@@ -161,6 +161,24 @@ def test_unhealthy_or_wrong_size_pools_are_not_eligible_and_are_explained() -> N
     )
 
 
+def test_capacity_message_names_a_few_pools_and_counts_the_rest() -> None:
+    """Repeated on every waiting slice: 300 held pools must not make it 300 names long."""
+    nodes = [n for i in range(300) for n in pool(f"p{i:03d}")]
+    reservations = [
+        ReservationInfo(f"p{i:03d}", Holder("ml", "other", "uid-other", f"r{i}", i))
+        for i in range(300)
+    ]
+    result = plan(
+        pods=slice_pods("tpu-aaaaa", 0), nodes=nodes, desired_slices=1, reservations=reservations
+    )
+    message = result.slices[0].message
+    assert message.startswith(
+        "needs a free node pool of 4 ready nodes with tpu-v6e-slice/4x4; 300 match: "
+        "p000 held by ml/other (slice r0), "
+    )
+    assert message.endswith(", and 295 more") and len(message) < 400
+
+
 def test_no_matching_pool_at_all() -> None:
     result = plan(pods=slice_pods("tpu-aaaaa", 0), desired_slices=1)
     assert result.slices[0].message.endswith("; no node pool matches")
@@ -308,3 +326,24 @@ def test_same_snapshot_same_plan() -> None:
         nodes=pool("pool-b") + pool("pool-a"),
     )
     assert plan(**kwargs) == plan(**kwargs)
+
+
+def test_a_held_slice_with_a_pod_terminating_on_a_dead_node_keeps_its_pool_and_says_why() -> None:
+    """KubeRay waits for the deleted pod before replacing the replica; a dead kubelet never
+    finishes it: the pool stays held, nothing is released, and the message says why."""
+    pods = slice_pods("tpu-aaaaa", 0, gated=False, pinned="pool-a", ready=True)
+    pods[1] = slice_pods("tpu-aaaaa", 0, gated=False, pinned="pool-a", deleting=True)[1]
+    ours = ReservationInfo("pool-a", Holder("ml", "llm", "uid-llm", "tpu-aaaaa", 0), "Bound")
+    result = plan(
+        pods=pods,
+        nodes=pool("pool-a", not_ready=2) + pool("pool-b"),
+        desired_slices=1,
+        reservations=[ours],
+    )
+    assert result.frees == () and result.claims == () and result.releases == ()
+    (entry,) = result.slices
+    assert (entry.state, entry.node_pool) == (SliceState.RESERVED, "pool-a")
+    assert entry.message == (
+        "3 of 4 pods live, 1 terminating; the pool stays held until KubeRay has replaced "
+        "them (node pool pool-a has 2 of 4 nodes NotReady)"
+    )

@@ -64,3 +64,42 @@ def test_all_errors_are_reported_at_once() -> None:
         parse_cluster(bad)
     paths = [e.path for e in err.value.errors]
     assert paths == ["metadata.name", "spec.tpu.type", "spec.tpu.slices", "spec.ray.version"]
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"metadata": {"name": "llm"}, "spec": []}, "spec: must be an object, got a list"),
+        ({"metadata": "llm", "spec": {}}, "metadata: must be an object, got 'llm'"),
+        ({"metadata": {"name": ["llm"]}, "spec": {}}, "metadata.name: must be a string, got a"),
+        (obj(tpu="v6e-16"), "spec.tpu: must be an object, got 'v6e-16'"),
+        (obj(tpu={"type": {"v6e": 1}, "topology": "4x4"}), "spec.tpu.type: must be a string"),
+        (obj(tpu={"type": "v6e", "topology": "4x4", "slices": 4097}), "from 1 to 4096, got 4097"),
+        (obj(tpu={"type": "v6e", "topology": "4x4", "slices": True}), "from 1 to 4096, got True"),
+        (obj(ray={"version": 2.54}), "spec.ray.version: must be a string, got 2.54"),
+        (obj(ray={"version": "2.54.0", "image": ["x"]}), "spec.ray.image: must be a string"),
+        (obj(reservation="None"), "spec.reservation: must be an object, got 'None'"),
+        (obj(reservation={"policy": ["None"]}), "spec.reservation.policy: a list is not NodePool"),
+        (obj(head=[]), "spec.head: must be an object, got a list"),
+        (obj(head={"resources": {"cpu": 0.5}}), "spec.head.resources.cpu: must be a string"),
+        (obj(worker={"rayStartParams": {"a": {"b": 1}}}), "rayStartParams.a: must be a string"),
+        (obj(wroker={}), "spec.wroker: is not a field; use one of head, ray, reservation"),
+        (obj(tpu={"type": "v6e", "topology": "4x4", "slice": 2}), "spec.tpu.slice: is not a field"),
+        (obj(worker={"templates": {}}), "spec.worker.templates: is not a field"),
+    ],
+)
+def test_any_json_is_judged_field_by_field(body: Any, expected: str) -> None:
+    """Issue 12: arbitrary input is a SpecError naming the field, never a TypeError."""
+    with pytest.raises(SpecError) as err:
+        parse_cluster(body)
+    assert expected in str(err.value)
+
+
+def test_not_an_object_at_all() -> None:
+    with pytest.raises(SpecError, match="metadata: a TPUSliceCluster is an object, not a list"):
+        parse_cluster([])  # type: ignore[arg-type]
+
+
+def test_integers_in_string_maps_are_written_as_strings() -> None:
+    spec = parse_cluster(obj(head={"resources": {"cpu": 4}, "rayStartParams": {"num-cpus": 0}}))
+    assert spec.head.resources == {"cpu": "4"} and spec.head.ray_start_params == {"num-cpus": "0"}

@@ -144,3 +144,66 @@ def test_progress_only_is_counts_and_messages_never_a_state_or_condition_change(
     ready = observed(SliceState.READY)
     assert not progress_only(before, compute_status(ready, before, T1))  # Ready flips
     assert not progress_only(before, before)  # no change at all is not "progress"
+
+
+def test_thousands_of_blocked_slices_give_a_bounded_summary_the_crd_accepts() -> None:
+    """Regression (issue 12): from ~550 pending slices the Ready message listed every
+    slice, passed the CRD's 32,768 characters, and every status write was refused."""
+    import json
+
+    from tests.support.crd import validate
+    from tpuslice.status import MAX_MESSAGE
+
+    capacity = "needs a free node pool of 4 ready nodes with tpu-v6e-slice/4x4; " + "x" * 900
+    slices = [
+        SliceStatus(i, SliceState.WAITING_FOR_CAPACITY, f"tpu-{i:05d}", None, 0, capacity)
+        if i % 3
+        else SliceStatus(i, SliceState.PENDING, message="waiting for KubeRay to create pods")
+        for i in range(4096)
+    ]
+    status = compute_status(observed(slices=slices, desired_slices=4096), None, T0)
+    for cond in status["conditions"]:
+        assert len(cond["message"]) <= MAX_MESSAGE, cond["type"]
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["message"].startswith("2730 of 4096 slices WaitingForCapacity: slices 1-2, 4-5")
+    assert "more slices" in ready["message"] or "in all" in ready["message"]
+    reserved = next(c for c in status["conditions"] if c["type"] == "SlicesReserved")
+    assert reserved["message"].startswith("slices without a node pool: 0-4095")
+    assert len(json.dumps(status)) < 1_000_000  # etcd stores objects up to 1.5 MiB
+    assert all(len(s.get("message", "")) <= 512 for s in status["slices"])
+    obj = {
+        "apiVersion": "tpuslice.dev/v1alpha1",
+        "kind": "TPUSliceCluster",
+        "metadata": {"name": "llm"},
+        "spec": {"tpu": {"type": "v6e", "topology": "4x4"}, "ray": {"version": "2.54.0"}},
+        "status": status,
+    }
+    assert validate("tpuslice.dev_tpusliceclusters.yaml", obj) == []
+
+
+def test_blocked_slices_with_one_message_are_one_group() -> None:
+    slices = [
+        SliceStatus(i, SliceState.WAITING_FOR_CAPACITY, f"tpu-{i}", None, 0, "needs a pool")
+        for i in (0, 1, 2, 5)
+    ]
+    status = compute_status(observed(slices=slices, desired_slices=6), None, T0)
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["message"] == "4 of 6 slices WaitingForCapacity: slices 0-2, 5: needs a pool"
+
+
+def test_a_huge_stall_message_is_cut_and_says_so() -> None:
+    from tpuslice.status import MAX_MESSAGE, truncate
+
+    status = compute_status(observed(stall=Stall("RayClusterRejected", "y" * 100_000)), None, T0)
+    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
+    assert MAX_MESSAGE - 40 < len(stalled["message"]) <= MAX_MESSAGE
+    assert stalled["message"].endswith("more characters)")
+    assert truncate("short", 10) == "short"
+
+
+def test_index_ranges_are_bounded() -> None:
+    from tpuslice.status import index_ranges
+
+    assert index_ranges([3, 0, 1, 2, 7, 9, 10]) == "0-3, 7, 9-10"
+    text = index_ranges(range(0, 8192, 2), limit=100)
+    assert len(text) < 130 and text.endswith("(4,096 in all)")

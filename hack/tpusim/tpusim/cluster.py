@@ -30,6 +30,7 @@ from . import kube
 from .certs import PKI, make_pki, write_kubeconfig
 from .nodepools import NodePool, pool_names
 from .processes import ComponentError, Process, free_port, http_ok, start, wait_until
+from .stages import write_stages
 from .tools import ToolPaths
 
 __all__ = ["ClusterSettings", "LocalCluster", "StartupReport", "primary_address"]
@@ -321,7 +322,8 @@ class LocalCluster:
     def _start_kwok(self) -> None:
         port = free_port()
         self.ports["kwok"] = port
-        configs = [f"--config={p}" for p in self.settings.tools.kwok_stages]
+        stages = write_stages(self.settings.tools.kwok_stages, self.run_dir / "kwok-stages")
+        configs = [f"--config={p}" for p in stages]
         proc = self._launch(
             "kwok",
             [

@@ -17,6 +17,7 @@ from kubernetes import client, config
 from kubernetes.client import ApiException
 
 from .nodepools import KWOK_ANNOTATION, POOL_ANNOTATION, NodePool, pool_nodes
+from .stages import DEAD_KUBELET_ANNOTATION
 
 __all__ = [
     "WaitTimeout",
@@ -138,7 +139,8 @@ def harness_nodes(api: Any, pool: str | None = None) -> list[Any]:
 
 
 def delete_node(api: Any, name: str) -> None:
-    """Delete one node, as GKE does when it removes a VM; pods on it are orphaned."""
+    """Delete one node, as GKE does when it removes a VM; pods on it are orphaned (the
+    pod garbage collector deletes them after its quarantine, about a minute)."""
     try:
         core_v1(api).delete_node(name)
     except ApiException as exc:
@@ -162,14 +164,36 @@ def cordon(api: Any, name: str, unschedulable: bool = True) -> None:
     core_v1(api).patch_node(name, {"spec": {"unschedulable": unschedulable}})
 
 
+def _mark_pods(api: Any, node: str, value: str | None) -> None:
+    """Set (or with None remove) the dead-kubelet mark on every pod bound to ``node``."""
+    core = core_v1(api)
+    for pod in core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items:
+        marked = (pod.metadata.annotations or {}).get(DEAD_KUBELET_ANNOTATION)
+        if (marked is None) == (value is None):
+            continue
+        try:
+            core.patch_namespaced_pod(
+                pod.metadata.name,
+                pod.metadata.namespace,
+                {"metadata": {"annotations": {DEAD_KUBELET_ANNOTATION: value}}},
+            )
+        except ApiException as exc:
+            if exc.status != 404:  # gone meanwhile
+                raise
+
+
 def set_node_not_ready(api: Any, name: str, reason: str = "KubeletNotReady") -> None:
-    """Make a node NotReady and keep it so.
+    """Make a node NotReady and keep it so, like a node whose kubelet died.
 
     KWOK's node-initialize stage flips any managed node whose Ready is not True
     back to True, so first take the node away from KWOK (drop its annotation),
     then write Ready=False as a dead kubelet's last status would. Nothing
     heartbeats the node afterwards, so the node lifecycle controller also sees
-    its lease expire and taints it, as on a real cluster.
+    its lease expire and taints it, as on a real cluster. Every pod on the node
+    is marked (``stages.DEAD_KUBELET_ANNOTATION``): deleting it hangs, Terminating,
+    until ``restore_node`` or ``delete_node`` (KWOK's pod-delete stage, as the local
+    cluster runs it, skips marked pods). Pods bound to the node later are not marked;
+    the node's not-ready taint keeps the scheduler away from it within seconds.
     """
     core = core_v1(api)
     core.patch_node(name, {"metadata": {"annotations": {KWOK_ANNOTATION[0]: None}}})
@@ -183,10 +207,13 @@ def set_node_not_ready(api: Any, name: str, reason: str = "KubeletNotReady") -> 
         "lastTransitionTime": now,
     }
     core.patch_node_status(name, {"status": {"conditions": [condition]}})
+    _mark_pods(api, name, name)
 
 
 def restore_node(api: Any, name: str) -> None:
-    """Hand a node made NotReady back to KWOK, which marks it Ready again."""
+    """Hand a node made NotReady back to KWOK, which marks it Ready again and finishes the
+    deletions that hung meanwhile."""
+    _mark_pods(api, name, None)
     core_v1(api).patch_node(
         name, {"metadata": {"annotations": {KWOK_ANNOTATION[0]: KWOK_ANNOTATION[1]}}}
     )
