@@ -98,10 +98,11 @@ async def _start_webhook(memo: kopf.Memo, kube: Kube, config: OperatorConfig, lo
         files, port=config.webhook_port, addr=config.webhook_addr, metrics=kube.metrics
     )
     if config.manage_webhook_configuration and (service or config.webhook_url):
-        await kube.apply_webhook_configuration(
-            webhook.webhook_configuration(
-                ca_bundle=files.ca_bundle(), url=config.webhook_url, service=service
-            )
+        body = webhook.webhook_configuration(
+            ca_bundle=files.ca_bundle(), url=config.webhook_url, service=service
+        )
+        await asyncio.get_running_loop().run_in_executor(
+            kube.executor, kube.apply_webhook_configuration, body
         )
         logger.info(
             "TPU identity webhook configuration applied (%s)",
