@@ -14,14 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import kopf
 
 from tpuslice import constants as c
-from tpuslice import webhook
 from tpuslice.config import OperatorConfig
 from tpuslice.health import Health
 from tpuslice.kube import Kube
@@ -83,33 +80,6 @@ async def _beat(health: Health) -> None:
         await asyncio.sleep(HEARTBEAT_SECONDS)
 
 
-async def _start_webhook(memo: kopf.Memo, kube: Kube, config: OperatorConfig, logger: Any) -> None:
-    """Serve the TPU identity webhook on its own threads (off kopf's event loop, which
-    is busy with reconciles) and, unless told otherwise, apply its configuration."""
-    assert config.webhook_port is not None
-    service = None
-    if config.webhook_service:
-        service = webhook.ServiceRef(config.webhook_service, config.webhook_namespace or "default")
-        hosts = webhook.service_hosts(service.name, service.namespace)
-    else:
-        hosts = [urlparse(config.webhook_url or "https://127.0.0.1").hostname or "127.0.0.1"]
-    files = webhook.certificates_for(Path(config.webhook_cert_dir), hosts)
-    memo.webhook_server = webhook.serve_identity_webhook(
-        files, port=config.webhook_port, addr=config.webhook_addr, metrics=kube.metrics
-    )
-    if config.manage_webhook_configuration and (service or config.webhook_url):
-        body = webhook.webhook_configuration(
-            ca_bundle=files.ca_bundle(), url=config.webhook_url, service=service
-        )
-        await asyncio.get_running_loop().run_in_executor(
-            kube.executor, kube.apply_webhook_configuration, body
-        )
-        logger.info(
-            "TPU identity webhook configuration applied (%s)",
-            config.webhook_url or f"service {service}",
-        )
-
-
 def register(
     registry: kopf.OperatorRegistry, config: OperatorConfig, metrics: Metrics | None = None
 ) -> None:
@@ -150,8 +120,7 @@ def register(
         settings.posting.level = logging.WARNING
         health: Health = memo.health
         memo.heartbeat = asyncio.get_running_loop().create_task(_beat(health))
-        kube = Kube.connect(config.kubeconfig, config.api_threads, metrics, health)
-        memo.kube = kube
+        kube: Kube = memo.kube  # made by app.run_operator, shared with leader election
         watches = Watches()
         reconciler = Reconciler(kube, make_reader(kwargs, watches), metrics=metrics)
         memo.watches, memo.reconciler = watches, reconciler
@@ -184,9 +153,6 @@ def register(
             len(watches.pods),
             len(watches.rayclusters),
         )
-        if config.webhook_port:
-            await _start_webhook(memo, kube, config, logger)
-            health.webhook_listening()
         if not await kube.crd_exists(f"{c.RAY_PLURAL_CLUSTER}.{c.RAY_GROUP}"):
             logger.warning(
                 "KubeRay's RayCluster CRD is not installed; every TPUSliceCluster "
@@ -198,8 +164,6 @@ def register(
     async def stop(memo: kopf.Memo, **_: Any) -> None:
         if "watches" in memo:
             memo.watches.stop()
-        if memo.get("webhook_server") is not None:
-            memo.webhook_server.stop()
         if memo.get("heartbeat") is not None:
             memo.heartbeat.cancel()
 
