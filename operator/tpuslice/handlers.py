@@ -25,7 +25,7 @@ from tpuslice.kube import Kube
 from tpuslice.kube import credentials as kube_credentials
 from tpuslice.metrics import Metrics
 from tpuslice.reconcile import ClusterKey, Reconciler, Snapshot, spec_shape
-from tpuslice.reservation import ReservationInfo
+from tpuslice.reservation import ReservationInfo, is_orphan
 from tpuslice.snapshot import cluster_record, reservation_info, reservation_shape
 from tpuslice.watches import Watches, node_kicks, pod_kicks
 
@@ -239,16 +239,17 @@ def register(
 
     @kopf.timer(*RESERVATIONS, interval=config.sweep_seconds, **reg)
     async def sweep_orphan(body: kopf.Body, memo: kopf.Memo, logger: Any, **kwargs: Any) -> None:
-        """Delete a reservation whose holder no longer exists and whose pods are gone."""
+        """Delete a reservation whose holder no longer exists and whose pods are gone,
+        only if the holder is in a namespace this instance watches (``is_orphan``)."""
         info = reservation_info(body)
         holder = info.holder
         cluster = _first(kwargs["tsc_index"].get((holder.namespace, holder.name)))
-        if cluster is not None and cluster.get("metadata", {}).get("uid") == holder.uid:
-            return
-        if any(
+        live_uid = (cluster or {}).get("metadata", {}).get("uid")
+        pods = any(
             p.replica_name == holder.replica_name
             for p in memo.watches.pods_of((holder.namespace, holder.name))
-        ):
+        )
+        if not is_orphan(holder, live_uid, pods, config.namespaces):
             return
         if await memo.kube.delete_reservation(info.pool, uid=body.metadata.uid):
             logger.info(
