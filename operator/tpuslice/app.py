@@ -111,7 +111,7 @@ def run_operator(config: OperatorConfig) -> None:
             )
             if not elector.acquire(stopping):
                 return
-            elector.keep(exit_now)
+            elector.keep(exit_now, alive=lambda: health.liveness().ok)
             health.standby(False)
         else:
             metrics.leading(True)

@@ -221,14 +221,24 @@ class Elector:
             stop.wait(self.timings.retry_period * random.uniform(1.0, leader.JITTER))
         return False
 
-    def keep(self, on_lost: Callable[[str], None]) -> None:
+    def keep(
+        self, on_lost: Callable[[str], None], alive: Callable[[], bool] = lambda: True
+    ) -> None:
         """Renew every retry period on one thread; a watchdog thread calls ``on_lost``
-        (once, with the reason) when we must stop acting. Call after ``acquire``."""
+        (once, with the reason) when we must stop acting. Call after ``acquire``.
+
+        ``alive`` (the liveness verdict) is asked before each renewal: a leader whose
+        event loop has stopped turning stops renewing, so it stops at the renew
+        deadline and a standby takes over a lease duration later, instead of a hung
+        leader holding the Lease until the liveness probe has it restarted."""
         if self._metrics is not None:
             self._metrics.leading(True)
 
         def renew() -> None:
             while not self._stop.wait(self.timings.retry_period):
+                if not alive():
+                    log.warning("not renewing the Lease %s: this instance is not alive", self.lease)
+                    continue
                 if not self.attempt() and self.state.renewed is not None:
                     log.warning(
                         "could not renew the Lease %s; stopping at the renew deadline "

@@ -259,3 +259,24 @@ def test_standby_is_logged_once_per_holder(caplog: pytest.LogCaptureFixture) -> 
             assert a.attempt() and not b.attempt()
     lines = [r.getMessage() for r in caplog.records if "standby" in r.getMessage()]
     assert len(lines) == 1 and "held by a" in lines[0]
+
+
+def test_a_leader_that_is_not_alive_stops_renewing_and_so_stops() -> None:
+    store, clock = FakeLeases(), Clock()
+    a = elector(store, "a", clock, Timings(3, 2, 0.5))
+    assert a.attempt()
+    lost = threading.Event()
+    alive = [True]
+    a.keep(lambda reason: lost.set(), alive=lambda: alive[0])
+    deadline = time.monotonic() + 3
+    while len(store.writes) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert store.writes[-1] == "update a"  # renewing while alive
+    alive[0] = False  # the event loop hangs
+    time.sleep(0.7)
+    renewals = len(store.writes)
+    time.sleep(1.2)
+    assert len(store.writes) == renewals  # no renewal any more
+    clock.now += 2  # the deadline passes
+    assert lost.wait(2)
+    a.release()
