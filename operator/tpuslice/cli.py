@@ -13,6 +13,7 @@ import os
 import socket
 import sys
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
@@ -106,6 +107,40 @@ def instance_identity(env: Mapping[str, str]) -> str:
     return env.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
 
 
+#: Where a pod finds its own namespace (the service account's mounted token dir).
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def _context_namespace(kubeconfig: str | None) -> str | None:
+    from kubernetes import config as k8s_config
+
+    try:
+        _, active = k8s_config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    except Exception:  # no kubeconfig, or an unreadable one: the run itself will say so
+        return None
+    return (active or {}).get("context", {}).get("namespace") or None
+
+
+def lease_namespace(
+    flag: str | None,
+    env: Mapping[str, str],
+    kubeconfig: str | None,
+    *,
+    service_account_file: Path = SERVICE_ACCOUNT_NAMESPACE,
+) -> str:
+    """Where the Lease lives: ``--leader-elect-namespace``, else ``POD_NAMESPACE`` (the
+    chart sets it), else the pod's own namespace, else the kubeconfig context's, else
+    ``default``. The operator's own namespace is the Kubernetes convention, and the
+    chart's Role grants the Lease there and nowhere else."""
+    if flag:
+        return flag
+    if env.get("POD_NAMESPACE"):
+        return env["POD_NAMESPACE"]
+    if kubeconfig is None and service_account_file.exists():
+        return service_account_file.read_text().strip() or "default"
+    return _context_namespace(kubeconfig) or "default"
+
+
 def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
     from tpuslice.app import run_operator  # kopf is imported only when running
     from tpuslice.config import OperatorConfig
@@ -116,6 +151,13 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
             identity=instance_identity(os.environ),
             namespaces=tuple(args.namespaces),
             resync_seconds=args.resync_seconds,
+            sweep_seconds=args.sweep_seconds,
+            leader_elect=args.leader_elect,
+            lease_namespace=lease_namespace(
+                args.leader_elect_namespace, os.environ, args.kubeconfig
+            ),
+            lease_name=args.leader_elect_lease_name,
+            shutdown_drain_seconds=args.shutdown_drain_seconds,
             liveness_port=args.liveness_port or None,
             log_level=args.log_level,
             webhook_port=args.webhook_port or None,
@@ -124,6 +166,7 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
             webhook_service=args.webhook_service,
             webhook_namespace=args.webhook_namespace or os.environ.get("POD_NAMESPACE"),
             webhook_cert_dir=args.webhook_cert_dir,
+            webhook_secret=args.webhook_secret,
             manage_webhook_configuration=not args.no_manage_webhook_configuration,
             metrics_port=args.metrics_port or None,
             metrics_addr=args.metrics_addr,
@@ -202,6 +245,38 @@ def build_parser() -> argparse.ArgumentParser:
         help="safety-net reconcile interval per TPUSliceCluster",
     )
     run.add_argument(
+        "--sweep-seconds",
+        type=float,
+        default=60.0,
+        help="how often each SliceReservation is checked for a holder that is gone",
+    )
+    run.add_argument(
+        "--shutdown-drain-seconds",
+        type=float,
+        default=5.0,
+        help="after SIGTERM, keep answering webhook calls this long (not ready, each "
+        "answer closing its connection) so none in flight is refused",
+    )
+    election = run.add_argument_group("leader election")
+    election.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="act only while holding a coordination.k8s.io Lease; otherwise serve the "
+        "webhook as a standby (default: on; --no-leader-elect: act unconditionally)",
+    )
+    election.add_argument(
+        "--leader-elect-namespace",
+        default=None,
+        help="namespace of the Lease (default: $POD_NAMESPACE, the pod's own namespace, "
+        "the kubeconfig context's, else default)",
+    )
+    election.add_argument(
+        "--leader-elect-lease-name",
+        default="tpuslice-operator",
+        help="name of the Lease; instances sharing it elect one leader",
+    )
+    run.add_argument(
         "--metrics-port",
         type=int,
         default=8000,
@@ -238,6 +313,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="/tmp/tpuslice-webhook",
         help="tls.crt, tls.key and ca.crt are used if present (cert-manager); "
         "otherwise a self-signed set is written here",
+    )
+    hook.add_argument(
+        "--webhook-secret",
+        default=None,
+        help="a Secret in --webhook-namespace through which every replica shares one CA "
+        "and serving certificate (the first fills it; the chart renders it empty); "
+        "default: the cert dir only",
     )
     hook.add_argument(
         "--no-manage-webhook-configuration",

@@ -16,6 +16,14 @@ class OperatorConfig:
     namespaces: tuple[str, ...] = ()  # empty: all namespaces
     resync_seconds: float = 60.0  # safety-net reconcile of every TPUSliceCluster
     sweep_seconds: float = 60.0  # orphaned-reservation sweep interval
+    # Leader election (election.py): only the holder of this Lease acts; every
+    # instance serves the webhook. Off: this instance acts as if it led.
+    leader_elect: bool = True
+    lease_namespace: str = "default"
+    lease_name: str = "tpuslice-operator"
+    #: SIGTERM -> exit: the webhook keeps answering (each answer closing its
+    #: connection) while the Service stops sending calls here.
+    shutdown_drain_seconds: float = 5.0
     liveness_port: int | None = 8080
     log_level: str = "INFO"
     api_threads: int = 32
@@ -27,6 +35,10 @@ class OperatorConfig:
     webhook_service: str | None = None  # in cluster: the Service in front of the port
     webhook_namespace: str | None = None  # the Service's namespace
     webhook_cert_dir: str = "/tmp/tpuslice-webhook"  # tls.crt/tls.key/ca.crt used if present
+    #: The Secret (in webhook_namespace) every replica shares its CA and serving
+    #: certificate through (webhookcerts.py); None: cert dir only, as before.
+    webhook_secret: str | None = None
+    webhook_cert_check_seconds: float = 60.0  # re-read the Secret or mounted files
     manage_webhook_configuration: bool = True  # apply the MutatingWebhookConfiguration
     # Prometheus /metrics (docs/metrics.md); port None disables it.
     metrics_port: int | None = 8000

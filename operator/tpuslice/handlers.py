@@ -14,21 +14,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import kopf
 
 from tpuslice import constants as c
-from tpuslice import webhook
 from tpuslice.config import OperatorConfig
 from tpuslice.health import Health
 from tpuslice.kube import Kube
 from tpuslice.kube import credentials as kube_credentials
 from tpuslice.metrics import Metrics
 from tpuslice.reconcile import ClusterKey, Reconciler, Snapshot, spec_shape
-from tpuslice.reservation import ReservationInfo
+from tpuslice.reservation import ReservationInfo, is_orphan
 from tpuslice.snapshot import cluster_record, reservation_info, reservation_shape
 from tpuslice.watches import Watches, node_kicks, pod_kicks
 
@@ -83,32 +80,6 @@ async def _beat(health: Health) -> None:
         await asyncio.sleep(HEARTBEAT_SECONDS)
 
 
-async def _start_webhook(memo: kopf.Memo, kube: Kube, config: OperatorConfig, logger: Any) -> None:
-    """Serve the TPU identity webhook on its own threads (off kopf's event loop, which
-    is busy with reconciles) and, unless told otherwise, apply its configuration."""
-    assert config.webhook_port is not None
-    service = None
-    if config.webhook_service:
-        service = webhook.ServiceRef(config.webhook_service, config.webhook_namespace or "default")
-        hosts = webhook.service_hosts(service.name, service.namespace)
-    else:
-        hosts = [urlparse(config.webhook_url or "https://127.0.0.1").hostname or "127.0.0.1"]
-    files = webhook.certificates_for(Path(config.webhook_cert_dir), hosts)
-    memo.webhook_server = webhook.serve_identity_webhook(
-        files, port=config.webhook_port, addr=config.webhook_addr, metrics=kube.metrics
-    )
-    if config.manage_webhook_configuration and (service or config.webhook_url):
-        await kube.apply_webhook_configuration(
-            webhook.webhook_configuration(
-                ca_bundle=files.ca_bundle(), url=config.webhook_url, service=service
-            )
-        )
-        logger.info(
-            "TPU identity webhook configuration applied (%s)",
-            config.webhook_url or f"service {service}",
-        )
-
-
 def register(
     registry: kopf.OperatorRegistry, config: OperatorConfig, metrics: Metrics | None = None
 ) -> None:
@@ -149,8 +120,7 @@ def register(
         settings.posting.level = logging.WARNING
         health: Health = memo.health
         memo.heartbeat = asyncio.get_running_loop().create_task(_beat(health))
-        kube = Kube.connect(config.kubeconfig, config.api_threads, metrics, health)
-        memo.kube = kube
+        kube: Kube = memo.kube  # made by app.run_operator, shared with leader election
         watches = Watches()
         reconciler = Reconciler(kube, make_reader(kwargs, watches), metrics=metrics)
         memo.watches, memo.reconciler = watches, reconciler
@@ -183,9 +153,6 @@ def register(
             len(watches.pods),
             len(watches.rayclusters),
         )
-        if config.webhook_port:
-            await _start_webhook(memo, kube, config, logger)
-            health.webhook_listening()
         if not await kube.crd_exists(f"{c.RAY_PLURAL_CLUSTER}.{c.RAY_GROUP}"):
             logger.warning(
                 "KubeRay's RayCluster CRD is not installed; every TPUSliceCluster "
@@ -197,8 +164,6 @@ def register(
     async def stop(memo: kopf.Memo, **_: Any) -> None:
         if "watches" in memo:
             memo.watches.stop()
-        if memo.get("webhook_server") is not None:
-            memo.webhook_server.stop()
         if memo.get("heartbeat") is not None:
             memo.heartbeat.cancel()
 
@@ -274,16 +239,17 @@ def register(
 
     @kopf.timer(*RESERVATIONS, interval=config.sweep_seconds, **reg)
     async def sweep_orphan(body: kopf.Body, memo: kopf.Memo, logger: Any, **kwargs: Any) -> None:
-        """Delete a reservation whose holder no longer exists and whose pods are gone."""
+        """Delete a reservation whose holder no longer exists and whose pods are gone,
+        only if the holder is in a namespace this instance watches (``is_orphan``)."""
         info = reservation_info(body)
         holder = info.holder
         cluster = _first(kwargs["tsc_index"].get((holder.namespace, holder.name)))
-        if cluster is not None and cluster.get("metadata", {}).get("uid") == holder.uid:
-            return
-        if any(
+        live_uid = (cluster or {}).get("metadata", {}).get("uid")
+        pods = any(
             p.replica_name == holder.replica_name
             for p in memo.watches.pods_of((holder.namespace, holder.name))
-        ):
+        )
+        if not is_orphan(holder, live_uid, pods, config.namespaces):
             return
         if await memo.kube.delete_reservation(info.pool, uid=body.metadata.uid):
             logger.info(

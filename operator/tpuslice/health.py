@@ -5,13 +5,20 @@ on the loop beats once a second; a loop that has not beaten for
 ``loop_stall_s`` is hung and a restart is the cure. It does not depend on the
 API server: an API outage must not restart every operator replica at once.
 
-Readiness (``/readyz``) asks whether this operator can act: start-up finished
-(every followed kind listed once through the API server with our credentials),
-the loop is turning, no watch has been failing for longer than
-``watch_grace_s`` (an unreachable API server, a revoked token), and, when the
-identity webhook is on, its server is listening. kopf's own ``/healthz``
-answered 200 while its client could not reach the API server; that is the
-mistake this module exists to avoid.
+Readiness (``/readyz``) asks whether this replica can do its part, and the
+chart's Service sends webhook calls only to ready replicas. Every replica: the
+loop is turning, no watch (nor the Lease, for a standby) has been failing for
+longer than ``watch_grace_s`` (an unreachable API server, a revoked token),
+the identity webhook, when on, is listening, and the process is not shutting
+down. The leader (or the only instance, without leader election) also:
+start-up finished (every followed kind listed once through the API server with
+our credentials). A standby is ready without that: it serves the webhook, and
+a rollout waits for it. kopf's own ``/healthz`` answered 200 while its client
+could not reach the API server; that is the mistake this module exists to
+avoid.
+
+A standby has no kopf event loop yet: its start-up thread, trying for the
+Lease every couple of seconds, beats instead.
 
 The state is a few timestamps written from the loop and the watch threads and
 read from the probe server's threads, so it is guarded by one lock. The clock
@@ -67,6 +74,8 @@ class Health:
         self._started = False
         self._webhook_expected = webhook
         self._webhook_listening = False
+        self._standby = False
+        self._stopping = False
         self._failing: dict[str, tuple[float, str]] = {}  # kind -> (since, last error)
 
     # ------------------------------------------------------------ writers
@@ -83,6 +92,17 @@ class Health:
     def webhook_listening(self) -> None:
         with self._lock:
             self._webhook_listening = True
+
+    def standby(self, yes: bool = True) -> None:
+        """Waiting for the Lease: ready without having started (see the module docstring)."""
+        with self._lock:
+            self._standby = yes
+
+    def shutting_down(self) -> None:
+        """SIGTERM: not ready any more, so no new webhook call is routed here while the
+        server drains the calls already on their way."""
+        with self._lock:
+            self._stopping = True
 
     def watch_ok(self, kind: str) -> None:
         """A list or watch of ``kind`` got an answer from the API server."""
@@ -116,9 +136,11 @@ class Health:
         with self._lock:
             now = self._clock()
             reasons = list(alive.reasons)
+            if self._stopping:
+                reasons.append("shutting down")
             if self._beat is None:
                 reasons.append("starting: the event loop has not turned yet")
-            if not self._started:
+            if not self._started and not self._standby:
                 reasons.append("starting: pods, nodes and RayClusters not listed yet")
             if self._webhook_expected and not self._webhook_listening:
                 reasons.append("the identity webhook is not listening yet")

@@ -238,9 +238,31 @@ class Kube:
         query: Mapping[str, str] | None,
         body: Any,
         content_type: str | None,
+        timeout: float = 30,
     ) -> Any:
-        data = self._send(method, path, query, body, content_type).read()
+        data = self._send(method, path, query, body, content_type, timeout).read()
         return json.loads(data) if data else None
+
+    def call_sync(
+        self,
+        method: str,
+        path: str,
+        *,
+        resource: str,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: float = 30,
+    ) -> Any:
+        """One counted request on the calling thread: for the shell's own threads (leader
+        election, the webhook's certificates), which must not queue behind reconciles
+        in ``executor``."""
+        self.metrics.api_request(method, resource)
+        try:
+            return self._call_sync(method, path, query, body, content_type, timeout)
+        except Exception:
+            self.metrics.api_error()
+            raise
 
     async def call(
         self,
@@ -376,8 +398,10 @@ class Kube:
         return list(result.get("items") or [])
 
     # ------------------------------------------------------------ admission
-    async def apply_webhook_configuration(self, body: Mapping[str, Any]) -> None:
-        await self.call(
+    def apply_webhook_configuration(self, body: Mapping[str, Any]) -> None:
+        """Server-side apply; every replica applies the same body (the same shared CA),
+        so a second apply changes nothing."""
+        self.call_sync(
             "PATCH",
             _path(
                 "admissionregistration.k8s.io",
@@ -389,6 +413,66 @@ class Kube:
             query={"fieldManager": c.FIELD_MANAGER, "force": "true"},
             body=body,
             content_type=APPLY,
+        )
+
+    # ------------------------------------------------------------ leader election
+    def get_lease(self, namespace: str, name: str, timeout: float = 10) -> Any:
+        """The Lease, or None when there is none."""
+        try:
+            return self.call_sync(
+                "GET",
+                _path("coordination.k8s.io", "v1", "leases", name, namespace),
+                resource="leases",
+                timeout=timeout,
+            )
+        except ApiError as exc:
+            if exc.not_found:
+                return None
+            raise
+
+    def create_lease(self, body: Mapping[str, Any], timeout: float = 10) -> Any:
+        """Create the Lease by server-side apply under this instance's own field manager,
+        without force: authorized as ``create`` of that one name (so RBAC can name it,
+        which a POST cannot), and a racing second creator's apply conflicts (409) on
+        holderIdentity, which the first one owns."""
+        meta = body["metadata"]
+        return self.call_sync(
+            "PATCH",
+            _path("coordination.k8s.io", "v1", "leases", meta["name"], meta["namespace"]),
+            resource="leases",
+            query={"fieldManager": f"{c.FIELD_MANAGER}-{body['spec']['holderIdentity']}"[:128]},
+            body=body,
+            content_type=APPLY,
+            timeout=timeout,
+        )
+
+    def update_lease(self, body: Mapping[str, Any], timeout: float = 10) -> Any:
+        """Replace the Lease under ``metadata.resourceVersion``: 409 if anyone wrote since."""
+        meta = body["metadata"]
+        return self.call_sync(
+            "PUT",
+            _path("coordination.k8s.io", "v1", "leases", meta["name"], meta["namespace"]),
+            resource="leases",
+            query={"fieldManager": c.FIELD_MANAGER},
+            body=body,
+            timeout=timeout,
+        )
+
+    # ------------------------------------------------------------ the webhook's certificates
+    def get_secret(self, namespace: str, name: str) -> Any:
+        return self.call_sync(
+            "GET", _path("", "v1", "secrets", name, namespace), resource="secrets"
+        )
+
+    def update_secret(self, body: Mapping[str, Any]) -> Any:
+        """Replace the Secret under ``metadata.resourceVersion``: 409 if anyone wrote since."""
+        meta = body["metadata"]
+        return self.call_sync(
+            "PUT",
+            _path("", "v1", "secrets", meta["name"], meta["namespace"]),
+            resource="secrets",
+            query={"fieldManager": c.FIELD_MANAGER},
+            body=body,
         )
 
     # ------------------------------------------------------------ our status and events

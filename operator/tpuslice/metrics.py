@@ -123,6 +123,13 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.leader = Gauge(
+            "tpuslice_leader",
+            "1 while this instance leads (holds the Lease: it reconciles, claims, releases "
+            "and sweeps; always 1 without leader election), 0 while it is a standby that "
+            "serves the identity webhook only.",
+            registry=r,
+        )
         # process_resident_memory_bytes, process_cpu_seconds_total, ... (Linux /proc)
         ProcessCollector(registry=r)
         self._slices_by_cluster: dict[ClusterKey, Tally[str]] = {}
@@ -182,6 +189,10 @@ class Metrics:
         old = self._reservation_phase.pop(pool, None)
         if old is not None:
             self.reservations.labels(old).dec()
+
+    # ------------------------------------------------------------ leader election
+    def leading(self, yes: bool) -> None:
+        self.leader.set(1 if yes else 0)
 
     # ------------------------------------------------------------ API, webhook, errors
     def api_request(self, verb: str, resource: str) -> None:

@@ -12,7 +12,7 @@ actions, so a crash at any line only delays the next pass.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -28,8 +28,10 @@ __all__ = [
     "SlicePlan",
     "SliceState",
     "SliceStatus",
+    "is_orphan",
     "plan_slices",
     "pool_index",
+    "watches_namespace",
 ]
 
 
@@ -474,3 +476,25 @@ def _choose_pool(
     if previous in free:
         return previous
     return free[0] if free else None
+
+
+def watches_namespace(namespaces: Collection[str], namespace: str) -> bool:
+    """Whether an instance watching ``namespaces`` (empty: every namespace) sees
+    ``namespace``: its TPUSliceClusters and pods, so whether it can know a holder there."""
+    return not namespaces or namespace in namespaces
+
+
+def is_orphan(
+    holder: Holder,
+    live_uid: str | None,
+    replica_pods: bool,
+    namespaces: Collection[str],
+) -> bool:
+    """Whether the sweep may delete a reservation of ``holder``: it is in a namespace this
+    instance watches (otherwise its cluster and pods are invisible here and only look
+    gone: a namespace-scoped instance deleted the live reservations of every other
+    namespace), the TPUSliceCluster of that name there is gone or another one
+    (``live_uid``), and no pod of the slice is left (terminating pods still hold chips)."""
+    if not watches_namespace(namespaces, holder.namespace):
+        return False
+    return live_uid != holder.uid and not replica_pods

@@ -76,6 +76,7 @@ __all__ = [
     "admission_warnings",
     "build_certificates",
     "certificates_for",
+    "issue_serving",
     "serve_identity_webhook",
     "service_hosts",
     "timed_admission_response",
@@ -237,11 +238,14 @@ def timed_admission_response(review: Mapping[str, Any], metrics: Metrics) -> dic
 
 @dataclass(frozen=True)
 class CertBundle:
-    """PEM bytes of a CA, and of a serving certificate and key signed by it."""
+    """PEM bytes of a CA, and of a serving certificate and key signed by it; the CA's
+    key too when we made the CA (kept in the shared Secret, to issue the next serving
+    certificate under the same CA: the configuration's caBundle then never changes)."""
 
     ca_pem: bytes
     cert_pem: bytes
     key_pem: bytes
+    ca_key_pem: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -254,6 +258,10 @@ class CertFiles:
 
     def ca_bundle(self) -> bytes:
         return self.ca.read_bytes()
+
+    def contents(self) -> tuple[bytes, bytes, bytes]:
+        """What is being served (CA, certificate, key): compared to notice a rotation."""
+        return self.ca.read_bytes(), self.cert.read_bytes(), self.key.read_bytes()
 
 
 def service_hosts(service: str, namespace: str) -> list[str]:
@@ -270,14 +278,28 @@ def build_certificates(
     hosts: Sequence[str],
     *,
     valid_days: int = 365,
+    ca_valid_days: int | None = None,
     now: datetime.datetime | None = None,
 ) -> CertBundle:
-    """A fresh CA and a serving certificate for ``hosts`` (DNS names or IP addresses);
-    the first host is the subject's common name, all of them are SANs (what Go checks)."""
+    """A fresh CA (valid ``ca_valid_days``, default ``valid_days``) and a serving
+    certificate for ``hosts`` (DNS names or IP addresses); the first host is the
+    subject's common name, all of them are SANs (what Go checks)."""
+    valid = datetime.timedelta(days=ca_valid_days or valid_days)
+    ca = pki.new_ca(f"{c.IDENTITY_WEBHOOK}-ca", valid=valid, now=now)
+    return issue_serving(ca, hosts, valid_days=valid_days, now=now)
+
+
+def issue_serving(
+    ca: pki.Issued,
+    hosts: Sequence[str],
+    *,
+    valid_days: int = 365,
+    now: datetime.datetime | None = None,
+) -> CertBundle:
+    """A serving certificate for ``hosts`` signed by ``ca``, bundled with that CA."""
     if not hosts:
         raise ValueError("a serving certificate needs at least one host name or IP address")
     valid = datetime.timedelta(days=valid_days)
-    ca = pki.new_ca(f"{c.IDENTITY_WEBHOOK}-ca", valid=valid, now=now)
     cert, key = pki.issue(
         ca, hosts[0], ExtendedKeyUsageOID.SERVER_AUTH, hosts=hosts, valid=valid, now=now
     )
@@ -285,11 +307,14 @@ def build_certificates(
         ca_pem=ca[0].public_bytes(serialization.Encoding.PEM),
         cert_pem=cert.public_bytes(serialization.Encoding.PEM),
         key_pem=pki.key_pem(key),
+        ca_key_pem=pki.key_pem(ca[1]),
     )
 
 
 def write_certificates(bundle: CertBundle, directory: Path) -> CertFiles:
-    """Write ``ca.crt``, ``tls.crt`` and ``tls.key`` (mode 0600) into ``directory``."""
+    """Write ``ca.crt``, ``tls.crt`` and ``tls.key`` (mode 0600) into ``directory``.
+
+    The CA's key is never written: only the shared Secret keeps it."""
     directory.mkdir(parents=True, exist_ok=True)
     files = CertFiles(
         ca=directory / "ca.crt", cert=directory / "tls.crt", key=directory / "tls.key"
@@ -367,7 +392,14 @@ class _AdmissionHandler(BaseHTTPRequestHandler):
             self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, message)
             return
         payload = json.dumps(answer, separators=(",", ":")).encode()
-        self._reply(HTTPStatus.OK, payload, content_type="application/json")
+        # Draining (SIGTERM): answer, then close, so the API server's next call opens
+        # a new connection, which the Service sends to a replica that is not stopping.
+        self._reply(
+            HTTPStatus.OK,
+            payload,
+            content_type="application/json",
+            close=self.server.draining.is_set(),
+        )
 
     def do_GET(self) -> None:
         if urlsplit(self.path).path == "/healthz":
@@ -424,6 +456,14 @@ class _AdmissionHandler(BaseHTTPRequestHandler):
         log.debug("identity webhook: %s %s", self.address_string(), format % args)
 
 
+def _tls_context(files: CertFiles) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_alpn_protocols(["http/1.1"])
+    context.load_cert_chain(files.cert, files.key)
+    return context
+
+
 class IdentityWebhookServer(ThreadingHTTPServer):
     """``admission_response`` over HTTPS, in threads of its own (off the kopf event loop).
 
@@ -432,7 +472,9 @@ class IdentityWebhookServer(ThreadingHTTPServer):
     the handler 500 (``failurePolicy: Fail`` then refuses the pod), other paths
     404, ``GET /healthz`` 200. A daemon thread per connection; the API server
     reuses connections (HTTP/1.1 keep-alive). Nothing is bound until ``start()``.
-    The certificate is read once, at construction.
+    The certificate is read at construction and again by ``reload`` (a rotation:
+    new connections get the new one). ``drain`` makes every answer close its
+    connection, for the seconds between SIGTERM and ``stop``.
     """
 
     daemon_threads = True
@@ -446,10 +488,8 @@ class IdentityWebhookServer(ThreadingHTTPServer):
         metrics: Metrics | None = None,
     ) -> None:
         self.metrics = metrics
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self.context.set_alpn_protocols(["http/1.1"])
-        self.context.load_cert_chain(files.cert, files.key)
+        self.context = _tls_context(files)
+        self.draining = threading.Event()
         # addr None: every interface, IPv6 too where the host has it (as kopf's server did).
         self._dual_stack = addr is None and socket.has_dualstack_ipv6()
         host = "::" if self._dual_stack else (addr or "")
@@ -461,6 +501,14 @@ class IdentityWebhookServer(ThreadingHTTPServer):
     @property
     def port(self) -> int:
         return int(self.server_address[1])
+
+    def reload(self, files: CertFiles) -> None:
+        """Serve ``files`` from the next connection on (one reference swap: a handshake
+        never sees the new certificate with the old key)."""
+        self.context = _tls_context(files)
+
+    def drain(self) -> None:
+        self.draining.set()
 
     def answer(self, review: Any) -> dict[str, Any]:
         if self.metrics is None:

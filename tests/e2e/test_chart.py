@@ -149,8 +149,11 @@ def test_chart_install_rbac_upgrade_uninstall(
     # -- objects of `helm install`
     apps = cluster.api
     deployment = client.AppsV1Api(apps).read_namespaced_deployment(FULLNAME, ns)
-    assert deployment.spec.replicas == 1
-    assert deployment.spec.strategy.type == "Recreate"
+    assert deployment.spec.replicas == 2
+    assert deployment.spec.strategy.type == "RollingUpdate"
+    assert deployment.spec.strategy.rolling_update.max_unavailable == 0
+    pdb = client.PolicyV1Api(apps).read_namespaced_pod_disruption_budget(FULLNAME, ns)
+    assert pdb.spec.min_available == 1
     pod = deployment.spec.template.spec
     assert pod.security_context.run_as_non_root is True
     assert pod.containers[0].security_context.read_only_root_filesystem is True
@@ -162,6 +165,9 @@ def test_chart_install_rbac_upgrade_uninstall(
     role = rbac.read_cluster_role(FULLNAME)
     assert role.rules and all("*" not in (r.verbs + r.resources) for r in role.rules)
     rbac.read_cluster_role_binding(FULLNAME)
+    assert rbac.read_namespaced_role(FULLNAME, ns).rules
+    secret_name = f"{FULLNAME}-webhook-certs"
+    assert not cluster.core.read_namespaced_secret(secret_name, ns).data  # rendered empty
     ext = kube.apiextensions_v1(apps)
     for crd in ("tpusliceclusters.tpuslice.dev", "slicereservations.tpuslice.dev"):
         ext.read_custom_resource_definition(crd)
@@ -202,7 +208,19 @@ def test_chart_install_rbac_upgrade_uninstall(
         assert can.stdout.strip() == "no", f"{verb} {resource}: {can.stdout}"
 
     operator.stop()
-    ours = OperatorProcess(config, tmp_path / "sa-operator" / "operator.log")
+    # leader election and the shared webhook Secret as the chart runs them: the Lease
+    # is created (server-side apply) and the Secret filled with the Role's grants only
+    ours = OperatorProcess(
+        config,
+        tmp_path / "sa-operator" / "operator.log",
+        identity="e2e-sa-operator",
+        extra_args=(
+            f"--leader-elect-namespace={ns}",
+            f"--leader-elect-lease-name={FULLNAME}",
+            f"--webhook-secret={secret_name}",
+            f"--webhook-namespace={ns}",
+        ),
+    )
     captured: dict[str, dict[str, Any]] = {}
     try:
         ours.start()
@@ -241,9 +259,14 @@ def test_chart_install_rbac_upgrade_uninstall(
         )
         log = ours.log_path.read_text(errors="replace")
         assert "forbidden" not in log.lower() and " 403" not in log, ours.tail(60)
+        assert "became leader: the Lease" in log and ours.leading()
     finally:
         ours.stop()
         operator.start()  # re-applies the session operator's webhook configuration
+    lease = client.CoordinationV1Api(apps).read_namespaced_lease(FULLNAME, ns)
+    assert lease.spec.holder_identity == ""  # released on SIGTERM
+    filled = cluster.core.read_namespaced_secret(secret_name, ns).data
+    assert set(filled) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
 
     # -- GitOps health of real objects (also kept as unit-test fixtures)
     expected = {
@@ -277,6 +300,8 @@ def test_chart_install_rbac_upgrade_uninstall(
     assert "--log-level=DEBUG" in deployment.spec.template.spec.containers[0].args
     status = json.loads(helm(cluster, "status", RELEASE, "-n", ns, "-o", "json").stdout)
     assert status["version"] == 2 and status["info"]["status"] == "deployed"
+    # the operator's certificates survive the upgrade (in neither manifest)
+    assert cluster.core.read_namespaced_secret(secret_name, ns).data == filled
 
     # -- helm uninstall removes the release and keeps the CRDs
     helm(cluster, "uninstall", RELEASE, "-n", ns, "--wait")
@@ -285,5 +310,7 @@ def test_chart_install_rbac_upgrade_uninstall(
     assert gone.value.status == 404
     with pytest.raises(ApiException):
         client.AppsV1Api(apps).read_namespaced_deployment(FULLNAME, ns)
+    with pytest.raises(ApiException):
+        cluster.core.read_namespaced_secret(secret_name, ns)
     for crd in ("tpusliceclusters.tpuslice.dev", "slicereservations.tpuslice.dev"):
         ext.read_custom_resource_definition(crd)

@@ -106,13 +106,67 @@ EXPECTED_RULES = {
 }
 
 
-def granted(docs: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+def granted(
+    docs: list[dict[str, Any]], kind: str = "ClusterRole"
+) -> dict[tuple[str, str], set[str]]:
     out: dict[tuple[str, str], set[str]] = {}
-    for rule in one(docs, "ClusterRole")["rules"]:
+    for rule in one(docs, kind)["rules"]:
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 out.setdefault((group, resource), set()).update(rule["verbs"])
     return out
+
+
+def test_role_names_one_lease_and_one_secret_in_the_release_namespace() -> None:
+    docs = render()
+    role = one(docs, "Role")
+    assert role["metadata"]["namespace"] == "ops"
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["rel-tpuslice-operator"],
+            "verbs": ["get", "update", "patch", "create"],
+        },
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["rel-tpuslice-operator-webhook-certs"],
+            "verbs": ["get", "update"],
+        },
+    ]
+    binding = one(docs, "RoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "rel-tpuslice-operator", "namespace": "ops"}
+    ]
+    # the flags name the same objects
+    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--leader-elect-lease-name=rel-tpuslice-operator" in args
+    assert "--leader-elect-namespace=ops" in args and "--leader-elect" in args
+    assert "--webhook-secret=rel-tpuslice-operator-webhook-certs" in args
+    # the Secret is rendered empty (the first replica fills it; uninstall deletes it)
+    secret = one(docs, "Secret")
+    assert secret["metadata"]["name"] == "rel-tpuslice-operator-webhook-certs"
+    assert "data" not in secret and "stringData" not in secret
+    # cert-manager: no Secret of ours, no Secret access; the Lease stays
+    with_cm = render("--set", "webhook.certManager.enabled=true")
+    assert not [d for d in with_cm if d["kind"] == "Secret"]
+    assert granted(with_cm, "Role") == {
+        ("coordination.k8s.io", "leases"): {"get", "update", "patch", "create"}
+    }
+    # without leader election (one replica): --no-leader-elect, no Lease access
+    alone = render("--set", "leaderElection.enabled=false", "--set", "replicaCount=1")
+    args = one(alone, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--no-leader-elect" in args and "--leader-elect" not in args
+    assert granted(alone, "Role") == {("", "secrets"): {"get", "update"}}
+    assert not [
+        d
+        for d in render(
+            "--set", "leaderElection.enabled=false", "--set", "webhook.certManager.enabled=true"
+        )
+        if d["kind"] == "Role"
+    ]
 
 
 def test_cluster_role_is_the_reviewed_least_privilege() -> None:
@@ -120,22 +174,32 @@ def test_cluster_role_is_the_reviewed_least_privilege() -> None:
     rules = one(docs, "ClusterRole")["rules"]
     assert all("*" not in r["verbs"] + r["resources"] + r["apiGroups"] for r in rules)
     assert granted(docs) == EXPECTED_RULES
-    assert not any(resource == "secrets" for _, resource in granted(docs))
+    assert not any(resource == "secrets" for _, resource in granted(docs))  # cluster-wide
     # with cert-manager the operator never touches webhook configurations
     with_cm = granted(render("--set", "webhook.certManager.enabled=true"))
     assert ("admissionregistration.k8s.io", "mutatingwebhookconfigurations") not in with_cm
 
 
-VERB = {"POST": {"create"}, "PATCH": {"patch"}, "DELETE": {"delete"}, "GET": {"get", "list"}}
+VERB = {
+    "POST": {"create"},
+    "PATCH": {"patch"},
+    "PUT": {"update"},
+    "DELETE": {"delete"},
+    "GET": {"get", "list"},
+}
 
 
 def test_cluster_role_covers_every_call_in_kube_py() -> None:
     """kube.py is the one module that talks to the API server: each of its calls
     (method and resource) must be granted, or the operator fails in a real cluster."""
     source = (ROOT / "operator" / "tpuslice" / "kube.py").read_text()
-    calls = re.findall(r'self\.call\(\s*"(\w+)",.*?resource="([^"]+)"', source, flags=re.DOTALL)
-    assert len(calls) >= 10, calls
-    rules = granted(render())
+    calls = re.findall(
+        r'self\.call(?:_sync)?\(\s*"(\w+)",.*?resource="([^"]+)"', source, flags=re.DOTALL
+    )
+    assert len(calls) >= 15, calls
+    assert ("PUT", "leases") in calls and ("PUT", "secrets") in calls
+    docs = render()
+    rules = {**granted(docs), **granted(docs, "Role")}
     by_resource = {resource: verbs for (_, resource), verbs in rules.items()}
     for method, resource in calls:
         assert resource in by_resource, f"{method} {resource} not in the ClusterRole"
@@ -146,11 +210,27 @@ def test_cluster_role_covers_every_call_in_kube_py() -> None:
         assert {"list", "watch"} <= verbs, f"list+watch {kind.plural}: {verbs}"
 
 
-def test_deployment_is_restricted_single_replica_recreate() -> None:
-    deployment = one(render(), "Deployment")
+def test_deployment_is_restricted_two_replicas_rolling_without_unavailability() -> None:
+    docs = render()
+    deployment = one(docs, "Deployment")
     spec = deployment["spec"]
-    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
     pod = spec["template"]["spec"]
+    (spread,) = pod["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert spread["labelSelector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    single = render("--set", "replicaCount=1", "--set", "spreadAcrossNodes=false")
+    assert not [d for d in single if d["kind"] == "PodDisruptionBudget"]
+    assert "topologySpreadConstraints" not in one(single, "Deployment")["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     (container,) = pod["containers"]
@@ -184,6 +264,7 @@ def test_every_flag_the_chart_passes_exists_in_the_cli() -> None:
         (),
         ("--set", "webhook.certManager.enabled=true"),
         ("--set", "metrics.enabled=false"),
+        ("--set", "leaderElection.enabled=false"),
     ):
         args = one(render(*variant), "Deployment")["spec"]["template"]["spec"]["containers"][0][
             "args"
@@ -199,7 +280,13 @@ def test_service_monitor_is_optional() -> None:
 
 
 def test_schema_rejects_unknown_and_bad_values() -> None:
-    for bad in ("operator.logLevel=LOUD", "webhok.enabled=true", "webhook.port=443"):
+    for bad in (
+        "operator.logLevel=LOUD",
+        "webhok.enabled=true",
+        "webhook.port=443",
+        "replicaCount=0",
+        "leaderElection.lease=x",
+    ):
         done = subprocess.run(
             [str(HELM), "template", "rel", str(CHART), "--set", bad],
             capture_output=True,

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -148,3 +149,50 @@ def test_console_script_reads_stdin() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert yaml.safe_load(result.stdout)["spec"]["workerGroupSpecs"][0]["numOfHosts"] == 4
+
+
+def test_lease_namespace_flag_then_pod_then_service_account_then_context(
+    tmp_path: Path,
+) -> None:
+    from tpuslice.cli import lease_namespace
+
+    sa = tmp_path / "namespace"
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://x"}}],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [
+                    {"name": "c", "context": {"cluster": "c", "user": "u", "namespace": "ml"}}
+                ],
+                "current-context": "c",
+            }
+        )
+    )
+    env = {"POD_NAMESPACE": "ops"}
+    assert lease_namespace("mine", env, None, service_account_file=sa) == "mine"
+    assert lease_namespace(None, env, None, service_account_file=sa) == "ops"
+    sa.write_text("in-pod\n")
+    assert lease_namespace(None, {}, None, service_account_file=sa) == "in-pod"
+    assert lease_namespace(None, {}, str(kubeconfig), service_account_file=sa) == "ml"
+    assert lease_namespace(None, {}, str(tmp_path / "none"), service_account_file=sa) == "default"
+
+
+def test_run_flags_reach_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tpuslice.app
+
+    seen: list[Any] = []
+    monkeypatch.setattr(tpuslice.app, "run_operator", seen.append)
+    monkeypatch.setenv("POD_NAMESPACE", "ops")
+    assert main(["run", "--webhook-secret=certs", "--sweep-seconds=2"]) == 0
+    (config,) = seen
+    assert config.leader_elect is True  # on by default, out of cluster too
+    assert (config.lease_namespace, config.lease_name) == ("ops", "tpuslice-operator")
+    assert config.webhook_secret == "certs" and config.sweep_seconds == 2
+    assert config.shutdown_drain_seconds == 5
+    seen.clear()
+    main(["run", "--no-leader-elect", "--leader-elect-lease-name=other"])
+    assert seen[0].leader_elect is False and seen[0].lease_name == "other"

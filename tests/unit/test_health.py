@@ -144,3 +144,25 @@ def test_kopf_logs_in_with_the_kubeconfig_it_is_given(tmp_path: Path) -> None:
     assert creds.server == "https://10.0.0.1:6443"
     assert (creds.scheme, creds.token) == ("Bearer", "abc.def")
     assert creds.insecure is True and creds.certificate_path is None
+
+
+def test_a_standby_is_ready_without_having_started_but_not_while_shutting_down() -> None:
+    clock = Clock()
+    health = Health(clock=clock, webhook=True)
+    health.standby()
+    health.beat()  # the start-up thread, trying for the Lease
+    assert not health.readiness().ok  # the webhook is not listening yet
+    health.webhook_listening()
+    assert health.readiness().ok
+    health.watch_failed("leases", "connection refused")
+    clock.now += 16
+    assert "watching leases has failed for 16s" in health.readiness().text()
+    health.watch_ok("leases")
+    assert health.readiness().ok
+    health.standby(False)  # it leads now: ready once kopf has started
+    assert "not listed yet" in health.readiness().text()
+    health.started()
+    assert health.readiness().ok
+    health.shutting_down()
+    assert health.readiness().reasons == ("shutting down",)
+    assert health.liveness().ok

@@ -347,3 +347,21 @@ def test_a_held_slice_with_a_pod_terminating_on_a_dead_node_keeps_its_pool_and_s
         "3 of 4 pods live, 1 terminating; the pool stays held until KubeRay has replaced "
         "them (node pool pool-a has 2 of 4 nodes NotReady)"
     )
+
+
+def test_the_sweep_deletes_only_orphans_of_namespaces_it_watches() -> None:
+    from tpuslice.reservation import is_orphan, watches_namespace
+
+    holder = Holder("ml", "llm", "uid-1", "tpu-abc")
+    # a cluster-wide instance: the holder is gone and its pods too -> orphan
+    assert is_orphan(holder, None, False, ())
+    # ... but not while the cluster lives, nor while a pod of the slice remains
+    assert not is_orphan(holder, "uid-1", False, ())
+    assert not is_orphan(holder, None, True, ())
+    # a TSC of the same name but another uid (deleted and made again) is not the holder
+    assert is_orphan(holder, "uid-2", False, ())
+    # an instance watching other namespaces sees neither the cluster nor its pods:
+    # that is no evidence, so it never deletes
+    assert not is_orphan(holder, None, False, ("team-a", "team-b"))
+    assert is_orphan(holder, None, False, ("team-a", "ml"))
+    assert watches_namespace((), "anything") and not watches_namespace(("a",), "b")

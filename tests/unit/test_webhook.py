@@ -555,3 +555,62 @@ def test_stop_closes_the_port(tmp_path: Path) -> None:
     server.stop()
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+def test_draining_answers_then_closes_each_connection(
+    served: tuple[webhook.IdentityWebhookServer, ssl.SSLContext],
+) -> None:
+    """After SIGTERM the API server's next call must open a new connection, which the
+    Service sends to a replica that is not stopping."""
+    server, context = served
+    path = f"/{webhook.HANDLER_ID}"
+    conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=context, timeout=10)
+    try:
+        status, _, response = _post(conn, path, json.dumps(_review(_worker())).encode())
+        assert status == 200 and response.getheader("Connection") is None
+        server.drain()
+        status, raw, response = _post(conn, path, json.dumps(_review(_worker(), "u2")).encode())
+        assert status == 200 and json.loads(raw)["response"]["allowed"] is True
+        assert response.getheader("Connection") == "close"
+        assert response.will_close
+    finally:
+        conn.close()
+
+
+def test_reload_serves_the_new_certificate_to_new_connections(tmp_path: Path) -> None:
+    first = webhook.write_certificates(webhook.build_certificates(["127.0.0.1"]), tmp_path / "a")
+    server = webhook.serve_identity_webhook(first, port=0, addr="127.0.0.1")
+    try:
+
+        def served_with(ca: bytes) -> bool:
+            context = ssl.create_default_context(cadata=ca.decode())
+            conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=context)
+            try:
+                conn.request("GET", "/healthz")
+                return conn.getresponse().status == 200
+            except ssl.SSLError:
+                return False
+            finally:
+                conn.close()
+
+        second = webhook.write_certificates(
+            webhook.build_certificates(["127.0.0.1"]), tmp_path / "b"
+        )
+        assert served_with(first.ca_bundle()) and not served_with(second.ca_bundle())
+        server.reload(second)
+        assert served_with(second.ca_bundle()) and not served_with(first.ca_bundle())
+    finally:
+        server.stop()
+
+
+def test_a_bundle_keeps_its_cas_key_and_a_serving_certificate_can_be_reissued() -> None:
+    bundle = webhook.build_certificates(["svc.ns.svc"], valid_days=30, ca_valid_days=3650)
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    ca = x509.load_pem_x509_certificate(bundle.ca_pem)
+    ca_key = serialization.load_pem_private_key(bundle.ca_key_pem, password=None)
+    assert (ca.not_valid_after_utc - ca.not_valid_before_utc).days == 3650
+    again = webhook.issue_serving((ca, ca_key), ["svc.ns.svc"])  # type: ignore[arg-type]
+    assert again.ca_pem == bundle.ca_pem and again.cert_pem != bundle.cert_pem
+    x509.load_pem_x509_certificate(again.cert_pem).verify_directly_issued_by(ca)

@@ -42,6 +42,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-webhook" (include "tpuslice.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* The Secret every replica shares the webhook's CA and serving certificate through (rendered empty; the first replica fills it). */}}
+{{- define "tpuslice.webhookCerts" -}}
+{{- printf "%s-webhook-certs" (include "tpuslice.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The Lease the replicas elect their leader with. */}}
+{{- define "tpuslice.leaseName" -}}
+{{- default (include "tpuslice.fullname" .) .Values.leaderElection.leaseName -}}
+{{- end -}}
+
 {{- define "tpuslice.certificate" -}}
 {{- printf "%s-webhook" (include "tpuslice.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}

@@ -3,7 +3,14 @@
 A real process, not an in-thread runner: tests SIGKILL it mid-flight, the
 benchmark reads its RSS and CPU from /proc, and both run it against any cluster
 a kubeconfig names. Its identity webhook listens on loopback and its
-configuration points there by URL, which a local API server can reach.
+configuration points there by URL (or at ``webhook_url``, a balancer in front
+of several), which a local API server can reach.
+
+Leader election is on, as in ``tpuslice run``. Each OperatorProcess has an
+identity (``POD_NAME``) that it keeps across restarts, as a pod keeps its name
+when the kubelet restarts its container: a killed and restarted process leads
+again at once instead of waiting out its own Lease, and two OperatorProcesses
+are two instances, one of which waits as a standby.
 """
 
 from __future__ import annotations
@@ -13,9 +20,11 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from tpusim.kube import wait_for
 from tpusim.processes import free_port
@@ -28,6 +37,11 @@ class OperatorProcess:
     kubeconfig: Path
     log_path: Path
     extra_args: Sequence[str] = ()
+    #: POD_NAME, the Lease holder's name; default: from the log file's name.
+    identity: str = ""
+    #: The base URL the webhook configuration names; default: this process's own port.
+    webhook_url: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     health_port: int = 0
     webhook_port: int = 0  # kept across restarts: the webhook configuration points at it
@@ -40,6 +54,10 @@ class OperatorProcess:
         self.webhook_port = self.webhook_port or free_port()
         self.metrics_port = free_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        identity = self.identity or f"e2e-{self.log_path.stem}"
+        url = self.webhook_url or f"https://127.0.0.1:{self.webhook_port}"
+        env = {**os.environ, "POD_NAME": identity, **self.env}
+        env.pop("POD_NAMESPACE", None)  # the Lease's namespace comes from flags or kubeconfig
         with open(self.log_path, "ab") as log:
             log.write(f"\n===== start {self.starts} =====\n".encode())
             log.flush()
@@ -55,14 +73,15 @@ class OperatorProcess:
                     "--metrics-addr=127.0.0.1",
                     f"--webhook-port={self.webhook_port}",
                     "--webhook-addr=127.0.0.1",
-                    f"--webhook-url=https://127.0.0.1:{self.webhook_port}",
-                    f"--webhook-cert-dir={self.log_path.parent / 'webhook-certs'}",
+                    f"--webhook-url={url}",
+                    f"--webhook-cert-dir={self.cert_dir}",
                     *self.extra_args,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 cwd=self.cwd,
+                env=env,
             )
         self.starts += 1
         wait_for(
@@ -71,6 +90,11 @@ class OperatorProcess:
             what="operator /readyz",
             describe=lambda: self.tail(),
         )
+
+    @property
+    def cert_dir(self) -> Path:
+        """This instance's own webhook certificates (two instances never share files)."""
+        return self.log_path.parent / f"{self.log_path.stem}-webhook-certs"
 
     def _healthy(self) -> bool:
         if self.proc is None or self.proc.poll() is not None:
@@ -106,6 +130,30 @@ class OperatorProcess:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as response:
             return str(response.read().decode())
+
+    def samples(self, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+        """Every sample of metric ``name`` (e.g. ``tpuslice_api_requests_total``), by labels."""
+        out: dict[tuple[tuple[str, str], ...], float] = {}
+        for family in text_string_to_metric_families(self.metrics_text()):
+            for sample in family.samples:
+                if sample.name == name:
+                    out[tuple(sorted(sample.labels.items()))] = sample.value
+        return out
+
+    def api_requests(self) -> dict[tuple[str, str], float]:
+        """Requests this process sent, by (verb, resource) (docs/metrics.md)."""
+        return {
+            (dict(labels)["verb"], dict(labels)["resource"]): value
+            for labels, value in self.samples("tpuslice_api_requests_total").items()
+        }
+
+    def leading(self) -> bool:
+        """tpuslice_leader: this process holds the Lease (and acts)."""
+        return self.samples("tpuslice_leader").get((), 0.0) == 1.0
+
+    def admissions(self) -> float:
+        """Admission calls its identity webhook answered (any result)."""
+        return sum(self.samples("tpuslice_webhook_admission_duration_seconds_count").values())
 
     def proc_stats(self) -> dict[str, float]:
         """Peak and current RSS (MiB) and user+system CPU seconds, from /proc."""
