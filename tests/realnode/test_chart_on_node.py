@@ -45,6 +45,8 @@ FULLNAME = RELEASE  # the release name already contains the chart name
 WEBHOOK_CONFIG = "tpuslice-identity"
 POD_CIDR = ipaddress.ip_network("10.245.0.0/24")  # the real node's bridge (tpusim.realnode)
 IDENTITY_ENV = ("TPU_WORKER_ID", "TPU_NAME", "TPU_WORKER_HOSTNAMES", "MEGASCALE_NUM_SLICES")
+#: The chart's default: every replica serves the webhook, one holds the Lease.
+REPLICAS = 2
 PSA_RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
     "pod-security.kubernetes.io/enforce-version": "latest",
@@ -65,24 +67,48 @@ def ready(pod: Any) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
 
-def wait_operator_ready(cluster: NodeCluster, namespace: str, timeout_s: float = 180) -> Any:
-    """The one operator pod of the namespace, Running and Ready on the real node."""
+def wait_operator_ready(
+    cluster: NodeCluster, namespace: str, timeout_s: float = 180, replicas: int = REPLICAS
+) -> list[Any]:
+    """The chart's operator pods of the namespace, all Running and Ready on the real node."""
 
-    def check() -> Any:
+    def check() -> list[Any] | None:
         pods = operator_pods(cluster, namespace)
-        if len(pods) == 1 and ready(pods[0]):
-            return pods[0]
+        if len(pods) == replicas and all(ready(p) for p in pods):
+            return pods
         return None
 
-    pod = kube.wait_for(
+    pods: list[Any] = kube.wait_for(
         check,
         timeout_s=timeout_s,
-        what=f"the operator pod Ready in {namespace}",
+        what=f"{replicas} operator pods Ready in {namespace}",
         describe=lambda: describe_operator(cluster, namespace),
     )
-    assert pod.spec.node_name == cluster.node_name, "the operator must run on the real node"
-    assert ipaddress.ip_address(pod.status.pod_ip) in POD_CIDR, pod.status.pod_ip
-    return pod
+    for pod in pods:
+        assert pod.spec.node_name == cluster.node_name, "the operator must run on the real node"
+        assert ipaddress.ip_address(pod.status.pod_ip) in POD_CIDR, pod.status.pod_ip
+    return pods
+
+
+def leader(cluster: NodeCluster, namespace: str, pods: list[Any]) -> Any:
+    """The pod that holds the chart's Lease (its identity is the pod name)."""
+    names = {p.metadata.name: p for p in pods}
+
+    def holder() -> Any:
+        leases = json.loads(kubectl(cluster, "get", "leases", "-n", namespace, "-o", "json").stdout)
+        for lease in leases["items"]:
+            name = (lease.get("spec") or {}).get("holderIdentity")
+            if name in names:
+                return names[name]
+        return None
+
+    return kube.wait_for(holder, timeout_s=60, what=f"a Lease in {namespace} held by {list(names)}")
+
+
+def worker_creation_failures(cluster: NodeCluster, namespace: str) -> list[str]:
+    """KubeRay's events for worker pods the API server refused (e.g. no webhook answered)."""
+    events = cluster.core.list_namespaced_event(namespace).items
+    return [e.message for e in events if e.reason == "FailedToCreateWorkerPod"]
 
 
 def describe_operator(cluster: NodeCluster, namespace: str) -> str:
@@ -148,9 +174,12 @@ def webhook_ca_and_service(cluster: NodeCluster) -> tuple[str, dict[str, Any]]:
     return client_config["caBundle"], client_config["service"]
 
 
-def two_slices_ready(cluster: NodeCluster, namespace: str, name: str) -> None:
+def two_slices_ready(
+    cluster: NodeCluster, namespace: str, name: str, *, applied: bool = False
+) -> None:
     """A two-slice v6e 4x4 TPUSliceCluster Ready, every worker with its TPU identity."""
-    apply(cluster, namespace, tsc(name, slices=2))
+    if not applied:
+        apply(cluster, namespace, tsc(name, slices=2))
     wait_condition(cluster, namespace, name, "Ready", "True", timeout_s=180)
     workers = [
         p
@@ -195,6 +224,18 @@ def metrics_through_service(cluster: NodeCluster, namespace: str) -> str:
     return kubectl(cluster, "get", "--raw", path).stdout
 
 
+def mutated_admissions(cluster: NodeCluster, namespace: str, pod: Any) -> float:
+    """Admissions one replica answered with a patch, from its own /metrics."""
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod.metadata.name}:8000/proxy/metrics"
+    text = kubectl(cluster, "get", "--raw", path).stdout
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("tpuslice_webhook_admission_duration_seconds_count")
+        and 'result="mutated"' in line
+    )
+
+
 # ---------------------------------------------------------------- the scenario
 @pytest.fixture(scope="module")
 def release_ns(node_cluster: NodeCluster) -> str:
@@ -222,12 +263,19 @@ def test_helm_install_runs_the_operator_in_a_real_pod(
         "--wait",
         "--timeout=3m",
     )
-    pod = wait_operator_ready(cluster, release_ns)
-    # Pod Security restricted admitted it as the image's numeric user.
-    assert pod.spec.security_context.run_as_user == 65532
-    # The kubelet serves its logs: start-up listed through the API server with its token.
-    logs = kubectl(cluster, "logs", "-n", release_ns, pod.metadata.name).stdout
-    assert "listed" in logs and "Traceback" not in logs, logs[-3000:]
+    pods = wait_operator_ready(cluster, release_ns)
+    # Pod Security restricted admitted them as the image's numeric user.
+    assert all(p.spec.security_context.run_as_user == 65532 for p in pods)
+    # The kubelet serves their logs: the leader's start-up listed through the API server
+    # with its token; the other one stands by.
+    lead = leader(cluster, release_ns, pods)
+    for pod in pods:
+        logs = kubectl(cluster, "logs", "-n", release_ns, pod.metadata.name).stdout
+        assert "Traceback" not in logs, logs[-3000:]
+        if pod is lead:
+            assert "listed" in logs, logs[-3000:]
+        else:
+            assert "standby" in logs.lower(), logs[-3000:]
     ca_bundle, service = webhook_ca_and_service(cluster)
     assert ca_bundle and service == {
         "name": f"{FULLNAME}-webhook",
@@ -236,32 +284,26 @@ def test_helm_install_runs_the_operator_in_a_real_pod(
         "port": 443,
     }
     two_slices_ready(cluster, workload_ns, "llm")
-    # The metrics Service answers, and its figures show the 8 workers were mutated
-    # by this pod's webhook (the API server called it through the webhook Service).
-    text = metrics_through_service(cluster, release_ns)
-    mutated = [
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith("tpuslice_webhook_admission_duration_seconds_count")
-        and 'result="mutated"' in line
-    ]
-    assert mutated and mutated[0] >= 8, [line for line in text.splitlines() if "webhook" in line]
+    # The metrics Service answers; the replicas' own figures show the 8 workers were
+    # mutated by their webhooks (the API server called them through the webhook Service,
+    # both with the one CA of the shared Secret).
+    assert "tpuslice_leader" in metrics_through_service(cluster, release_ns)
+    assert sum(mutated_admissions(cluster, release_ns, p) for p in pods) >= 8
+    assert not worker_creation_failures(cluster, workload_ns)
 
 
 def test_liveness_restarts_a_hung_operator(node_cluster: NodeCluster, release_ns: str) -> None:
     cluster = node_cluster
     before = wait_operator_ready(cluster, release_ns)
-    restarts = before.status.container_statuses[0].restart_count
+    restarts = sum(p.status.container_statuses[0].restart_count for p in before)
     pids = operator_host_pids(cluster)
-    assert len(pids) == 1, pids
-    os.kill(pids[0], signal.SIGSTOP)
+    assert len(pids) == REPLICAS, pids
+    os.kill(pids[0], signal.SIGSTOP)  # one replica hangs; the other keeps serving
     try:
 
-        def restarted() -> Any:
+        def restarted() -> bool:
             pods = operator_pods(cluster, release_ns)
-            if len(pods) == 1 and pods[0].status.container_statuses[0].restart_count > restarts:
-                return pods[0]
-            return None
+            return sum(p.status.container_statuses[0].restart_count for p in pods) > restarts
 
         kube.wait_for(
             restarted,
@@ -270,17 +312,19 @@ def test_liveness_restarts_a_hung_operator(node_cluster: NodeCluster, release_ns
             describe=lambda: describe_operator(cluster, release_ns),
         )
     finally:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):  # killed by the kubelet: good
-                os.kill(pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):  # killed by the kubelet: good
+            os.kill(pids[0], signal.SIGCONT)
     wait_operator_ready(cluster, release_ns)
 
 
 def test_helm_upgrade_with_a_changed_value(
     node_cluster: NodeCluster, release_ns: str, workload_ns: str
 ) -> None:
+    """A rolling upgrade while KubeRay creates TPU worker pods: none is refused."""
     cluster = node_cluster
-    old = wait_operator_ready(cluster, release_ns)
+    old = {p.metadata.uid for p in wait_operator_ready(cluster, release_ns)}
+    delete_tsc(cluster, workload_ns, "llm")  # frees the two v6e 4x4 pools
+    apply(cluster, workload_ns, tsc("after-upgrade", slices=2))  # pods created mid-rollout
     helm(
         cluster,
         "upgrade",
@@ -295,17 +339,16 @@ def test_helm_upgrade_with_a_changed_value(
         "--timeout=3m",
     )
 
-    def replaced() -> Any:
+    def replaced() -> list[Any] | None:
         pods = operator_pods(cluster, release_ns)
-        if len(pods) == 1 and pods[0].metadata.uid != old.metadata.uid and ready(pods[0]):
-            return pods[0]
-        return None
+        fresh = [p for p in pods if p.metadata.uid not in old and ready(p)]
+        return fresh if len(fresh) == len(pods) == REPLICAS else None
 
-    new = kube.wait_for(replaced, timeout_s=180, what="the upgraded operator pod Ready")
-    assert "--log-level=DEBUG" in new.spec.containers[0].args
-    # The new pod made its CA again and applied it; the webhook still admits pods.
-    delete_tsc(cluster, workload_ns, "llm")  # frees the two v6e 4x4 pools
-    two_slices_ready(cluster, workload_ns, "after-upgrade")
+    new = kube.wait_for(replaced, timeout_s=180, what="both upgraded operator pods Ready")
+    assert all("--log-level=DEBUG" in p.spec.containers[0].args for p in new)
+    # The new pods load the CA of the shared Secret; the webhook admitted every worker.
+    two_slices_ready(cluster, workload_ns, "after-upgrade", applied=True)
+    assert not worker_creation_failures(cluster, workload_ns)
 
 
 def test_helm_uninstall_keeps_crds_and_the_webhook_configuration(
