@@ -11,6 +11,7 @@ Blocking calls run on a dedicated thread pool so kopf's event loop never waits.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import threading
@@ -274,15 +275,19 @@ class Kube:
         body: Any = None,
         content_type: str | None = None,
     ) -> Any:
-        self.metrics.api_request(method, resource)
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(
-                self.executor, self._call_sync, method, path, query, body, content_type
-            )
-        except Exception:
-            self.metrics.api_error()
-            raise
+        """``call_sync`` on ``executor``, off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor,
+            functools.partial(
+                self.call_sync,
+                method,
+                path,
+                resource=resource,
+                query=query,
+                body=body,
+                content_type=content_type,
+            ),
+        )
 
     # ------------------------------------------------------------ RayCluster
     async def apply_raycluster(self, body: Mapping[str, Any]) -> Any:
