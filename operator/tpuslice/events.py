@@ -27,6 +27,8 @@ KUBERAY_NOT_INSTALLED: Final = "KubeRayNotInstalled"
 MULTIHOST_INDEXING_DISABLED: Final = "MultiHostIndexingDisabled"
 INVALID_SPEC: Final = "InvalidSpec"
 APPLY_REJECTED: Final = "RayClusterRejected"
+# A RayCluster of the TPUSliceCluster's name exists and is not controlled by it.
+RAYCLUSTER_NAME_TAKEN: Final = "RayClusterNameTaken"
 
 SLICE_STATE_REASONS: Final = {
     SliceState.RESERVED: SLICE_RESERVED,

@@ -26,7 +26,7 @@ from tpuslice.kube import credentials as kube_credentials
 from tpuslice.metrics import Metrics
 from tpuslice.reconcile import ClusterKey, Reconciler, Snapshot, spec_shape
 from tpuslice.reservation import ReservationInfo, is_orphan
-from tpuslice.snapshot import cluster_record, reservation_info, reservation_shape
+from tpuslice.snapshot import cluster_record, controlled_by, reservation_info, reservation_shape
 from tpuslice.watches import Watches, node_kicks, pod_kicks
 
 __all__ = ["register"]
@@ -225,7 +225,11 @@ def register(
         every 2 s while 1,000 clusters were torn down sent ~100 patches a second."""
         kube: Kube = memo.kube
         namespace = namespace or ""
-        await kube.delete_raycluster(namespace, name)
+        ours = memo.watches.raycluster((namespace, name))
+        if ours is not None and controlled_by(ours["ownerReferences"], uid):
+            await kube.delete_raycluster(namespace, name, ours["uid"])
+        # else: none, or another's RayCluster of that name: never deleted (garbage
+        # collection deletes ours anyway through its owner reference).
         remaining = await memo.watches.pods_gone((namespace, name), TEARDOWN_WAIT_SECONDS)
         if remaining:
             raise kopf.TemporaryError(

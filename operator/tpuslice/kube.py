@@ -304,16 +304,30 @@ class Kube:
             content_type=APPLY,
         )
 
-    async def delete_raycluster(self, namespace: str, name: str) -> None:
+    async def get_raycluster(self, namespace: str, name: str) -> Any:
+        """The RayCluster of that name, or None (also when KubeRay's CRD is missing)."""
+        try:
+            return await self.call(
+                "GET",
+                _path(c.RAY_GROUP, c.RAY_VERSION, c.RAY_PLURAL_CLUSTER, name, namespace),
+                resource="rayclusters",
+            )
+        except ApiError as exc:
+            if exc.not_found:
+                return None
+            raise
+
+    async def delete_raycluster(self, namespace: str, name: str, uid: str) -> None:
+        """Delete exactly the RayCluster with ``uid`` (ours), never another of that name."""
         try:
             await self.call(
                 "DELETE",
                 _path(c.RAY_GROUP, c.RAY_VERSION, c.RAY_PLURAL_CLUSTER, name, namespace),
                 resource="rayclusters",
-                body={"propagationPolicy": "Background"},
+                body={"propagationPolicy": "Background", "preconditions": {"uid": uid}},
             )
         except ApiError as exc:
-            if not exc.not_found:
+            if not (exc.not_found or exc.conflict):
                 raise
 
     async def get_crd(self, name: str) -> Any:

@@ -45,7 +45,14 @@ from tpuslice.reservation import (
     pool_index,
 )
 from tpuslice.schema import template_schema
-from tpuslice.snapshot import is_subset, reservation_body, reservation_info
+from tpuslice.snapshot import (
+    controlled_by,
+    is_subset,
+    name_taken_message,
+    raycluster_info,
+    reservation_body,
+    reservation_info,
+)
 from tpuslice.spec import SliceClusterSpec, SpecError, parse_cluster
 from tpuslice.status import (
     MAX_MESSAGE,
@@ -562,11 +569,18 @@ class Reconciler:
             actual is not None
             and actual["annotations"].get(c.ANNOTATION_APPLIED_HASH) == digest
             and is_subset(wanted, actual)
-            and any(
-                o.get("uid") == owner_uid and o.get("controller") for o in actual["ownerReferences"]
-            )
+            and controlled_by(actual["ownerReferences"], owner_uid)
         ):
             return None, True
+        # Our watch follows only labelled RayClusters: before the first apply, make sure
+        # the name is not another's (a forced apply would take it over, and the
+        # finalizer later delete it). One GET per cluster creation, not per pass.
+        existing = actual
+        if existing is None:
+            found = await self.kube.get_raycluster(*key)
+            existing = None if found is None else raycluster_info(found)
+        if existing is not None and not controlled_by(existing["ownerReferences"], owner_uid):
+            return Stall(events.RAYCLUSTER_NAME_TAKEN, name_taken_message(key, existing)), False
         try:
             await self.kube.apply_raycluster(rendered)
         except ApiError as exc:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.helpers import E2ECluster, holds, terminating_pod
+from tests.e2e.helpers import E2ECluster, holds, multihost_raycluster, terminating_pod
 from tests.e2e.operator_support import (
     InvariantWatch,
     OperatorProcess,
@@ -497,6 +497,33 @@ def test_raycluster_deleted_by_hand_is_recreated_and_others_fields_are_kept(
         what="RayCluster recreated",
     )
     wait_condition(cluster, namespace, "kept", "Ready", "True")
+
+
+def test_a_raycluster_name_taken_by_another_is_never_modified_or_deleted(
+    cluster: E2ECluster, namespace: str, operator: OperatorProcess
+) -> None:
+    """A hand-written RayCluster of the TPUSliceCluster's name stays exactly as it is:
+    the TPUSliceCluster is Stalled naming it, and deleting the TPUSliceCluster leaves it."""
+    mine = multihost_raycluster("taken", replicas=1)
+    mine["metadata"]["namespace"] = namespace
+    cluster.custom.create_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", mine)
+    before = cluster.custom.get_namespaced_custom_object(
+        "ray.io", "v1", namespace, "rayclusters", "taken"
+    )
+    apply(cluster, namespace, tsc("taken", type_="v4", topology="2x2x2"))
+    obj = wait_condition(cluster, namespace, "taken", "Stalled", "True", "RayClusterNameTaken")
+    assert f"RayCluster {namespace}/taken already exists" in condition(obj, "Stalled")["message"]
+    assert "RayClusterNameTaken" in event_reasons(cluster, namespace)
+    delete_tsc(cluster, namespace, "taken")
+    after = cluster.custom.get_namespaced_custom_object(
+        "ray.io", "v1", namespace, "rayclusters", "taken"
+    )
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert after["metadata"].get("deletionTimestamp") is None
+    assert after["metadata"].get("ownerReferences") is None
+    assert after["metadata"]["generation"] == before["metadata"]["generation"]
+    managers = {m["manager"] for m in after["metadata"].get("managedFields") or []}
+    assert "tpuslice-operator" not in managers, managers
 
 
 def test_suspend_releases_the_pools_and_resume_gets_them_back(

@@ -97,7 +97,7 @@ EXPECTED_RULES = {
     ("tpuslice.dev", "tpusliceclusters/status"): {"patch"},
     ("tpuslice.dev", "slicereservations"): {"get", "list", "watch", "create", "patch", "delete"},
     ("tpuslice.dev", "slicereservations/status"): {"patch"},
-    ("ray.io", "rayclusters"): {"list", "watch", "create", "patch", "delete"},
+    ("ray.io", "rayclusters"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "pods"): {"list", "watch", "patch"},
     ("", "nodes"): {"list", "watch"},
     ("", "events"): {"create"},

@@ -27,6 +27,13 @@ class FakeKube:
         self.status: dict[str, Any] | None = None
         self.crd: Any = raycluster_crd()
         self.crd_reads = 0
+        #: RayClusters that exist but are not in the watch's store (unlabelled ones).
+        self.rayclusters: dict[tuple[str, str], Any] = {}
+        self.raycluster_reads: list[tuple[str, str]] = []
+
+    async def get_raycluster(self, namespace: str, name: str) -> Any:
+        self.raycluster_reads.append((namespace, name))
+        return self.rayclusters.get((namespace, name))
 
     async def get_crd(self, name: str) -> Any:
         assert name == "rayclusters.ray.io"
@@ -381,6 +388,43 @@ def test_apply_answered_500_typed_patch_is_rayclusterrejected_naming_the_users_f
     assert "spec.worker.template.spec.hostNetwork: expected boolean" in stalled[2]
     assert ("event", "RayClusterRejected") in kube.calls
     assert reconciler._failing == {}
+
+
+def test_a_raycluster_of_that_name_not_ours_is_never_applied_and_the_cluster_is_stalled() -> None:
+    """Issue 13: a forced server-side apply used to take another's RayCluster over."""
+    kube = FakeKube()
+    body = cluster_body()
+    ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    kube.rayclusters[(ns, name)] = {
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "uid": "theirs",
+            "ownerReferences": [
+                {"kind": "RayJob", "name": "training", "uid": "job-uid", "controller": True}
+            ],
+        },
+        "spec": {},
+    }
+    reconciler = make(kube, Snapshot(body, [], nodes("pool-a"), [], None))
+    run(reconciler)
+    assert "apply" not in kinds(kube) and "claim" not in kinds(kube)
+    stalled = conditions_of(kube.status)["Stalled"]
+    assert stalled[:2] == ("True", "RayClusterNameTaken")
+    assert (
+        f"RayCluster {ns}/{name} already exists and is controlled by RayJob training"
+        in (stalled[2])
+    )
+    assert ("event", "RayClusterNameTaken") in kube.calls
+
+
+def test_the_name_is_checked_once_before_the_first_apply_not_on_every_pass() -> None:
+    kube = FakeKube()
+    reconciler = make(kube, Snapshot(cluster_body(), [], nodes("pool-a"), [], None))
+    run(reconciler)
+    run(reconciler)  # the overlay remembers the apply until the watch shows it
+    assert len(kube.raycluster_reads) == 1
+    assert kinds(kube).count("apply") == 1
 
 
 def test_an_override_kuberay_would_refuse_is_invalid_spec_before_any_apply() -> None:
