@@ -83,6 +83,8 @@ Shape = tuple[str, str]  # (gke accelerator, topology)
 #: How long a write of ours may stay invisible in the indexes before we stop
 #: assuming it (a relist can skip short-lived objects).
 OVERLAY_TTL_SECONDS = 30.0
+#: Re-plans within one pass after a lost claim (each may lose again to a faster holder).
+CLAIM_REPLANS = 2
 #: A failed pass is retried after RETRY_SECONDS, then twice as long each time it fails
 #: again, up to MAX_BACKOFF_SECONDS; a success forgets the count.
 RETRY_SECONDS = 5.0
@@ -201,7 +203,10 @@ def _generation(cluster: Mapping[str, Any] | None) -> int:
 
 @dataclass
 class _Overlay:
-    """Our writes not yet seen through the watch, each with the time it was made."""
+    """Our writes not yet seen through the watch, each with the time it was made.
+
+    ``created`` also holds a reservation read back after a lost claim (another
+    holder's), so the re-plan of the same pass sees that pool as taken."""
 
     created: dict[str, tuple[ReservationInfo, float]] = field(default_factory=dict)
     deleted: dict[str, float] = field(default_factory=dict)
@@ -630,7 +635,16 @@ class Reconciler:
         if first.unindexed_pods and stall is None:
             stall = Stall(events.MULTIHOST_INDEXING_DISABLED, MULTIHOST_HINT)
         acted = await self._free(ref, first.frees, snap)
-        held = await self._claim(ref, spec, first)
+        held, lost = await self._claim(ref, spec, first)
+        for _ in range(CLAIM_REPLANS):
+            if not lost:
+                break
+            # Someone else was faster: re-plan at once with the winner's reservation in
+            # the overlay (another free pool, or the honest WaitingForCapacity naming
+            # the holder), instead of reporting the winner's pool until the next pass.
+            first = plan()
+            more, lost = await self._claim(ref, spec, first)
+            held += more
         acted = acted or bool(held)
         holding = {r.holder.replica_name for r in snap.reservations if r.holder.uid == ref.uid}
         holding |= {
@@ -672,8 +686,13 @@ class Reconciler:
                 )
         return bool(pools)
 
-    async def _claim(self, ref: ClusterRef, spec: SliceClusterSpec, plan: SlicePlan) -> list[str]:
+    async def _claim(
+        self, ref: ClusterRef, spec: SliceClusterSpec, plan: SlicePlan
+    ) -> tuple[list[str], list[str]]:
+        """Create the plan's reservations: the replicas now holding a pool, and the pools
+        another holder had claimed first (their reservation is put in the overlay)."""
         held: list[str] = []
+        lost: list[str] = []
         for claim in plan.claims:
             body = reservation_body(
                 claim.pool,
@@ -693,6 +712,8 @@ class Reconciler:
                     self._overlay.created[claim.pool] = (existing, time.monotonic())
                     held.append(claim.holder.replica_name)
                 else:
+                    self._overlay.created[claim.pool] = (existing, time.monotonic())
+                    lost.append(claim.pool)
                     await self._event(
                         ref,
                         "Normal",
@@ -712,7 +733,7 @@ class Reconciler:
                 f"slice {claim.holder.replica_index} ({claim.holder.replica_name}) "
                 f"reserved node pool {claim.pool}",
             )
-        return held
+        return held, lost
 
     async def _release(self, releases: Sequence[PodRelease]) -> None:
         """Patch every pod of the slice(s) at once: the partly-released window is one RTT."""

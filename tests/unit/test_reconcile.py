@@ -214,6 +214,25 @@ def test_lost_claim_releases_nothing() -> None:
     assert ("event", "ReservationConflict") in kube.calls
 
 
+def test_the_loser_of_a_claim_replans_at_once_and_takes_another_free_pool() -> None:
+    """Issue 13: the loser used to report Reserved on the winner's pool until a resync."""
+    other = ReservationInfo("pool-a", Holder("ml", "other", "uid-other", "tpu-zzzzz", 0))
+    kube = FakeKube(taken={"pool-a": other})
+    run(make(kube, Snapshot(cluster_body(), pods(), nodes("pool-a") + nodes("pool-b"), [], None)))
+    assert [c for c in kube.calls if c[0] == "claim"] == [("claim", "pool-a"), ("claim", "pool-b")]
+    (slice_,) = kube.status["slices"]
+    assert slice_["nodePool"] == "pool-b" and slice_["state"] != "WaitingForCapacity"
+
+
+def test_the_loser_with_no_other_pool_says_who_holds_it_in_the_same_pass() -> None:
+    other = ReservationInfo("pool-a", Holder("ml", "other", "uid-other", "tpu-zzzzz", 0))
+    kube = FakeKube(taken={"pool-a": other})
+    run(make(kube, Snapshot(cluster_body(), pods(), nodes("pool-a"), [], None)))
+    (slice_,) = kube.status["slices"]
+    assert slice_["state"] == "WaitingForCapacity" and "nodePool" not in slice_
+    assert "pool-a held by ml/other" in slice_["message"]
+
+
 def test_deleting_cluster_is_left_to_the_finalizer() -> None:
     body = cluster_body()
     body["metadata"]["deletionTimestamp"] = "2026-11-30T00:00:00Z"
