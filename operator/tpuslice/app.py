@@ -89,6 +89,7 @@ def run_operator(config: OperatorConfig) -> None:
     if config.metrics_port:
         serve(metrics, config.metrics_port, config.metrics_addr)
     health = Health(webhook=bool(config.webhook_port))
+    metrics.watch_ages_from(health.watch_ages)
     if config.leader_elect:
         health.standby()
     if config.liveness_port:

@@ -33,6 +33,8 @@ __all__ = ["register"]
 
 log = logging.getLogger(__name__)
 
+#: How long the API server keeps one of kopf's watch requests open before ending it.
+KOPF_WATCH_SERVER_SECONDS = 290
 #: How often the event loop tells the liveness probe it is turning.
 HEARTBEAT_SECONDS = 1.0
 #: How long one call of the finalizer handler waits for a cluster's pods to be gone.
@@ -118,6 +120,12 @@ def register(
             prefix=c.GROUP, key="last-handled-configuration"
         )
         settings.posting.level = logging.WARNING
+        # Bounded watches of TPUSliceClusters and SliceReservations (kopf's default is
+        # none): the server ends each after server_timeout, the client gives up on a
+        # silent connection after client_timeout, so a half-open stream cannot hide.
+        settings.watching.server_timeout = KOPF_WATCH_SERVER_SECONDS
+        settings.watching.client_timeout = KOPF_WATCH_SERVER_SECONDS + 30
+        settings.watching.connect_timeout = 30
         health: Health = memo.health
         memo.heartbeat = asyncio.get_running_loop().create_task(_beat(health))
         kube: Kube = memo.kube  # made by app.run_operator, shared with leader election

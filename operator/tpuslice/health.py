@@ -1,9 +1,12 @@
 """Liveness and readiness: what the kubelet's probes ask, answered from what we saw.
 
-Liveness (``/healthz``) asks one thing: is the event loop still turning? A task
-on the loop beats once a second; a loop that has not beaten for
-``loop_stall_s`` is hung and a restart is the cure. It does not depend on the
-API server: an API outage must not restart every operator replica at once.
+Liveness (``/healthz``) asks: is this process still working? A task on the
+event loop beats once a second; a loop that has not beaten for ``loop_stall_s``
+is hung, and a watch that is not failing yet has delivered nothing (no event,
+no bookmark, not the end of its ``timeoutSeconds``) for ``watch_stuck_s`` is
+stuck: a restart is the cure for both. It does not depend on the API server
+being up: a failing watch is readiness's business, so an API outage does not
+restart every operator replica at once.
 
 Readiness (``/readyz``) asks whether this replica can do its part, and the
 chart's Service sends webhook calls only to ready replicas. Every replica: the
@@ -61,12 +64,14 @@ class Health:
         loop_stall_s: float = 30.0,
         startup_grace_s: float = 300.0,
         watch_grace_s: float = 15.0,
+        watch_stuck_s: float = 900.0,
         webhook: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.loop_stall_s = loop_stall_s
         self.startup_grace_s = startup_grace_s
         self.watch_grace_s = watch_grace_s
+        self.watch_stuck_s = watch_stuck_s
         self._clock = clock
         self._lock = threading.Lock()
         self._born = clock()
@@ -77,6 +82,7 @@ class Health:
         self._standby = False
         self._stopping = False
         self._failing: dict[str, tuple[float, str]] = {}  # kind -> (since, last error)
+        self._delivered: dict[str, float] = {}  # kind -> last answer (list, watch, event)
 
     # ------------------------------------------------------------ writers
     def beat(self) -> None:
@@ -105,9 +111,16 @@ class Health:
             self._stopping = True
 
     def watch_ok(self, kind: str) -> None:
-        """A list or watch of ``kind`` got an answer from the API server."""
+        """A list, a watch request or a watch event (bookmarks too) of ``kind`` came in."""
         with self._lock:
             self._failing.pop(kind, None)
+            self._delivered[kind] = self._clock()
+
+    def watch_ages(self) -> dict[str, float]:
+        """Seconds since each followed kind last delivered (the metric)."""
+        with self._lock:
+            now = self._clock()
+            return {kind: now - at for kind, at in self._delivered.items()}
 
     def watch_failed(self, kind: str, error: str) -> None:
         """A list or watch of ``kind`` failed; the first failure of a run is kept."""
@@ -129,7 +142,15 @@ class Health:
             age = now - self._beat
             if age > self.loop_stall_s:
                 return Verdict(False, (f"the event loop has not turned for {age:.0f}s",))
-            return Verdict(True)
+            # A watch that fails is the API server's trouble (readiness says so); a watch
+            # that claims to be open yet has delivered nothing, not even the end of its
+            # timeoutSeconds, for this long is stuck in this process: restart it.
+            stuck = [
+                f"watching {kind} has delivered nothing for {now - at:.0f}s"
+                for kind, at in sorted(self._delivered.items())
+                if kind not in self._failing and now - at > self.watch_stuck_s
+            ]
+            return Verdict(not stuck, tuple(stuck))
 
     def readiness(self) -> Verdict:
         alive = self.liveness()

@@ -657,6 +657,7 @@ class Kube:
                         str(obj.get("message") or obj),
                     )
                 version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                self.health.watch_ok(kind.plural)
                 if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
                     emit(event["type"], {object_key(obj): kind.convert(obj)})
         finally:

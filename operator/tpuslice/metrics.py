@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter as Tally
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 
 from prometheus_client import (
@@ -25,6 +25,8 @@ from prometheus_client import (
     ProcessCollector,
     start_http_server,
 )
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from tpuslice.reservation import PodInfo
 
@@ -51,6 +53,24 @@ def parse_timestamp(value: str) -> float | None:
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=UTC)
     return stamp.timestamp()
+
+
+class _WatchAges(Collector):
+    """Seconds since each kind our watches follow last delivered (list, event, bookmark)."""
+
+    def __init__(self, ages: Callable[[], Mapping[str, float]]) -> None:
+        self._ages = ages
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "tpuslice_watch_last_delivery_age_seconds",
+            "Seconds since the operator's watch of each kind last delivered a listing, an "
+            "event or a bookmark",
+            labels=["kind"],
+        )
+        for kind, age in sorted(self._ages().items()):
+            family.add_metric([kind], round(age, 3))
+        yield family
 
 
 class Metrics:
@@ -195,6 +215,11 @@ class Metrics:
         self.leader.set(1 if yes else 0)
 
     # ------------------------------------------------------------ API, webhook, errors
+    def watch_ages_from(self, ages: Callable[[], Mapping[str, float]]) -> None:
+        """Export ``tpuslice_watch_last_delivery_age_seconds{kind}``, read from ``ages``
+        at scrape time (a gauge set on every event would cost a call per event)."""
+        self.registry.register(_WatchAges(ages))
+
     def api_request(self, verb: str, resource: str) -> None:
         self.api_requests.labels(verb, resource).inc()
 

@@ -166,3 +166,48 @@ def test_a_standby_is_ready_without_having_started_but_not_while_shutting_down()
     health.shutting_down()
     assert health.readiness().reasons == ("shutting down",)
     assert health.liveness().ok
+
+
+def test_a_watch_that_claims_to_be_open_but_delivers_nothing_fails_liveness() -> None:
+    clock = Clock()
+    health = Health(clock=clock, watch_stuck_s=900)
+    health.beat()
+    health.watch_ok("pods")
+    health.watch_ok("nodes")
+    clock.now += 600
+    health.beat()
+    health.watch_ok("nodes")  # an event or the end of a timed-out watch
+    assert health.liveness().ok
+    clock.now += 301
+    health.beat()
+    verdict = health.liveness()
+    assert verdict.reasons == ("watching pods has delivered nothing for 901s",)
+    assert health.watch_ages() == {"pods": 901.0, "nodes": 301.0}
+
+
+def test_a_failing_watch_is_readiness_business_never_liveness() -> None:
+    clock = Clock()
+    health = Health(clock=clock, watch_stuck_s=900)
+    health.beat()
+    health.started()
+    health.watch_ok("pods")
+    health.watch_failed("pods", "ConnectionRefusedError")  # the API server is down
+    clock.now += 2000
+    health.beat()
+    assert health.liveness().ok
+    assert not health.readiness().ok
+
+
+def test_watch_ages_are_exported_at_scrape_time() -> None:
+    from prometheus_client import generate_latest
+
+    from tpuslice.metrics import Metrics
+
+    clock = Clock()
+    health = Health(clock=clock)
+    metrics = Metrics()
+    metrics.watch_ages_from(health.watch_ages)
+    health.watch_ok("rayclusters")
+    clock.now += 12.5
+    text = generate_latest(metrics.registry).decode()
+    assert 'tpuslice_watch_last_delivery_age_seconds{kind="rayclusters"} 12.5' in text
