@@ -26,7 +26,13 @@ from tpuslice.kube import credentials as kube_credentials
 from tpuslice.metrics import Metrics
 from tpuslice.reconcile import ClusterKey, Reconciler, Snapshot, spec_shape
 from tpuslice.reservation import ReservationInfo, is_orphan
-from tpuslice.snapshot import cluster_record, controlled_by, reservation_info, reservation_shape
+from tpuslice.snapshot import (
+    cluster_record,
+    controlled_by,
+    raycluster_info,
+    reservation_info,
+    reservation_shape,
+)
 from tpuslice.watches import Watches, node_kicks, pod_kicks
 
 __all__ = ["register"]
@@ -234,10 +240,12 @@ def register(
         kube: Kube = memo.kube
         namespace = namespace or ""
         ours = memo.watches.raycluster((namespace, name))
+        if ours is None:  # not labelled (someone removed our label), or none at all
+            found = await kube.get_raycluster(namespace, name)
+            ours = None if found is None else raycluster_info(found)
         if ours is not None and controlled_by(ours["ownerReferences"], uid):
             await kube.delete_raycluster(namespace, name, ours["uid"])
-        # else: none, or another's RayCluster of that name: never deleted (garbage
-        # collection deletes ours anyway through its owner reference).
+        # else: none, or another's RayCluster of that name: never deleted.
         remaining = await memo.watches.pods_gone((namespace, name), TEARDOWN_WAIT_SECONDS)
         if remaining:
             raise kopf.TemporaryError(
