@@ -80,9 +80,6 @@ def _stop_on_signals() -> threading.Event:
 
 def run_operator(config: OperatorConfig) -> None:
     """Run until SIGTERM/SIGINT (or, with leader election, until the Lease is lost)."""
-    if config.kubeconfig:
-        # kopf logs in through the official client, which reads $KUBECONFIG.
-        os.environ["KUBECONFIG"] = config.kubeconfig
     _configure_logging(config)
     stopping = _stop_on_signals()
     metrics = Metrics()

@@ -98,7 +98,7 @@ def register(
     # ------------------------------------------------------------ start-up
     @kopf.on.login(**reg)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        """In a pod: the service account; elsewhere: $KUBECONFIG (set from --kubeconfig).
+        """In a pod: the service account; elsewhere: --kubeconfig, else $KUBECONFIG.
 
         Through the kubernetes client's own configuration, as ``Kube`` logs in: in a pod
         that is the API server's address from ``KUBERNETES_SERVICE_HOST``. kopf's

@@ -223,17 +223,6 @@ class Metrics:
     def api_request(self, verb: str, resource: str) -> None:
         self.api_requests.labels(verb, resource).inc()
 
-    def api_requests_sent(self) -> int:
-        """All requests counted so far (the liveness probe reports this figure)."""
-        return int(
-            sum(
-                sample.value
-                for metric in self.api_requests.collect()
-                for sample in metric.samples
-                if sample.name.endswith("_total")
-            )
-        )
-
     def api_error(self) -> None:
         self.errors.labels("api").inc()
 
