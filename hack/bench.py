@@ -54,7 +54,6 @@ from urllib.parse import urlencode
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tpuslice import constants as c
 from tpusim import (
     ClusterSettings,
     CPUPool,
@@ -65,6 +64,7 @@ from tpusim import (
 )
 from tpusim.operator_process import OperatorProcess
 from tpusim.processes import exit_on_signals
+from tpuslice import constants as c
 from tpuslice.render import render_cluster
 
 REPO = Path(__file__).resolve().parents[1]

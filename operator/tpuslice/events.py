@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from tpuslice.reservation import SliceState
+from tpuslice.records import SliceState
 
 SLICE_RESERVED: Final = "SliceReserved"  # a node pool was claimed for a slice
 SLICE_RELEASED: Final = "SliceReleased"  # a slice's reservation was deleted (pods gone)

@@ -20,19 +20,20 @@ import kopf
 
 from tpuslice import constants as c
 from tpuslice.config import OperatorConfig
-from tpuslice.health import Health
-from tpuslice.kube import Kube
-from tpuslice.kube import credentials as kube_credentials
-from tpuslice.metrics import Metrics
-from tpuslice.reconcile import ClusterKey, Reconciler, Snapshot, spec_shape
-from tpuslice.reservation import ReservationInfo, is_orphan
-from tpuslice.snapshot import (
+from tpuslice.convert import (
     cluster_record,
     controlled_by,
     raycluster_info,
     reservation_info,
     reservation_shape,
 )
+from tpuslice.health import Health
+from tpuslice.kube import Kube
+from tpuslice.kube import credentials as kube_credentials
+from tpuslice.metrics import Metrics
+from tpuslice.reconcile import Reconciler, spec_shape
+from tpuslice.records import ClusterKey, ReservationInfo, Snapshot
+from tpuslice.sweep import is_orphan
 from tpuslice.watches import Watches, node_kicks, pod_kicks
 
 __all__ = ["register"]

@@ -28,7 +28,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from tpuslice.reservation import PodInfo
+from tpuslice.records import PodInfo
 
 __all__ = ["Metrics", "parse_timestamp", "serve", "slice_last_created"]
 

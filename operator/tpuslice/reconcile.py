@@ -29,23 +29,7 @@ from typing import Any
 
 from tpuslice import constants as c
 from tpuslice import events
-from tpuslice.kube import ApiError, Kube
-from tpuslice.metrics import Metrics, slice_last_created
-from tpuslice.render import render_raycluster
-from tpuslice.reservation import (
-    ClusterRef,
-    NodeInfo,
-    PodInfo,
-    PodRelease,
-    PoolIndex,
-    ReservationInfo,
-    SlicePlan,
-    SliceState,
-    plan_slices,
-    pool_index,
-)
-from tpuslice.schema import template_schema
-from tpuslice.snapshot import (
+from tpuslice.convert import (
     controlled_by,
     is_subset,
     name_taken_message,
@@ -53,6 +37,22 @@ from tpuslice.snapshot import (
     reservation_body,
     reservation_info,
 )
+from tpuslice.kube import ApiError, Kube
+from tpuslice.metrics import Metrics, slice_last_created
+from tpuslice.records import (
+    ClusterKey,
+    ClusterRef,
+    PodInfo,
+    PodRelease,
+    ReservationInfo,
+    Shape,
+    SlicePlan,
+    SliceState,
+    Snapshot,
+)
+from tpuslice.render import render_raycluster
+from tpuslice.reservation import PoolIndex, plan_slices, pool_index
+from tpuslice.schema import template_schema
 from tpuslice.spec import SliceClusterSpec, SpecError, parse_cluster
 from tpuslice.status import (
     MAX_MESSAGE,
@@ -76,9 +76,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-ClusterKey = tuple[str, str]  # (namespace, name)
-Shape = tuple[str, str]  # (gke accelerator, topology)
 
 #: How long a write of ours may stay invisible in the indexes before we stop
 #: assuming it (a relist can skip short-lived objects).
@@ -112,20 +109,6 @@ KUBERAY_HINT = (
     "kuberay-operator kuberay/kuberay-operator) with multi-host indexing on; the operator "
     "retries on its own"
 )
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """What the indexes hold for one cluster, read at the start of a pass."""
-
-    cluster: Mapping[str, Any] | None
-    pods: Sequence[PodInfo]
-    nodes: Sequence[NodeInfo]
-    reservations: Sequence[ReservationInfo]  # of the cluster's shape, and the cluster's own
-    raycluster: Mapping[str, Any] | None
-    # Reconciler.node_versions when ``nodes`` was read, so a pool index built from these
-    # nodes is cached under the version they belong to, never a newer one.
-    node_versions: Mapping[Shape, int] = field(default_factory=dict)
 
 
 SnapshotReader = Callable[[ClusterKey], Snapshot]

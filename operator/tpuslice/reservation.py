@@ -12,148 +12,23 @@ actions, so a crash at any line only delays the next pass.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 
-__all__ = [
-    "Claim",
-    "ClusterRef",
-    "Holder",
-    "NodeInfo",
-    "PodInfo",
-    "PodRelease",
-    "PoolIndex",
-    "ReservationInfo",
-    "SlicePlan",
-    "SliceState",
-    "SliceStatus",
-    "is_orphan",
-    "plan_slices",
-    "pool_index",
-    "watches_namespace",
-]
+from tpuslice.records import (
+    Claim,
+    ClusterRef,
+    Holder,
+    NodeInfo,
+    PodInfo,
+    PodRelease,
+    ReservationInfo,
+    SlicePlan,
+    SliceState,
+    SliceStatus,
+)
 
-
-class SliceState(StrEnum):
-    """Where one slice stands; shown in status.slices[].state."""
-
-    PENDING = "Pending"  # KubeRay is still creating the slice's pods
-    WAITING_FOR_CAPACITY = "WaitingForCapacity"  # no free matching node pool
-    RESERVED = "Reserved"  # pool held; pods not (all) released yet
-    SCHEDULED = "Scheduled"  # every pod released and pinned; not all running/ready
-    READY = "Ready"  # every pod running and ready on the reserved pool
-    RELEASING = "Releasing"  # pods terminating; the pool stays held until they are gone
-
-
-@dataclass(frozen=True)
-class ClusterRef:
-    namespace: str
-    name: str
-    uid: str
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-@dataclass(frozen=True)
-class PodInfo:
-    """The few fields of a worker pod the decisions need (kept in an in-memory index)."""
-
-    namespace: str
-    name: str
-    cluster: str
-    replica_name: str | None
-    replica_index: int | None
-    host_index: int | None
-    gated: bool  # carries our scheduling gate
-    pinned_pool: str | None  # nodeSelector cloud.google.com/gke-nodepool
-    node_name: str | None
-    running_ready: bool
-    deleting: bool
-    created: str = ""  # creationTimestamp, for latency metrics
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    name: str
-    pool: str
-    accelerator: str
-    topology: str
-    chips: int
-    ready: bool
-    schedulable: bool
-
-
-@dataclass(frozen=True)
-class Holder:
-    namespace: str
-    name: str
-    uid: str
-    replica_name: str
-    replica_index: int | None = None
-
-    def describe(self) -> str:
-        return f"{self.namespace}/{self.name} (slice {self.replica_name})"
-
-
-@dataclass(frozen=True)
-class ReservationInfo:
-    pool: str
-    holder: Holder
-    phase: str | None = None
-
-
-@dataclass(frozen=True)
-class Claim:
-    """Create a SliceReservation for ``pool``: the atomic claim (AlreadyExists = lost)."""
-
-    pool: str
-    holder: Holder
-
-
-@dataclass(frozen=True)
-class PodRelease:
-    """One patch: add the pool nodeSelector and remove our gate, for one pod."""
-
-    namespace: str
-    name: str
-    pool: str
-    replica_name: str
-
-
-@dataclass(frozen=True)
-class SliceStatus:
-    index: int
-    state: SliceState
-    replica: str | None = None
-    node_pool: str | None = None
-    ready_hosts: int = 0
-    message: str = ""
-
-    def to_dict(self) -> dict[str, object]:
-        out: dict[str, object] = {"index": self.index}
-        if self.replica:
-            out["replica"] = self.replica
-        if self.node_pool:
-            out["nodePool"] = self.node_pool
-        out["state"] = str(self.state)
-        out["readyHosts"] = self.ready_hosts
-        if self.message:
-            out["message"] = self.message
-        return out
-
-
-@dataclass(frozen=True)
-class SlicePlan:
-    """What to do now, and what to report. Releases of a replica run only if its claim held."""
-
-    claims: tuple[Claim, ...] = ()
-    releases: tuple[PodRelease, ...] = ()
-    frees: tuple[str, ...] = ()  # pools whose reservation this cluster no longer needs
-    binds: tuple[str, ...] = ()  # pools whose reservation should show phase Bound
-    slices: tuple[SliceStatus, ...] = ()
-    unindexed_pods: tuple[str, ...] = ()  # worker pods without KubeRay's multi-host labels
+__all__ = ["PoolIndex", "plan_slices", "pool_index", "pool_inventory"]
 
 
 @dataclass(frozen=True)
@@ -476,25 +351,3 @@ def _choose_pool(
     if previous in free:
         return previous
     return free[0] if free else None
-
-
-def watches_namespace(namespaces: Collection[str], namespace: str) -> bool:
-    """Whether an instance watching ``namespaces`` (empty: every namespace) sees
-    ``namespace``: its TPUSliceClusters and pods, so whether it can know a holder there."""
-    return not namespaces or namespace in namespaces
-
-
-def is_orphan(
-    holder: Holder,
-    live_uid: str | None,
-    replica_pods: bool,
-    namespaces: Collection[str],
-) -> bool:
-    """Whether the sweep may delete a reservation of ``holder``: it is in a namespace this
-    instance watches (otherwise its cluster and pods are invisible here and only look
-    gone: a namespace-scoped instance deleted the live reservations of every other
-    namespace), the TPUSliceCluster of that name there is gone or another one
-    (``live_uid``), and no pod of the slice is left (terminating pods still hold chips)."""
-    if not watches_namespace(namespaces, holder.namespace):
-        return False
-    return live_uid != holder.uid and not replica_pods

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuslice import events
-from tpuslice.reservation import SliceState, SliceStatus
+from tpuslice.records import SliceState, SliceStatus
 
 __all__ = [
     "MAX_MESSAGE",

@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpuslice import constants as c
+from tpuslice.convert import node_info, pod_info, raycluster_info
 from tpuslice.kube import Deliver, Followed, Kube
-from tpuslice.reconcile import ClusterKey, Shape
-from tpuslice.reservation import NodeInfo, PodInfo
-from tpuslice.snapshot import node_info, pod_info, raycluster_info
+from tpuslice.records import ClusterKey, NodeInfo, PodInfo, Shape
 from tpuslice.store import Change, ObjectKey, RecordStore
 
 __all__ = ["Watches", "apply", "followed_kinds", "node_kicks", "pod_kicks"]

@@ -18,7 +18,8 @@ from tpuslice import webhook
 from tpuslice.identity import IdentityError, MutationResult
 from tpuslice.kube import ApiError, Kube
 from tpuslice.metrics import Metrics, parse_timestamp, serve, slice_last_created
-from tpuslice.reconcile import Reconciler, Snapshot
+from tpuslice.reconcile import Reconciler
+from tpuslice.records import Snapshot
 
 
 def value(m: Metrics, name: str, **labels: str) -> float:

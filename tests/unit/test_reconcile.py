@@ -7,11 +7,11 @@ import time
 from typing import Any
 
 from tests.support.kuberay import raycluster_crd
+from tpuslice.convert import raycluster_info
 from tpuslice.kube import ApiError
-from tpuslice.reconcile import Reconciler, Snapshot, applied_hash
+from tpuslice.reconcile import Reconciler, applied_hash
+from tpuslice.records import Holder, NodeInfo, PodInfo, ReservationInfo, Snapshot
 from tpuslice.render import render_cluster
-from tpuslice.reservation import Holder, NodeInfo, PodInfo, ReservationInfo
-from tpuslice.snapshot import raycluster_info
 
 UID = "uid-llm"
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpuslice.reservation import (
+from tpuslice.records import (
     ClusterRef,
     Holder,
     NodeInfo,
     PodInfo,
     ReservationInfo,
     SliceState,
-    plan_slices,
 )
+from tpuslice.reservation import plan_slices
 
 CLUSTER = ClusterRef("ml", "llm", "uid-llm")
 OTHER = Holder("ml", "other", "uid-other", "tpu-zzzzz", 0)
@@ -350,7 +350,7 @@ def test_a_held_slice_with_a_pod_terminating_on_a_dead_node_keeps_its_pool_and_s
 
 
 def test_the_sweep_deletes_only_orphans_of_namespaces_it_watches() -> None:
-    from tpuslice.reservation import is_orphan, watches_namespace
+    from tpuslice.sweep import is_orphan, watches_namespace
 
     holder = Holder("ml", "llm", "uid-1", "tpu-abc")
     # a cluster-wide instance: the holder is gone and its pods too -> orphan

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpuslice.reservation import SliceState, SliceStatus
+from tpuslice.records import SliceState, SliceStatus
 from tpuslice.status import Observed, Stall, compute_status, slice_events
 
 T0, T1 = "2026-11-30T00:00:00Z", "2026-11-30T00:01:00Z"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+from tpuslice.convert import node_info
 from tpuslice.kube import Followed, iter_lines, object_key
-from tpuslice.reconcile import Reconciler, Snapshot
-from tpuslice.reservation import NodeInfo, PodInfo
-from tpuslice.snapshot import node_info
+from tpuslice.reconcile import Reconciler
+from tpuslice.records import NodeInfo, PodInfo, Snapshot
 from tpuslice.store import RecordStore
 from tpuslice.watches import apply, node_kicks, pod_kicks
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tpuslice import constants as c
-from tpuslice.reservation import Holder, NodeInfo, PodInfo, ReservationInfo
+from tpuslice.records import Holder, NodeInfo, PodInfo, ReservationInfo
 
 __all__ = [
     "cluster_record",
