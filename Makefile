@@ -33,10 +33,11 @@ test-unit: tools $(STAMP) ## Unit tests (seconds; the chart tests use the helm t
 test-contract: $(STAMP) ## Ray contract tier: our TPU identity through real Ray (local Ray processes, ~1 min)
 	$(PY) -m pytest tests/contract -q
 
-lint: $(STAMP) ## ruff and mypy
+lint: $(STAMP) ## ruff and mypy (the product, tpusim, and the unit tests' fake against kube.ClusterApi)
 	$(VENV)/bin/ruff check operator tests hack/tpusim
 	$(VENV)/bin/ruff format --check operator tests hack/tpusim
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy tests/support/fake_kube.py
 
 sync-crds: ## Copy crds/ (the one source) into the chart and manifests/
 	$(PYTHON) hack/sync_crds.py

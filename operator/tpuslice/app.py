@@ -132,7 +132,7 @@ def _run_kopf(
     itself (a failure), and whether it has stopped (if not, the Lease is not released:
     it expires, a lease duration after kopf's last chance to act)."""
     registry = kopf.OperatorRegistry()
-    register(registry, config, metrics)
+    register(registry, config)
     kopf_stop = threading.Event()
     errors: list[BaseException] = []
 
@@ -147,7 +147,7 @@ def _run_kopf(
                 # user (65532, no passwd entry) does not have: KeyError from getpwuid.
                 identity=Identity(config.identity),
                 stop_flag=kopf_stop,
-                memo=kopf.Memo(config=config, health=health, kube=kube),
+                memo=kopf.Memo(config=config, health=health, kube=kube, metrics=metrics),
             )
         except BaseException as exc:
             errors.append(exc)

@@ -7,7 +7,7 @@ typed input.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from tpuslice import constants as c
@@ -15,8 +15,6 @@ from tpuslice.records import Holder, NodeInfo, PodInfo, ReservationInfo
 
 __all__ = [
     "cluster_record",
-    "controlled_by",
-    "name_taken_message",
     "node_info",
     "pod_info",
     "raycluster_info",
@@ -113,6 +111,7 @@ def reservation_info(obj: Mapping[str, Any]) -> ReservationInfo:
             replica_index=_int(holder.get("replicaIndex")),
         ),
         phase=(obj.get("status") or {}).get("phase"),
+        uid=str((obj.get("metadata") or {}).get("uid") or ""),
     )
 
 
@@ -179,39 +178,3 @@ def raycluster_info(obj: Mapping[str, Any]) -> dict[str, Any]:
         "spec": obj.get("spec") or {},
         "state": (obj.get("status") or {}).get("state"),
     }
-
-
-def controlled_by(owner_references: Sequence[Mapping[str, Any]], uid: str) -> bool:
-    """True when the object's controller owner reference names ``uid``."""
-    return any(o.get("uid") == uid and o.get("controller") for o in owner_references)
-
-
-def name_taken_message(key: tuple[str, str], raycluster: Mapping[str, Any]) -> str:
-    """Why a TPUSliceCluster cannot have its RayCluster, naming the one in the way."""
-    namespace, name = key
-    controller = next((o for o in raycluster["ownerReferences"] if o.get("controller")), None)
-    owner = (
-        f"controlled by {controller.get('kind')} {controller.get('name')}"
-        if controller
-        else "not controlled by any object"
-    )
-    return (
-        f"RayCluster {namespace}/{name} already exists and is {owner}; the operator never "
-        f"modifies or deletes it. Rename this TPUSliceCluster, or delete that RayCluster "
-        f"if it is no longer needed"
-    )
-
-
-def is_subset(wanted: Any, actual: Any) -> bool:
-    """True when every field in ``wanted`` has the same value in ``actual`` (SSA is a no-op)."""
-    if isinstance(wanted, Mapping):
-        return isinstance(actual, Mapping) and all(
-            k in actual and is_subset(v, actual[k]) for k, v in wanted.items()
-        )
-    if isinstance(wanted, list):
-        return (
-            isinstance(actual, list)
-            and len(wanted) == len(actual)
-            and all(is_subset(w, a) for w, a in zip(wanted, actual, strict=True))
-        )
-    return bool(wanted == actual)

@@ -1,12 +1,17 @@
-"""Thin kopf handlers: keep indexes of what matters, and turn every event into a kick.
+"""Thin kopf handlers: module-level functions that turn events into kicks, and ``register``.
 
 kopf follows TPUSliceClusters and SliceReservations (indexes of small records,
-the finalizer, timers). Pods, nodes and RayClusters, the numerous kinds, are
-followed by our own watches (``watches.py``) into stores, so kopf keeps no
-per-object state for them and writes nothing on them. All decisions live in the
-pure modules and ``reconcile.py``; all API calls in ``kube.py``. Handlers are
-registered by ``register`` into a registry the caller owns, with intervals from
-the frozen ``OperatorConfig``.
+the TSC finalizer, the resync timer). Pods, nodes and RayClusters are followed
+by ``follow.py`` into stores. Every decision lives in the pure modules and in
+the parts that ``reconcile.Reconciler`` wires; every API call in ``kube.py``.
+``register`` only wires these functions into a registry the caller owns, with
+intervals from the frozen ``OperatorConfig``; the functions read what they
+need from kopf's memo (``config``, ``health``, ``kube``, made by ``app.py``,
+and ``watches``, ``reconciler``, made by ``configure``).
+
+Reservations carry no kopf finalizer and no timer: one sweep task per process
+(``sweep_forever``) looks at every reservation once per interval, where a kopf
+timer per reservation kept a task, and a finalizer, on each of them.
 """
 
 from __future__ import annotations
@@ -19,24 +24,24 @@ from typing import Any
 import kopf
 
 from tpuslice import constants as c
+from tpuslice.applier import controlled_by
 from tpuslice.config import OperatorConfig
-from tpuslice.convert import (
-    cluster_record,
-    controlled_by,
-    raycluster_info,
-    reservation_info,
-    reservation_shape,
-)
+from tpuslice.convert import cluster_record, raycluster_info, reservation_info, reservation_shape
+from tpuslice.follow import Watches, node_kicks, pod_kicks
 from tpuslice.health import Health
-from tpuslice.kube import Kube
+from tpuslice.kube import ClusterApi, Kube
 from tpuslice.kube import credentials as kube_credentials
 from tpuslice.metrics import Metrics
-from tpuslice.reconcile import Reconciler, spec_shape
-from tpuslice.records import ClusterKey, ReservationInfo, Snapshot
-from tpuslice.sweep import is_orphan
-from tpuslice.watches import Watches, node_kicks, pod_kicks
+from tpuslice.reconcile import Reconciler, SnapshotReader, spec_shape
+from tpuslice.records import ClusterKey, Holder, ReservationInfo, Shape, Snapshot
+from tpuslice.sweep import orphans
 
-__all__ = ["register"]
+__all__ = [
+    "make_reader",
+    "register",
+    "sweep_once",
+    "tear_down",
+]
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +62,12 @@ def _first(store: Iterable[Any] | None) -> Any:
     return None
 
 
-def make_reader(indices: Mapping[str, Any], watches: Watches) -> Any:
-    """A snapshot reader over kopf's live indexes and our watches' stores (the same
-    objects for the whole run)."""
+# ------------------------------------------------------------ the snapshot reader
+def make_reader(indices: Mapping[str, Any], watches: Watches) -> SnapshotReader:
+    """A snapshot reader over kopf's live indexes and our stores (the same objects for the
+    whole run): the cluster, its pods and RayCluster, the nodes of its shape, and the
+    reservations of its shape and its own (a spec whose shape changed still sees the pools
+    it holds of the old one)."""
     clusters = indices["tsc_index"]
     by_shape = indices["reservation_shape_index"]
     by_holder = indices["reservation_holder_index"]
@@ -82,6 +90,28 @@ def make_reader(indices: Mapping[str, Any], watches: Watches) -> Any:
     return read
 
 
+# ------------------------------------------------------------ start-up and shut-down
+def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo | None:
+    """In a pod: the service account; elsewhere: --kubeconfig, else $KUBECONFIG.
+
+    Through the kubernetes client's own configuration, as ``Kube`` logs in: in a pod
+    that is the API server's address from ``KUBERNETES_SERVICE_HOST``. kopf's
+    ``login_with_service_account`` dials ``kubernetes.default.svc`` instead, so it needs
+    cluster DNS that ``Kube`` does not, and the operator looked started while kopf could
+    not reach the API server (seen on a real node without DNS)."""
+    config: OperatorConfig = memo.config
+    creds = kube_credentials(config.kubeconfig)
+    return kopf.ConnectionInfo(
+        server=creds.server,
+        ca_path=creds.ca_path,
+        insecure=creds.insecure,
+        scheme=creds.scheme,
+        token=creds.token,
+        certificate_path=creds.certificate_path,
+        private_key_path=creds.private_key_path,
+    )
+
+
 async def _beat(health: Health) -> None:
     """Tell the liveness probe, once a second, that the event loop is turning."""
     while True:
@@ -89,190 +119,244 @@ async def _beat(health: Health) -> None:
         await asyncio.sleep(HEARTBEAT_SECONDS)
 
 
-def register(
-    registry: kopf.OperatorRegistry, config: OperatorConfig, metrics: Metrics | None = None
+def _configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
+    settings.persistence.finalizer = config.finalizer
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=c.GROUP, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    # Bounded watches of TPUSliceClusters and SliceReservations (kopf's default is none):
+    # the server ends each after server_timeout, the client gives up on a silent
+    # connection after client_timeout, so a half-open stream cannot hide.
+    settings.watching.server_timeout = KOPF_WATCH_SERVER_SECONDS
+    settings.watching.client_timeout = KOPF_WATCH_SERVER_SECONDS + 30
+    settings.watching.connect_timeout = 30
+
+
+async def configure(
+    settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **indices: Any
 ) -> None:
-    """Register every handler of the operator into ``registry``, recording into ``metrics``."""
-    reg: dict[str, Any] = {"registry": registry}
-    metrics = metrics or Metrics()
+    """Start-up: kopf's settings, our watches (listed once before any pass), the
+    reconciler (kicks held until kopf's indexes are filled), the heartbeat and the sweep."""
+    config: OperatorConfig = memo.config
+    metrics: Metrics = memo.metrics
+    _configure_kopf(settings, config)
+    health: Health = memo.health
+    memo.heartbeat = asyncio.get_running_loop().create_task(_beat(health))
+    kube: Kube = memo.kube  # made by app.run_operator, shared with leader election
+    watches = Watches()
+    reconciler = Reconciler(kube, make_reader(indices, watches), metrics=metrics)
+    memo.watches, memo.reconciler = watches, reconciler
+    memo.indexed = asyncio.Event()
+    reconciler.hold_until_indexed()
+    shape_index = indices["reservation_shape_index"]
 
-    # ------------------------------------------------------------ start-up
-    @kopf.on.login(**reg)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        """In a pod: the service account; elsewhere: --kubeconfig, else $KUBECONFIG.
+    def holders_of(shape: Shape, pool: str) -> set[ClusterKey]:
+        return {
+            (r.holder.namespace, r.holder.name)
+            for r in shape_index.get(shape, ())
+            if r.pool == pool
+        }
 
-        Through the kubernetes client's own configuration, as ``Kube`` logs in: in a pod
-        that is the API server's address from ``KUBERNETES_SERVICE_HOST``. kopf's
-        ``login_with_service_account`` dials ``kubernetes.default.svc`` instead, so it
-        needs cluster DNS that ``Kube`` does not, and the operator looked started while
-        kopf could not reach the API server (seen on a real node without DNS)."""
-        creds = kube_credentials(config.kubeconfig)
-        return kopf.ConnectionInfo(
-            server=creds.server,
-            ca_path=creds.ca_path,
-            insecure=creds.insecure,
-            scheme=creds.scheme,
-            token=creds.token,
-            certificate_path=creds.certificate_path,
-            private_key_path=creds.private_key_path,
+    def on_nodes(changes: list[Any]) -> None:
+        shapes, keys = node_kicks(changes, reconciler.waiting_for, holders_of)
+        for shape in shapes:
+            reconciler.nodes_changed(shape)
+        reconciler.kick_soon(keys)
+
+    await watches.start(
+        kube,
+        config.namespaces,
+        on_pods=lambda changes: reconciler.kick_soon(pod_kicks(changes)),
+        on_nodes=on_nodes,
+        on_rayclusters=lambda changes: reconciler.kick_soon({ch.key for ch in changes}),
+    )
+    logger.info(
+        "listed %d TPU nodes, %d pods and %d RayClusters of TPUSliceClusters",
+        len(watches.nodes),
+        len(watches.pods),
+        len(watches.rayclusters),
+    )
+    if not await kube.crd_exists(f"{c.RAY_PLURAL_CLUSTER}.{c.RAY_GROUP}"):
+        logger.warning(
+            "KubeRay's RayCluster CRD is not installed; every TPUSliceCluster "
+            "will be Stalled (KubeRayNotInstalled) until it is"
         )
+    memo.sweeper = asyncio.get_running_loop().create_task(
+        sweep_forever(kube, indices, watches, memo.indexed, config)
+    )
+    health.started()
 
-    @kopf.on.startup(**reg)
-    async def configure(
-        settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **kwargs: Any
-    ) -> None:
-        settings.persistence.finalizer = config.finalizer
-        settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
-        settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-            prefix=c.GROUP, key="last-handled-configuration"
-        )
-        settings.posting.level = logging.WARNING
-        # Bounded watches of TPUSliceClusters and SliceReservations (kopf's default is
-        # none): the server ends each after server_timeout, the client gives up on a
-        # silent connection after client_timeout, so a half-open stream cannot hide.
-        settings.watching.server_timeout = KOPF_WATCH_SERVER_SECONDS
-        settings.watching.client_timeout = KOPF_WATCH_SERVER_SECONDS + 30
-        settings.watching.connect_timeout = 30
-        health: Health = memo.health
-        memo.heartbeat = asyncio.get_running_loop().create_task(_beat(health))
-        kube: Kube = memo.kube  # made by app.run_operator, shared with leader election
-        watches = Watches()
-        reconciler = Reconciler(kube, make_reader(kwargs, watches), metrics=metrics)
-        memo.watches, memo.reconciler = watches, reconciler
-        reconciler.hold_until_indexed()
-        shape_index = kwargs["reservation_shape_index"]
 
-        def holders_of(shape: tuple[str, str], pool: str) -> set[ClusterKey]:
-            return {
-                (r.holder.namespace, r.holder.name)
-                for r in shape_index.get(shape, ())
-                if r.pool == pool
-            }
+async def stop(memo: kopf.Memo, **_: Any) -> None:
+    if "watches" in memo:
+        memo.watches.stop()
+    for task in ("heartbeat", "sweeper"):
+        if memo.get(task) is not None:
+            memo[task].cancel()
 
-        def on_nodes(changes: list[Any]) -> None:
-            shapes, keys = node_kicks(changes, reconciler.waiting_for, holders_of)
-            for shape in shapes:
-                reconciler.nodes_changed(shape)
-            reconciler.kick_soon(keys)
 
-        await watches.start(
-            kube,
-            config.namespaces,
-            on_pods=lambda changes: reconciler.kick_soon(pod_kicks(changes)),
-            on_nodes=on_nodes,
-            on_rayclusters=lambda changes: reconciler.kick_soon({ch.key for ch in changes}),
-        )
-        logger.info(
-            "listed %d TPU nodes, %d pods and %d RayClusters of TPUSliceClusters",
-            len(watches.nodes),
-            len(watches.pods),
-            len(watches.rayclusters),
-        )
-        if not await kube.crd_exists(f"{c.RAY_PLURAL_CLUSTER}.{c.RAY_GROUP}"):
-            logger.warning(
-                "KubeRay's RayCluster CRD is not installed; every TPUSliceCluster "
-                "will be Stalled (KubeRayNotInstalled) until it is"
-            )
-        health.started()
+# ------------------------------------------------------------ indexes
+def tsc_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    return {(namespace or "", name): cluster_record(body)}
 
-    @kopf.on.cleanup(**reg)
-    async def stop(memo: kopf.Memo, **_: Any) -> None:
-        if "watches" in memo:
-            memo.watches.stop()
-        if memo.get("heartbeat") is not None:
-            memo.heartbeat.cancel()
 
-    # ------------------------------------------------------------ indexes
-    @kopf.index(*TSC, id="tsc_index", **reg)
-    def tsc_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-        return {(namespace or "", name): cluster_record(body)}
+def reservation_shape_index(body: kopf.Body, **_: Any) -> dict[Any, ReservationInfo]:
+    return {reservation_shape(body): reservation_info(body)}
 
-    @kopf.index(*RESERVATIONS, id="reservation_shape_index", **reg)
-    def reservation_shape_index(body: kopf.Body, **_: Any) -> dict[Any, ReservationInfo]:
-        return {reservation_shape(body): reservation_info(body)}
 
-    @kopf.index(*RESERVATIONS, id="reservation_holder_index", **reg)
-    def reservation_holder_index(body: kopf.Body, **_: Any) -> dict[Any, ReservationInfo]:
-        info = reservation_info(body)
-        return {info.holder.uid: info}
+def reservation_holder_index(body: kopf.Body, **_: Any) -> dict[Any, ReservationInfo]:
+    info = reservation_info(body)
+    return {info.holder.uid: info}
 
-    # ------------------------------------------------------------ triggers
-    @kopf.on.event(*TSC, **reg)
-    async def cluster_changed(
-        type: str, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
-    ) -> None:
-        memo.reconciler.indexed()  # kopf calls handlers only once its indexes are filled
-        if type == "DELETED":
-            memo.reconciler.forget((namespace or "", name))
-            return
-        await memo.reconciler.kick((namespace or "", name))
 
-    @kopf.timer(*TSC, interval=config.resync_seconds, **reg)
-    async def resync(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
-        await memo.reconciler.kick((namespace or "", name))
+# ------------------------------------------------------------ triggers
+def _indexed(memo: kopf.Memo) -> None:
+    """kopf calls handlers only once its indexes are filled: release what waited for them."""
+    memo.reconciler.indexed()
+    memo.indexed.set()
 
-    @kopf.on.event(*RESERVATIONS, **reg)
-    async def reservation_changed(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        memo.reconciler.indexed()
-        info = reservation_info(body)
-        keys = {(info.holder.namespace, info.holder.name)}
-        if type == "DELETED":  # a pool became free: wake whoever waits for its shape
-            metrics.reservation_gone(info.pool)
-            keys |= memo.reconciler.waiting_for(reservation_shape(body))
-        else:
-            metrics.reservation_seen(info.pool, info.phase)
-        memo.reconciler.kick_soon(keys)
 
-    # ------------------------------------------------------------ release
-    @kopf.on.delete(*TSC, **reg)
-    async def tear_down(
-        namespace: str | None,
-        name: str,
-        uid: str,
-        memo: kopf.Memo,
-        **kwargs: Any,
-    ) -> None:
-        """Delete the RayCluster, wait until its worker pods (which hold chips) are gone,
-        then release every reservation of this cluster.
-
-        The wait is on our pod store, in the handler, for up to a minute: each kopf
-        retry (TemporaryError) patches the TSC's progress annotation, and retrying
-        every 2 s while 1,000 clusters were torn down sent ~100 patches a second."""
-        kube: Kube = memo.kube
-        namespace = namespace or ""
-        ours = memo.watches.raycluster((namespace, name))
-        if ours is None:  # not labelled (someone removed our label), or none at all
-            found = await kube.get_raycluster(namespace, name)
-            ours = None if found is None else raycluster_info(found)
-        if ours is not None and controlled_by(ours["ownerReferences"], uid):
-            await kube.delete_raycluster(namespace, name, ours["uid"])
-        # else: none, or another's RayCluster of that name: never deleted.
-        remaining = await memo.watches.pods_gone((namespace, name), TEARDOWN_WAIT_SECONDS)
-        if remaining:
-            raise kopf.TemporaryError(
-                f"waiting for {len(remaining)} worker pods to terminate before releasing "
-                f"node pools",
-                delay=1,
-            )
-        for info in list(kwargs["reservation_holder_index"].get(uid, ())):
-            await kube.delete_reservation(info.pool)
+async def cluster_changed(
+    type: str, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
+) -> None:
+    _indexed(memo)
+    if type == "DELETED":
         memo.reconciler.forget((namespace or "", name))
+        return
+    await memo.reconciler.kick((namespace or "", name))
 
-    @kopf.timer(*RESERVATIONS, interval=config.sweep_seconds, **reg)
-    async def sweep_orphan(body: kopf.Body, memo: kopf.Memo, logger: Any, **kwargs: Any) -> None:
-        """Delete a reservation whose holder no longer exists and whose pods are gone,
-        only if the holder is in a namespace this instance watches (``is_orphan``)."""
-        info = reservation_info(body)
-        holder = info.holder
-        cluster = _first(kwargs["tsc_index"].get((holder.namespace, holder.name)))
-        live_uid = (cluster or {}).get("metadata", {}).get("uid")
-        pods = any(
-            p.replica_name == holder.replica_name
-            for p in memo.watches.pods_of((holder.namespace, holder.name))
+
+async def resync(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
+    await memo.reconciler.kick((namespace or "", name))
+
+
+async def reservation_changed(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    _indexed(memo)
+    metrics: Metrics = memo.metrics
+    info = reservation_info(body)
+    keys = {(info.holder.namespace, info.holder.name)}
+    if type == "DELETED":  # a pool became free: wake whoever waits for its shape
+        metrics.reservation_gone(info.pool)
+        keys |= memo.reconciler.waiting_for(reservation_shape(body))
+    else:
+        metrics.reservation_seen(info.pool, info.phase)
+    memo.reconciler.kick_soon(keys)
+
+
+# ------------------------------------------------------------ release
+async def tear_down(
+    kube: ClusterApi,
+    watches: Watches,
+    holder_index: Mapping[str, Iterable[ReservationInfo]],
+    namespace: str,
+    name: str,
+    uid: str,
+    wait_seconds: float = TEARDOWN_WAIT_SECONDS,
+) -> list[str]:
+    """Delete the cluster's RayCluster (only if this TSC controls it), wait until its
+    worker pods (which hold chips) are gone, then release every reservation of the
+    cluster. The pods still there after ``wait_seconds`` (nothing released then).
+
+    The wait is on our pod store, for up to a minute per call: each kopf retry
+    patches the TSC's progress annotation, and retrying every 2 s while 1,000
+    clusters were torn down sent ~100 patches a second."""
+    ours = watches.raycluster((namespace, name))
+    if ours is None:  # not labelled (someone removed our label), or none at all
+        found = await kube.get_raycluster(namespace, name)
+        ours = None if found is None else raycluster_info(found)
+    if ours is not None and controlled_by(ours["ownerReferences"], uid):
+        await kube.delete_raycluster(namespace, name, ours["uid"])
+    # else: none, or another's RayCluster of that name: never deleted.
+    remaining = await watches.pods_gone((namespace, name), wait_seconds)
+    if remaining:
+        return [p.name for p in remaining]
+    for info in list(holder_index.get(uid, ())):
+        await kube.delete_reservation(info.pool)
+    return []
+
+
+async def on_delete(
+    namespace: str | None, name: str, uid: str, memo: kopf.Memo, **indices: Any
+) -> None:
+    """The TSC's finalizer: ``tear_down``, retried by kopf while pods remain."""
+    key = (namespace or "", name)
+    remaining = await tear_down(
+        memo.kube, memo.watches, indices["reservation_holder_index"], *key, uid
+    )
+    if remaining:
+        raise kopf.TemporaryError(
+            f"waiting for {len(remaining)} worker pods to terminate before releasing node pools",
+            delay=1,
         )
-        if not is_orphan(holder, live_uid, pods, config.namespaces):
-            return
-        if await memo.kube.delete_reservation(info.pool, uid=body.metadata.uid):
-            logger.info(
-                "released node pool %s: its holder %s is gone", info.pool, holder.describe()
+    memo.reconciler.forget(key)
+
+
+# ------------------------------------------------------------ the sweep
+async def sweep_once(
+    kube: ClusterApi,
+    indices: Mapping[str, Any],
+    watches: Watches,
+    namespaces: Iterable[str],
+) -> list[str]:
+    """Delete every reservation whose holder no longer exists and whose pods are gone, if
+    the holder is in a namespace this instance watches; the pools given back. Each delete
+    is conditional on the reservation's uid (a new claim of the pool is never deleted)."""
+    clusters = indices["tsc_index"]
+    every = [info for infos in list(indices["reservation_holder_index"].values()) for info in infos]
+
+    def live_uid(key: ClusterKey) -> str | None:
+        cluster = _first(clusters.get(key))
+        uid = (cluster or {}).get("metadata", {}).get("uid")
+        return str(uid) if uid else None
+
+    def replica_has_pods(holder: Holder) -> bool:
+        return any(
+            p.replica_name == holder.replica_name
+            for p in watches.pods_of((holder.namespace, holder.name))
+        )
+
+    freed = []
+    for info in orphans(every, live_uid, replica_has_pods, tuple(namespaces)):
+        if await kube.delete_reservation(info.pool, uid=info.uid or None):
+            log.info(
+                "released node pool %s: its holder %s is gone", info.pool, info.holder.describe()
             )
+            freed.append(info.pool)
+    return freed
+
+
+async def sweep_forever(
+    kube: ClusterApi,
+    indices: Mapping[str, Any],
+    watches: Watches,
+    indexed: asyncio.Event,
+    config: OperatorConfig,
+) -> None:
+    """``sweep_once`` every ``config.sweep_seconds``, never before kopf's indexes are filled
+    (an empty index of clusters would make every holder look gone)."""
+    await indexed.wait()
+    while True:
+        await asyncio.sleep(config.sweep_seconds)
+        try:
+            await sweep_once(kube, indices, watches, config.namespaces)
+        except Exception as exc:  # the next round tries again
+            log.warning("the orphan sweep failed: %s", exc)
+
+
+# ------------------------------------------------------------ wiring
+def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+    """Wire every handler into ``registry``. The memo that ``kopf.run`` gets must hold
+    ``config``, ``health``, ``kube`` and ``metrics`` (``app.py`` makes it)."""
+    reg: dict[str, Any] = {"registry": registry}
+    kopf.on.login(**reg)(login)
+    kopf.on.startup(**reg)(configure)
+    kopf.on.cleanup(**reg)(stop)
+    kopf.index(*TSC, id="tsc_index", **reg)(tsc_index)
+    kopf.index(*RESERVATIONS, id="reservation_shape_index", **reg)(reservation_shape_index)
+    kopf.index(*RESERVATIONS, id="reservation_holder_index", **reg)(reservation_holder_index)
+    kopf.on.event(*TSC, **reg)(cluster_changed)
+    kopf.timer(*TSC, interval=config.resync_seconds, **reg)(resync)
+    kopf.on.event(*RESERVATIONS, **reg)(reservation_changed)
+    kopf.on.delete(*TSC, id="tear_down", **reg)(on_delete)

@@ -14,12 +14,11 @@ import asyncio
 import functools
 import json
 import logging
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote, urlencode
 
 from kubernetes import client as k8s_client
@@ -28,9 +27,8 @@ from kubernetes import config as k8s_config
 from tpuslice import constants as c
 from tpuslice.health import Health
 from tpuslice.metrics import Metrics
-from tpuslice.store import ObjectKey
 
-__all__ = ["ApiError", "Deliver", "Followed", "Kube", "iter_lines", "load_api_client", "object_key"]
+__all__ = ["ApiError", "ClusterApi", "Kube", "api_path", "credentials", "load_api_client"]
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +37,7 @@ MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 
 
-#: A watch request ends after this long and is reopened from the last resourceVersion.
-WATCH_SECONDS = 290
-LIST_PAGE_SIZE = 500
-#: How often to look again for a kind whose CRD is missing (KubeRay installed later).
-MISSING_KIND_RETRY_SECONDS = 30.0
-
 #: (None, every record) for a listing, (ADDED|MODIFIED|DELETED, {key: record}) for an event.
-Deliver = Callable[[str | None, dict[ObjectKey, Any]], None]
 
 
 class ApiError(Exception):
@@ -69,6 +60,38 @@ class ApiError(Exception):
     @property
     def conflict(self) -> bool:
         return self.status == 409
+
+
+class ClusterApi(Protocol):
+    """The calls the reconcile parts, the finalizer and the sweep make: ``Kube`` in the
+    operator, the fake in tests/support/fake_kube.py in unit tests (mypy checks that the
+    fake matches, so a changed signature here breaks the fake, not a test at run time)."""
+
+    async def apply_raycluster(self, body: Mapping[str, Any]) -> Any: ...
+
+    async def get_raycluster(self, namespace: str, name: str) -> Any: ...
+
+    async def delete_raycluster(self, namespace: str, name: str, uid: str) -> None: ...
+
+    async def get_crd(self, name: str) -> Any: ...
+
+    async def create_reservation(self, body: Mapping[str, Any]) -> Any: ...
+
+    async def get_reservation(self, name: str) -> Any: ...
+
+    async def delete_reservation(self, name: str, uid: str | None = None) -> bool: ...
+
+    async def set_reservation_phase(self, name: str, phase: str, message: str) -> None: ...
+
+    async def release_pod(self, namespace: str, name: str, pool: str) -> None: ...
+
+    async def patch_cluster_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None: ...
+
+    async def post_event(
+        self, involved: Mapping[str, Any], kind: str, reason: str, message: str
+    ) -> None: ...
 
 
 def load_api_client(kubeconfig: str | None = None, pool_size: int = 32) -> Any:
@@ -121,46 +144,12 @@ def credentials(kubeconfig: str | None = None) -> Credentials:
     )
 
 
-def _path(group: str, version: str, plural: str, name: str = "", namespace: str = "") -> str:
+def api_path(group: str, version: str, plural: str, name: str = "", namespace: str = "") -> str:
     base = "/api/v1" if group == "" else f"/apis/{group}/{version}"
     if namespace:
         base += f"/namespaces/{quote(namespace)}"
     base += f"/{plural}"
     return base + (f"/{quote(name)}" if name else "")
-
-
-@dataclass(frozen=True)
-class Followed:
-    """A kind the operator lists and watches itself, and how to shrink its objects."""
-
-    group: str
-    version: str
-    plural: str
-    convert: Callable[[Mapping[str, Any]], Any]
-    label_selector: str = ""
-    namespace: str = ""  # "" for all namespaces (and for cluster-scoped kinds)
-
-    def path(self) -> str:
-        return _path(self.group, self.version, self.plural, namespace=self.namespace)
-
-    def query(self) -> dict[str, str]:
-        return {"labelSelector": self.label_selector} if self.label_selector else {}
-
-
-def object_key(obj: Mapping[str, Any]) -> ObjectKey:
-    meta = obj.get("metadata") or {}
-    return meta.get("namespace") or "", meta.get("name") or ""
-
-
-def iter_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """Whole lines out of a stream of chunks (a watch sends one JSON event per line)."""
-    pending = b""
-    for chunk in chunks:
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        yield from (line for line in lines if line.strip())
-    if pending.strip():
-        yield pending
 
 
 def _raise_for(status: int, reason: str, data: bytes) -> None:
@@ -208,7 +197,7 @@ class Kube:
         )
 
     # ------------------------------------------------------------ transport
-    def _send(
+    def send(
         self,
         method: str,
         path: str,
@@ -232,7 +221,7 @@ class Kube:
             _raise_for(response.status, response.reason, response.read())
         return response
 
-    def _call_sync(
+    def request(
         self,
         method: str,
         path: str,
@@ -241,7 +230,7 @@ class Kube:
         content_type: str | None,
         timeout: float = 30,
     ) -> Any:
-        data = self._send(method, path, query, body, content_type, timeout).read()
+        data = self.send(method, path, query, body, content_type, timeout).read()
         return json.loads(data) if data else None
 
     def call_sync(
@@ -260,7 +249,7 @@ class Kube:
         in ``executor``."""
         self.metrics.api_request(method, resource)
         try:
-            return self._call_sync(method, path, query, body, content_type, timeout)
+            return self.request(method, path, query, body, content_type, timeout)
         except Exception:
             self.metrics.api_error()
             raise
@@ -295,7 +284,7 @@ class Kube:
         meta = body["metadata"]
         return await self.call(
             "PATCH",
-            _path(
+            api_path(
                 c.RAY_GROUP, c.RAY_VERSION, c.RAY_PLURAL_CLUSTER, meta["name"], meta["namespace"]
             ),
             resource="rayclusters",
@@ -309,7 +298,7 @@ class Kube:
         try:
             return await self.call(
                 "GET",
-                _path(c.RAY_GROUP, c.RAY_VERSION, c.RAY_PLURAL_CLUSTER, name, namespace),
+                api_path(c.RAY_GROUP, c.RAY_VERSION, c.RAY_PLURAL_CLUSTER, name, namespace),
                 resource="rayclusters",
             )
         except ApiError as exc:
@@ -322,7 +311,7 @@ class Kube:
         try:
             await self.call(
                 "DELETE",
-                _path(c.RAY_GROUP, c.RAY_VERSION, c.RAY_PLURAL_CLUSTER, name, namespace),
+                api_path(c.RAY_GROUP, c.RAY_VERSION, c.RAY_PLURAL_CLUSTER, name, namespace),
                 resource="rayclusters",
                 body={"propagationPolicy": "Background", "preconditions": {"uid": uid}},
             )
@@ -334,7 +323,7 @@ class Kube:
         """A CustomResourceDefinition (KubeRay's, for its pod-template schema)."""
         return await self.call(
             "GET",
-            _path("apiextensions.k8s.io", "v1", "customresourcedefinitions", name),
+            api_path("apiextensions.k8s.io", "v1", "customresourcedefinitions", name),
             resource="customresourcedefinitions",
         )
 
@@ -352,7 +341,7 @@ class Kube:
         """The claim. Raises ApiError(already_exists) when someone holds the pool."""
         return await self.call(
             "POST",
-            _path(c.GROUP, c.VERSION, c.PLURAL_RESERVATION),
+            api_path(c.GROUP, c.VERSION, c.PLURAL_RESERVATION),
             resource="slicereservations",
             body=body,
         )
@@ -360,7 +349,7 @@ class Kube:
     async def get_reservation(self, name: str) -> Any:
         return await self.call(
             "GET",
-            _path(c.GROUP, c.VERSION, c.PLURAL_RESERVATION, name),
+            api_path(c.GROUP, c.VERSION, c.PLURAL_RESERVATION, name),
             resource="slicereservations",
         )
 
@@ -372,7 +361,7 @@ class Kube:
         try:
             await self.call(
                 "DELETE",
-                _path(c.GROUP, c.VERSION, c.PLURAL_RESERVATION, name),
+                api_path(c.GROUP, c.VERSION, c.PLURAL_RESERVATION, name),
                 resource="slicereservations",
                 body=body,
             )
@@ -385,7 +374,7 @@ class Kube:
     async def set_reservation_phase(self, name: str, phase: str, message: str) -> None:
         await self.call(
             "PATCH",
-            _path(c.GROUP, c.VERSION, c.PLURAL_RESERVATION, name) + "/status",
+            api_path(c.GROUP, c.VERSION, c.PLURAL_RESERVATION, name) + "/status",
             resource="slicereservations/status",
             body={"status": {"phase": phase, "message": message}},
             content_type=MERGE,
@@ -396,7 +385,7 @@ class Kube:
         """ONE patch: pin to the pool and remove our gate (other gates stay)."""
         await self.call(
             "PATCH",
-            _path("", "v1", "pods", name, namespace),
+            api_path("", "v1", "pods", name, namespace),
             resource="pods",
             body={
                 "spec": {
@@ -410,7 +399,7 @@ class Kube:
     async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         result = await self.call(
             "GET",
-            _path("", "v1", "pods", namespace=namespace),
+            api_path("", "v1", "pods", namespace=namespace),
             resource="pods",
             query={"labelSelector": label_selector},
         )
@@ -422,7 +411,7 @@ class Kube:
         so a second apply changes nothing."""
         self.call_sync(
             "PATCH",
-            _path(
+            api_path(
                 "admissionregistration.k8s.io",
                 "v1",
                 "mutatingwebhookconfigurations",
@@ -440,7 +429,7 @@ class Kube:
         try:
             return self.call_sync(
                 "GET",
-                _path("coordination.k8s.io", "v1", "leases", name, namespace),
+                api_path("coordination.k8s.io", "v1", "leases", name, namespace),
                 resource="leases",
                 timeout=timeout,
             )
@@ -457,7 +446,7 @@ class Kube:
         meta = body["metadata"]
         return self.call_sync(
             "PATCH",
-            _path("coordination.k8s.io", "v1", "leases", meta["name"], meta["namespace"]),
+            api_path("coordination.k8s.io", "v1", "leases", meta["name"], meta["namespace"]),
             resource="leases",
             query={"fieldManager": f"{c.FIELD_MANAGER}-{body['spec']['holderIdentity']}"[:128]},
             body=body,
@@ -470,7 +459,7 @@ class Kube:
         meta = body["metadata"]
         return self.call_sync(
             "PUT",
-            _path("coordination.k8s.io", "v1", "leases", meta["name"], meta["namespace"]),
+            api_path("coordination.k8s.io", "v1", "leases", meta["name"], meta["namespace"]),
             resource="leases",
             query={"fieldManager": c.FIELD_MANAGER},
             body=body,
@@ -480,7 +469,7 @@ class Kube:
     # ------------------------------------------------------------ the webhook's certificates
     def get_secret(self, namespace: str, name: str) -> Any:
         return self.call_sync(
-            "GET", _path("", "v1", "secrets", name, namespace), resource="secrets"
+            "GET", api_path("", "v1", "secrets", name, namespace), resource="secrets"
         )
 
     def update_secret(self, body: Mapping[str, Any]) -> Any:
@@ -488,7 +477,7 @@ class Kube:
         meta = body["metadata"]
         return self.call_sync(
             "PUT",
-            _path("", "v1", "secrets", meta["name"], meta["namespace"]),
+            api_path("", "v1", "secrets", meta["name"], meta["namespace"]),
             resource="secrets",
             query={"fieldManager": c.FIELD_MANAGER},
             body=body,
@@ -500,7 +489,7 @@ class Kube:
     ) -> None:
         await self.call(
             "PATCH",
-            _path(c.GROUP, c.VERSION, c.PLURAL_CLUSTER, name, namespace) + "/status",
+            api_path(c.GROUP, c.VERSION, c.PLURAL_CLUSTER, name, namespace) + "/status",
             resource="tpusliceclusters/status",
             body={"status": status},
             content_type=MERGE,
@@ -536,7 +525,7 @@ class Kube:
         try:
             await self.call(
                 "POST",
-                _path("", "v1", "events", namespace=meta["namespace"]),
+                api_path("", "v1", "events", namespace=meta["namespace"]),
                 resource="events",
                 body=event,
             )
@@ -545,121 +534,3 @@ class Kube:
             log.warning(
                 "could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], exc
             )
-
-    # ------------------------------------------------------------ watches
-    async def follow(self, kind: Followed, deliver: Deliver) -> threading.Event:
-        """List ``kind``, then watch it forever on a thread of its own; return once the first
-        listing was delivered. Returns the event that stops the thread.
-
-        ``deliver`` runs on the calling event loop with ``(None, records)`` for a full
-        listing (the first one and every relist after the watch fell too far behind) and
-        ``(event type, {key: record})`` for each watch event. Converting objects into
-        records happens on the watch thread, so whole objects never reach the loop."""
-        loop = asyncio.get_running_loop()
-        listed: asyncio.Future[None] = loop.create_future()
-        stop = threading.Event()
-
-        def on_loop(event: str | None, records: dict[ObjectKey, Any]) -> None:
-            deliver(event, records)
-            if event is None and not listed.done():
-                listed.set_result(None)
-
-        def emit(event: str | None, records: dict[ObjectKey, Any]) -> None:
-            loop.call_soon_threadsafe(on_loop, event, records)
-
-        threading.Thread(
-            target=self._follow_forever,
-            args=(kind, emit, stop),
-            name=f"watch-{kind.plural}",
-            daemon=True,
-        ).start()
-        await listed
-        return stop
-
-    def _follow_forever(
-        self,
-        kind: Followed,
-        emit: Deliver,
-        stop: threading.Event,
-    ) -> None:
-        version: str | None = None
-        backoff = 1.0
-        while not stop.is_set():
-            try:
-                if version is None:
-                    records, version = self._list_all(kind)
-                    self.health.watch_ok(kind.plural)
-                    emit(None, records)
-                version = self._watch_once(kind, version, emit, stop)
-                backoff = 1.0
-            except Exception as exc:  # also connection resets, read timeouts, bad JSON
-                api_error = exc if isinstance(exc, ApiError) else None
-                if api_error is not None and api_error.status == 410:
-                    version = None  # our resourceVersion is too old (normal): list again
-                    continue
-                self.metrics.api_error()
-                if api_error is not None and api_error.not_found:
-                    self.health.watch_ok(kind.plural)  # the API server answered
-                    version = None  # the CRD is not installed (KubeRay): nothing to follow yet
-                    emit(None, {})
-                    stop.wait(MISSING_KIND_RETRY_SECONDS)
-                    continue
-                self.health.watch_failed(kind.plural, f"{type(exc).__name__}: {exc}")
-                log.warning("watching %s failed: %s; retrying in %.0fs", kind.plural, exc, backoff)
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
-
-    def _list_all(self, kind: Followed) -> tuple[dict[ObjectKey, Any], str]:
-        """Every object (in pages), converted; and the resourceVersion to watch from."""
-        records: dict[ObjectKey, Any] = {}
-        token = ""
-        while True:
-            query = dict(kind.query(), limit=str(LIST_PAGE_SIZE))
-            if token:
-                query["continue"] = token
-            self.metrics.api_request("LIST", kind.plural)
-            page = self._call_sync("GET", kind.path(), query, None, None) or {}
-            for obj in page.get("items") or []:
-                records[object_key(obj)] = kind.convert(obj)
-            meta = page.get("metadata") or {}
-            token = meta.get("continue") or ""
-            if not token:
-                return records, str(meta.get("resourceVersion") or "")
-
-    def _watch_once(
-        self,
-        kind: Followed,
-        version: str,
-        emit: Deliver,
-        stop: threading.Event,
-    ) -> str:
-        """One watch request from ``version`` until the server ends it; the newest version."""
-        query = dict(
-            kind.query(),
-            watch="1",
-            resourceVersion=version,
-            allowWatchBookmarks="true",
-            timeoutSeconds=str(WATCH_SECONDS),
-        )
-        self.metrics.api_request("WATCH", kind.plural)
-        response = self._send("GET", kind.path(), query, None, None, (10, WATCH_SECONDS + 30))
-        self.health.watch_ok(kind.plural)
-        try:
-            for line in iter_lines(response.response.stream(64 * 1024)):
-                if stop.is_set():
-                    break
-                event = json.loads(line)
-                obj = event.get("object") or {}
-                if event.get("type") == "ERROR":
-                    raise ApiError(
-                        int(obj.get("code") or 500),
-                        str(obj.get("reason") or "WatchError"),
-                        str(obj.get("message") or obj),
-                    )
-                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-                self.health.watch_ok(kind.plural)
-                if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                    emit(event["type"], {object_key(obj): kind.convert(obj)})
-        finally:
-            response.response.release_conn()
-        return version

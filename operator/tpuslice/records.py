@@ -101,6 +101,8 @@ class ReservationInfo:
     pool: str
     holder: Holder
     phase: str | None = None
+    #: The SliceReservation object's uid (a delete by the sweep is conditional on it).
+    uid: str = ""
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,11 @@ watch (their clusters and pods only look gone from here).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterable
 
-from tpuslice.records import Holder
+from tpuslice.records import ClusterKey, Holder, ReservationInfo
 
-__all__ = ["is_orphan", "watches_namespace"]
+__all__ = ["is_orphan", "orphans", "watches_namespace"]
 
 
 def watches_namespace(namespaces: Collection[str], namespace: str) -> bool:
@@ -36,3 +36,27 @@ def is_orphan(
     if not watches_namespace(namespaces, holder.namespace):
         return False
     return live_uid != holder.uid and not replica_pods
+
+
+def orphans(
+    reservations: Iterable[ReservationInfo],
+    live_uid: Callable[[ClusterKey], str | None],
+    replica_has_pods: Callable[[Holder], bool],
+    namespaces: Collection[str],
+) -> list[ReservationInfo]:
+    """The reservations the sweep deletes now, in pool order: ``live_uid`` gives the uid of
+    the TPUSliceCluster of a name (None: none), ``replica_has_pods`` whether any pod of the
+    holder's slice is left."""
+    return sorted(
+        (
+            r
+            for r in reservations
+            if is_orphan(
+                r.holder,
+                live_uid((r.holder.namespace, r.holder.name)),
+                replica_has_pods(r.holder),
+                namespaces,
+            )
+        ),
+        key=lambda r: r.pool,
+    )

@@ -20,7 +20,7 @@ import yaml
 
 from tpusim import ToolPaths
 from tpuslice import webhook
-from tpuslice.watches import followed_kinds
+from tpuslice.follow import followed_kinds
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "tpuslice-operator"
@@ -204,7 +204,7 @@ def test_cluster_role_covers_every_call_in_kube_py() -> None:
     for method, resource in calls:
         assert resource in by_resource, f"{method} {resource} not in the ClusterRole"
         assert VERB[method] & by_resource[resource], f"{method} {resource}: {by_resource[resource]}"
-    # and the kinds watches.py lists and watches itself (not through self.call)
+    # and the kinds follow.py lists and watches itself (not through self.call)
     for kind in followed_kinds([""]):
         verbs = by_resource.get(kind.plural, set())
         assert {"list", "watch"} <= verbs, f"list+watch {kind.plural}: {verbs}"

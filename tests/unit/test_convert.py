@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tpuslice.convert import cluster_record, is_subset, node_info, pod_info, raycluster_info
+from tpuslice.applier import is_subset
+from tpuslice.convert import cluster_record, node_info, pod_info, raycluster_info
 
 
 def test_pod_record_reads_kuberay_labels_gate_and_pin() -> None:

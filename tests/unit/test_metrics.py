@@ -12,7 +12,8 @@ from typing import Any, cast
 
 import pytest
 
-from tests.unit.test_reconcile import FakeKube, cluster_body, nodes, pods
+from tests.support.fake_kube import FakeKube
+from tests.unit.test_reconcile import cluster_body, nodes, pods
 from tpuslice import constants as c
 from tpuslice import webhook
 from tpuslice.identity import IdentityError, MutationResult
@@ -88,7 +89,7 @@ def test_reconcile_pass_records_result_creation_release_and_slices() -> None:
     body["metadata"]["creationTimestamp"] = "2025-01-01T00:00:00Z"
     workers = [replace(p, created="2025-01-01T00:00:02Z") for p in pods()]
     snap = Snapshot(body, workers, nodes("pool-a"), [], None)
-    reconciler = Reconciler(FakeKube(), lambda key: snap, metrics=m)  # type: ignore[arg-type]
+    reconciler = Reconciler(FakeKube(), lambda key: snap, metrics=m)
 
     async def twice() -> None:
         await reconciler.kick(("ml", "llm"))
@@ -114,9 +115,9 @@ def test_failed_pass_counts_an_error() -> None:
         raise RuntimeError("index gone")
 
     async def once() -> None:
-        reconciler = Reconciler(FakeKube(), broken, metrics=m)  # type: ignore[arg-type]
+        reconciler = Reconciler(FakeKube(), broken, metrics=m)
         await reconciler.kick(("ml", "llm"))
-        for task in list(reconciler._tasks):
+        for task in list(reconciler.queue._tasks):
             task.cancel()
 
     asyncio.run(once())
@@ -135,7 +136,7 @@ def test_kube_call_counts_requests_and_failures() -> None:
             raise answer
         return answer
 
-    kube._call_sync = fake_call  # type: ignore[method-assign]
+    kube.request = fake_call  # type: ignore[method-assign]
 
     async def calls() -> None:
         await kube.call("PATCH", "/x", resource="pods")

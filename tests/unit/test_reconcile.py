@@ -6,87 +6,15 @@ import asyncio
 import time
 from typing import Any
 
-from tests.support.kuberay import raycluster_crd
+from tests.support.fake_kube import FakeKube
+from tpuslice.applier import applied_hash
 from tpuslice.convert import raycluster_info
 from tpuslice.kube import ApiError
-from tpuslice.reconcile import Reconciler, applied_hash
+from tpuslice.reconcile import Reconciler
 from tpuslice.records import Holder, NodeInfo, PodInfo, ReservationInfo, Snapshot
 from tpuslice.render import render_cluster
 
 UID = "uid-llm"
-
-
-class FakeKube:
-    def __init__(
-        self, apply_error: ApiError | None = None, taken: dict[str, ReservationInfo] | None = None
-    ) -> None:
-        self.calls: list[tuple[Any, ...]] = []
-        self.applied: list[Any] = []
-        self.apply_error = apply_error
-        self.taken = taken or {}
-        self.status: dict[str, Any] | None = None
-        self.crd: Any = raycluster_crd()
-        self.crd_reads = 0
-        #: RayClusters that exist but are not in the watch's store (unlabelled ones).
-        self.rayclusters: dict[tuple[str, str], Any] = {}
-        self.raycluster_reads: list[tuple[str, str]] = []
-
-    async def get_raycluster(self, namespace: str, name: str) -> Any:
-        self.raycluster_reads.append((namespace, name))
-        return self.rayclusters.get((namespace, name))
-
-    async def get_crd(self, name: str) -> Any:
-        assert name == "rayclusters.ray.io"
-        self.crd_reads += 1
-        if self.crd is None:
-            raise ApiError(404, "NotFound", f"{name} not found")
-        return self.crd
-
-    async def apply_raycluster(self, body: Any) -> Any:
-        self.calls.append(("apply", body["metadata"]["name"]))
-        self.applied.append(body)
-        if self.apply_error:
-            raise self.apply_error
-        return body
-
-    async def create_reservation(self, body: Any) -> Any:
-        self.calls.append(("claim", body["metadata"]["name"]))
-        if body["metadata"]["name"] in self.taken:
-            raise ApiError(409, "AlreadyExists", "exists")
-        return body
-
-    async def get_reservation(self, name: str) -> Any:
-        info = self.taken[name]
-        h = info.holder
-        return {
-            "metadata": {"name": name},
-            "spec": {
-                "nodePool": name,
-                "holder": {
-                    "namespace": h.namespace,
-                    "name": h.name,
-                    "uid": h.uid,
-                    "replicaName": h.replica_name,
-                },
-            },
-        }
-
-    async def delete_reservation(self, name: str, uid: str | None = None) -> bool:
-        self.calls.append(("free", name))
-        return True
-
-    async def set_reservation_phase(self, name: str, phase: str, message: str) -> None:
-        self.calls.append(("phase", name, phase))
-
-    async def release_pod(self, namespace: str, name: str, pool: str) -> None:
-        self.calls.append(("release", name, pool))
-
-    async def patch_cluster_status(self, namespace: str, name: str, status: Any) -> None:
-        self.calls.append(("status",))
-        self.status = status
-
-    async def post_event(self, involved: Any, kind: str, reason: str, message: str) -> None:
-        self.calls.append(("event", reason))
 
 
 def cluster_body(**spec: Any) -> dict[str, Any]:
@@ -132,7 +60,7 @@ def run(reconciler: Reconciler) -> None:
 
 
 def make(kube: FakeKube, snap: Snapshot) -> Reconciler:
-    return Reconciler(kube, lambda key: snap)  # type: ignore[arg-type]
+    return Reconciler(kube, lambda key: snap)
 
 
 def kinds(kube: FakeKube) -> list[Any]:
@@ -300,18 +228,25 @@ def test_pool_index_is_rebuilt_only_after_a_node_change() -> None:
 
     def read(pool: str) -> Snapshot:
         return Snapshot(
-            cluster_body(), [], nodes(pool), [], None, node_versions=dict(reconciler._node_versions)
+            cluster_body(),
+            [],
+            nodes(pool),
+            [],
+            None,
+            node_versions=reconciler.pool_indexes.versions(),
         )
 
-    assert reconciler._inventory(shape, read("pool-a")) is None  # no node events: per pass
+    assert reconciler.pool_indexes.index(shape, read("pool-a")) is None  # no node events: per pass
     reconciler.nodes_changed(shape)
-    first = reconciler._inventory(shape, read("pool-a"))
+    first = reconciler.pool_indexes.index(shape, read("pool-a"))
     assert first is not None and list(first.matching) == ["pool-a"]
-    assert reconciler._inventory(shape, read("pool-b")) is first  # unchanged version: cached
+    assert (
+        reconciler.pool_indexes.index(shape, read("pool-b")) is first
+    )  # unchanged version: cached
     run(reconciler)
     assert ("claim", "pool-a") in kube.calls
     reconciler.nodes_changed(shape)
-    again = reconciler._inventory(shape, read("pool-b"))
+    again = reconciler.pool_indexes.index(shape, read("pool-b"))
     assert again is not None and list(again.matching) == ["pool-b"]
 
 
@@ -327,10 +262,10 @@ def test_nodes_read_before_a_node_change_are_not_cached_as_current() -> None:
         nodes("pool-old"),
         [],
         None,
-        node_versions=dict(reconciler._node_versions),
+        node_versions=reconciler.pool_indexes.versions(),
     )
     reconciler.nodes_changed(shape)  # arrives while the pass is awaiting the API
-    used = reconciler._inventory(shape, stale)
+    used = reconciler.pool_indexes.index(shape, stale)
     assert used is not None and list(used.matching) == ["pool-old"]
     fresh = Snapshot(
         cluster_body(),
@@ -338,9 +273,9 @@ def test_nodes_read_before_a_node_change_are_not_cached_as_current() -> None:
         nodes("pool-new"),
         [],
         None,
-        node_versions=dict(reconciler._node_versions),
+        node_versions=reconciler.pool_indexes.versions(),
     )
-    current = reconciler._inventory(shape, fresh)
+    current = reconciler.pool_indexes.index(shape, fresh)
     assert current is not None and list(current.matching) == ["pool-new"]
 
 
@@ -362,7 +297,7 @@ def test_progress_only_status_changes_are_written_at_most_once_a_window() -> Non
         ),
     ]
     kube = FakeKube()
-    reconciler = Reconciler(kube, lambda key: snaps[0])  # type: ignore[arg-type]
+    reconciler = Reconciler(kube, lambda key: snaps[0])
 
     async def scenario() -> None:
         await reconciler.kick(("ml", "llm"))
@@ -371,8 +306,8 @@ def test_progress_only_status_changes_are_written_at_most_once_a_window() -> Non
         snaps[0] = snaps[1]
         await reconciler.kick(("ml", "llm"))
         assert kinds(kube).count("status") == writes  # held: only a count changed
-        assert ("ml", "llm") in reconciler._kicks_later
-        reconciler.progress_write_seconds = 0.0
+        assert reconciler.queue.pending_later(("ml", "llm"))
+        reconciler.status.progress_seconds = 0.0
         await reconciler.kick(("ml", "llm"))
         assert kinds(kube).count("status") == writes + 1
         assert kube.status["slices"][0]["readyHosts"] == 1
@@ -406,7 +341,7 @@ def test_apply_answered_500_typed_patch_is_rayclusterrejected_naming_the_users_f
     assert stalled[:2] == ("True", "RayClusterRejected")
     assert "spec.worker.template.spec.hostNetwork: expected boolean" in stalled[2]
     assert ("event", "RayClusterRejected") in kube.calls
-    assert reconciler._failing == {}
+    assert reconciler.backoff.failing(("ml", "llm")) is None
 
 
 def test_a_raycluster_of_that_name_not_ours_is_never_applied_and_the_cluster_is_stalled() -> None:
@@ -483,8 +418,8 @@ def test_a_failing_pass_is_a_reconciling_condition_with_backoff_and_one_event() 
         delays = []
         for _ in range(4):
             await reconciler.kick(key)
-            delays.append(reconciler._failing[key].retry_at - time.monotonic())
-            reconciler._failing[key].retry_at = 0  # as if the backoff had passed
+            delays.append(reconciler.backoff._failing[key].retry_at - time.monotonic())
+            reconciler.backoff._failing[key].retry_at = 0  # as if the backoff had passed
         return delays
 
     delays = asyncio.run(scenario())
@@ -512,7 +447,7 @@ def test_kicks_during_the_backoff_wait_unless_the_spec_changed() -> None:
         for _ in range(5):  # pod events, the resync timer
             await reconciler.kick(key)
         assert kinds(kube).count("apply") == 1
-        assert key in reconciler._kicks_later  # the held-back pass is scheduled
+        assert reconciler.queue.pending_later(key)  # the held-back pass is scheduled
         fixed = cluster_body()
         fixed["metadata"]["generation"] = 2
         reconciler.read = lambda _: Snapshot(fixed, [], nodes("pool-a"), [], None)
@@ -533,7 +468,7 @@ def test_success_forgets_the_failures(caplog: Any) -> None:
         with caplog.at_level(logging.WARNING, logger="tpuslice.reconcile"):
             for _ in range(3):
                 await reconciler.kick(key)
-                reconciler._failing[key].retry_at = 0
+                reconciler.backoff._failing[key].retry_at = 0
         kube.apply_error = None
         await reconciler.kick(key)
 
@@ -541,7 +476,7 @@ def test_success_forgets_the_failures(caplog: Any) -> None:
     tracebacks = [r for r in caplog.records if r.exc_info]
     assert len(tracebacks) == 1  # once per distinct error, then one line each
     assert len(caplog.records) == 3
-    assert reconciler._failing == {}
+    assert reconciler.backoff.failing(("ml", "llm")) is None
     cond = conditions_of(kube.status)
     assert cond["Stalled"][0] == "False" and cond["Ready"][1] != "ReconcileError"
 

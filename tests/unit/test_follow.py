@@ -6,11 +6,18 @@ from __future__ import annotations
 import asyncio
 
 from tpuslice.convert import node_info
-from tpuslice.kube import Followed, iter_lines, object_key
+from tpuslice.follow import (
+    Followed,
+    RecordStore,
+    apply,
+    follow_forever,
+    iter_lines,
+    node_kicks,
+    object_key,
+    pod_kicks,
+)
 from tpuslice.reconcile import Reconciler
 from tpuslice.records import NodeInfo, PodInfo, Snapshot
-from tpuslice.store import RecordStore
-from tpuslice.watches import apply, node_kicks, pod_kicks
 
 
 def node(name: str, pool: str, ready: bool = True, topology: str = "4x4") -> NodeInfo:
@@ -226,7 +233,7 @@ def test_follow_lists_in_pages_watches_and_relists_after_410() -> None:
         if len(seen) == 3:
             stop.set()
 
-    kube._follow_forever(Followed("", "v1", "nodes", node_info, "x"), emit, stop)
+    follow_forever(kube, Followed("", "v1", "nodes", node_info, "x"), emit, stop)
     assert seen == [(None, ["n1", "n2"]), ("MODIFIED", ["n1"]), (None, ["n1"])]
     assert "continue=more" in api.urls[1]
     assert "watch=1" in api.urls[2] and "resourceVersion=5" in api.urls[2]
@@ -246,7 +253,7 @@ def test_follow_of_a_kind_whose_crd_is_missing_reports_an_empty_listing() -> Non
         seen.append((event_type, records))
         stop.set()
 
-    kube._follow_forever(Followed("ray.io", "v1", "rayclusters", dict), emit, stop)
+    follow_forever(kube, Followed("ray.io", "v1", "rayclusters", dict), emit, stop)
     assert seen == [(None, {})]
 
 
@@ -279,7 +286,7 @@ def test_follow_tells_readiness_when_the_api_server_fails_and_when_it_answers_ag
     def emit(event_type: str | None, records: dict[tuple[str, str], object]) -> None:
         stop.set()
 
-    kube._follow_forever(Followed("", "v1", "nodes", node_info, "x"), emit, stop)
+    follow_forever(kube, Followed("", "v1", "nodes", node_info, "x"), emit, stop)
     # (the watch after the listing then fails too: the script is over)
     assert health.calls[:2] == [
         ("failed", "ConnectionRefusedError: [Errno 111] Connection refused"),
@@ -288,7 +295,7 @@ def test_follow_tells_readiness_when_the_api_server_fails_and_when_it_answers_ag
 
 
 def test_pods_gone_waits_on_the_store_and_reports_what_is_left() -> None:
-    from tpuslice.watches import Watches
+    from tpuslice.follow import Watches
 
     async def scenario() -> None:
         w = Watches()

@@ -1,0 +1,236 @@
+"""The slice actuator: carry out the planner's decisions for one cluster's slices.
+
+``reservation.plan_slices`` decides (pure); this part acts, in the order that
+keeps the guarantee: give back pools no longer needed, claim pools (creating a
+SliceReservation is the atomic claim; AlreadyExists means another was first,
+and the pass re-plans at once with the winner's reservation known), release
+whole slices whose claim held (every pod of the slice in one burst of
+patches), and mark fully pinned reservations Bound. Each write is recorded in
+``PendingWrites`` until the watches show it.
+
+``PoolIndexCache`` keeps each shape's pool index between passes; it is rebuilt
+only when a node of the shape changed in a way the decisions see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpuslice import events
+from tpuslice.convert import reservation_body, reservation_info
+from tpuslice.kube import ApiError, ClusterApi
+from tpuslice.metrics import Metrics, slice_last_created
+from tpuslice.pending import PendingWrites
+from tpuslice.recorder import Recorder
+from tpuslice.records import ClusterRef, PodRelease, Shape, SlicePlan, Snapshot
+from tpuslice.reservation import PoolIndex, plan_slices, pool_index
+from tpuslice.spec import SliceClusterSpec
+from tpuslice.status import Stall
+
+__all__ = ["PoolIndexCache", "SliceActuator", "shape_of"]
+
+#: Re-plans within one pass after a lost claim (each may lose again to a faster holder).
+CLAIM_REPLANS = 2
+
+MULTIHOST_HINT = (
+    "KubeRay created worker pods without the ray.io/worker-group-replica-name and "
+    "ray.io/replica-host-index labels, so slices cannot be told apart: turn on KubeRay's "
+    "multi-host indexing (ray-operator --feature-gates=RayMultiHostIndexing=true on KubeRay "
+    "1.5; on by default from 1.6) and delete the RayCluster's worker pods"
+)
+
+
+def shape_of(spec: SliceClusterSpec) -> Shape:
+    return spec.shape.generation.gke_accelerator, spec.shape.topology
+
+
+@dataclass
+class PoolIndexCache:
+    """Pool indexes per shape, versioned by node changes the decisions see."""
+
+    _versions: dict[Shape, int] = field(default_factory=dict)
+    _indexes: dict[Shape, tuple[int, PoolIndex]] = field(default_factory=dict)
+
+    def nodes_changed(self, shape: Shape) -> None:
+        """A node of ``shape`` changed in a way the decisions see (not a heartbeat)."""
+        self._versions[shape] = self._versions.get(shape, 0) + 1
+
+    def versions(self) -> dict[Shape, int]:
+        """The versions now; read with the snapshot's nodes (no await in between)."""
+        return dict(self._versions)
+
+    def index(self, shape: Shape, snap: Snapshot) -> PoolIndex | None:
+        """The shape's pool index, rebuilt only after ``nodes_changed``; None (the planner
+        builds it) when nothing reports node changes, as in unit tests.
+
+        Keyed by the version the snapshot's nodes were read at: a node event during an
+        earlier await of this pass must not get stale nodes cached as current."""
+        version = snap.node_versions.get(shape)
+        if version is None:
+            return None
+        cached = self._indexes.get(shape)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        index = pool_index(snap.nodes, *shape)
+        if version == self._versions.get(shape):
+            self._indexes[shape] = (version, index)
+        return index
+
+
+@dataclass
+class SliceActuator:
+    kube: ClusterApi
+    pending: PendingWrites
+    recorder: Recorder
+    metrics: Metrics
+    pool_indexes: PoolIndexCache
+
+    async def act(
+        self,
+        ref: ClusterRef,
+        spec: SliceClusterSpec,
+        snap: Snapshot,
+        previous: Mapping[str, Any],
+    ) -> tuple[SlicePlan, Stall | None]:
+        """Plan and act on every slice of ``ref``; the plan as it stands after acting, and
+        a stall the plan revealed (pods KubeRay did not index)."""
+        previous_pools = {
+            int(s["index"]): s["nodePool"]
+            for s in previous.get("slices") or []
+            if s.get("nodePool") and s.get("index") is not None
+        }
+        inventory = self.pool_indexes.index(shape_of(spec), snap)
+
+        def plan() -> SlicePlan:
+            return plan_slices(
+                ref,
+                accelerator=spec.shape.generation.gke_accelerator,
+                topology=spec.shape.topology,
+                hosts=spec.shape.hosts,
+                chips_per_host=spec.shape.chips_per_host,
+                desired_slices=0 if spec.suspend else spec.slices,
+                gated=spec.gated,
+                pods=self.pending.pods(snap.pods),
+                nodes=snap.nodes,
+                reservations=self.pending.reservations(snap.reservations),
+                previous_pools=previous_pools,
+                inventory=inventory,
+            )
+
+        first = plan()
+        stall = (
+            Stall(events.MULTIHOST_INDEXING_DISABLED, MULTIHOST_HINT)
+            if first.unindexed_pods
+            else None
+        )
+        acted = await self._free(ref, first.frees, snap)
+        held, lost = await self._claim(ref, spec, first)
+        for _ in range(CLAIM_REPLANS):
+            if not lost:
+                break
+            # Someone else was faster: re-plan at once with the winner's reservation
+            # known (another free pool, or the honest WaitingForCapacity naming the
+            # holder), instead of reporting the winner's pool until the next pass.
+            first = plan()
+            more, lost = await self._claim(ref, spec, first)
+            held += more
+        acted = acted or bool(held)
+        holding = {r.holder.replica_name for r in snap.reservations if r.holder.uid == ref.uid}
+        holding |= self.pending.created_by(ref.uid)
+        releases = [r for r in first.releases if r.replica_name in holding]
+        if releases:
+            await self._release(releases)
+            self.metrics.slices_released(
+                slice_last_created(snap.pods, {r.replica_name for r in releases}), time.time()
+            )
+            acted = True
+        await self._bind(first.binds)
+        return (plan() if acted else first), stall
+
+    async def _free(self, ref: ClusterRef, pools: Sequence[str], snap: Snapshot) -> bool:
+        by_pool = {r.pool: r for r in snap.reservations}
+        for pool in pools:
+            if await self.kube.delete_reservation(pool):
+                self.pending.reservation_deleted(pool, time.monotonic())
+                replica = by_pool[pool].holder.replica_name if pool in by_pool else "?"
+                await self.recorder.normal(
+                    ref,
+                    events.SLICE_RELEASED,
+                    f"released node pool {pool} (slice {replica} has no pods left)",
+                )
+        return bool(pools)
+
+    async def _claim(
+        self, ref: ClusterRef, spec: SliceClusterSpec, plan: SlicePlan
+    ) -> tuple[list[str], list[str]]:
+        """Create the plan's reservations: the replicas now holding a pool, and the pools
+        another holder had claimed first (their reservation is recorded as pending)."""
+        held: list[str] = []
+        lost: list[str] = []
+        for claim in plan.claims:
+            body = reservation_body(
+                claim.pool,
+                claim.holder,
+                gke_accelerator=spec.shape.generation.gke_accelerator,
+                accelerator_type=spec.shape.accelerator_type,
+                topology=spec.shape.topology,
+                hosts=spec.shape.hosts,
+            )
+            try:
+                created = await self.kube.create_reservation(body)
+            except ApiError as exc:
+                if not exc.already_exists:
+                    raise
+                existing = reservation_info(await self.kube.get_reservation(claim.pool))
+                self.pending.reservation_seen(existing, time.monotonic())
+                if existing.holder == claim.holder:
+                    held.append(claim.holder.replica_name)  # ours, from an earlier pass
+                    continue
+                lost.append(claim.pool)
+                await self.recorder.normal(
+                    ref,
+                    events.RESERVATION_LOST,
+                    f"node pool {claim.pool} was claimed first by "
+                    f"{existing.holder.describe()}; trying another",
+                )
+                continue
+            self.pending.reservation_created(reservation_info(created), time.monotonic())
+            held.append(claim.holder.replica_name)
+            await self.recorder.normal(
+                ref,
+                events.SLICE_RESERVED,
+                f"slice {claim.holder.replica_index} ({claim.holder.replica_name}) "
+                f"reserved node pool {claim.pool}",
+            )
+        return held, lost
+
+    async def _release(self, releases: Sequence[PodRelease]) -> None:
+        """Patch every pod of the slice(s) at once: the partly-released window is one RTT."""
+
+        async def one(release: PodRelease) -> None:
+            try:
+                await self.kube.release_pod(release.namespace, release.name, release.pool)
+            except ApiError as exc:
+                if exc.not_found:
+                    return  # KubeRay deleted it; the slice is being replaced
+                raise
+            self.pending.pod_released(
+                release.namespace, release.name, release.pool, time.monotonic()
+            )
+
+        await asyncio.gather(*(one(r) for r in releases))
+
+    async def _bind(self, pools: Sequence[str]) -> None:
+        for pool in pools:
+            if self.pending.is_bound(pool):
+                continue  # sent by an earlier pass; the watch has not shown it yet
+            try:
+                await self.kube.set_reservation_phase(pool, "Bound", "every pod pinned to the pool")
+            except ApiError as exc:
+                if not exc.not_found:
+                    raise
+            self.pending.reservation_bound(pool, time.monotonic())

@@ -1,0 +1,102 @@
+"""A recording fake of the API calls the reconcile parts make (``kube.ClusterApi``).
+
+Unit tests drive ``Reconciler``, the finalizer and the sweep against it. It is
+type-checked against the protocol (``make lint`` runs mypy on this file), so a
+changed signature in kube.py fails the lint, not a test at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tests.support.kuberay import raycluster_crd
+from tpuslice.kube import ApiError, ClusterApi
+from tpuslice.records import ReservationInfo
+
+__all__ = ["FakeKube"]
+
+
+class FakeKube:
+    def __init__(
+        self, apply_error: ApiError | None = None, taken: dict[str, ReservationInfo] | None = None
+    ) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.applied: list[Any] = []
+        self.apply_error = apply_error
+        self.taken = taken or {}
+        self.status: dict[str, Any] | None = None
+        self.crd: Any = raycluster_crd()
+        self.crd_reads = 0
+        #: RayClusters that exist but are not in the watch's store (unlabelled ones).
+        self.rayclusters: dict[tuple[str, str], Any] = {}
+        self.raycluster_reads: list[tuple[str, str]] = []
+
+    async def get_raycluster(self, namespace: str, name: str) -> Any:
+        self.raycluster_reads.append((namespace, name))
+        return self.rayclusters.get((namespace, name))
+
+    async def get_crd(self, name: str) -> Any:
+        assert name == "rayclusters.ray.io"
+        self.crd_reads += 1
+        if self.crd is None:
+            raise ApiError(404, "NotFound", f"{name} not found")
+        return self.crd
+
+    async def apply_raycluster(self, body: Mapping[str, Any]) -> Any:
+        self.calls.append(("apply", body["metadata"]["name"]))
+        self.applied.append(body)
+        if self.apply_error:
+            raise self.apply_error
+        return body
+
+    async def create_reservation(self, body: Mapping[str, Any]) -> Any:
+        self.calls.append(("claim", body["metadata"]["name"]))
+        if body["metadata"]["name"] in self.taken:
+            raise ApiError(409, "AlreadyExists", "exists")
+        return body
+
+    async def get_reservation(self, name: str) -> Any:
+        info = self.taken[name]
+        h = info.holder
+        return {
+            "metadata": {"name": name},
+            "spec": {
+                "nodePool": name,
+                "holder": {
+                    "namespace": h.namespace,
+                    "name": h.name,
+                    "uid": h.uid,
+                    "replicaName": h.replica_name,
+                },
+            },
+        }
+
+    async def delete_reservation(self, name: str, uid: str | None = None) -> bool:
+        self.calls.append(("free", name))
+        return True
+
+    async def set_reservation_phase(self, name: str, phase: str, message: str) -> None:
+        self.calls.append(("phase", name, phase))
+
+    async def release_pod(self, namespace: str, name: str, pool: str) -> None:
+        self.calls.append(("release", name, pool))
+
+    async def patch_cluster_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None:
+        self.calls.append(("status",))
+        self.status = dict(status)
+
+    async def post_event(
+        self, involved: Mapping[str, Any], kind: str, reason: str, message: str
+    ) -> None:
+        self.calls.append(("event", reason))
+
+    async def delete_raycluster(self, namespace: str, name: str, uid: str) -> None:
+        self.calls.append(("delete-raycluster", name, uid))
+        self.rayclusters.pop((namespace, name), None)
+
+
+def _conforms() -> ClusterApi:
+    return FakeKube()
