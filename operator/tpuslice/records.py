@@ -252,6 +252,7 @@ class Admission:
     position: int | None = None  # 1-based among the shape's waiting requests
     waiting: int = 0  # how many requests of the shape wait (for "2nd of 3")
     contended: bool = False  # another request of the shape wants pools now
+    set_aside: int = 0  # free pools counted for it in this pass (granted or not yet)
     stalled: str | None = None  # NotEnoughPools message: leaves the queue
     message: str = ""  # why it waits (queue_message), for WaitingForCapacity
 

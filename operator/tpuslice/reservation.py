@@ -25,6 +25,7 @@ from tpuslice.records import (
     NodeInfo,
     PodInfo,
     PodRelease,
+    PoolRequest,
     ReservationInfo,
     ShapePool,
     SlicePlan,
@@ -38,6 +39,7 @@ __all__ = [
     "pool_facts",
     "pool_index",
     "pool_inventory",
+    "pool_request",
     "prefer_pools",
     "shape_pools",
 ]
@@ -578,3 +580,39 @@ def _assign(
         if replica.name not in out and names:
             out[replica.name] = names.pop(0)
     return out
+
+
+def pool_request(
+    cluster: ClusterRef,
+    *,
+    hosts: int,
+    desired_slices: int,
+    pods: Iterable[PodInfo],
+    reservations: Iterable[ReservationInfo],
+    gang: GangMode = GangMode.PER_SLICE,
+    priority: int = 0,
+    created: str = "",
+    capacity_types: Sequence[CapacityType] = (),
+    previous_pools: Mapping[int, str] | None = None,
+) -> PoolRequest:
+    """The cluster's entry in its shape's queue, counted the way plan_slices counts:
+    ``held`` = its reservations of live slices, ``claimable`` = live slices without
+    one, ``idle`` = held pools whose slice has no pod released yet. The shell builds one
+    per gated TSC of the shape, from its pods and reservations (the same snapshot)."""
+    replicas, _ = _group_replicas(pods, hosts)
+    ours = {r.holder.replica_name: r for r in reservations if r.holder.uid == cluster.uid}
+    live = [r for r in replicas.values() if r.live]
+    holding = [r for r in live if r.name in ours]
+    return PoolRequest(
+        key=(cluster.namespace, cluster.name),
+        uid=cluster.uid,
+        desired=desired_slices,
+        held=len(holding),
+        claimable=len(live) - len(holding),
+        gang=gang,
+        priority=priority,
+        created=created,
+        idle=sum(1 for r in holding if all(p.gated for p in r.live)),
+        capacity_types=tuple(capacity_types),
+        previous=tuple(sorted(set((previous_pools or {}).values()))),
+    )
