@@ -23,9 +23,10 @@ The rules (``decide_queue``):
    4-slice one waiting for 4 pools does not take a freed pool. "Free" means no
    SliceReservation exists by the time of the pass (a pool given back in this pass
    counts in the next one, triggered by its deletion).
-4. **Which pools**: a granted request gets concrete pools, chosen by
-   ``reservation.prefer_pools`` among those no earlier grant took, so two grants in
-   one decision never name the same pool; a race can only come from passes that read
+4. **Which pools**: the pools set aside for a request are concrete, chosen by
+   ``reservation.prefer_pools`` among those no earlier request took, so two requests
+   in one decision never name the same pool and a later request never takes the
+   pools an earlier, not yet ready one would prefer; a race can only come from passes that read
    different snapshots, and then the SliceReservation create decides (AlreadyExists =
    lost), and the loser gives its partial set back (plan_slices).
 5. **Contention**: a request is ``contended`` when another request of the shape is in
@@ -193,19 +194,20 @@ def decide_queue(
             count = r.missing if take == r.missing and r.claimable >= r.missing else 0
         else:
             count = min(take, r.claimable)
-        picks: tuple[ShapePool, ...] = ()
-        if count:
-            picks = tuple(
-                prefer_pools(
-                    remaining,
-                    count,
-                    previous=set(r.previous),
-                    capacity_types=r.capacity_types,
-                    together=r.gang == GangMode.ALL_SLICES and r.desired > 1,
-                    anchor=[p for p in by_name if p.holder is not None and p.holder.uid == r.uid],
-                )
+        # the pools set aside are concrete, so a later request never takes the ones an
+        # earlier (not yet ready, or still short) request would prefer
+        picks = tuple(
+            prefer_pools(
+                remaining,
+                take,
+                previous=set(r.previous),
+                capacity_types=r.capacity_types,
+                together=r.gang == GangMode.ALL_SLICES and r.desired > 1,
+                anchor=[p for p in by_name if p.holder is not None and p.holder.uid == r.uid],
             )
-            remaining = [p for p in remaining if p not in picks]
+        )
+        remaining = [p for p in remaining if p not in picks]
+        picks = picks[:count]
         granted[r.key] = picks
 
     waiting = [r for r in order if len(granted[r.key]) < r.missing]
