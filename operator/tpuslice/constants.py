@@ -50,6 +50,22 @@ NODE_LABEL_ACCELERATOR: Final = "cloud.google.com/gke-tpu-accelerator"
 NODE_LABEL_TOPOLOGY: Final = "cloud.google.com/gke-tpu-topology"
 NODE_LABEL_NODEPOOL: Final = "cloud.google.com/gke-nodepool"
 TPU_TAINT_KEY: Final = "google.com/tpu"
+# How a node's VM was provisioned (its capacity type; see convert.capacity_type), and
+# where it sits in the data centre (GKE's topology labels, used by Kueue TAS and by
+# GKE's kuberay-tpu-webhook). Documentation each was checked against:
+#   reservation-name: https://cloud.google.com/kubernetes-engine/docs/how-to/consuming-reservations
+#   gke-spot: https://cloud.google.com/kubernetes-engine/docs/how-to/spot-vms and
+#     https://cloud.google.com/kubernetes-engine/docs/how-to/autopilot-spot-pods
+#   gke-flex-start: https://cloud.google.com/kubernetes-engine/docs/how-to/dws-flex-start-training-tpu
+#     and https://cloud.google.com/kubernetes-engine/docs/concepts/dws
+#   gce-topology-*: https://cloud.google.com/ai-hypercomputer/docs/workloads/schedule-gke-workloads-tas
+NODE_LABEL_RESERVATION_NAME: Final = "cloud.google.com/reservation-name"
+NODE_LABEL_SPOT: Final = "cloud.google.com/gke-spot"
+NODE_LABEL_PREEMPTIBLE: Final = "cloud.google.com/gke-preemptible"
+NODE_LABEL_FLEX_START: Final = "cloud.google.com/gke-flex-start"
+NODE_LABEL_PROVISIONING: Final = "cloud.google.com/gke-provisioning"
+NODE_LABEL_TOPOLOGY_BLOCK: Final = "cloud.google.com/gce-topology-block"
+NODE_LABEL_TOPOLOGY_SUBBLOCK: Final = "cloud.google.com/gce-topology-subblock"
 
 # --- KubeRay -----------------------------------------------------------------
 RAY_GROUP: Final = "ray.io"

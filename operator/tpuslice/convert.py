@@ -11,9 +11,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from tpuslice import constants as c
-from tpuslice.records import Holder, NodeInfo, PodInfo, ReservationInfo
+from tpuslice.records import CapacityType, Holder, NodeInfo, PodInfo, ReservationInfo
 
 __all__ = [
+    "capacity_type",
     "cluster_record",
     "node_info",
     "pod_info",
@@ -81,6 +82,35 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
     )
 
 
+def capacity_type(labels: Mapping[str, str]) -> CapacityType:
+    """How GKE provisioned the node, from the labels GKE sets on it.
+
+    - ``cloud.google.com/reservation-name: <reservation>``: the VM consumes a Compute
+      Engine reservation (GKE "Consuming reserved zonal resources",
+      https://cloud.google.com/kubernetes-engine/docs/how-to/consuming-reservations;
+      also the label of calendar-mode future reservations).
+    - ``cloud.google.com/gke-spot: "true"``: a Spot VM (GKE "Spot VMs",
+      https://cloud.google.com/kubernetes-engine/docs/how-to/spot-vms). Legacy preemptible
+      VMs (``cloud.google.com/gke-preemptible: "true"``) share Spot's pricing and
+      reclaim model and count as Spot.
+    - ``cloud.google.com/gke-flex-start: "true"`` (or ``cloud.google.com/gke-provisioning:
+      flex-start``): a flex-start VM (GKE "About flex-start",
+      https://cloud.google.com/kubernetes-engine/docs/concepts/dws; TPU how-to
+      https://cloud.google.com/kubernetes-engine/docs/how-to/dws-flex-start-training-tpu).
+    - none of these: OnDemand.
+    """
+    if labels.get(c.NODE_LABEL_RESERVATION_NAME):
+        return CapacityType.RESERVATION
+    if "true" in (labels.get(c.NODE_LABEL_SPOT), labels.get(c.NODE_LABEL_PREEMPTIBLE)):
+        return CapacityType.SPOT
+    if (
+        labels.get(c.NODE_LABEL_FLEX_START) == "true"
+        or labels.get(c.NODE_LABEL_PROVISIONING) == "flex-start"
+    ):
+        return CapacityType.FLEX_START
+    return CapacityType.ON_DEMAND
+
+
 def node_info(node: Mapping[str, Any]) -> NodeInfo:
     meta = node.get("metadata") or {}
     labels = meta.get("labels") or {}
@@ -95,6 +125,9 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
         chips=_int(allocatable.get(c.TPU_RESOURCE)) or 0,
         ready=_condition_true(status, "Ready"),
         schedulable=not spec.get("unschedulable", False),
+        capacity_type=capacity_type(labels),
+        block=labels.get(c.NODE_LABEL_TOPOLOGY_BLOCK) or None,
+        subblock=labels.get(c.NODE_LABEL_TOPOLOGY_SUBBLOCK) or None,
     )
 
 

@@ -29,6 +29,8 @@ INVALID_SPEC: Final = "InvalidSpec"
 APPLY_REJECTED: Final = "RayClusterRejected"
 # A RayCluster of the TPUSliceCluster's name exists and is not controlled by it.
 RAYCLUSTER_NAME_TAKEN: Final = "RayClusterNameTaken"
+# More slices than node pools of the shape exist (SlicePlan.stalled / Admission.stalled).
+NOT_ENOUGH_POOLS: Final = "NotEnoughPools"
 
 SLICE_STATE_REASONS: Final = {
     SliceState.RESERVED: SLICE_RESERVED,

@@ -15,15 +15,21 @@ from enum import StrEnum
 from typing import Any
 
 __all__ = [
+    "Admission",
+    "CapacityType",
     "Claim",
     "ClusterKey",
     "ClusterRef",
+    "GangMode",
     "Holder",
     "NodeInfo",
     "PodInfo",
     "PodRelease",
+    "PoolRequest",
+    "QueueDecision",
     "ReservationInfo",
     "Shape",
+    "ShapePool",
     "SlicePlan",
     "SliceState",
     "SliceStatus",
@@ -32,6 +38,22 @@ __all__ = [
 
 ClusterKey = tuple[str, str]  # (namespace, name)
 Shape = tuple[str, str]  # (gke accelerator, topology)
+
+
+class GangMode(StrEnum):
+    """How the slices of one cluster get their pools (``spec.reservation.gang``)."""
+
+    ALL_SLICES = "AllSlices"  # all desired slices hold a pool, or none is released
+    PER_SLICE = "PerSlice"  # each slice claims and is released on its own (the old way)
+
+
+class CapacityType(StrEnum):
+    """How GKE provisioned a node pool's VMs, read from node labels (convert.node_info)."""
+
+    RESERVATION = "Reservation"
+    ON_DEMAND = "OnDemand"
+    SPOT = "Spot"
+    FLEX_START = "FlexStart"
 
 
 class SliceState(StrEnum):
@@ -82,6 +104,10 @@ class NodeInfo:
     chips: int
     ready: bool
     schedulable: bool
+    capacity_type: CapacityType = CapacityType.ON_DEMAND
+    # cloud.google.com/gce-topology-block / -subblock, when GKE labels the node
+    block: str | None = None
+    subblock: str | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +157,7 @@ class SliceStatus:
     node_pool: str | None = None
     ready_hosts: int = 0
     message: str = ""
+    capacity_type: CapacityType | None = None  # of the pool it holds
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"index": self.index}
@@ -138,6 +165,8 @@ class SliceStatus:
             out["replica"] = self.replica
         if self.node_pool:
             out["nodePool"] = self.node_pool
+        if self.capacity_type:
+            out["capacityType"] = str(self.capacity_type)
         out["state"] = str(self.state)
         out["readyHosts"] = self.ready_hosts
         if self.message:
@@ -155,6 +184,11 @@ class SlicePlan:
     binds: tuple[str, ...] = ()  # pools whose reservation should show phase Bound
     slices: tuple[SliceStatus, ...] = ()
     unindexed_pods: tuple[str, ...] = ()  # worker pods without KubeRay's multi-host labels
+    # AllSlices: the releases complete a gang together with this plan's claims, so the
+    # shell may send them only if every claim of the plan held; after a lost claim it
+    # re-plans (the new plan frees the partial set) instead.
+    all_or_nothing: bool = False
+    stalled: str | None = None  # a NotEnoughPools message: no pool count of the shape will do
 
 
 @dataclass(frozen=True)
@@ -169,3 +203,71 @@ class Snapshot:
     # The node versions (``PoolIndexCache``) when ``nodes`` was read, so a pool index
     # built from these nodes is cached under the version they belong to, never a newer one.
     node_versions: Mapping[Shape, int] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------ the queue per shape
+
+
+@dataclass(frozen=True)
+class PoolRequest:
+    """One cluster wanting pools of a shape, as the shell reads it from the API server:
+    the TSC (uid, priority, creationTimestamp, slices, gang), its SliceReservations
+    (``held``, ``idle``) and its pods (``claimable``). Never from memory."""
+
+    key: ClusterKey
+    uid: str
+    desired: int  # spec.tpu.slices (0 when suspended)
+    held: int  # pools its reservations hold now, any phase
+    claimable: int  # live slices (KubeRay made their pods) that hold no pool yet
+    gang: GangMode = GangMode.PER_SLICE
+    priority: int = 0  # spec.reservation.priority, higher first
+    created: str = ""  # metadata.creationTimestamp (RFC 3339, UTC: sorts as text)
+    idle: int = 0  # of ``held``: pools whose slice has no pod released yet
+    capacity_types: tuple[CapacityType, ...] = ()  # spec.reservation.capacityTypes
+    previous: tuple[str, ...] = ()  # pools its slices held before (status.slices[].nodePool)
+
+    @property
+    def missing(self) -> int:
+        return max(0, self.desired - self.held)
+
+
+@dataclass(frozen=True)
+class ShapePool:
+    """One node pool of the shape: every pool whose nodes carry the shape's labels."""
+
+    name: str
+    eligible: bool  # whole, Ready, schedulable, enough chips (reservation._pool_problem)
+    holder: Holder | None = None  # its SliceReservation's holder, if any
+    capacity_type: CapacityType = CapacityType.ON_DEMAND
+    block: str | None = None
+    subblock: str | None = None
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The queue's word for one cluster in this pass; plan_slices obeys it.
+
+    ``pools`` are the pools it may claim now (already in its preference order);
+    ``None`` means no queue governs the cluster (any free eligible pool, as before)."""
+
+    pools: tuple[str, ...] | None = None
+    position: int | None = None  # 1-based among the shape's waiting requests
+    waiting: int = 0  # how many requests of the shape wait (for "2nd of 3")
+    contended: bool = False  # another request of the shape wants pools now
+    set_aside: int = 0  # free pools counted for it in this pass (granted or not yet)
+    stalled: str | None = None  # NotEnoughPools message: leaves the queue
+    message: str = ""  # why it waits (queue_message), for WaitingForCapacity
+
+    @property
+    def may_claim(self) -> int | None:
+        return None if self.pools is None else len(self.pools)
+
+
+@dataclass(frozen=True)
+class QueueDecision:
+    """Per shape: who may claim which pools now, who waits where, who cannot fit."""
+
+    admissions: Mapping[ClusterKey, Admission] = field(default_factory=dict)
+    order: tuple[ClusterKey, ...] = ()  # the queue, head first (stalled ones left out)
+    waiting: tuple[ClusterKey, ...] = ()  # of ``order``: still short after this pass
+    not_enough: tuple[ClusterKey, ...] = ()  # NotEnoughPools: out of the queue

@@ -12,23 +12,37 @@ actions, so a crash at any line only delays the next pass.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tpuslice.records import (
+    Admission,
+    CapacityType,
     Claim,
     ClusterRef,
+    GangMode,
     Holder,
     NodeInfo,
     PodInfo,
     PodRelease,
+    PoolRequest,
     ReservationInfo,
+    ShapePool,
     SlicePlan,
     SliceState,
     SliceStatus,
 )
 
-__all__ = ["PoolIndex", "plan_slices", "pool_index", "pool_inventory"]
+__all__ = [
+    "PoolIndex",
+    "plan_slices",
+    "pool_facts",
+    "pool_index",
+    "pool_inventory",
+    "pool_request",
+    "prefer_pools",
+    "shape_pools",
+]
 
 
 @dataclass(frozen=True)
@@ -106,6 +120,102 @@ def pool_index(nodes: Iterable[NodeInfo], accelerator: str, topology: str) -> Po
     return PoolIndex(pools, _matching_pools(pools, accelerator, topology))
 
 
+def pool_facts(
+    name: str,
+    nodes: Sequence[NodeInfo],
+    *,
+    hosts: int,
+    chips_per_host: int,
+    holder: Holder | None = None,
+) -> ShapePool:
+    """What the queue and the preference need of one pool: eligible or not, who holds it,
+    its capacity type and topology block (only when every node agrees on them)."""
+    wanted = _Wanted("", "", hosts, chips_per_host)
+    first = min(nodes, key=lambda n: n.name) if nodes else None
+    blocks = {n.block for n in nodes}
+    subblocks = {(n.block, n.subblock) for n in nodes}
+    return ShapePool(
+        name=name,
+        eligible=bool(nodes) and _pool_problem(nodes, wanted) is None,
+        holder=holder,
+        capacity_type=first.capacity_type if first else CapacityType.ON_DEMAND,
+        block=blocks.pop() if len(blocks) == 1 else None,
+        subblock=subblocks.pop()[1] if len(subblocks) == 1 else None,
+    )
+
+
+def shape_pools(
+    inventory: PoolIndex,
+    reservations: Iterable[ReservationInfo],
+    *,
+    hosts: int,
+    chips_per_host: int,
+) -> list[ShapePool]:
+    """Every pool of the shape (``inventory.matching``), by name, with its holder."""
+    held = {r.pool: r.holder for r in reservations}
+    return [
+        pool_facts(name, nodes, hosts=hosts, chips_per_host=chips_per_host, holder=held.get(name))
+        for name, nodes in sorted(inventory.matching.items())
+    ]
+
+
+def _capacity_rank(capacity_types: Sequence[CapacityType]) -> Mapping[CapacityType, int]:
+    return {t: i for i, t in enumerate(dict.fromkeys(capacity_types))}
+
+
+def prefer_pools(
+    candidates: Sequence[ShapePool],
+    count: int,
+    *,
+    previous: Collection[str] = (),
+    capacity_types: Sequence[CapacityType] = (),
+    together: bool = False,
+    anchor: Sequence[ShapePool] = (),
+) -> list[ShapePool]:
+    """Up to ``count`` of ``candidates`` in the order of preference:
+
+    (a) pools the slices held before (``previous``); then, for the rest,
+    (b) when ``together`` (a multislice gang), pools of one
+        ``cloud.google.com/gce-topology-subblock``, else of one
+        ``cloud.google.com/gce-topology-block``, that can hold all of them, preferring
+        the (sub-)block of ``anchor`` (the pools the gang holds already);
+    (c) the user's ``capacity_types`` order (types not listed come after the listed);
+    (d) the pool name.
+    Pure and stable: the same input gives the same pools in the same order.
+    """
+    rank = _capacity_rank(capacity_types)
+
+    def key(p: ShapePool) -> tuple[int, str]:
+        return rank.get(p.capacity_type, len(rank)), p.name
+
+    left = sorted(candidates, key=lambda p: p.name)
+    chosen = [p for p in left if p.name in previous][:count]
+    left = [p for p in left if p not in chosen]
+    k = count - len(chosen)
+    if k <= 0:
+        return chosen
+    if together:
+        placed = [*anchor, *chosen]
+        for level in ("subblock", "block"):
+
+            def domain(p: ShapePool, level: str = level) -> tuple[str | None, str | None]:
+                return (p.block, p.subblock) if level == "subblock" else (p.block, None)
+
+            groups: dict[tuple[str | None, str | None], list[ShapePool]] = {}
+            for p in left:
+                if p.block is not None and (level == "block" or p.subblock is not None):
+                    groups.setdefault(domain(p), []).append(p)
+            home = {domain(p) for p in placed}
+            fits = {g: sorted(ps, key=key)[:k] for g, ps in groups.items() if len(ps) >= k}
+            if fits:
+                best = min(
+                    fits,
+                    key=lambda g: (g not in home, [key(p) for p in fits[g]], str(g)),
+                )
+                return chosen + fits[best]
+    return chosen + sorted(left, key=key)[:k]
+
+
 #: Matching pools a WaitingForCapacity message names (the rest are counted): the message
 #: is repeated on every waiting slice, and a shape may have hundreds of pools.
 CAPACITY_POOLS_LISTED = 5
@@ -179,11 +289,29 @@ def plan_slices(
     reservations: Iterable[ReservationInfo],
     previous_pools: Mapping[int, str] | None = None,
     inventory: PoolIndex | None = None,
+    gang: GangMode = GangMode.PER_SLICE,
+    admission: Admission | None = None,
+    capacity_types: Sequence[CapacityType] = (),
 ) -> SlicePlan:
     """Decide claims, releases and frees for one TPUSliceCluster from a snapshot.
 
     ``inventory``, when given, is ``pool_index(nodes, accelerator, topology)`` built
     earlier from the same nodes; ``nodes`` is then not read.
+
+    ``gang``: with ``PerSlice`` every slice claims a pool and is released on its own.
+    With ``AllSlices`` the cluster holds pools for all ``desired_slices`` or releases
+    nothing: it claims only when every missing slice has live pods (the replica names
+    the reservations are keyed by) and there are enough pools for all of them in this
+    pass, and then claims them all at once (``SlicePlan.all_or_nothing``: the releases
+    stand only if every claim holds). A gang that cannot complete gives back (frees)
+    the pools its not-yet-released slices hold when another request could use them:
+    when ``admission.contended``, when another cluster holds a pool of the shape (a
+    lost race), when it is stalled, or always without a queue (``admission`` None).
+    Slices already released keep their pools (no preemption).
+
+    ``admission`` is the shape queue's decision for this cluster (slicequeue.py): the
+    pools it may claim now, its place in the queue and the text explaining the wait.
+    None means no queue: any free eligible pool, as before.
     """
     wanted = _Wanted(accelerator, topology, hosts, chips_per_host)
     replicas, unindexed = _group_replicas(pods, hosts)
@@ -194,13 +322,22 @@ def plan_slices(
     inventory = inventory or pool_index(nodes, accelerator, topology)
     pools, matching = inventory.pools, inventory.matching
     previous_pools = previous_pools or {}
+    all_slices = gang == GangMode.ALL_SLICES
+    stalled = admission.stalled if admission is not None else None
 
-    frees = tuple(sorted(r.pool for name, r in ours.items() if name not in replicas))
+    frees = sorted(r.pool for name, r in ours.items() if name not in replicas)
     claims: list[Claim] = []
     releases: list[PodRelease] = []
     binds: list[str] = []
     taken_now: set[str] = set()
     by_index: dict[int, SliceStatus] = {}
+
+    def facts(pool: str) -> ShapePool:
+        return pool_facts(pool, matching.get(pool, ()), hosts=hosts, chips_per_host=chips_per_host)
+
+    def capacity_of(pool: str | None) -> CapacityType | None:
+        nodes_of = pools.get(pool or "")
+        return min(nodes_of, key=lambda n: n.name).capacity_type if nodes_of else None
 
     def status_for(replica: _Replica, status: SliceStatus) -> None:
         if replica.index is None:
@@ -213,12 +350,82 @@ def plan_slices(
     ordered = sorted(
         replicas.values(), key=lambda r: (r.index if r.index is not None else 1 << 30, r.name)
     )
+    live = [r for r in ordered if r.live]
+    unheld = [r for r in live if r.name not in ours]
+
+    # ---- which pools to claim, for which slices
+    free = [
+        name
+        for name, pool_nodes in matching.items()
+        if name not in held_by_others
+        and name not in held_by_ours
+        and _pool_problem(pool_nodes, wanted) is None
+    ]
+    if admission is not None and admission.pools is not None:
+        allowed = set(admission.pools)
+        free = [name for name in free if name in allowed]
+    assignment: dict[str, str] = {}  # replica name -> pool to claim now
+    holding = [r for r in live if r.name in ours]
+    need = max(0, desired_slices - len(holding)) if all_slices else len(unheld)
+    gang_ready = len(unheld) >= need
+    if gated and not (stalled and all_slices):
+        wanting = unheld[:need] if all_slices else unheld
+        assignment = _assign(
+            wanting,
+            free,
+            facts=facts,
+            previous=previous_pools,
+            capacity_types=capacity_types,
+            together=all_slices and desired_slices > 1,
+            anchor=[facts(ours[r.name].pool) for r in holding],
+        )
+        if stalled:  # PerSlice that cannot be satisfied: keep what it has, take no more
+            assignment = {}
+        if all_slices and not (gang_ready and len(assignment) == need):
+            assignment = {}
+    gang_complete = not all_slices or len(holding) + len(assignment) >= desired_slices
+    give_back: set[str] = set()
+    if all_slices and gated and not gang_complete:
+        contended = (
+            admission is None
+            or admission.contended
+            or bool(admission.stalled)
+            or any(p in held_by_others for p in matching)
+        )
+        if contended:
+            give_back = {
+                r.name
+                for r in holding
+                if all(p.gated for p in r.live) and not any(p.pinned_pool for p in r.live)
+            }
+            frees = sorted({*frees, *(ours[name].pool for name in give_back)})
+
+    def waiting_message() -> str:
+        if stalled:
+            return stalled
+        if admission is not None and admission.message:
+            return admission.message
+        if all_slices and not gang_ready:
+            return (
+                f"waiting for the pods of every slice before claiming {desired_slices} "
+                f"node pools at once ({len(live)} of {desired_slices} slices have pods)"
+            )
+        detail = _capacity_message(
+            wanted, matching, {**held_by_others, **held_by_ours}, set(assignment.values())
+        )
+        if all_slices:
+            return (
+                f"all {desired_slices} slices need a node pool at once ({len(holding)} "
+                f"held, {len(free)} free): {detail}"
+            )
+        return detail
+
     for replica in ordered:
         index = replica.index if replica.index is not None else -1
-        live = replica.live
+        live_pods = replica.live
         reservation = ours.get(replica.name)
         pool = reservation.pool if reservation else None
-        if not live:
+        if not live_pods:
             status_for(
                 replica,
                 SliceStatus(
@@ -229,34 +436,28 @@ def plan_slices(
                     message="pods terminating; the pool stays held until they are gone"
                     if pool
                     else "pods terminating",
+                    capacity_type=capacity_of(pool),
                 ),
             )
             continue
         if not gated and reservation is None:
             state, ready = _live_state(replica, None, hosts)
-            if len(live) < hosts:
+            if len(live_pods) < hosts:
                 state = SliceState.PENDING
             status_for(replica, SliceStatus(index, state, replica.name, None, ready))
             continue
         if reservation is None:
-            pool = _choose_pool(
-                replica,
-                index,
-                matching,
-                wanted,
-                held_by_others,
-                held_by_ours,
-                taken_now,
-                previous_pools,
-            )
+            pool = assignment.get(replica.name)
             if pool is None:
-                message = _capacity_message(
-                    wanted, matching, {**held_by_others, **held_by_ours}, taken_now
-                )
                 status_for(
                     replica,
                     SliceStatus(
-                        index, SliceState.WAITING_FOR_CAPACITY, replica.name, None, 0, message
+                        index,
+                        SliceState.WAITING_FOR_CAPACITY,
+                        replica.name,
+                        None,
+                        0,
+                        waiting_message(),
                     ),
                 )
                 continue
@@ -270,25 +471,32 @@ def plan_slices(
                 )
             )
         assert pool is not None
-        complete = len(live) == hosts
-        if complete:
+        complete = len(live_pods) == hosts
+        if complete and gang_complete:
             releases += [
-                PodRelease(p.namespace, p.name, pool, replica.name) for p in live if p.gated
+                PodRelease(p.namespace, p.name, pool, replica.name) for p in live_pods if p.gated
             ]
         state, ready = _live_state(replica, pool, hosts)
         message = ""
-        terminating = len(replica.pods) - len(live)
-        if not complete and terminating:
+        terminating = len(replica.pods) - len(live_pods)
+        if replica.name in give_back:
+            message = f"giving node pool {pool} back: {waiting_message()}"
+        elif not gang_complete and any(p.gated for p in live_pods):
+            message = (
+                f"holds node pool {pool}; released when all {desired_slices} slices hold "
+                f"one ({len(holding)} do): {waiting_message()}"
+            )
+        elif not complete and terminating:
             # KubeRay replaces a multi-host replica only once its deleted pods are gone; a
             # pod on a dead node stays until the node returns or is removed.
             message = (
-                f"{len(live)} of {hosts} pods live, {terminating} terminating; the pool "
+                f"{len(live_pods)} of {hosts} pods live, {terminating} terminating; the pool "
                 f"stays held until KubeRay has replaced them"
             )
             if pool in pools and (problem := _pool_problem(pools[pool], wanted)):
                 message += f" (node pool {pool} {problem})"
         elif not complete:
-            message = f"{len(live)} of {hosts} pods created; released when all exist"
+            message = f"{len(live_pods)} of {hosts} pods created; released when all exist"
         elif pool in pools and (problem := _pool_problem(pools[pool], wanted)):
             message = f"node pool {pool} {problem}"
         elif pool not in pools:
@@ -299,7 +507,10 @@ def plan_slices(
             and (reservation.phase != "Bound")
         ):
             binds.append(pool)
-        status_for(replica, SliceStatus(index, state, replica.name, pool, ready, message))
+        status_for(
+            replica,
+            SliceStatus(index, state, replica.name, pool, ready, message, capacity_of(pool)),
+        )
 
     # KubeRay picks which replica to remove on scale-down, so the live replicas need
     # not hold indices 0..n-1: report them all, plus a Pending entry per missing one.
@@ -317,37 +528,91 @@ def plan_slices(
     return SlicePlan(
         claims=tuple(claims),
         releases=tuple(releases),
-        frees=frees,
+        frees=tuple(frees),
         binds=tuple(binds),
         slices=slices,
         unindexed_pods=tuple(sorted(unindexed)),
+        all_or_nothing=all_slices and bool(claims),
+        stalled=stalled,
     )
 
 
-def _choose_pool(
-    replica: _Replica,
-    index: int,
-    matching: Mapping[str, Sequence[NodeInfo]],
-    wanted: _Wanted,
-    held_by_others: Mapping[str, Holder],
-    held_by_ours: Mapping[str, Holder],
-    taken_now: set[str],
-    previous_pools: Mapping[int, str],
-) -> str | None:
-    """A free, healthy, whole pool; prefer where the pods are already pinned, then the
-    pool this replica index held before, then a stable (name) order."""
-    free = [
-        name
-        for name, nodes in matching.items()
-        if name not in held_by_others
-        and name not in held_by_ours
-        and name not in taken_now
-        and _pool_problem(nodes, wanted) is None
-    ]
-    released = sorted({p.pinned_pool for p in replica.live if p.pinned_pool and not p.gated})
-    if released:  # a released pod's nodeSelector can no longer change: only its pool will do
-        return released[0] if released[0] in free else None
-    previous = previous_pools.get(index)
-    if previous in free:
-        return previous
-    return free[0] if free else None
+def _assign(
+    replicas: Sequence[_Replica],
+    free: Sequence[str],
+    *,
+    facts: Callable[[str], ShapePool],
+    previous: Mapping[int, str],
+    capacity_types: Sequence[CapacityType],
+    together: bool,
+    anchor: Sequence[ShapePool],
+) -> dict[str, str]:
+    """Pools for ``replicas`` (in their order) among ``free``: a replica whose pods were
+    released already can only go back to the pool they are pinned to (a released pod's
+    nodeSelector can no longer change); the others by ``prefer_pools``, each first to
+    the pool its index held before."""
+    out: dict[str, str] = {}
+    left = list(free)
+    rest: list[_Replica] = []
+    for replica in replicas:
+        released = sorted({p.pinned_pool for p in replica.live if p.pinned_pool and not p.gated})
+        if released:
+            if released[0] in left:
+                out[replica.name] = released[0]
+                left.remove(released[0])
+        else:
+            rest.append(replica)
+    prev = {r.name: previous[r.index] for r in rest if r.index is not None and r.index in previous}
+    picked = prefer_pools(
+        [facts(name) for name in left],
+        len(rest),
+        previous=set(prev.values()),
+        capacity_types=capacity_types,
+        together=together,
+        anchor=[*anchor, *(facts(p) for p in out.values())],
+    )
+    names = [p.name for p in picked]
+    for replica in rest:  # first the index's previous pool, then the next preferred
+        if prev.get(replica.name) in names:
+            out[replica.name] = prev[replica.name]
+            names.remove(prev[replica.name])
+    for replica in rest:
+        if replica.name not in out and names:
+            out[replica.name] = names.pop(0)
+    return out
+
+
+def pool_request(
+    cluster: ClusterRef,
+    *,
+    hosts: int,
+    desired_slices: int,
+    pods: Iterable[PodInfo],
+    reservations: Iterable[ReservationInfo],
+    gang: GangMode = GangMode.PER_SLICE,
+    priority: int = 0,
+    created: str = "",
+    capacity_types: Sequence[CapacityType] = (),
+    previous_pools: Mapping[int, str] | None = None,
+) -> PoolRequest:
+    """The cluster's entry in its shape's queue, counted the way plan_slices counts:
+    ``held`` = its reservations of live slices, ``claimable`` = live slices without
+    one, ``idle`` = held pools whose slice has no pod released yet. The shell builds one
+    per gated TSC of the shape, from its pods and reservations (the same snapshot)."""
+    replicas, _ = _group_replicas(pods, hosts)
+    ours = {r.holder.replica_name: r for r in reservations if r.holder.uid == cluster.uid}
+    live = [r for r in replicas.values() if r.live]
+    holding = [r for r in live if r.name in ours]
+    return PoolRequest(
+        key=(cluster.namespace, cluster.name),
+        uid=cluster.uid,
+        desired=desired_slices,
+        held=len(holding),
+        claimable=len(live) - len(holding),
+        gang=gang,
+        priority=priority,
+        created=created,
+        idle=sum(1 for r in holding if all(p.gated for p in r.live)),
+        capacity_types=tuple(capacity_types),
+        previous=tuple(sorted(set((previous_pools or {}).values()))),
+    )

@@ -106,3 +106,33 @@ def test_is_subset_ignores_extra_fields_but_not_changed_or_missing_ones() -> Non
     assert not is_subset({"a": {"b": 2}}, actual)
     assert not is_subset({"a": {"c": 1}}, actual)
     assert not is_subset({"l": [{"n": 1}, {"n": 2}]}, actual)
+
+
+def test_node_record_reads_capacity_type_and_topology_block() -> None:
+    from tpuslice.records import CapacityType
+
+    def node(**labels: str) -> dict[str, object]:
+        return {"metadata": {"name": "n", "labels": labels}, "status": {}}
+
+    cases = [
+        ({}, CapacityType.ON_DEMAND),
+        ({"cloud.google.com/reservation-name": "res-1"}, CapacityType.RESERVATION),
+        ({"cloud.google.com/gke-spot": "true"}, CapacityType.SPOT),
+        ({"cloud.google.com/gke-spot": "false"}, CapacityType.ON_DEMAND),
+        ({"cloud.google.com/gke-preemptible": "true"}, CapacityType.SPOT),
+        ({"cloud.google.com/gke-flex-start": "true"}, CapacityType.FLEX_START),
+        ({"cloud.google.com/gke-provisioning": "flex-start"}, CapacityType.FLEX_START),
+        ({"cloud.google.com/reservation-name": ""}, CapacityType.ON_DEMAND),
+    ]
+    for labels, expected in cases:
+        assert node_info(node(**labels)).capacity_type == expected, labels
+    info = node_info(
+        node(
+            **{
+                "cloud.google.com/gce-topology-block": "blk-1",
+                "cloud.google.com/gce-topology-subblock": "sub-2",
+            }
+        )
+    )
+    assert (info.block, info.subblock) == ("blk-1", "sub-2")
+    assert (node_info(node()).block, node_info(node()).subblock) == (None, None)

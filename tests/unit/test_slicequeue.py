@@ -1,0 +1,311 @@
+"""Gangs, the queue per shape and pool preference: readable examples (issue 14)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.unit.test_reservation import CLUSTER, ours, plan, pool, slice_pods
+from tpuslice.records import (
+    Admission,
+    CapacityType,
+    ClusterRef,
+    GangMode,
+    Holder,
+    NodeInfo,
+    PoolRequest,
+    ReservationInfo,
+    ShapePool,
+    SliceState,
+)
+from tpuslice.reservation import pool_index, pool_request, prefer_pools, shape_pools
+from tpuslice.slicequeue import (
+    admission_for,
+    decide_queue,
+    holders_summary,
+    ordinal,
+    queue_message,
+    shape_name,
+)
+
+SHAPE = ("tpu-v6e-slice", "4x4")
+OTHER = Holder("ml", "other", "uid-other", "tpu-zzzzz", 0)
+
+
+def req(name: str, desired: int, **kw: Any) -> PoolRequest:
+    args: dict[str, Any] = dict(
+        key=("ml", name),
+        uid=f"uid-{name}",
+        desired=desired,
+        held=0,
+        claimable=desired,
+        gang=GangMode.ALL_SLICES,
+        created=f"2026-12-01T00:00:0{kw.pop('t', 0)}Z",
+    )
+    args.update(kw)
+    return PoolRequest(**args)
+
+
+def free_pools(*names: str, **kw: Any) -> list[ShapePool]:
+    return [ShapePool(n, True, **kw) for n in names]
+
+
+# ------------------------------------------------------------------ gang in the planner
+
+
+def test_all_slices_claims_every_pool_at_once_and_releases_only_with_them() -> None:
+    result = plan(
+        gang=GangMode.ALL_SLICES,
+        pods=slice_pods("tpu-aaaaa", 0) + slice_pods("tpu-bbbbb", 1),
+        nodes=pool("pool-a") + pool("pool-b"),
+    )
+    assert [c.pool for c in result.claims] == ["pool-a", "pool-b"]
+    assert len(result.releases) == 8 and result.all_or_nothing
+
+
+def test_all_slices_with_one_pool_for_two_slices_claims_nothing() -> None:
+    """The measured deadlock: no slice takes the one free pool alone."""
+    result = plan(
+        gang=GangMode.ALL_SLICES,
+        pods=slice_pods("tpu-aaaaa", 0) + slice_pods("tpu-bbbbb", 1),
+        nodes=pool("pool-a"),
+    )
+    assert result.claims == () and result.releases == ()
+    assert {s.state for s in result.slices} == {SliceState.WAITING_FOR_CAPACITY}
+    assert result.slices[0].message.startswith(
+        "all 2 slices need a node pool at once (0 held, 1 free): "
+    )
+
+
+def test_all_slices_waits_for_the_pods_of_every_slice_before_claiming() -> None:
+    result = plan(
+        gang=GangMode.ALL_SLICES,
+        pods=slice_pods("tpu-aaaaa", 0),
+        nodes=pool("pool-a") + pool("pool-b"),
+    )
+    assert result.claims == ()
+    assert result.slices[0].message == (
+        "waiting for the pods of every slice before claiming 2 node pools at once "
+        "(1 of 2 slices have pods)"
+    )
+
+
+def test_a_partial_gang_gives_its_unreleased_pool_back_when_it_cannot_complete() -> None:
+    """After a lost race (the other pool went to another cluster) or a crash mid-claim."""
+    result = plan(
+        gang=GangMode.ALL_SLICES,
+        pods=slice_pods("tpu-aaaaa", 0) + slice_pods("tpu-bbbbb", 1),
+        nodes=pool("pool-a") + pool("pool-b"),
+        reservations=[ours("pool-a", "tpu-aaaaa", 0), ReservationInfo("pool-b", OTHER)],
+    )
+    assert result.frees == ("pool-a",) and result.claims == () and result.releases == ()
+    assert result.slices[0].message.startswith("giving node pool pool-a back: ")
+
+
+def test_an_uncontended_partial_gang_in_a_queue_keeps_its_pool() -> None:
+    result = plan(
+        gang=GangMode.ALL_SLICES,
+        pods=slice_pods("tpu-aaaaa", 0) + slice_pods("tpu-bbbbb", 1),
+        nodes=pool("pool-a") + pool("pool-b", not_ready=1),
+        reservations=[ours("pool-a", "tpu-aaaaa", 0)],
+        admission=Admission(pools=(), contended=False, message="1st of 1 waiting"),
+    )
+    assert result.frees == () and result.releases == ()
+    assert result.slices[0].state == SliceState.RESERVED
+    assert result.slices[0].message == (
+        "holds node pool pool-a; released when all 2 slices hold one (1 do): 1st of 1 waiting"
+    )
+
+
+def test_a_running_slice_of_a_gang_is_never_given_back() -> None:
+    """Slice 1 was replaced after a node failure: slice 0 keeps running on its pool."""
+    running = slice_pods("tpu-aaaaa", 0, gated=False, pinned="pool-a", ready=True)
+    result = plan(
+        gang=GangMode.ALL_SLICES,
+        pods=running + slice_pods("tpu-ccccc", 1),
+        nodes=pool("pool-a") + pool("pool-b"),
+        reservations=[ours("pool-a", "tpu-aaaaa", 0, "Bound")],
+    )
+    assert result.frees == ()
+    assert [c.pool for c in result.claims] == ["pool-b"]
+    assert {r.replica_name for r in result.releases} == {"tpu-ccccc"}
+
+
+def test_admission_limits_the_pools_a_cluster_may_claim() -> None:
+    kwargs: dict[str, Any] = dict(
+        pods=slice_pods("tpu-aaaaa", 0) + slice_pods("tpu-bbbbb", 1),
+        nodes=pool("pool-a") + pool("pool-b") + pool("pool-c"),
+    )
+    only_c = plan(admission=Admission(pools=("pool-c",)), **kwargs)
+    assert [c.pool for c in only_c.claims] == ["pool-c"]
+    gang = plan(gang=GangMode.ALL_SLICES, admission=Admission(pools=("pool-c",)), **kwargs)
+    assert gang.claims == ()
+    stalled = plan(admission=Admission(pools=(), stalled="needs 5 node pools"), **kwargs)
+    assert stalled.claims == () and stalled.stalled == "needs 5 node pools"
+    assert stalled.slices[0].message == "needs 5 node pools"
+
+
+def test_slice_status_says_which_capacity_type_the_slice_got() -> None:
+    spot = [NodeInfo(f"s{i}", "pool-s", "tpu-v6e-slice", "4x4", 4, True, True,
+                     CapacityType.SPOT) for i in range(4)]  # fmt: skip
+    result = plan(pods=slice_pods("tpu-aaaaa", 0), nodes=spot, desired_slices=1)
+    assert result.slices[0].capacity_type == CapacityType.SPOT
+    assert result.slices[0].to_dict()["capacityType"] == "Spot"
+
+
+# ------------------------------------------------------------------ pool preference
+
+
+def test_preference_previous_then_capacity_type_then_name() -> None:
+    pools = [
+        ShapePool("a", True, capacity_type=CapacityType.SPOT),
+        ShapePool("b", True, capacity_type=CapacityType.ON_DEMAND),
+        ShapePool("c", True, capacity_type=CapacityType.RESERVATION),
+        ShapePool("d", True, capacity_type=CapacityType.RESERVATION),
+    ]
+    order = [CapacityType.RESERVATION, CapacityType.ON_DEMAND, CapacityType.SPOT]
+    names = [p.name for p in prefer_pools(pools, 4, capacity_types=order)]
+    assert names == ["c", "d", "b", "a"]
+    names = [p.name for p in prefer_pools(pools, 2, previous={"a"}, capacity_types=order)]
+    assert names == ["a", "c"]
+    assert [p.name for p in prefer_pools(pools, 2)] == ["a", "b"]  # no preference: names
+
+
+def test_a_multislice_gang_stays_in_one_sub_block_then_one_block() -> None:
+    pools = [
+        ShapePool("a", True, block="b1", subblock="s1"),
+        ShapePool("b", True, block="b1", subblock="s2"),
+        ShapePool("c", True, block="b2", subblock="s3"),
+        ShapePool("d", True, block="b2", subblock="s3"),
+        ShapePool("e", True, block="b1", subblock="s2"),
+    ]
+    assert [p.name for p in prefer_pools(pools, 2, together=True)] == ["b", "e"]
+    assert [p.name for p in prefer_pools(pools, 3, together=True)] == ["a", "b", "e"]
+    assert [p.name for p in prefer_pools(pools, 2)] == ["a", "b"]  # PerSlice: names
+    anchored = prefer_pools(
+        pools, 2, together=True, anchor=[ShapePool("x", True, block="b2", subblock="s3")]
+    )
+    assert [p.name for p in anchored] == ["c", "d"]
+
+
+def test_planner_picks_pools_of_one_block_for_a_gang() -> None:
+    def blocked(name: str, block: str) -> list[NodeInfo]:
+        return [NodeInfo(f"{name}-{i}", name, "tpu-v6e-slice", "4x4", 4, True, True,
+                         block=block) for i in range(4)]  # fmt: skip
+
+    nodes = blocked("pool-a", "b1") + blocked("pool-b", "b2") + blocked("pool-c", "b2")
+    result = plan(
+        gang=GangMode.ALL_SLICES,
+        pods=slice_pods("tpu-aaaaa", 0) + slice_pods("tpu-bbbbb", 1),
+        nodes=nodes,
+    )
+    assert [c.pool for c in result.claims] == ["pool-b", "pool-c"]
+
+
+# ------------------------------------------------------------------ the queue
+
+
+def test_order_is_priority_then_creation_time() -> None:
+    decision = decide_queue(
+        SHAPE,
+        [req("late", 1, t=3), req("early", 1, t=1), req("urgent", 1, t=5, priority=10)],
+        free_pools("p1"),
+    )
+    assert decision.order == (("ml", "urgent"), ("ml", "early"), ("ml", "late"))
+    assert decision.admissions[("ml", "urgent")].pools == ("p1",)
+    assert decision.waiting == (("ml", "early"), ("ml", "late"))
+
+
+def test_a_later_smaller_request_does_not_overtake_a_waiting_gang() -> None:
+    """3 pools free, a 4-slice gang first: the 1-slice cluster after it waits."""
+    decision = decide_queue(
+        SHAPE,
+        [req("big", 4, t=1), req("small", 1, t=2)],
+        [*free_pools("p1", "p2", "p3"), ShapePool("p4", True, OTHER)],
+    )
+    big, small = decision.admissions[("ml", "big")], decision.admissions[("ml", "small")]
+    assert big.pools == () and big.set_aside == 3 and big.position == 1
+    assert small.pools == () and small.position == 2
+    assert big.message == (
+        "1st of 2 waiting for v6e 4x4: needs 4 node pools at once (holds 0); "
+        "3 free pools set aside for it; held by ml/other (1)"
+    )
+    assert small.message == (
+        "2nd of 2 waiting for v6e 4x4: needs 1 more node pool (holds 0); "
+        "1 request ahead in the queue; held by ml/other (1)"
+    )
+
+
+def test_two_gangs_over_two_pools_one_gets_both_the_other_nothing() -> None:
+    decision = decide_queue(SHAPE, [req("a", 2, t=1), req("b", 2, t=2)], free_pools("p1", "p2"))
+    assert decision.admissions[("ml", "a")].pools == ("p1", "p2")
+    assert decision.admissions[("ml", "b")].pools == ()
+    assert decision.admissions[("ml", "b")].contended
+
+
+def test_a_request_larger_than_the_shape_is_stalled_and_leaves_the_queue() -> None:
+    decision = decide_queue(
+        SHAPE, [req("huge", 3, t=1), req("small", 1, t=2)], free_pools("p1", "p2")
+    )
+    assert decision.not_enough == (("ml", "huge"),)
+    assert decision.admissions[("ml", "huge")].stalled == (
+        "needs 3 node pools of v6e 4x4 at once, but only 2 node pools of that shape exist; "
+        "add node pools or lower spec.tpu.slices"
+    )
+    assert decision.admissions[("ml", "small")].pools == ("p1",)
+
+
+def test_a_gang_not_ready_yet_keeps_its_place() -> None:
+    decision = decide_queue(
+        SHAPE, [req("a", 2, t=1, claimable=1), req("b", 1, t=2)], free_pools("p1", "p2", "p3")
+    )
+    assert decision.admissions[("ml", "a")].pools == ()
+    assert decision.admissions[("ml", "a")].set_aside == 2
+    assert "waiting for the pods of its slices" in decision.admissions[("ml", "a")].message
+    assert decision.admissions[("ml", "b")].pools == ("p3",)  # beyond what a needs
+
+
+def test_a_cluster_wanting_nothing_may_claim_nothing() -> None:
+    decision = decide_queue(SHAPE, [req("done", 1, held=1, claimable=0)], free_pools("p1"))
+    assert admission_for(decision, ("ml", "done")) == Admission(pools=())
+
+
+def test_pool_request_counts_like_the_planner() -> None:
+    ref = ClusterRef("ml", "llm", "uid-llm")
+    request = pool_request(
+        ref,
+        hosts=4,
+        desired_slices=3,
+        gang=GangMode.ALL_SLICES,
+        pods=slice_pods("tpu-aaaaa", 0, gated=False, pinned="pool-a")
+        + slice_pods("tpu-bbbbb", 1)
+        + slice_pods("tpu-ccccc", 2, created=1),
+        reservations=[ours("pool-a", "tpu-aaaaa", 0), ours("pool-b", "tpu-bbbbb", 1)],
+        priority=2,
+        created="2026-12-01T00:00:00Z",
+    )
+    assert (request.held, request.claimable, request.idle, request.missing) == (2, 1, 1, 1)
+    assert request.key == ("ml", "llm") and request.uid == CLUSTER.uid
+
+
+def test_shape_pools_reads_eligibility_holders_and_blocks() -> None:
+    nodes = pool("pool-a") + pool("pool-b", not_ready=1)
+    index = pool_index(nodes, "tpu-v6e-slice", "4x4")
+    facts = shape_pools(index, [ReservationInfo("pool-a", OTHER)], hosts=4, chips_per_host=4)
+    assert [(p.name, p.eligible, p.holder) for p in facts] == [
+        ("pool-a", True, OTHER),
+        ("pool-b", False, None),
+    ]
+
+
+def test_text_builders() -> None:
+    assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111)] == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st", "111th",
+    ]  # fmt: skip
+    assert shape_name(SHAPE) == "v6e 4x4" and shape_name(("tpu-x", "2x2")) == "tpu-x 2x2"
+    many = [ShapePool(f"p{i}", True, Holder("ml", f"c{i % 5}", f"u{i % 5}", "r")) for i in range(9)]
+    assert holders_summary(many) == "ml/c0 (2), ml/c1 (2), ml/c2 (2), and 2 more holders"
+    long = queue_message(
+        position=1, waiting=1, shape="v6e 4x4", desired=2, held=0,
+        gang=GangMode.ALL_SLICES, set_aside=0, ahead=0, holders="x" * 2000,
+    )  # fmt: skip
+    assert len(long) <= 512
