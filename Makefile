@@ -107,7 +107,7 @@ SCALE ?= small
 
 .PHONY: bench
 bench: tools $(STAMP) ## Operator vs KubeRay on the local cluster (SCALE=small|medium|large); .bench/results-$(SCALE).json
-	$(PY) hack/bench.py --scale $(SCALE)
+	$(PY) -P hack/bench.py --scale $(SCALE)
 
 # ---------------------------------------------------------------- demo
 .PHONY: demo demo-down
