@@ -277,3 +277,17 @@ def test_override_conflicts_are_reported_for_jobs_too() -> None:
         "spec": {"nodeSelector": {c.NODE_LABEL_ACCELERATOR: "tpu-v5p-slice"}}
     }
     assert "is owned by the operator" in errors(render_job, obj)
+
+
+def test_identity_of_a_job_pod_names_kuberays_cluster_not_the_job() -> None:
+    """A RayJob's RayCluster is <job>-<random>: the webhook reads ray.io/cluster, so the
+    hostnames and the MEGASCALE coordinator name the real headless Service."""
+    from tests.unit.test_identity import kuberay_pod
+    from tpuslice.identity import mutate_pod
+
+    group = render_job(job())["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    pod = kuberay_pod(group["template"], group["numOfHosts"], 1, 2, cluster="train-x7k2p")
+    env = {e["name"]: e.get("value") for e in mutate_pod(pod).pod["spec"]["containers"][0]["env"]}
+    assert env[c.ENV_TPU_WORKER_ID] == "2" and env[c.ENV_TPU_NAME] == "tpu-1"
+    assert env[c.ENV_TPU_WORKER_HOSTNAMES].split(",")[0] == "tpu-1-0.train-x7k2p-headless"
+    assert env[c.ENV_MEGASCALE_COORDINATOR_ADDRESS].startswith("tpu-0-0.train-x7k2p-headless")
