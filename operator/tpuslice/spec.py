@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tpuslice import constants
+from tpuslice.records import CapacityType, GangMode
 from tpuslice.topology import SliceShape, TopologyError, slice_shape
 
 __all__ = [
@@ -105,6 +106,12 @@ class SliceClusterSpec:
     #: TPUSliceCluster, the RayCluster(s) KubeRay makes for a TPUSliceJob or
     #: TPUSliceService. Decides owner references and the pods' owner-kind label.
     owner_kind: str = constants.KIND_CLUSTER
+    #: AllSlices: the slices hold all their pools or none; PerSlice: each on its own.
+    gang: GangMode = GangMode.PER_SLICE
+    #: Queue order within a shape: higher first, then older first.
+    priority: int = 0
+    #: Preferred capacity types of node pools, first most wanted (a preference, not a filter).
+    capacity_types: tuple[CapacityType, ...] = ()
 
     @property
     def gated(self) -> bool:
@@ -237,7 +244,9 @@ _SERVICE_SPEC_FIELDS = _CLUSTER_PARTS | {"serve"}
 _TPU_FIELDS = frozenset({"type", "topology", "slices", "chipsPerHost"})
 _RAY_FIELDS = frozenset({"version", "image"})
 _GROUP_FIELDS = frozenset({"resources", "rayStartParams", "template"})
-_RESERVATION_FIELDS = frozenset({"policy"})
+_RESERVATION_FIELDS = frozenset({"policy", "gang", "priority", "capacityTypes"})
+#: spec.reservation.priority bounds (those of a PriorityClass value).
+MAX_PRIORITY = 1_000_000_000
 
 
 def _metadata(
@@ -344,6 +353,7 @@ def _cluster_parts(
         errors.append(
             FieldError("spec.reservation.policy", f"{_describe(policy)} is not NodePool or None")
         )
+    gang, priority, capacity_types = _queueing(reservation, slices, errors)
     if shape is None:
         return None
     return SliceClusterSpec(
@@ -359,6 +369,9 @@ def _cluster_parts(
         reservation_policy=policy,
         suspend=suspend,
         owner_kind=owner_kind,
+        gang=gang,
+        priority=priority,
+        capacity_types=capacity_types,
     )
 
 
@@ -821,3 +834,53 @@ def parse_service(obj: Mapping[str, Any]) -> SliceServiceSpec:
     if errors or cluster is None or serve is None:
         raise SpecError(errors)
     return SliceServiceSpec(cluster=cluster, serve=serve)
+
+
+def _queueing(
+    reservation: Mapping[str, Any], slices: int, errors: list[FieldError]
+) -> tuple[GangMode, int, tuple[CapacityType, ...]]:
+    """spec.reservation.gang (default AllSlices for a multislice cluster: its slices run
+    one job), priority and capacityTypes."""
+    default_gang = GangMode.ALL_SLICES if slices > 1 else GangMode.PER_SLICE
+    raw_gang = reservation.get("gang", str(default_gang))
+    modes = [str(m) for m in GangMode]
+    if not isinstance(raw_gang, str) or raw_gang not in modes:
+        errors.append(
+            FieldError(
+                "spec.reservation.gang", f"{_describe(raw_gang)} is not {' or '.join(modes)}"
+            )
+        )
+        raw_gang = str(default_gang)
+    priority = reservation.get("priority", 0)
+    if (
+        not isinstance(priority, int)
+        or isinstance(priority, bool)
+        or not -MAX_PRIORITY <= priority <= MAX_PRIORITY
+    ):
+        errors.append(
+            FieldError(
+                "spec.reservation.priority",
+                f"must be an integer from -{MAX_PRIORITY} to {MAX_PRIORITY} (higher is served "
+                f"first), got {_describe(priority)}",
+            )
+        )
+        priority = 0
+    raw_types = reservation.get("capacityTypes", [])
+    types: list[CapacityType] = []
+    known = [str(t) for t in CapacityType]
+    if not isinstance(raw_types, list):
+        errors.append(
+            FieldError(
+                "spec.reservation.capacityTypes", f"must be a list, got {_describe(raw_types)}"
+            )
+        )
+        raw_types = []
+    for i, raw in enumerate(raw_types):
+        path = f"spec.reservation.capacityTypes[{i}]"
+        if not isinstance(raw, str) or raw not in known:
+            errors.append(FieldError(path, f"{_describe(raw)} is not one of {', '.join(known)}"))
+        elif CapacityType(raw) in types:
+            errors.append(FieldError(path, f"{raw} is listed twice; list each type once"))
+        else:
+            types.append(CapacityType(raw))
+    return GangMode(raw_gang), priority, tuple(types)

@@ -127,7 +127,7 @@ def test_defaults_are_applied() -> None:
 
     defaulted = apply_defaults(served_schema(load_crd(TSC)), cluster())
     assert defaulted["spec"]["tpu"]["slices"] == 1
-    assert defaulted["spec"]["reservation"] == {"policy": "NodePool"}
+    assert defaulted["spec"]["reservation"] == {"policy": "NodePool", "priority": 0}
     assert defaulted["spec"]["suspend"] is False
 
 
