@@ -113,6 +113,22 @@ class Metrics:
             ["state"],
             registry=r,
         )
+        self.queue_length = Gauge(
+            "tpuslice_queue_length",
+            "TPUSliceClusters waiting for node pools of one TPU shape (a slice "
+            "WaitingForCapacity, or Stalled NotEnoughPools), as of each one's last pass.",
+            ["shape"],
+            registry=r,
+        )
+        self.queue_wait_seconds = Histogram(
+            "tpuslice_queue_wait_seconds",
+            "How long a TPUSliceCluster waited in its shape's queue: from the pass that first "
+            "found it waiting to the pass that found it waiting no more (as seen by this "
+            "process; a restart starts the clock again).",
+            ["shape"],
+            buckets=SLOW_BUCKETS,
+            registry=r,
+        )
         self.reservations = Gauge(
             "tpuslice_reservations",
             "SliceReservations by status.phase as the operator's watch sees them "
@@ -193,6 +209,12 @@ class Metrics:
 
     def forget_cluster(self, key: ClusterKey) -> None:
         self.cluster_slices(key, ())
+
+    def queue(self, shape: str, waiting: int) -> None:
+        self.queue_length.labels(shape).set(waiting)
+
+    def waited(self, shape: str, seconds: float) -> None:
+        self.queue_wait_seconds.labels(shape).observe(seconds)
 
     # ------------------------------------------------------------ reservations
     def reservation_seen(self, pool: str, phase: str | None) -> None:

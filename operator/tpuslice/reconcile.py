@@ -34,6 +34,7 @@ from tpuslice.pending import PendingWrites
 from tpuslice.recorder import Recorder
 from tpuslice.records import ClusterKey, ClusterRef, Shape, SlicePlan, SliceState, Snapshot
 from tpuslice.render import render_raycluster
+from tpuslice.slicequeue import shape_name
 from tpuslice.spec import SliceClusterSpec, SpecError, parse_cluster
 from tpuslice.status import MAX_MESSAGE, Observed, Stall, truncate
 from tpuslice.statuswriter import PROGRESS_WRITE_SECONDS, StatusWriter, generation
@@ -128,6 +129,7 @@ class Reconciler:
     pool_indexes: PoolIndexCache = field(default_factory=PoolIndexCache)
     backoff: Backoff = field(default_factory=Backoff)
     _waiting: dict[Shape, set[ClusterKey]] = field(default_factory=dict)
+    _waiting_since: dict[ClusterKey, float] = field(default_factory=dict)  # the queue metric
     _applied_once: set[ClusterKey] = field(default_factory=set)  # for the creation metric
 
     def __post_init__(self) -> None:
@@ -169,8 +171,11 @@ class Reconciler:
         self._applied_once.discard(key)
         self.backoff.succeeded(key)
         self.metrics.forget_cluster(key)
-        for keys in self._waiting.values():
-            keys.discard(key)
+        self._waiting_since.pop(key, None)
+        for shape, keys in self._waiting.items():
+            if key in keys:
+                keys.discard(key)
+                self.metrics.queue(shape_name(shape), len(keys))
 
     # ------------------------------------------------------------ one pass
     async def run_pass(self, key: ClusterKey) -> None:
@@ -228,11 +233,19 @@ class Reconciler:
             self.metrics.raycluster_created(created, time.time())
 
     def _track_waiting(self, key: ClusterKey, spec: SliceClusterSpec, plan: SlicePlan) -> None:
-        waiting = self._waiting.setdefault(shape_of(spec), set())
+        """Who waits for each shape (kicked when its pools change), and the queue metrics."""
+        shape = shape_of(spec)
+        waiting = self._waiting.setdefault(shape, set())
+        label = shape_name(shape)
         if plan.stalled or any(s.state == SliceState.WAITING_FOR_CAPACITY for s in plan.slices):
             waiting.add(key)
+            self._waiting_since.setdefault(key, time.monotonic())
         else:
             waiting.discard(key)
+            since = self._waiting_since.pop(key, None)
+            if since is not None:
+                self.metrics.waited(label, time.monotonic() - since)
+        self.metrics.queue(label, len(waiting))
 
     async def _failed(
         self, key: ClusterKey, cluster: Mapping[str, Any] | None, exc: Exception

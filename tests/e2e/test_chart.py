@@ -45,6 +45,7 @@ from tests.e2e.operator_support import (
 )
 from tests.support.gitops import argocd_health, kstatus
 from tpusim import ToolPaths, kube
+from tpusim.nodepools import TPUPool
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "tpuslice-operator"
@@ -234,10 +235,17 @@ def test_chart_install_rbac_upgrade_uninstall(
         )
         captured["ready"] = wait_condition(cluster, namespace, "llm", "Ready", "True")
         assert len(held_by(cluster, namespace, "llm")) == 2
-        apply(cluster, namespace, tsc("llm", slices=3))  # only two v6e 4x4 pools exist
+        # a third v6e 4x4 pool exists but is cordoned: the gang of three waits for it
+        third = TPUPool("v6e-4x4-chart", "v6e", "4x4", nodes=4)
+        extra_nodes = kube.create_pool(cluster.api, third)
+        kube.wait_nodes_ready(cluster.api, extra_nodes)
+        for node in extra_nodes:
+            kube.cordon(cluster.api, node)
+        apply(cluster, namespace, tsc("llm", slices=3))
         captured["waiting-for-capacity"] = wait_condition(
             cluster, namespace, "llm", "Ready", "False", "WaitingForCapacity"
         )
+        assert len(held_by(cluster, namespace, "llm")) == 2  # running slices keep theirs
         bad = tsc("bad", type_="v4", topology="2x2x2")
         bad["spec"]["worker"]["template"] = {
             "spec": {"nodeSelector": {"cloud.google.com/gke-tpu-topology": "2x2x4"}}
@@ -262,6 +270,7 @@ def test_chart_install_rbac_upgrade_uninstall(
         assert "became leader: the Lease" in log and ours.leading()
     finally:
         ours.stop()
+        kube.delete_pool(cluster.api, "v6e-4x4-chart")
         operator.start()  # re-applies the session operator's webhook configuration
     lease = client.CoordinationV1Api(apps).read_namespaced_lease(FULLNAME, ns)
     assert lease.spec.holder_identity == ""  # released on SIGTERM

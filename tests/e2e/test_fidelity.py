@@ -292,7 +292,8 @@ def test_tpuslicecluster_crd_installs_and_api_server_enforces_cel(
 
     v6e = {"type": "v6e", "topology": "4x4"}
     good = create(tsc("good", {"type": "v6e", "topology": "4x4", "slices": 2}))
-    assert good["spec"]["reservation"] == {"policy": "NodePool"}  # schema default applied
+    # schema defaults applied (gang has none: it follows spec.tpu.slices)
+    assert good["spec"]["reservation"] == {"policy": "NodePool", "priority": 0}
 
     bad = [
         (tsc("x" * 54, {"type": "v6e", "topology": "4x4"}), "at most 53 characters"),

@@ -45,6 +45,7 @@ STALL_REASONS = {
     "RayClusterRejected",
     "KubeRayNotInstalled",
     "MultiHostIndexingDisabled",
+    "NotEnoughPools",  # more slices than pools of the shape exist: honest, and named
 }
 _FIELD = re.compile(r"\b(?:spec|metadata)(?:\.[A-Za-z0-9_/-]+|\[[^\]]*\])*")
 

@@ -111,15 +111,22 @@ def test_a_two_slices_on_two_free_pools_become_ready(
     assert "v6e-16" in printed and "2/2" in printed and "True" in printed
 
 
-def test_b_one_free_pool_one_slice_waits_until_a_pool_is_added(
+def test_b_per_slice_one_free_pool_one_slice_runs_the_other_waits_until_a_pool_is_free(
     cluster: E2ECluster, namespace: str, operator: OperatorProcess
 ) -> None:
+    """PerSlice: each slice takes a pool and starts alone. Two pools of the shape exist,
+    one cordoned (not eligible): one slice runs, the other waits, gated, until the
+    second pool is uncordoned."""
     first = TPUPool("v6e-2x8-one", "v6e", "2x8", nodes=4)
     second = TPUPool("v6e-2x8-two", "v6e", "2x8", nodes=4)
     add_pool(cluster, first)
+    cordoned = add_pool(cluster, second)
+    for node in cordoned:
+        kube.cordon(cluster.api, node)
     try:
-        apply(cluster, namespace, tsc("wide", topology="2x8", slices=2))
-        obj = wait_condition(cluster, namespace, "wide", "Ready", "False", "WaitingForCapacity")
+        body = tsc("wide", topology="2x8", slices=2, reservation={"gang": "PerSlice"})
+        apply(cluster, namespace, body)
+        wait_condition(cluster, namespace, "wide", "Ready", "False", "WaitingForCapacity")
 
         # wait until one slice runs; the other's pods must all still be gated
         def one_running() -> Any:
@@ -142,14 +149,13 @@ def test_b_one_free_pool_one_slice_waits_until_a_pool_is_added(
         obj = get_tsc(cluster, namespace, "wide")
         ready = condition(obj, "Ready")
         assert ready["reason"] == "WaitingForCapacity"
-        assert (
-            "needs a free node pool of 4 ready nodes with tpu-v6e-slice/2x8; 1 match: "
-            "v6e-2x8-one held by"
-        ) in ready["message"]
+        assert "1st of 1 waiting for v6e 2x8: needs 1 more node pool (holds 1)" in ready["message"]
         assert condition(obj, "Reconciling")["status"] == "True"
         assert condition(obj, "Stalled")["status"] == "False"
         assert "WaitingForCapacity" in event_reasons(cluster, namespace)
-        add_pool(cluster, second)
+        assert set(held_by(cluster, namespace, "wide").values()) == {first.name}
+        for node in cordoned:
+            kube.cordon(cluster.api, node, unschedulable=False)
         wait_condition(cluster, namespace, "wide", "Ready", "True", timeout_s=90)
         assert set(held_by(cluster, namespace, "wide").values()) == {first.name, second.name}
     finally:
@@ -185,7 +191,7 @@ def test_c_two_clusters_compete_for_one_pool(
         waiting = wait_condition(
             cluster, namespace, loser, "Ready", "False", "WaitingForCapacity", timeout_s=30
         )
-        assert f"v5e-2x4 held by {namespace}/{winner}" in condition(waiting, "Ready")["message"]
+        assert f"held by {namespace}/{winner} (v5e-2x4)" in condition(waiting, "Ready")["message"]
         holders = [r for r in reservations(cluster) if r["spec"]["nodePool"] == "v5e-2x4"]
         assert [r["spec"]["holder"]["name"] for r in holders] == [winner]
         delete_tsc(cluster, namespace, winner)

@@ -153,3 +153,24 @@ def test_a_gang_that_loses_a_claim_completes_with_another_free_pool() -> None:
     assert [c for c in kube.calls if c[0] == "free"] == []
     released = {c[2] for c in kube.calls if c[0] == "release"}
     assert released == {"pool-a", "pool-c"}
+
+
+def test_queue_metrics_count_the_waiting_and_time_the_wait() -> None:
+    from tests.unit.test_metrics import value
+    from tpuslice.metrics import Metrics
+
+    b = body()
+    b["spec"] = two_slices()
+    snaps = [Snapshot(b, gang_pods(), nodes("pool-a") + nodes("pool-b"), [HELD_B], None)]
+    m = Metrics()
+    reconciler = Reconciler(FakeKube(), lambda _: snaps[0], metrics=m)
+
+    async def scenario() -> None:
+        await reconciler.kick(("ml", "llm"))
+        assert value(m, "tpuslice_queue_length", shape="v6e 4x4") == 1
+        snaps[0] = Snapshot(b, gang_pods(), nodes("pool-a") + nodes("pool-b"), [], None)
+        await reconciler.kick(("ml", "llm"))
+
+    asyncio.run(scenario())
+    assert value(m, "tpuslice_queue_length", shape="v6e 4x4") == 0
+    assert value(m, "tpuslice_queue_wait_seconds_count", shape="v6e 4x4") == 1
