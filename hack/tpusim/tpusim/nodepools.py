@@ -65,8 +65,11 @@ TPU_TAINT: dict[str, str] = {"key": TPU_RESOURCE, "value": "present", "effect": 
 #   https://cloud.google.com/kubernetes-engine/docs/how-to/spot-vms and "About cluster
 #   autoscaling" https://cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler
 #   ("GKE automatically adds the cloud.google.com/gke-spot=true label" to Spot nodes);
-#   "About node auto-provisioning"/"auto-created node pools" name both node selectors,
-#   cloud.google.com/gke-spot=true and cloud.google.com/gke-provisioning=spot. On a
+#   "About node pool auto-creation"
+#   https://cloud.google.com/kubernetes-engine/docs/concepts/node-auto-provisioning names
+#   both node labels, cloud.google.com/gke-spot=true and cloud.google.com/gke-provisioning=spot
+#   (GKE's cluster autoscaler, pkg/cloudprovider/gke/labels/system_labels.go, has the
+#   provisioning values standard, spot, flex-start, preemptible). On a
 #   Standard node pool GKE adds labels only, no taint (the NoSchedule taint is for
 #   Autopilot and auto-provisioned pools, or one the user adds).
 # - Reservation: "Consuming reserved zonal resources"
