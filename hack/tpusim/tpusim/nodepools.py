@@ -74,7 +74,11 @@ TPU_TAINT: dict[str, str] = {"key": TPU_RESOURCE, "value": "present", "effect": 
 #   Autopilot and auto-provisioned pools, or one the user adds).
 # - Reservation: "Consuming reserved zonal resources"
 #   https://cloud.google.com/kubernetes-engine/docs/how-to/consuming-reservations
-#   (the node label cloud.google.com/reservation-name=<reservation>).
+#   (workloads select the node label cloud.google.com/reservation-name=<reservation>;
+#   GKE's autoscaler writes it on the nodes it makes for a specific reservation,
+#   ReservationNameLabel in system_labels.go). Whether a hand-made Standard pool that
+#   consumes a reservation carries it too is not stated there; the fake assumes it does,
+#   as the operator reads capacity types from this label.
 # - Flex-start: "About flex-start VMs" https://cloud.google.com/kubernetes-engine/docs/concepts/dws
 #   and "Run a small batch workload with TPUs and flex-start VMs"
 #   https://cloud.google.com/kubernetes-engine/docs/how-to/dws-flex-start-training-tpu
