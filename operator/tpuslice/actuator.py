@@ -26,12 +26,23 @@ from tpuslice.kube import ApiError, ClusterApi
 from tpuslice.metrics import Metrics, slice_last_created
 from tpuslice.pending import PendingWrites
 from tpuslice.recorder import Recorder
-from tpuslice.records import ClusterRef, PodRelease, Shape, SlicePlan, Snapshot
-from tpuslice.reservation import PoolIndex, plan_slices, pool_index
-from tpuslice.spec import SliceClusterSpec
+from tpuslice.records import (
+    Admission,
+    ClusterRef,
+    PodInfo,
+    PodRelease,
+    PoolRequest,
+    ReservationInfo,
+    Shape,
+    SlicePlan,
+    Snapshot,
+)
+from tpuslice.reservation import PoolIndex, plan_slices, pool_index, pool_request, shape_pools
+from tpuslice.slicequeue import admission_for, decide_queue
+from tpuslice.spec import SliceClusterSpec, SpecError, parse_cluster
 from tpuslice.status import Stall
 
-__all__ = ["PoolIndexCache", "SliceActuator", "shape_of"]
+__all__ = ["PoolIndexCache", "SliceActuator", "SpecCache", "queue_admission", "shape_of"]
 
 #: Re-plans within one pass after a lost claim (each may lose again to a faster holder).
 CLAIM_REPLANS = 2
@@ -46,6 +57,105 @@ MULTIHOST_HINT = (
 
 def shape_of(spec: SliceClusterSpec) -> Shape:
     return spec.shape.generation.gke_accelerator, spec.shape.topology
+
+
+def previous_pools(status: Mapping[str, Any]) -> dict[int, str]:
+    """Slice index -> the pool it held, as the status last said (a preference)."""
+    return {
+        int(s["index"]): s["nodePool"]
+        for s in status.get("slices") or []
+        if s.get("nodePool") and s.get("index") is not None
+    }
+
+
+@dataclass
+class SpecCache:
+    """Parsed specs of the shape's other clusters, by (uid, generation): every pass reads
+    the whole queue of its shape, and parsing each member's spec every time would cost a
+    parse per member per pass."""
+
+    _specs: dict[tuple[str, int], SliceClusterSpec | None] = field(default_factory=dict)
+
+    def parse(self, cluster: Mapping[str, Any]) -> SliceClusterSpec | None:
+        meta = cluster.get("metadata") or {}
+        key = (str(meta.get("uid") or ""), int(meta.get("generation") or 0))
+        if key not in self._specs:
+            self.forget(key[0])  # an older generation's
+            try:
+                self._specs[key] = parse_cluster(cluster)
+            except SpecError:
+                self._specs[key] = None
+        return self._specs[key]
+
+    def forget(self, uid: str) -> None:
+        for key in [k for k in self._specs if k[0] == uid]:
+            del self._specs[key]
+
+
+def _request(
+    ref: ClusterRef,
+    spec: SliceClusterSpec,
+    cluster: Mapping[str, Any],
+    pods: Sequence[PodInfo],
+    reservations: Sequence[ReservationInfo],
+) -> PoolRequest:
+    return pool_request(
+        ref,
+        hosts=spec.shape.hosts,
+        desired_slices=0 if spec.suspend else spec.slices,
+        pods=pods,
+        reservations=reservations,
+        gang=spec.gang,
+        priority=spec.priority,
+        created=str((cluster.get("metadata") or {}).get("creationTimestamp") or ""),
+        capacity_types=spec.capacity_types,
+        previous_pools=previous_pools(cluster.get("status") or {}),
+    )
+
+
+def queue_admission(
+    ref: ClusterRef,
+    spec: SliceClusterSpec,
+    snap: Snapshot,
+    pods: Sequence[PodInfo],
+    reservations: Sequence[ReservationInfo],
+    index: PoolIndex,
+    specs: SpecCache,
+) -> Admission:
+    """What the shape's queue lets this cluster claim now, decided from the snapshot alone
+    (every member's priority, creationTimestamp, pods and reservations; the shape's
+    pools): every pass of every cluster, and an operator after a restart, computes the
+    same decision. Members being deleted, ungated or with an invalid spec are not queued."""
+    assert snap.cluster is not None
+    shape = shape_of(spec)
+    by_holder: dict[str, list[ReservationInfo]] = {}
+    for r in reservations:
+        by_holder.setdefault(r.holder.uid, []).append(r)
+    requests = [_request(ref, spec, snap.cluster, pods, by_holder.get(ref.uid, []))]
+    for member in snap.shape_members:
+        meta = member.cluster.get("metadata") or {}
+        other = specs.parse(member.cluster)
+        if other is None or not other.gated or shape_of(other) != shape:
+            continue
+        if meta.get("deletionTimestamp"):
+            continue
+        held = by_holder.get(str(meta.get("uid") or ""), [])
+        if len(held) >= (0 if other.suspend else other.slices):
+            # Wants nothing (counted from its reservations, without reading its pods): a
+            # slice it is replacing is counted in its own pass, which frees the old pool
+            # and asks again with its exact request.
+            continue
+        other_ref = ClusterRef(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""))
+        requests.append(
+            _request(
+                other_ref, other, member.cluster, member.pods, by_holder.get(other_ref.uid, [])
+            )
+        )
+    pools = shape_pools(
+        index, reservations, hosts=spec.shape.hosts, chips_per_host=spec.shape.chips_per_host
+    )
+    decision = decide_queue(shape, requests, pools)
+    return admission_for(decision, (ref.namespace, ref.name))
 
 
 @dataclass
@@ -88,6 +198,7 @@ class SliceActuator:
     recorder: Recorder
     metrics: Metrics
     pool_indexes: PoolIndexCache
+    specs: SpecCache = field(default_factory=SpecCache)
 
     async def act(
         self,
@@ -97,15 +208,18 @@ class SliceActuator:
         previous: Mapping[str, Any],
     ) -> tuple[SlicePlan, Stall | None]:
         """Plan and act on every slice of ``ref``; the plan as it stands after acting, and
-        a stall the plan revealed (pods KubeRay did not index)."""
-        previous_pools = {
-            int(s["index"]): s["nodePool"]
-            for s in previous.get("slices") or []
-            if s.get("nodePool") and s.get("index") is not None
-        }
-        inventory = self.pool_indexes.index(shape_of(spec), snap)
+        a stall the plan revealed (pods KubeRay did not index, NotEnoughPools)."""
+        shape = shape_of(spec)
+        index = self.pool_indexes.index(shape, snap) or pool_index(snap.nodes, *shape)
 
         def plan() -> SlicePlan:
+            pods = self.pending.pods(snap.pods)
+            reservations = self.pending.reservations(snap.reservations)
+            admission = (
+                queue_admission(ref, spec, snap, pods, reservations, index, self.specs)
+                if spec.gated
+                else None
+            )
             return plan_slices(
                 ref,
                 accelerator=spec.shape.generation.gke_accelerator,
@@ -114,42 +228,50 @@ class SliceActuator:
                 chips_per_host=spec.shape.chips_per_host,
                 desired_slices=0 if spec.suspend else spec.slices,
                 gated=spec.gated,
-                pods=self.pending.pods(snap.pods),
+                pods=pods,
                 nodes=snap.nodes,
-                reservations=self.pending.reservations(snap.reservations),
-                previous_pools=previous_pools,
-                inventory=inventory,
+                reservations=reservations,
+                previous_pools=previous_pools(previous),
+                inventory=index,
+                gang=spec.gang,
+                admission=admission,
+                capacity_types=spec.capacity_types,
             )
 
-        first = plan()
-        stall = (
-            Stall(events.MULTIHOST_INDEXING_DISABLED, MULTIHOST_HINT)
-            if first.unindexed_pods
-            else None
-        )
-        acted = await self._free(ref, first.frees, snap)
-        held, lost = await self._claim(ref, spec, first)
+        current = plan()
+        stall = None
+        if current.unindexed_pods:
+            stall = Stall(events.MULTIHOST_INDEXING_DISABLED, MULTIHOST_HINT)
+        acted = await self._free(ref, current.frees, snap)
+        held, lost = await self._claim(ref, spec, current)
         for _ in range(CLAIM_REPLANS):
             if not lost:
                 break
             # Someone else was faster: re-plan at once with the winner's reservation
             # known (another free pool, or the honest WaitingForCapacity naming the
-            # holder), instead of reporting the winner's pool until the next pass.
-            first = plan()
-            more, lost = await self._claim(ref, spec, first)
+            # holder; a gang gives its partial set back), instead of reporting the
+            # winner's pool until the next pass.
+            current = plan()
+            acted = await self._free(ref, current.frees, snap) or acted
+            more, lost = await self._claim(ref, spec, current)
             held += more
         acted = acted or bool(held)
         holding = {r.holder.replica_name for r in snap.reservations if r.holder.uid == ref.uid}
         holding |= self.pending.created_by(ref.uid)
-        releases = [r for r in first.releases if r.replica_name in holding]
+        releases = [r for r in current.releases if r.replica_name in holding]
+        if current.all_or_nothing and lost:
+            releases = []  # the gang is not complete: nothing of it may schedule
         if releases:
             await self._release(releases)
             self.metrics.slices_released(
                 slice_last_created(snap.pods, {r.replica_name for r in releases}), time.time()
             )
             acted = True
-        await self._bind(first.binds)
-        return (plan() if acted else first), stall
+        await self._bind(current.binds)
+        final = plan() if acted else current
+        if final.stalled and stall is None:
+            stall = Stall(events.NOT_ENOUGH_POOLS, final.stalled)
+        return final, stall
 
     async def _free(self, ref: ClusterRef, pools: Sequence[str], snap: Snapshot) -> bool:
         by_pool = {r.pool: r for r in snap.reservations}

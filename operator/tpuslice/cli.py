@@ -1,4 +1,5 @@
-"""The ``tpuslice`` command: see what a TPUSliceCluster becomes, and run the operator.
+"""The ``tpuslice`` command: see what a TPUSliceCluster, TPUSliceJob or TPUSliceService
+becomes, and run the operator.
 
 Invalid input exits with status 2 and one message per problem on stderr,
 naming the field and the fix; stdout stays empty, so ``tpuslice render -f x |
@@ -19,7 +20,7 @@ from typing import Any, TextIO
 import yaml
 
 from tpuslice import constants
-from tpuslice.render import render_cluster
+from tpuslice.render import RENDERERS, render
 from tpuslice.spec import SpecError
 from tpuslice.topology import TopologyError, slice_shape
 
@@ -54,6 +55,22 @@ def _cmd_topology(args: argparse.Namespace, out: TextIO) -> None:
         out.write(_format_table(row))
 
 
+class _RenderDumper(yaml.SafeDumper):
+    """Multi-line strings (serveConfigV2, runtimeEnvYAML) as literal blocks, as users
+    write them, instead of one escaped line."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value and not value.startswith(" ") else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_RenderDumper.add_representer(str, _represent_str)
+
+#: The kinds ``tpuslice render`` reads, as messages name them.
+_KINDS = ", ".join(list(RENDERERS)[:-1]) + f" or {list(RENDERERS)[-1]}"
+
+
 def _documents(stream: TextIO, source: str) -> Iterator[tuple[int, Any]]:
     try:
         for number, doc in enumerate(yaml.safe_load_all(stream), start=1):
@@ -68,9 +85,9 @@ def _render_documents(stream: TextIO, source: str) -> list[dict[str, Any]]:
     problems: list[str] = []
     for number, doc in _documents(stream, source):
         where = f"{source} document {number}"
-        if not isinstance(doc, dict) or doc.get("kind") != constants.KIND_CLUSTER:
+        if not isinstance(doc, dict) or doc.get("kind") not in RENDERERS:
             kind = doc.get("kind") if isinstance(doc, dict) else type(doc).__name__
-            problems.append(f"{where}: kind {kind!r} is not {constants.KIND_CLUSTER}")
+            problems.append(f"{where}: kind {kind!r} is not {_KINDS}")
             continue
         if doc.get("apiVersion") != constants.API_VERSION:
             problems.append(
@@ -78,14 +95,14 @@ def _render_documents(stream: TextIO, source: str) -> list[dict[str, Any]]:
             )
             continue
         try:
-            rendered.append(render_cluster(doc))
+            rendered.append(render(doc))
         except SpecError as exc:
             name = (doc.get("metadata") or {}).get("name", "?")
             problems += [f"{where} ({name}): {error}" for error in exc.errors]
     if problems:
         raise InputError(problems)
     if not rendered:
-        raise InputError([f"{source}: no {constants.KIND_CLUSTER} found"])
+        raise InputError([f"{source}: no {_KINDS} found"])
     return rendered
 
 
@@ -98,7 +115,7 @@ def _cmd_render(args: argparse.Namespace, out: TextIO) -> None:
                 clusters = _render_documents(handle, args.filename)
         except OSError as exc:
             raise InputError([f"-f {args.filename}: {exc.strerror}"]) from exc
-    out.write(yaml.safe_dump_all(clusters, sort_keys=False))
+    out.write(yaml.dump_all(clusters, Dumper=_RenderDumper, sort_keys=False))
 
 
 def instance_identity(env: Mapping[str, str]) -> str:
@@ -177,8 +194,8 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tpuslice",
-        description="TPUSliceCluster tools: inspect TPU slice shapes, render RayClusters, "
-        "run the operator.",
+        description="TPUSlice tools: inspect TPU slice shapes, render RayClusters, RayJobs "
+        "and RayServices, run the operator.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -205,9 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     render = commands.add_parser(
         "render",
-        help="print the RayCluster each TPUSliceCluster becomes",
-        description="Read TPUSliceCluster YAML (several documents allowed) and print one "
-        "RayCluster document per TPUSliceCluster.",
+        help="print the RayCluster, RayJob or RayService each TPUSlice object becomes",
+        description="Read TPUSliceCluster, TPUSliceJob and TPUSliceService YAML (several "
+        "documents allowed) and print the RayCluster, RayJob or RayService each becomes.",
     )
     render.add_argument("-f", "--filename", required=True, help="a YAML file, or - for stdin")
     render.set_defaults(func=_cmd_render)

@@ -14,6 +14,10 @@ VERSION: Final = "v1alpha1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
 KIND_CLUSTER: Final = "TPUSliceCluster"
 PLURAL_CLUSTER: Final = "tpusliceclusters"
+KIND_JOB: Final = "TPUSliceJob"
+PLURAL_JOB: Final = "tpuslicejobs"
+KIND_SERVICE: Final = "TPUSliceService"
+PLURAL_SERVICE: Final = "tpusliceservices"
 KIND_RESERVATION: Final = "SliceReservation"
 PLURAL_RESERVATION: Final = "slicereservations"
 
@@ -22,6 +26,16 @@ LABEL_CLUSTER: Final = f"{GROUP}/cluster"
 LABEL_ACCELERATOR_TYPE: Final = f"{GROUP}/accelerator-type"
 LABEL_TOPOLOGY: Final = f"{GROUP}/topology"
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+# On a RayJob / RayService (KubeRay copies them to every RayCluster it makes for
+# it, so the clusters are found by label, not by name). Never tpuslice.dev/cluster
+# there: that label means "the RayCluster of the TPUSliceCluster of this name".
+LABEL_JOB: Final = f"{GROUP}/job"
+LABEL_SERVICE: Final = f"{GROUP}/service"
+# On worker pods of a TPUSliceJob's or TPUSliceService's clusters, next to
+# tpuslice.dev/cluster=<owner name> (which the identity webhook selects on): the
+# owner's kind, so a TPUSliceJob and a TPUSliceCluster of one name stay apart.
+# Absent on a TPUSliceCluster's pods.
+LABEL_OWNER_KIND: Final = f"{GROUP}/owner-kind"
 MANAGED_BY: Final = "tpuslice-operator"
 SCHEDULING_GATE: Final = f"{GROUP}/slice-reservation"
 # Worker-template annotations: everything the TPU identity webhook needs beyond
@@ -43,6 +57,9 @@ MIN_RAY_VERSION: Final = (2, 54, 0)
 MAX_SLICES: Final = 4096
 # KubeRay refuses longer RayCluster names (63 minus its longest service suffix).
 MAX_NAME_LENGTH: Final = 53
+# KubeRay names a RayJob's or RayService's clusters "<name>-<5 random characters>"
+# and refuses longer RayJob and RayService names (MaxRayJobNameLength).
+MAX_JOB_NAME_LENGTH: Final = MAX_NAME_LENGTH - 6
 
 # --- GKE ---------------------------------------------------------------------
 TPU_RESOURCE: Final = "google.com/tpu"
@@ -73,6 +90,14 @@ RAY_VERSION: Final = "v1"
 RAY_API_VERSION: Final = f"{RAY_GROUP}/{RAY_VERSION}"
 RAY_KIND_CLUSTER: Final = "RayCluster"
 RAY_PLURAL_CLUSTER: Final = "rayclusters"
+RAY_KIND_JOB: Final = "RayJob"
+RAY_PLURAL_JOB: Final = "rayjobs"
+RAY_KIND_SERVICE: Final = "RayService"
+RAY_PLURAL_SERVICE: Final = "rayservices"
+# KubeRay labels every RayCluster (and submitter Job) it makes for a RayJob or a
+# RayService with the owner's name and kind (RayJob / RayService).
+KUBERAY_LABEL_ORIGINATED_FROM_NAME: Final = "ray.io/originated-from-cr-name"
+KUBERAY_LABEL_ORIGINATED_FROM_KIND: Final = "ray.io/originated-from-crd"
 KUBERAY_LABEL_CLUSTER: Final = "ray.io/cluster"
 KUBERAY_LABEL_GROUP: Final = "ray.io/group"
 KUBERAY_LABEL_NODE_TYPE: Final = "ray.io/node-type"
@@ -84,6 +109,16 @@ KUBERAY_NODE_TYPE_WORKER: Final = "worker"
 # (never truncated: RayCluster names are at most 53 characters).
 KUBERAY_HEADLESS_SUFFIX: Final = "-headless"
 KUBERAY_MULTI_HOST_GATE: Final = "RayMultiHostIndexing"
+
+# --- Ray node labels (ray._raylet RAY_NODE_*_KEY, Ray >= 2.49) ---------------
+# Written in the TPU worker group's `labels` (KubeRay >= 1.5 passes them to
+# `ray start --labels` and onto the pods), with the values Ray itself derives on
+# a TPU host, so label selectors and the autoscaler see slices before any pod
+# runs. The per-host ones (ray.io/tpu-slice-name, ray.io/tpu-worker-id) differ
+# from pod to pod and are left to Ray.
+RAY_LABEL_ACCELERATOR_TYPE: Final = "ray.io/accelerator-type"
+RAY_LABEL_TPU_TOPOLOGY: Final = "ray.io/tpu-topology"
+RAY_LABEL_TPU_POD_TYPE: Final = "ray.io/tpu-pod-type"
 
 # --- TPU identity (what GKE's kuberay-tpu-webhook injects; see identity.py) ---
 ENV_TPU_WORKER_ID: Final = "TPU_WORKER_ID"

@@ -33,7 +33,7 @@ from tpuslice.kube import ClusterApi, Kube
 from tpuslice.kube import credentials as kube_credentials
 from tpuslice.metrics import Metrics
 from tpuslice.reconcile import Reconciler, SnapshotReader, spec_shape
-from tpuslice.records import ClusterKey, Holder, ReservationInfo, Shape, Snapshot
+from tpuslice.records import ClusterKey, Holder, ReservationInfo, Shape, ShapeMember, Snapshot
 from tpuslice.sweep import orphans
 
 __all__ = [
@@ -69,6 +69,7 @@ def make_reader(indices: Mapping[str, Any], watches: Watches) -> SnapshotReader:
     reservations of its shape and its own (a spec whose shape changed still sees the pools
     it holds of the old one)."""
     clusters = indices["tsc_index"]
+    clusters_by_shape = indices["tsc_shape_index"]
     by_shape = indices["reservation_shape_index"]
     by_holder = indices["reservation_holder_index"]
 
@@ -79,12 +80,19 @@ def make_reader(indices: Mapping[str, Any], watches: Watches) -> SnapshotReader:
         reservations: dict[str, ReservationInfo] = {}
         for info in list(by_shape.get(shape, ())) + list(by_holder.get(uid, ())):
             reservations[info.pool] = info
+        members = []
+        for other in list(clusters_by_shape.get(shape, ())) if shape else []:
+            meta = other.get("metadata") or {}
+            other_key = (meta.get("namespace", ""), meta.get("name", ""))
+            if other_key != key:
+                members.append(ShapeMember(other, watches.pods_of(other_key)))
         return Snapshot(
             cluster=cluster,
             pods=watches.pods_of(key),
             nodes=watches.nodes_of(shape) if shape else [],
             reservations=list(reservations.values()),
             raycluster=watches.raycluster(key),
+            shape_members=members,
         )
 
     return read
@@ -202,6 +210,13 @@ def tsc_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> di
     return {(namespace or "", name): cluster_record(body)}
 
 
+def tsc_shape_index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """TPUSliceClusters by shape: the members of each shape's queue."""
+    record = cluster_record(body)
+    shape = spec_shape(record)
+    return {shape: record} if shape is not None else {}
+
+
 def reservation_shape_index(body: kopf.Body, **_: Any) -> dict[Any, ReservationInfo]:
     return {reservation_shape(body): reservation_info(body)}
 
@@ -219,13 +234,18 @@ def _indexed(memo: kopf.Memo) -> None:
 
 
 async def cluster_changed(
-    type: str, namespace: str | None, name: str, memo: kopf.Memo, **_: Any
+    type: str, namespace: str | None, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any
 ) -> None:
     _indexed(memo)
+    key = (namespace or "", name)
+    if type in ("ADDED", "DELETED"):  # the shape's queue changed: its waiting move on
+        shape = spec_shape(body)
+        if shape is not None:
+            memo.reconciler.kick_soon(memo.reconciler.waiting_for(shape) - {key})
     if type == "DELETED":
-        memo.reconciler.forget((namespace or "", name))
+        memo.reconciler.forget(key)
         return
-    await memo.reconciler.kick((namespace or "", name))
+    await memo.reconciler.kick(key)
 
 
 async def resync(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
@@ -237,11 +257,12 @@ async def reservation_changed(type: str, body: kopf.Body, memo: kopf.Memo, **_: 
     metrics: Metrics = memo.metrics
     info = reservation_info(body)
     keys = {(info.holder.namespace, info.holder.name)}
-    if type == "DELETED":  # a pool became free: wake whoever waits for its shape
+    if type == "DELETED":
         metrics.reservation_gone(info.pool)
-        keys |= memo.reconciler.waiting_for(reservation_shape(body))
     else:
         metrics.reservation_seen(info.pool, info.phase)
+    if type in ("ADDED", "DELETED"):  # a pool freed or taken: the shape's queue moves
+        keys |= memo.reconciler.waiting_for(reservation_shape(body))
     memo.reconciler.kick_soon(keys)
 
 
@@ -354,6 +375,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     kopf.on.startup(**reg)(configure)
     kopf.on.cleanup(**reg)(stop)
     kopf.index(*TSC, id="tsc_index", **reg)(tsc_index)
+    kopf.index(*TSC, id="tsc_shape_index", **reg)(tsc_shape_index)
     kopf.index(*RESERVATIONS, id="reservation_shape_index", **reg)(reservation_shape_index)
     kopf.index(*RESERVATIONS, id="reservation_holder_index", **reg)(reservation_holder_index)
     kopf.on.event(*TSC, **reg)(cluster_changed)

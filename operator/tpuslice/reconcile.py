@@ -162,8 +162,10 @@ class Reconciler:
         """Clusters with a slice waiting for capacity of this shape (kick them on changes)."""
         return set(self._waiting.get(shape, ()))
 
-    def forget(self, key: ClusterKey) -> None:
+    def forget(self, key: ClusterKey, uid: str = "") -> None:
         self.status.forget(key)
+        if uid:
+            self.actuator.specs.forget(uid)
         self._applied_once.discard(key)
         self.backoff.succeeded(key)
         self.metrics.forget_cluster(key)
@@ -227,7 +229,7 @@ class Reconciler:
 
     def _track_waiting(self, key: ClusterKey, spec: SliceClusterSpec, plan: SlicePlan) -> None:
         waiting = self._waiting.setdefault(shape_of(spec), set())
-        if any(s.state == SliceState.WAITING_FOR_CAPACITY for s in plan.slices):
+        if plan.stalled or any(s.state == SliceState.WAITING_FOR_CAPACITY for s in plan.slices):
             waiting.add(key)
         else:
             waiting.discard(key)

@@ -29,6 +29,7 @@ __all__ = [
     "QueueDecision",
     "ReservationInfo",
     "Shape",
+    "ShapeMember",
     "ShapePool",
     "SlicePlan",
     "SliceState",
@@ -192,6 +193,14 @@ class SlicePlan:
 
 
 @dataclass(frozen=True)
+class ShapeMember:
+    """Another TPUSliceCluster of the same shape, as the shape's queue needs it."""
+
+    cluster: Mapping[str, Any]  # convert.cluster_record
+    pods: Sequence[PodInfo]
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """What the indexes hold for one cluster, read at the start of a pass."""
 
@@ -200,6 +209,8 @@ class Snapshot:
     nodes: Sequence[NodeInfo]
     reservations: Sequence[ReservationInfo]  # of the cluster's shape, and the cluster's own
     raycluster: Mapping[str, Any] | None
+    # The other TPUSliceClusters of the cluster's shape (the shape's queue).
+    shape_members: Sequence[ShapeMember] = ()
     # The node versions (``PoolIndexCache``) when ``nodes`` was read, so a pool index
     # built from these nodes is cached under the version they belong to, never a newer one.
     node_versions: Mapping[Shape, int] = field(default_factory=dict)

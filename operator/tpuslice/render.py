@@ -1,10 +1,13 @@
-"""TPUSliceCluster -> KubeRay RayCluster, as a pure function over plain dicts.
+"""TPUSlice kinds -> KubeRay objects, as pure functions over plain dicts.
 
-The RayCluster is the whole product a user sees, so its expansion is one
-function with golden tests and the ``tpuslice render`` command, and the
-operator applies exactly what this returns (server-side apply, so fields set by
-users or other controllers, such as Kueue, are left alone: we only send the
-fields we own).
+A TPUSliceCluster becomes a RayCluster, a TPUSliceJob a RayJob, a
+TPUSliceService a RayService. The cluster is the whole product a user sees, so
+its expansion is one function (``render_ray_cluster_spec``) with golden tests
+and the ``tpuslice render`` command; the RayJob's ``rayClusterSpec`` and the
+RayService's ``rayClusterConfig`` are exactly what it returns for the same
+parts. The operator applies exactly what these return (server-side apply, so
+fields set by users or other controllers, such as Kueue, are left alone: we
+only send the fields we own).
 """
 
 from __future__ import annotations
@@ -14,9 +17,30 @@ from typing import Any
 
 from tpuslice import constants as c
 from tpuslice.overrides import OwnedValue, merge_template
-from tpuslice.spec import FieldError, SliceClusterSpec, SpecError, parse_cluster
+from tpuslice.spec import (
+    FieldError,
+    SliceClusterSpec,
+    SliceJobSpec,
+    SliceServiceSpec,
+    SpecError,
+    parse_cluster,
+    parse_job,
+    parse_service,
+)
+from tpuslice.topology import SliceShape
 
-__all__ = ["DEFAULT_HEAD_RESOURCES", "render_cluster", "render_raycluster"]
+__all__ = [
+    "DEFAULT_HEAD_RESOURCES",
+    "ray_node_labels",
+    "render",
+    "render_cluster",
+    "render_job",
+    "render_ray_cluster_spec",
+    "render_raycluster",
+    "render_rayjob",
+    "render_rayservice",
+    "render_service",
+]
 
 #: Head resources when the user gives none: the head runs GCS and the
 #: dashboard, no TPU work, and a BestEffort head is the first pod evicted.
@@ -31,12 +55,13 @@ def _container_resources(resources: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _owner_reference(spec: SliceClusterSpec) -> list[dict[str, Any]]:
+    """The owning TPUSlice object as controller (garbage collection deletes what it owns)."""
     if not spec.uid:  # a local file read by `tpuslice render` has no uid yet
         return []
     return [
         {
             "apiVersion": c.API_VERSION,
-            "kind": c.KIND_CLUSTER,
+            "kind": spec.owner_kind,
             "name": spec.name,
             "uid": spec.uid,
             "controller": True,
@@ -45,12 +70,46 @@ def _owner_reference(spec: SliceClusterSpec) -> list[dict[str, Any]]:
     ]
 
 
+def _metadata(spec: SliceClusterSpec, owner_label: str) -> dict[str, Any]:
+    """Name, namespace, our labels and the owner reference of a rendered KubeRay object."""
+    metadata: dict[str, Any] = {"name": spec.name}
+    if spec.namespace:
+        metadata["namespace"] = spec.namespace
+    metadata["labels"] = {owner_label: spec.name, c.LABEL_MANAGED_BY: c.MANAGED_BY}
+    if owners := _owner_reference(spec):
+        metadata["ownerReferences"] = owners
+    return metadata
+
+
 def worker_labels(spec: SliceClusterSpec) -> dict[str, str]:
-    """Labels on every worker pod: the webhook's objectSelector and users' selectors use them."""
-    return {
+    """Labels on every worker pod: the webhook's objectSelector and users' selectors use them.
+
+    A TPUSliceJob's or TPUSliceService's pods also name their owner's kind, so they
+    are never taken for the pods of a TPUSliceCluster of the same name."""
+    labels = {
         c.LABEL_CLUSTER: spec.name,
         c.LABEL_ACCELERATOR_TYPE: spec.shape.accelerator_type,
         c.LABEL_TOPOLOGY: spec.shape.topology,
+    }
+    if spec.owner_kind != c.KIND_CLUSTER:
+        labels[c.LABEL_OWNER_KIND] = spec.owner_kind
+    return labels
+
+
+def ray_node_labels(shape: SliceShape) -> dict[str, str]:
+    """Ray node labels of every host of a slice of ``shape``, as Ray derives them on a TPU
+    host (``TPUAcceleratorManager``: ``TPU-<VERSION>``, the pod type from
+    ``TPU_ACCELERATOR_TYPE`` normalised to Ray's spelling, the topology).
+
+    Written in the worker group's ``labels``: KubeRay passes them to ``ray start
+    --labels`` and the Ray autoscaler reads them from the RayCluster spec, so label
+    selectors and autoscaling see the slices before any pod has started. The values
+    equal Ray's own, so Ray never overrides them (tests/contract checks it)."""
+    version = shape.generation.ray_version
+    return {
+        c.RAY_LABEL_ACCELERATOR_TYPE: f"TPU-{version.upper()}",
+        c.RAY_LABEL_TPU_POD_TYPE: shape.ray_pod_type,
+        c.RAY_LABEL_TPU_TOPOLOGY: shape.topology,
     }
 
 
@@ -144,10 +203,12 @@ def _worker_template(
     )
 
 
-def render_raycluster(
+def render_ray_cluster_spec(
     spec: SliceClusterSpec, template_schema: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """Build the RayCluster for a validated spec; raise SpecError on override problems.
+    """The RayCluster ``spec`` for a validated cluster spec; raise SpecError on override
+    problems. The same dict is a RayCluster's spec, a RayJob's ``rayClusterSpec`` and a
+    RayService's ``rayClusterConfig``.
 
     ``template_schema`` (``schema.template_schema`` of KubeRay's RayCluster CRD) makes
     every field of the pod-template overrides checked as the API server would."""
@@ -155,13 +216,6 @@ def render_raycluster(
     worker_template, worker_conflicts = _worker_template(spec, template_schema)
     if head_conflicts or worker_conflicts:
         raise SpecError(head_conflicts + worker_conflicts)
-
-    metadata: dict[str, Any] = {"name": spec.name}
-    if spec.namespace:
-        metadata["namespace"] = spec.namespace
-    metadata["labels"] = {c.LABEL_CLUSTER: spec.name, c.LABEL_MANAGED_BY: c.MANAGED_BY}
-    if owners := _owner_reference(spec):
-        metadata["ownerReferences"] = owners
     ray_spec: dict[str, Any] = {
         "rayVersion": spec.ray_version,
         "headGroupSpec": {
@@ -175,20 +229,84 @@ def render_raycluster(
                 "minReplicas": spec.slices,
                 "maxReplicas": spec.slices,
                 "numOfHosts": spec.shape.hosts,
+                "labels": ray_node_labels(spec.shape),
                 "rayStartParams": dict(spec.worker.ray_start_params),
                 "template": worker_template,
             }
         ],
     }
     # Only a requested suspension is sent: leaving the field out lets another
-    # owner (Kueue admits RayClusters by flipping it) keep it.
+    # owner (Kueue admits RayClusters by flipping it) keep it. Suspension of a job
+    # is the RayJob's (spec.job.suspend), never its cluster's.
     if spec.suspend:
         ray_spec["suspend"] = True
+    return ray_spec
+
+
+def render_raycluster(
+    spec: SliceClusterSpec, template_schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Build the RayCluster of a TPUSliceCluster; raise SpecError on override problems."""
+    ray_spec = render_ray_cluster_spec(spec, template_schema)
     return {
         "apiVersion": c.RAY_API_VERSION,
         "kind": c.RAY_KIND_CLUSTER,
-        "metadata": metadata,
+        "metadata": _metadata(spec, c.LABEL_CLUSTER),
         "spec": ray_spec,
+    }
+
+
+def render_rayjob(
+    spec: SliceJobSpec, template_schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Build the RayJob of a TPUSliceJob: its pass-through fields as written, the fields
+    the operator owns, and the rendered cluster as ``rayClusterSpec``.
+
+    The RayJob's labels (``tpuslice.dev/job``) are copied by KubeRay to every RayCluster
+    it makes for the job (one per attempt), which is how they are found."""
+    job = spec.job
+    ray_job: dict[str, Any] = dict(job.passthrough)
+    if job.entrypoint:
+        ray_job["entrypoint"] = job.entrypoint
+    if job.runtime_env_yaml:
+        ray_job["runtimeEnvYAML"] = job.runtime_env_yaml
+    ray_job["submissionMode"] = job.submission_mode
+    ray_job["shutdownAfterJobFinishes"] = job.shutdown_after_job_finishes
+    if job.ttl_seconds_after_finished is not None:
+        ray_job["ttlSecondsAfterFinished"] = job.ttl_seconds_after_finished
+    if job.active_deadline_seconds is not None:
+        ray_job["activeDeadlineSeconds"] = job.active_deadline_seconds
+    if job.backoff_limit is not None:
+        ray_job["backoffLimit"] = job.backoff_limit
+    # As for a RayCluster: only a requested suspension is sent, so Kueue, which
+    # admits a RayJob by flipping spec.suspend, keeps the field when we do not ask.
+    if job.suspend:
+        ray_job["suspend"] = True
+    ray_job["rayClusterSpec"] = render_ray_cluster_spec(spec.cluster, template_schema)
+    return {
+        "apiVersion": c.RAY_API_VERSION,
+        "kind": c.RAY_KIND_JOB,
+        "metadata": _metadata(spec.cluster, c.LABEL_JOB),
+        "spec": ray_job,
+    }
+
+
+def render_rayservice(
+    spec: SliceServiceSpec, template_schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Build the RayService of a TPUSliceService: its pass-through fields as written,
+    ``serveConfigV2``, and the rendered cluster as ``rayClusterConfig``.
+
+    KubeRay copies the RayService's labels (``tpuslice.dev/service``) to every
+    RayCluster it makes for the service (one per upgrade)."""
+    ray_service: dict[str, Any] = dict(spec.serve.passthrough)
+    ray_service["serveConfigV2"] = spec.serve.serve_config_v2
+    ray_service["rayClusterConfig"] = render_ray_cluster_spec(spec.cluster, template_schema)
+    return {
+        "apiVersion": c.RAY_API_VERSION,
+        "kind": c.RAY_KIND_SERVICE,
+        "metadata": _metadata(spec.cluster, c.LABEL_SERVICE),
+        "spec": ray_service,
     }
 
 
@@ -197,3 +315,36 @@ def render_cluster(
 ) -> dict[str, Any]:
     """Validate a TPUSliceCluster dict and render its RayCluster (SpecError on bad input)."""
     return render_raycluster(parse_cluster(obj), template_schema)
+
+
+def render_job(
+    obj: Mapping[str, Any], template_schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Validate a TPUSliceJob dict and render its RayJob (SpecError on bad input)."""
+    return render_rayjob(parse_job(obj), template_schema)
+
+
+def render_service(
+    obj: Mapping[str, Any], template_schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Validate a TPUSliceService dict and render its RayService (SpecError on bad input)."""
+    return render_rayservice(parse_service(obj), template_schema)
+
+
+#: kind -> the function that renders an object of it (``tpuslice render``).
+RENDERERS = {
+    c.KIND_CLUSTER: render_cluster,
+    c.KIND_JOB: render_job,
+    c.KIND_SERVICE: render_service,
+}
+
+
+def render(
+    obj: Mapping[str, Any], template_schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Render a TPUSliceCluster, TPUSliceJob or TPUSliceService by its ``kind``."""
+    renderer = RENDERERS.get(str(obj.get("kind")))
+    if renderer is None:
+        kinds = ", ".join(RENDERERS)
+        raise SpecError([FieldError("kind", f"{obj.get('kind')!r} is not one of {kinds}")])
+    return renderer(obj, template_schema)

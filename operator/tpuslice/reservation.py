@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tpuslice.records import (
     Admission,
@@ -113,6 +113,11 @@ class PoolIndex:
 
     pools: Mapping[str, Sequence[NodeInfo]]
     matching: Mapping[str, Sequence[NodeInfo]]
+    #: pool_facts of every matching pool without holders, by (hosts, chips per host):
+    #: they depend on the nodes alone, and the queue reads them in every pass.
+    facts: dict[tuple[int, int], list[ShapePool]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
 
 def pool_index(nodes: Iterable[NodeInfo], accelerator: str, topology: str) -> PoolIndex:
@@ -152,11 +157,17 @@ def shape_pools(
     chips_per_host: int,
 ) -> list[ShapePool]:
     """Every pool of the shape (``inventory.matching``), by name, with its holder."""
+    facts = inventory.facts.get((hosts, chips_per_host))
+    if facts is None:
+        facts = [
+            pool_facts(name, nodes, hosts=hosts, chips_per_host=chips_per_host)
+            for name, nodes in sorted(inventory.matching.items())
+        ]
+        inventory.facts[(hosts, chips_per_host)] = facts
     held = {r.pool: r.holder for r in reservations}
-    return [
-        pool_facts(name, nodes, hosts=hosts, chips_per_host=chips_per_host, holder=held.get(name))
-        for name, nodes in sorted(inventory.matching.items())
-    ]
+    if not held:
+        return list(facts)
+    return [replace(f, holder=held[f.name]) if f.name in held else f for f in facts]
 
 
 def _capacity_rank(capacity_types: Sequence[CapacityType]) -> Mapping[CapacityType, int]:
@@ -171,6 +182,7 @@ def prefer_pools(
     capacity_types: Sequence[CapacityType] = (),
     together: bool = False,
     anchor: Sequence[ShapePool] = (),
+    by_name: bool = False,
 ) -> list[ShapePool]:
     """Up to ``count`` of ``candidates`` in the order of preference:
 
@@ -182,7 +194,16 @@ def prefer_pools(
     (c) the user's ``capacity_types`` order (types not listed come after the listed);
     (d) the pool name.
     Pure and stable: the same input gives the same pools in the same order.
+    ``by_name``: the candidates are already in name order (the queue keeps them so); with
+    no preference to apply, the first ``count`` are the answer without sorting.
     """
+    if (
+        by_name
+        and not capacity_types
+        and not together
+        and not (previous and any(p.name in previous for p in candidates))
+    ):
+        return list(candidates[:count])
     rank = _capacity_rank(capacity_types)
 
     def key(p: ShapePool) -> tuple[int, str]:

@@ -38,7 +38,6 @@ The rules (``decide_queue``):
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from tpuslice.records import (
@@ -92,17 +91,41 @@ def _plural(n: int, word: str) -> str:
 
 
 def holders_summary(pools: Iterable[ShapePool], *, exclude_uid: str = "") -> str:
-    """Who holds the shape's pools: ``ml/a (2), ml/b (1), and 4 more holders``."""
-    counts = Counter(
-        f"{p.holder.namespace}/{p.holder.name}"
-        for p in pools
-        if p.holder is not None and p.holder.uid != exclude_uid
-    )
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    parts = [f"{who} ({n})" for who, n in ranked[:HOLDERS_LISTED]]
-    if len(ranked) > HOLDERS_LISTED:
-        parts.append(f"and {_plural(len(ranked) - HOLDERS_LISTED, 'more holder')}")
-    return ", ".join(parts)
+    """Who holds the shape's pools, naming a holder's pools when it has few:
+    ``ml/a (pool-1, pool-2), ml/b (pool-3), and 4 more holders``; ``ml/c (5 pools)``."""
+    return _Holders(pools).summary(exclude_uid)
+
+
+class _Holders:
+    """The shape's holders ranked once per decision (most pools first), so each waiting
+    request's message costs the few holders it names, not a pass over every pool."""
+
+    def __init__(self, pools: Iterable[ShapePool]) -> None:
+        held: dict[tuple[str, str], list[str]] = {}
+        for p in pools:
+            if p.holder is not None:
+                who = (p.holder.uid, f"{p.holder.namespace}/{p.holder.name}")
+                held.setdefault(who, []).append(p.name)
+        self.ranked = sorted(held.items(), key=lambda kv: (-len(kv[1]), kv[0][1], kv[0][0]))
+
+    def summary(self, exclude_uid: str = "") -> str:
+        parts: list[str] = []
+        others = 0
+        for (uid, who), names in self.ranked:
+            if uid == exclude_uid:
+                continue
+            if len(parts) < HOLDERS_LISTED:
+                named = (
+                    _plural(len(names), "pool")
+                    if len(names) > HOLDERS_LISTED
+                    else ", ".join(sorted(names))
+                )
+                parts.append(f"{who} ({named})")
+            else:
+                others += 1
+        if others:
+            parts.append(f"and {_plural(others, 'more holder')}")
+        return ", ".join(parts)
 
 
 def queue_message(
@@ -142,9 +165,9 @@ def not_enough_message(*, shape: str, desired: int, exist: int, gang: GangMode) 
     """The NotEnoughPools message: how many exist and how many it needs."""
     how = " at once" if gang == GangMode.ALL_SLICES and desired > 1 else ""
     return truncate(
-        f"needs {_plural(desired, 'node pool')} of {shape}{how}, but only "
-        f"{_plural(exist, 'node pool')} of that shape exist; add node pools or lower "
-        f"spec.tpu.slices",
+        f"needs {_plural(desired, 'node pool')} of {shape}{how}, but "
+        f"{'only ' if exist else ''}{_plural(exist, 'node pool')} of that shape "
+        f"{'exists' if exist == 1 else 'exist'}; add node pools or lower spec.tpu.slices",
         MAX_SLICE_MESSAGE,
     )
 
@@ -184,6 +207,11 @@ def decide_queue(
 
     avail = len(free)
     remaining = list(free)
+    holding: dict[str, list[ShapePool]] = {}
+    for p in by_name:
+        if p.holder is not None:
+            holding.setdefault(p.holder.uid, []).append(p)
+    holders = _Holders(by_name)
     granted: dict[ClusterKey, tuple[ShapePool, ...]] = {}
     set_aside: dict[ClusterKey, int] = {}
     for r in order:
@@ -196,17 +224,21 @@ def decide_queue(
             count = min(take, r.claimable)
         # the pools set aside are concrete, so a later request never takes the ones an
         # earlier (not yet ready, or still short) request would prefer
-        picks = tuple(
-            prefer_pools(
-                remaining,
-                take,
-                previous=set(r.previous),
-                capacity_types=r.capacity_types,
-                together=r.gang == GangMode.ALL_SLICES and r.desired > 1,
-                anchor=[p for p in by_name if p.holder is not None and p.holder.uid == r.uid],
+        picks: tuple[ShapePool, ...] = ()
+        if take:
+            picks = tuple(
+                prefer_pools(
+                    remaining,
+                    take,
+                    previous=set(r.previous),
+                    capacity_types=r.capacity_types,
+                    together=r.gang == GangMode.ALL_SLICES and r.desired > 1,
+                    anchor=holding.get(r.uid, ()),
+                    by_name=True,
+                )
             )
-        )
-        remaining = [p for p in remaining if p not in picks]
+            taken = {p.name for p in picks}
+            remaining = [p for p in remaining if p.name not in taken]
         picks = picks[:count]
         granted[r.key] = picks
 
@@ -232,7 +264,7 @@ def decide_queue(
             gang=r.gang,
             set_aside=set_aside[r.key] - len(granted[r.key]),
             ahead=ahead,
-            holders=holders_summary(by_name, exclude_uid=r.uid),
+            holders=holders.summary(r.uid),
             ready=ready,
         )
         admissions[r.key] = Admission(

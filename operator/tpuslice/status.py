@@ -331,3 +331,70 @@ def progress_only(previous: Mapping[str, Any], status: Mapping[str, Any]) -> boo
     created, hosts ready): no state, condition status or reason changed. Such a write
     may wait a moment to be folded with the next one; a state change may not."""
     return previous != status and _without_progress(previous) == _without_progress(status)
+
+
+# ------------------------------------------- shared with job_status and service_status
+
+
+@dataclass(frozen=True)
+class ClusterSlices:
+    """One RayCluster's slices as the reconcile observed them. A TPUSliceJob has one per
+    attempt and a TPUSliceService one per upgrade, each made by KubeRay under its own
+    name (``<owner>-<random>``), so status keys slices by that name."""
+
+    name: str
+    desired_slices: int
+    slices: Sequence[SliceStatus]
+    ray_cluster_ready: bool
+
+    @property
+    def ready_slices(self) -> int:
+        """Ready slices, at most the desired count."""
+        return min(sum(1 for s in self.slices if s.state == SliceState.READY), self.desired_slices)
+
+    @property
+    def all_ready(self) -> bool:
+        return self.desired_slices > 0 and self.ready_slices == self.desired_slices
+
+    def blocked(self) -> tuple[str, str] | None:
+        """(state, message) of the slices that keep this cluster from being ready, in the
+        order the TPUSliceCluster's Ready=False explains them; None when none is blocked."""
+        for state in _BLOCKING_ORDER:
+            blocked = [s for s in self.slices if s.state == state]
+            if blocked:
+                detail = _blocked_detail(blocked)
+                return str(state), (
+                    f"{len(blocked)} of {self.desired_slices} slices {state}: {detail}"
+                )
+        return None
+
+    def to_status(self) -> dict[str, Any]:
+        """The slices-status part of the CRDs (crds/parts/slices-status.yaml)."""
+        return {
+            "desiredSlices": self.desired_slices,
+            "readySlices": self.ready_slices,
+            "sliceReadiness": f"{self.ready_slices}/{self.desired_slices}",
+            "slices": _slice_entries(self.slices),
+        }
+
+
+def condition(
+    kind: str, status: bool, reason: str, message: str, generation: int
+) -> dict[str, Any]:
+    """One condition without lastTransitionTime (``merge_conditions`` adds it), message
+    bounded to MAX_MESSAGE."""
+    return _condition(kind, status, reason, message, generation)
+
+
+def slices_reserved_condition(slices: Sequence[SliceStatus], generation: int) -> dict[str, Any]:
+    """SlicesReserved: every slice (but those releasing) holds a node pool."""
+    unreserved = [s.index for s in slices if not s.node_pool and s.state != SliceState.RELEASING]
+    return _condition(
+        SLICES_RESERVED,
+        not unreserved,
+        "AllSlicesReserved" if not unreserved else "SlicesUnreserved",
+        "every slice holds a node pool"
+        if not unreserved
+        else "slices without a node pool: " + index_ranges(unreserved),
+        generation,
+    )

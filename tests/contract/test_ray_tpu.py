@@ -45,6 +45,7 @@ from ray._private.resource_and_label_spec import ResourceAndLabelSpec
 from tests.unit.test_identity import kuberay_pod, render_worker_template
 from tpuslice import constants as c
 from tpuslice.identity import mutate_pod
+from tpuslice.render import ray_node_labels
 from tpuslice.topology import SliceShape, slice_shape
 
 pytestmark = pytest.mark.contract
@@ -158,6 +159,11 @@ def test_ray_derives_slice_resources_and_labels(
         assert labels["ray.io/tpu-worker-id"] == str(host)
         assert labels["ray.io/tpu-pod-type"] == pod_type
         assert labels["ray.io/tpu-topology"] == topology
+        # The labels the operator writes in the worker group (KubeRay >= 1.5 passes
+        # them to `ray start --labels`) are exactly the ones Ray derives itself, so
+        # Ray never overrides them and the autoscaler sees the same values.
+        for key, value in ray_node_labels(shape).items():
+            assert labels[key] == value, key
     assert heads == ["tpu-0", "tpu-1"]
 
 

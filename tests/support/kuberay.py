@@ -1,4 +1,5 @@
-"""The real KubeRay RayCluster CRD, from the KubeRay release pinned in hack/versions.env.
+"""The real KubeRay CRDs (RayCluster, RayJob, RayService), from the KubeRay release
+pinned in hack/versions.env.
 
 Taken from the Go module download (the same source `make tools` builds
 ray-operator from), so rendered RayClusters are checked against the schema the
@@ -36,10 +37,15 @@ def kuberay_module_dir() -> Path:
 
 
 @cache
-def raycluster_crd() -> dict[str, Any]:
-    path = kuberay_module_dir() / "config" / "crd" / "bases" / "ray.io_rayclusters.yaml"
-    # The C loader when PyYAML has it: the CRD is 900 KB and the pure-Python loader
-    # takes seconds of every unit run.
+def kuberay_crd(plural: str) -> dict[str, Any]:
+    """``ray.io_<plural>.yaml`` of the pinned KubeRay (rayclusters, rayjobs, rayservices)."""
+    path = kuberay_module_dir() / "config" / "crd" / "bases" / f"ray.io_{plural}.yaml"
+    # The C loader when PyYAML has it: the CRDs are 0.9-1.3 MB and the pure-Python
+    # loader takes seconds of every unit run.
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     crd: dict[str, Any] = yaml.load(path.read_text(), Loader=loader)
     return crd
+
+
+def raycluster_crd() -> dict[str, Any]:
+    return kuberay_crd("rayclusters")

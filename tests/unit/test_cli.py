@@ -96,6 +96,32 @@ def test_render_multi_document_prints_one_raycluster_each(
     ]
 
 
+def test_render_reads_every_kind(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    combined = tmp_path / "three.yaml"
+    combined.write_text(
+        "\n---\n".join(
+            (EXAMPLES / name).read_text()
+            for name in (
+                "v6e-4x4-two-slices.yaml",
+                "job-v6e-4x4-training.yaml",
+                "service-v6e-4x4-serve.yaml",
+            )
+        )
+    )
+    code, out, err = run(capsys, "render", "-f", str(combined))
+    assert (code, err) == (0, "")
+    docs = list(yaml.safe_load_all(out))
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("RayCluster", "llm"),
+        ("RayJob", "train-llm"),
+        ("RayService", "llm-serve"),
+    ]
+    # multi-line strings come out as the literal blocks users write, and read back equal
+    assert "serveConfigV2: |\n" in out
+    source = yaml.safe_load((EXAMPLES / "service-v6e-4x4-serve.yaml").read_text())
+    assert docs[2]["spec"]["serveConfigV2"] == source["spec"]["serve"]["serveConfigV2"]
+
+
 def test_render_reports_every_problem_and_prints_nothing(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -111,7 +137,9 @@ def test_render_reports_every_problem_and_prints_nothing(
     assert code == 2 and out == ""
     assert "document 2 (broken): spec.tpu.topology: v6e has no 3x3 slice" in err
     assert "document 2 (broken): spec.ray.version: Ray 2.50.0 is older than 2.54.0" in err
-    assert "document 3: kind 'ConfigMap' is not TPUSliceCluster" in err
+    assert (
+        "document 3: kind 'ConfigMap' is not TPUSliceCluster, TPUSliceJob or TPUSliceService" in err
+    )
 
 
 def test_render_missing_file_and_bad_yaml(
@@ -129,7 +157,11 @@ def test_render_empty_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     empty = tmp_path / "empty.yaml"
     empty.write_text("")
     code, out, err = run(capsys, "render", "-f", str(empty))
-    assert code == 2 and out == "" and "no TPUSliceCluster found" in err
+    assert (
+        code == 2
+        and out == ""
+        and "no TPUSliceCluster, TPUSliceJob or TPUSliceService found" in err
+    )
 
 
 @pytest.mark.parametrize("argv", [[], ["topology"], ["render"]])

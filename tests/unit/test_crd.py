@@ -25,7 +25,10 @@ from tpuslice.topology import (
 )
 
 TSC = "tpuslice.dev_tpusliceclusters.yaml"
+TSJ = "tpuslice.dev_tpuslicejobs.yaml"
+TSS = "tpuslice.dev_tpusliceservices.yaml"
 RES = "tpuslice.dev_slicereservations.yaml"
+CRD_OF_KIND = {"TPUSliceCluster": TSC, "TPUSliceJob": TSJ, "TPUSliceService": TSS}
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
 
 
@@ -41,7 +44,12 @@ def cluster(**tpu: Any) -> dict[str, Any]:
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
 def test_examples_are_valid(example: Path) -> None:
     for doc in yaml.safe_load_all(example.read_text()):
-        assert validate(TSC, doc) == []
+        assert validate(CRD_OF_KIND[doc["kind"]], doc) == []
+
+
+def test_examples_cover_every_kind() -> None:
+    kinds = {doc["kind"] for e in EXAMPLES for doc in yaml.safe_load_all(e.read_text())}
+    assert kinds == set(CRD_OF_KIND)
 
 
 def with_spec(patch: dict[str, Any], name: str = "llm") -> dict[str, Any]:
@@ -119,7 +127,7 @@ def test_defaults_are_applied() -> None:
 
     defaulted = apply_defaults(served_schema(load_crd(TSC)), cluster())
     assert defaulted["spec"]["tpu"]["slices"] == 1
-    assert defaulted["spec"]["reservation"] == {"policy": "NodePool"}
+    assert defaulted["spec"]["reservation"] == {"policy": "NodePool", "priority": 0}
     assert defaulted["spec"]["suspend"] is False
 
 
@@ -256,7 +264,7 @@ def test_status_example_from_the_design_is_valid() -> None:
     assert validate(TSC, obj) == []
 
 
-@pytest.mark.parametrize("crd_file", [TSC, RES])
+@pytest.mark.parametrize("crd_file", [TSC, TSJ, TSS, RES])
 def test_crds_are_small_and_described(crd_file: str) -> None:
     path = Path(__file__).parents[2] / "crds" / crd_file
     assert path.stat().st_size < 64 * 1024
@@ -273,9 +281,171 @@ def test_crds_are_small_and_described(crd_file: str) -> None:
     assert undocumented(schema, "") == []
 
 
-@pytest.mark.parametrize("crd_file", [TSC, RES])
+@pytest.mark.parametrize("crd_file", [TSC, TSJ, TSS, RES])
 def test_printer_columns_are_well_formed(crd_file: str) -> None:
     columns = load_crd(crd_file)["spec"]["versions"][0]["additionalPrinterColumns"]
     for column in columns:
         assert set(column) <= {"name", "type", "jsonPath", "description", "priority", "format"}
         assert column["jsonPath"].startswith(".")
+
+
+# ------------------------------------------- the TPUSlice kinds share one schema source
+
+
+def _spec_properties(crd_file: str) -> dict[str, Any]:
+    schema = load_crd(crd_file)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema["properties"]["spec"]["properties"]  # type: ignore[no-any-return]
+
+
+def _status_properties(crd_file: str) -> dict[str, Any]:
+    schema = load_crd(crd_file)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema["properties"]["status"]["properties"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("crd_file", [TSJ, TSS])
+def test_cluster_parts_are_the_same_in_every_kind(crd_file: str) -> None:
+    """One source (crds/parts/): the cluster parts and slice status cannot drift."""
+    for part in ("tpu", "ray", "head", "worker", "reservation"):
+        assert _spec_properties(crd_file)[part] == _spec_properties(TSC)[part], part
+    for field in ("acceleratorType", "hostsPerSlice", "chipsPerHost"):
+        assert _status_properties(crd_file)[field] == _status_properties(TSC)[field]
+    assert (
+        _status_properties(crd_file)["conditions"]["items"]
+        == (_status_properties(TSC)["conditions"]["items"])
+    )
+    slices = _status_properties(TSC)["slices"]
+    if crd_file == TSJ:
+        assert _status_properties(TSJ)["slices"] == slices
+    else:
+        for cluster in ("activeCluster", "pendingCluster"):
+            assert _status_properties(TSS)[cluster]["properties"]["slices"] == slices
+
+
+@pytest.mark.parametrize("crd_file", [TSJ, TSS])
+def test_new_kinds_are_in_the_tpuslice_category_with_short_names(crd_file: str) -> None:
+    names = load_crd(crd_file)["spec"]["names"]
+    assert names["categories"] == ["tpuslice"]
+    assert names["shortNames"] in (["tsj"], ["tss"])
+    assert load_crd(crd_file)["spec"]["scope"] == "Namespaced"
+
+
+def tpuslice_job(**job: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "tpuslice.dev/v1alpha1",
+        "kind": "TPUSliceJob",
+        "metadata": {"name": "train", "namespace": "ml"},
+        "spec": {
+            "tpu": {"type": "v6e", "topology": "4x4", "slices": 2},
+            "ray": {"version": "2.54.0"},
+            "job": {"entrypoint": "python train.py", **job},
+        },
+    }
+
+
+def tpuslice_service(**serve: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "tpuslice.dev/v1alpha1",
+        "kind": "TPUSliceService",
+        "metadata": {"name": "llm", "namespace": "ml"},
+        "spec": {
+            "tpu": {"type": "v6e", "topology": "4x4"},
+            "ray": {"version": "2.54.0"},
+            "serve": {"serveConfigV2": "applications: []", **serve},
+        },
+    }
+
+
+def test_job_defaults_are_applied() -> None:
+    from tests.support.crd import apply_defaults, served_schema
+
+    defaulted = apply_defaults(served_schema(load_crd(TSJ)), tpuslice_job())
+    job = defaulted["spec"]["job"]
+    assert (job["submissionMode"], job["shutdownAfterJobFinishes"], job["suspend"]) == (
+        "K8sJobMode",
+        True,
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("obj", "fragment"),
+    [
+        (tpuslice_job(entrypoint=None), "spec.job.entrypoint is required"),
+        (tpuslice_job(entrypoint=""), "should be non-empty"),
+        (
+            tpuslice_job(suspend=True, shutdownAfterJobFinishes=False),
+            "spec.job.suspend needs spec.job.shutdownAfterJobFinishes true",
+        ),
+        (
+            tpuslice_job(ttlSecondsAfterFinished=60, shutdownAfterJobFinishes=False),
+            "spec.job.ttlSecondsAfterFinished needs spec.job.shutdownAfterJobFinishes true",
+        ),
+        (
+            tpuslice_job(submissionMode="InteractiveMode", backoffLimit=2),
+            "spec.job.backoffLimit must be 0 with submissionMode InteractiveMode",
+        ),
+        (
+            tpuslice_job(submissionMode="SidecarMode", submitterConfig={"backoffLimit": 1}),
+            "do not apply to submissionMode SidecarMode",
+        ),
+        (tpuslice_job(clusterSelector={"ray.io/cluster": "x"}), "spec.job.clusterSelector is not"),
+        (tpuslice_job(deletionStrategy={"onSuccess": {}}), "spec.job.deletionStrategy is not"),
+        (tpuslice_job(managedBy="kueue.x-k8s.io/multikueue"), "spec.job.managedBy is not"),
+        (tpuslice_job(rayClusterSpec={}), "spec.job.rayClusterSpec is rendered by the operator"),
+        (tpuslice_job(activeDeadlineSeconds=0), "less than the minimum of 1"),
+        (tpuslice_job(submissionMode="Batch"), "is not one of"),
+        (tpuslice_job(preRunningDeadlineSeconds=5), "Additional properties are not allowed"),
+        (
+            tpuslice_service(upgradeStrategy={"type": "NewClusterWithIncrementalUpgrade"}),
+            "NewClusterWithIncrementalUpgrade is not supported",
+        ),
+        (
+            tpuslice_service(upgradeStrategy={"clusterUpgradeOptions": {"maxSurgePercent": 50}}),
+            "clusterUpgradeOptions only applies to",
+        ),
+        (tpuslice_service(rayClusterConfig={}), "spec.serve.rayClusterConfig is rendered"),
+        (tpuslice_service(serviceUnhealthySecondThreshold=900), "deprecated and ignored"),
+        (tpuslice_service(serveConfigV2=None), "'serveConfigV2' is a required property"),
+        (tpuslice_service(rayClusterDeletionDelaySeconds=-1), "less than the minimum of 0"),
+    ],
+)
+def test_bad_jobs_and_services_are_rejected_naming_field_and_fix(
+    obj: dict[str, Any], fragment: str
+) -> None:
+    for section in ("job", "serve"):
+        if section in obj["spec"]:
+            obj["spec"][section] = {k: v for k, v in obj["spec"][section].items() if v is not None}
+    messages = validate(CRD_OF_KIND[obj["kind"]], obj)
+    assert any(fragment in m for m in messages), messages
+
+
+@pytest.mark.parametrize("kind", ["TPUSliceJob", "TPUSliceService"])
+def test_job_and_service_names_leave_room_for_kuberays_suffix(kind: str) -> None:
+    obj = tpuslice_job() if kind == "TPUSliceJob" else tpuslice_service()
+    obj["metadata"]["name"] = "a" * 47
+    assert validate(CRD_OF_KIND[kind], obj) == []
+    obj["metadata"]["name"] = "a" * 48
+    assert any("at most 47 characters" in m for m in validate(CRD_OF_KIND[kind], obj))
+
+
+def test_job_tpu_is_immutable_service_tpu_is_not() -> None:
+    old = tpuslice_job()
+    new = copy.deepcopy(old)
+    new["spec"]["tpu"]["slices"] = 3
+    assert any("spec.tpu is immutable" in m for m in validate(TSJ, new, old=old))
+    new = copy.deepcopy(old)
+    new["spec"]["job"]["suspend"] = True
+    assert validate(TSJ, new, old=old) == []
+    old_service = tpuslice_service()
+    new_service = copy.deepcopy(old_service)
+    new_service["spec"]["tpu"]["topology"] = "2x4"  # an upgrade to a new cluster
+    assert validate(TSS, new_service, old=old_service) == []
+
+
+def test_cluster_part_rules_apply_to_every_kind() -> None:
+    for obj in (tpuslice_job(), tpuslice_service()):
+        obj["spec"]["tpu"]["topology"] = "3x3"
+        assert any(
+            "v5e and v6e slices are 2-dimensional" in m
+            for m in validate(CRD_OF_KIND[obj["kind"]], obj)
+        )

@@ -83,3 +83,92 @@ def test_deleting() -> None:
     obj = copy.deepcopy(captured("ready"))
     obj["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     assert kstatus(obj) == "Terminating"
+
+
+# ------------------------------------------------- TPUSliceJob and TPUSliceService
+# Their objects come from the pure status functions (job_status, service_status),
+# the same code the reconcile will write them with; the e2e tier does not reach
+# these kinds yet, so there are no captured fixtures for them.
+
+JOB_LUA = FIXTURES.parents[3] / "docs" / "gitops" / "argocd-health-tpuslicejob.lua"
+SERVICE_LUA = FIXTURES.parents[3] / "docs" / "gitops" / "argocd-health-tpusliceservice.lua"
+
+
+def _job_object(
+    deployment: str, job: str = "", suspend: bool = False, **extra: Any
+) -> dict[str, Any]:
+    from tests.unit.test_job_status import READY, as_object, observed, ray_status
+    from tpuslice.job_status import compute_job_status
+
+    ray = ray_status(deployment, job, **extra) if deployment != "-" else None
+    cluster = READY if deployment in ("Initializing", "Running") else None
+    status = compute_job_status(
+        observed(ray, cluster, suspend=suspend), None, "2026-12-01T00:00:00Z"
+    )
+    return as_object(status)
+
+
+@pytest.mark.parametrize(
+    ("deployment", "job", "extra", "argocd", "fragment"),
+    [
+        ("-", "", {}, "Progressing", "Pending"),
+        ("Initializing", "", {}, "Progressing", "Initializing"),
+        ("Running", "RUNNING", {}, "Progressing", "Running"),
+        ("Retrying", "FAILED", {"failed": 1}, "Progressing", "Retrying"),
+        ("Complete", "SUCCEEDED", {"succeeded": 1}, "Healthy", "JobSucceeded"),
+        ("Complete", "STOPPED", {}, "Degraded", "JobStopped"),
+        ("Failed", "FAILED", {"failed": 2, "reason": "AppFailed"}, "Degraded", "AppFailed"),
+        ("ValidationFailed", "", {"message": "bad"}, "Degraded", "RayJobValidationFailed"),
+        ("Suspended", "", {"suspend": True}, "Suspended", "Suspended"),
+    ],
+)
+def test_job_health(
+    deployment: str, job: str, extra: dict[str, Any], argocd: str, fragment: str
+) -> None:
+    suspend = bool(extra.pop("suspend", False))
+    obj = _job_object(deployment, job, suspend, **extra)
+    health = argocd_health(obj, JOB_LUA)
+    assert health["status"] == argocd
+    assert health["message"].startswith(fragment)
+
+
+def test_job_health_waits_for_the_current_generation() -> None:
+    obj = _job_object("Complete", "SUCCEEDED", succeeded=1)
+    obj["metadata"]["generation"] += 1
+    assert argocd_health(obj, JOB_LUA)["status"] == "Progressing"
+    assert argocd_health({"metadata": {"generation": 1}}, JOB_LUA)["status"] == "Progressing"
+
+
+def _service_object(name: str) -> dict[str, Any]:
+    from tests.unit.test_service_status import CASES, as_object
+    from tpuslice.service_status import compute_service_status
+
+    obs = next(case[1] for case in CASES if case[0] == name)
+    return as_object(compute_service_status(obs, None, "2026-12-01T00:00:00Z"))
+
+
+@pytest.mark.parametrize(
+    ("case", "argocd", "fragment"),
+    [
+        ("no RayService yet", "Progressing", "Pending"),
+        ("first cluster waiting for capacity", "Progressing", "WaitingForCapacity"),
+        ("serving, every slice ready", "Healthy", "Serving"),
+        ("serving but a slice is being recreated", "Progressing", "Scheduled"),
+        ("upgrade waiting for capacity, active keeps serving", "Healthy", "Serving"),
+        ("KubeRay gave up initializing", "Degraded", "RayServiceInitializingTimeout"),
+    ],
+)
+def test_service_health(case: str, argocd: str, fragment: str) -> None:
+    health = argocd_health(_service_object(case), SERVICE_LUA)
+    assert health["status"] == argocd
+    assert health["message"].startswith(fragment)
+
+
+def test_service_health_says_an_upgrade_waits_for_capacity() -> None:
+    health = argocd_health(
+        _service_object("upgrade waiting for capacity, active keeps serving"), SERVICE_LUA
+    )
+    assert "UpgradeWaitingForCapacity" in health["message"]
+    obj = _service_object("serving, every slice ready")
+    obj["metadata"]["generation"] += 1
+    assert argocd_health(obj, SERVICE_LUA)["status"] == "Progressing"

@@ -36,6 +36,7 @@ def indices(
         by_shape.setdefault(("tpu-v6e-slice", "4x4"), []).append(r)
     return {
         "tsc_index": {k: [v] for k, v in (clusters or {}).items()},
+        "tsc_shape_index": {("tpu-v6e-slice", "4x4"): list((clusters or {}).values())},
         "reservation_holder_index": by_holder,
         "reservation_shape_index": by_shape,
     }
@@ -75,6 +76,19 @@ def test_the_reader_gives_the_clusters_pods_nodes_raycluster_and_both_kinds_of_r
     assert [n.name for n in snap.nodes] == ["n0"]
     assert sorted(r.pool for r in snap.reservations) == ["pool-b", "pool-old"]
     assert snap.raycluster is not None and snap.raycluster["uid"] == "rc-uid"
+    assert snap.shape_members == []  # the only cluster of its shape
+
+
+def test_the_reader_gives_the_other_clusters_of_the_shape_with_their_pods() -> None:
+    watches = Watches()
+    apply(watches.pods, "ADDED", {("ml", "x0"): pod("x0", "other")})
+    other = cluster_body()
+    other["metadata"] = {**other["metadata"], "name": "other", "uid": "uid-other"}
+    idx = indices({("ml", "llm"): cluster_body(), ("ml", "other"): other})
+    snap = make_reader(idx, watches)(("ml", "llm"))
+    assert [
+        (m.cluster["metadata"]["name"], [p.name for p in m.pods]) for m in snap.shape_members
+    ] == [("other", ["x0"])]
 
 
 def test_the_reader_of_a_deleted_cluster_has_no_cluster_and_no_nodes() -> None:

@@ -158,7 +158,7 @@ def test_the_loser_with_no_other_pool_says_who_holds_it_in_the_same_pass() -> No
     run(make(kube, Snapshot(cluster_body(), pods(), nodes("pool-a"), [], None)))
     (slice_,) = kube.status["slices"]
     assert slice_["state"] == "WaitingForCapacity" and "nodePool" not in slice_
-    assert "pool-a held by ml/other" in slice_["message"]
+    assert "held by ml/other (pool-a)" in slice_["message"]
 
 
 def test_deleting_cluster_is_left_to_the_finalizer() -> None:

@@ -1,4 +1,5 @@
-"""Golden-file and rule tests of TPUSliceCluster -> RayCluster rendering.
+"""Golden-file and rule tests of the rendering: TPUSliceCluster -> RayCluster,
+TPUSliceJob -> RayJob, TPUSliceService -> RayService.
 
 Regenerate the golden files after an intended change with
 ``UPDATE_GOLDEN=1 make test-unit`` and review the diff.
@@ -16,9 +17,9 @@ import pytest
 import yaml
 
 from tests.support.crd import served_schema, to_jsonschema
-from tests.support.kuberay import raycluster_crd
+from tests.support.kuberay import kuberay_crd, raycluster_crd
 from tpuslice import constants as c
-from tpuslice.render import render_cluster
+from tpuslice.render import render, render_cluster
 from tpuslice.spec import SpecError
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -32,7 +33,7 @@ def _load(name: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("case", CASES)
 def test_golden(case: str) -> None:
-    rendered = yaml.safe_dump(render_cluster(_load(case)), sort_keys=False)
+    rendered = yaml.safe_dump(render(_load(case)), sort_keys=False)
     golden = GOLDEN / f"{case}.out.yaml"
     if os.environ.get("UPDATE_GOLDEN"):
         golden.write_text(rendered)
@@ -49,17 +50,38 @@ def kuberay_validator() -> jsonschema.Draft7Validator:
     return jsonschema.Draft7Validator(to_jsonschema(schema, strict=True))
 
 
-@pytest.mark.parametrize(
-    "source", [*(GOLDEN / f"{c}.in.yaml" for c in CASES), *EXAMPLES], ids=lambda p: p.name
-)
-def test_rendered_raycluster_matches_kuberays_crd(
-    source: Path, kuberay_validator: jsonschema.Draft7Validator
+SOURCES = [*(GOLDEN / f"{c}.in.yaml" for c in CASES), *EXAMPLES]
+PLURAL = {
+    c.RAY_KIND_CLUSTER: c.RAY_PLURAL_CLUSTER,
+    c.RAY_KIND_JOB: c.RAY_PLURAL_JOB,
+    c.RAY_KIND_SERVICE: c.RAY_PLURAL_SERVICE,
+}
+
+
+@pytest.fixture(scope="module")
+def kuberay_validators() -> dict[str, jsonschema.Draft7Validator]:
+    """Strict validators of KubeRay's own CRDs, by kind (unknown fields refused)."""
+    return {
+        kind: jsonschema.Draft7Validator(
+            to_jsonschema(served_schema(kuberay_crd(plural), "v1"), strict=True)
+        )
+        for kind, plural in PLURAL.items()
+    }
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
+def test_rendered_object_matches_kuberays_crd(
+    source: Path, kuberay_validators: dict[str, jsonschema.Draft7Validator]
 ) -> None:
-    rendered = render_cluster(yaml.safe_load(source.read_text()))
-    errors = [
-        f"{list(e.absolute_path)}: {e.message}" for e in kuberay_validator.iter_errors(rendered)
-    ]
+    rendered = render(yaml.safe_load(source.read_text()))
+    validator = kuberay_validators[rendered["kind"]]
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(rendered)]
     assert errors == []
+
+
+def test_every_kind_is_covered_by_golden_files() -> None:
+    kinds = {_load(case)["kind"] for case in CASES}
+    assert kinds == {c.KIND_CLUSTER, c.KIND_JOB, c.KIND_SERVICE}
 
 
 def test_kuberay_validator_is_not_vacuous(kuberay_validator: jsonschema.Draft7Validator) -> None:

@@ -227,11 +227,11 @@ def test_a_later_smaller_request_does_not_overtake_a_waiting_gang() -> None:
     assert small.pools == () and small.position == 2
     assert big.message == (
         "1st of 2 waiting for v6e 4x4: needs 4 node pools at once (holds 0); "
-        "3 free pools set aside for it; held by ml/other (1)"
+        "3 free pools set aside for it; held by ml/other (p4)"
     )
     assert small.message == (
         "2nd of 2 waiting for v6e 4x4: needs 1 more node pool (holds 0); "
-        "1 request ahead in the queue; held by ml/other (1)"
+        "1 request ahead in the queue; held by ml/other (p4)"
     )
 
 
@@ -303,7 +303,9 @@ def test_text_builders() -> None:
     ]  # fmt: skip
     assert shape_name(SHAPE) == "v6e 4x4" and shape_name(("tpu-x", "2x2")) == "tpu-x 2x2"
     many = [ShapePool(f"p{i}", True, Holder("ml", f"c{i % 5}", f"u{i % 5}", "r")) for i in range(9)]
-    assert holders_summary(many) == "ml/c0 (2), ml/c1 (2), ml/c2 (2), and 2 more holders"
+    assert holders_summary(many) == (
+        "ml/c0 (p0, p5), ml/c1 (p1, p6), ml/c2 (p2, p7), and 2 more holders"
+    )
     long = queue_message(
         position=1, waiting=1, shape="v6e 4x4", desired=2, held=0,
         gang=GangMode.ALL_SLICES, set_aside=0, ahead=0, holders="x" * 2000,

@@ -1,0 +1,155 @@
+"""The shell's use of the queue and gangs (issue 14): one pass against the fake API."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tests.support.fake_kube import FakeKube
+from tests.unit.test_reconcile import UID, cluster_body, conditions_of, kinds, nodes
+from tpuslice.reconcile import Reconciler
+from tpuslice.records import Holder, PodInfo, ReservationInfo, ShapeMember, Snapshot
+
+
+def gang_pods(cluster: str = "llm", replicas: int = 2) -> list[PodInfo]:
+    """Four gated pods per replica, every replica's pods created."""
+    return [
+        PodInfo(
+            "ml",
+            f"{cluster}-w{r}{h}",
+            cluster,
+            f"tpu-{cluster}{r}",
+            r,
+            h,
+            True,
+            None,
+            None,
+            False,
+            False,
+        )
+        for r in range(replicas)
+        for h in range(4)
+    ]
+
+
+def body(
+    name: str = "llm", uid: str = UID, created: str = "2026-01-01T00:00:00Z", **spec: Any
+) -> dict[str, Any]:
+    out = cluster_body(**spec)
+    out["metadata"] = {**out["metadata"], "name": name, "uid": uid, "creationTimestamp": created}
+    return out
+
+
+def two_slices(**reservation: Any) -> dict[str, Any]:
+    return {
+        "tpu": {"type": "v6e", "topology": "4x4", "slices": 2},
+        "ray": {"version": "2.54.0"},
+        "reservation": reservation,
+    }
+
+
+def run(
+    snap: Snapshot, kube: FakeKube | None = None, key: tuple[str, str] = ("ml", "llm")
+) -> FakeKube:
+    kube = kube or FakeKube()
+    asyncio.run(Reconciler(kube, lambda _: snap).kick(key))
+    return kube
+
+
+def claims(kube: FakeKube) -> list[str]:
+    return [c[1] for c in kube.calls if c[0] == "claim"]
+
+
+OTHER = Holder("ml", "other", "uid-other", "tpu-zzzzz", 0)
+HELD_B = ReservationInfo("pool-b", OTHER)
+
+
+def test_a_two_slice_gang_with_one_free_pool_claims_nothing_and_says_why() -> None:
+    b = body()
+    b["spec"] = two_slices()
+    kube = run(Snapshot(b, gang_pods(), nodes("pool-a") + nodes("pool-b"), [HELD_B], None))
+    assert claims(kube) == [] and "release" not in kinds(kube)
+    assert kube.status is not None
+    messages = [s.get("message", "") for s in kube.status["slices"]]
+    assert all(s["state"] == "WaitingForCapacity" for s in kube.status["slices"])
+    assert any("waiting for v6e 4x4" in m and "at once" in m for m in messages), messages
+    assert any("held by ml/other (pool-b)" in m for m in messages), messages
+
+
+def test_a_two_slice_gang_with_two_free_pools_claims_both_and_releases_both() -> None:
+    b = body()
+    b["spec"] = two_slices()
+    kube = run(Snapshot(b, gang_pods(), nodes("pool-a") + nodes("pool-b"), [], None))
+    assert sorted(claims(kube)) == ["pool-a", "pool-b"]
+    assert len([c for c in kube.calls if c[0] == "release"]) == 8
+
+
+def test_a_later_cluster_does_not_take_the_pool_an_earlier_gang_waits_for() -> None:
+    early = body("early", "uid-early", "2026-01-01T00:00:00Z")
+    early["spec"] = two_slices()
+    late = body("late", "uid-late", "2026-01-02T00:00:00Z")
+    snap = Snapshot(
+        late,
+        gang_pods("late", replicas=1),
+        nodes("pool-a") + nodes("pool-b"),
+        [HELD_B],
+        None,
+        shape_members=[ShapeMember(early, gang_pods("early"))],
+    )
+    kube = run(snap, key=("ml", "late"))
+    assert claims(kube) == []
+    assert kube.status is not None
+    (slice_,) = kube.status["slices"]
+    assert slice_["state"] == "WaitingForCapacity"
+    assert slice_["message"].startswith("2nd of 2 waiting for v6e 4x4"), slice_["message"]
+
+
+def test_priority_puts_a_later_cluster_first() -> None:
+    early = body("early", "uid-early", "2026-01-01T00:00:00Z")
+    early["spec"] = two_slices()
+    late = body("late", "uid-late", "2026-01-02T00:00:00Z", reservation={"priority": 10})
+    snap = Snapshot(
+        late,
+        gang_pods("late", replicas=1),
+        nodes("pool-a") + nodes("pool-b"),
+        [HELD_B],
+        None,
+        shape_members=[ShapeMember(early, gang_pods("early"))],
+    )
+    assert claims(run(snap, key=("ml", "late"))) == ["pool-a"]
+
+
+def test_more_slices_than_pools_of_the_shape_is_stalled_not_enough_pools() -> None:
+    b = body()
+    b["spec"] = two_slices()
+    kube = run(Snapshot(b, gang_pods(), nodes("pool-a"), [], None))
+    # one pool of the shape exists at all: no wait will do
+    stalled = conditions_of(kube.status)["Stalled"]
+    assert stalled[:2] == ("True", "NotEnoughPools"), stalled
+    assert "2" in stalled[2] and "1" in stalled[2]
+    assert ("event", "NotEnoughPools") in kube.calls
+
+
+def test_a_gang_that_loses_a_claim_and_finds_no_other_pool_releases_nothing_and_gives_back() -> (
+    None
+):
+    b = body()
+    b["spec"] = two_slices()
+    kube = FakeKube(taken={"pool-b": ReservationInfo("pool-b", OTHER)})
+    snap = Snapshot(b, gang_pods(), nodes("pool-a") + nodes("pool-b"), [], None)
+    run(snap, kube)
+    assert "release" not in kinds(kube)
+    assert sorted(claims(kube)) == ["pool-a", "pool-b"]
+    assert [c[1] for c in kube.calls if c[0] == "free"] == ["pool-a"]  # the partial set
+
+
+def test_a_gang_that_loses_a_claim_completes_with_another_free_pool() -> None:
+    b = body()
+    b["spec"] = two_slices()
+    kube = FakeKube(taken={"pool-b": ReservationInfo("pool-b", OTHER)})
+    snap = Snapshot(b, gang_pods(), nodes("pool-a") + nodes("pool-b") + nodes("pool-c"), [], None)
+    run(snap, kube)
+    assert set(claims(kube)) - {"pool-b"} == {"pool-a", "pool-c"}
+    assert [c for c in kube.calls if c[0] == "free"] == []
+    released = {c[2] for c in kube.calls if c[0] == "release"}
+    assert released == {"pool-a", "pool-c"}
