@@ -210,6 +210,13 @@ def holds_nothing_for(cluster: E2ECluster, namespace: str, name: str, seconds: f
     holds(nothing, seconds=seconds, what=f"{namespace}/{name} holding no pool, no pod released")
 
 
+def held_text(cluster: E2ECluster, namespace: str, name: str) -> str:
+    """How a wait message names a holder: ``held by ns/a (pool-1, pool-2)``."""
+    pools = sorted(held_by(cluster, namespace, name).values())
+    assert pools, f"{namespace}/{name} holds no pool"
+    return f"held by {namespace}/{name} ({', '.join(pools)})"
+
+
 def slice_entries(obj: dict[str, Any]) -> list[dict[str, Any]]:
     return list((obj.get("status") or {}).get("slices") or [])
 
@@ -430,7 +437,7 @@ def test_a_two_gangs_over_two_pools_one_ready_one_holding_nothing_then_in_turn(
             loser,
             f"1st of 1 waiting for {SHAPE}",
             "needs 2 node pools at once (holds 0)",
-            f"held by {namespace}/{winner} (2)",
+            held_text(cluster, namespace, winner),
         )
         assert obj["status"]["readySlices"] == 0 and obj["status"]["sliceReadiness"] == "0/2"
         assert condition(obj, "Stalled")["status"] == "False"
@@ -470,7 +477,7 @@ def test_b_a_waiting_gang_is_not_overtaken_by_later_smaller_clusters(
             f"1st of 1 waiting for {SHAPE}",
             "needs 3 node pools at once (holds 0)",
             "2 free pools set aside for it",
-            f"held by {namespace}/early (1)",
+            held_text(cluster, namespace, "early"),
         )
         # created after the gang; each would fit in a free pool
         apply(cluster, namespace, gang("late-1", slices=1))
@@ -496,7 +503,7 @@ def test_b_a_waiting_gang_is_not_overtaken_by_later_smaller_clusters(
                 namespace,
                 name,
                 f"{position} of 2 waiting for {SHAPE}",
-                f"held by {namespace}/big (3)",
+                held_text(cluster, namespace, "big"),
             )
         assert "late-1" not in watch.ever_held and "late-2" not in watch.ever_held
 
@@ -529,14 +536,18 @@ def test_c_priority_reorders_the_queue(
             "high",
             f"1st of 2 waiting for {SHAPE}",
             "needs 2 node pools at once (holds 0)",
-            f"held by {namespace}/holder (2)",
+            held_text(cluster, namespace, "holder"),
         )
         wait_waiting(cluster, namespace, "low", f"2nd of 2 waiting for {SHAPE}")
 
         delete_tsc(cluster, namespace, "holder")
         wait_ready(cluster, namespace, "high", 2)
         wait_waiting(
-            cluster, namespace, "low", f"1st of 1 waiting for {SHAPE}", f"held by {namespace}/high"
+            cluster,
+            namespace,
+            "low",
+            f"1st of 1 waiting for {SHAPE}",
+            held_text(cluster, namespace, "high"),
         )
         holds_nothing_for(cluster, namespace, "low", seconds=3)
     watch.check()
@@ -618,7 +629,7 @@ def test_e_more_slices_than_pools_is_stalled_not_enough_pools_until_pools_are_ad
             "huge",
             f"1st of 1 waiting for {SHAPE}",
             "needs 3 node pools at once (holds 0)",
-            f"held by {namespace}/small (1)",
+            held_text(cluster, namespace, "small"),
         )
         delete_tsc(cluster, namespace, "small")
         wait_ready(cluster, namespace, "huge", 3)
@@ -741,11 +752,11 @@ def test_regression_a_growing_cluster_and_a_gang_ahead_of_it_do_not_deadlock(
             namespace,
             "ahead",
             "needs 2 node pools at once (holds 0)",
-            f"held by {namespace}/grow (1)",
+            held_text(cluster, namespace, "grow"),
         )
         apply(cluster, namespace, gang("grow", slices=2))
         wait_ready(cluster, namespace, "grow", 2)
-        wait_waiting(cluster, namespace, "ahead", f"held by {namespace}/grow (2)")
+        wait_waiting(cluster, namespace, "ahead", held_text(cluster, namespace, "grow"))
         holds_nothing_for(cluster, namespace, "ahead", seconds=5)
     watch.check()
     assert "ahead" not in watch.ever_held
