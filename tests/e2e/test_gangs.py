@@ -687,6 +687,7 @@ def test_f_operator_sigkilled_during_a_gang_claim_converges_to_all_or_nothing(
 
         delete_tsc(cluster, namespace, winner)
         wait_ready(cluster, namespace, loser, 2)
+    print("kills:", kills, "longest partial holds:", dict(watch.longest_partial))
     watch.check(max_partial_s=None)  # a killed operator may leave a partial set a while
     assert_all_or_nothing(cluster, namespace)
     assert len(ours()) == 2
