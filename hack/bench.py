@@ -25,7 +25,17 @@ TPUSliceCluster plus CPU nodes for the heads. In order:
         webhook configuration apply at start is one);
   direct run: the operator stopped and its webhook configuration deleted, the
      same RayClusters (rendered by tpuslice.render, reservation policy None, so
-     no gate) created directly; c. compares first create -> every RayCluster ready.
+     no gate) created directly; c. compares first create -> every RayCluster ready;
+  gang run: h. gang completion time for multislice clusters under contention: the
+     operator started again, G 2-slice TPUSliceClusters (v6e 2x4 on 4-chip hosts,
+     gang AllSlices by default) created at once over P < 2G free v6e 2x4 pools, so
+     at most P/2 gangs run at a time and the rest wait in the shape's queue; each
+     gang is deleted as soon as it is Ready (released in turn), freeing its pools for
+     the next. Per gang: first pod seen -> the gang's last slice seen released (all
+     its pods ungated and pinned), p50/p99, which includes its time in the queue;
+     first create -> every gang has been Ready; the spread between a gang's first
+     and last slice released; the longest time a gang held some but not all of its
+     pools with no pod released (from a watch on SliceReservations).
 
 Prints a table and writes .bench/results-<scale>.json. Every wait is bounded; a
 phase that times out is reported with what it reached, and the run goes on.
@@ -47,7 +57,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -77,13 +87,16 @@ class Scale:
     clusters: int
     timeout_s: float  # bound of each wait (all Ready, all gone)
     apply_threads: int = 8
+    gangs: int = 8  # h: 2-slice TSCs competing for ...
+    gang_pools: int = 4  # ... this many v6e 2x4 pools (fewer than 2 per gang)
 
 
 SCALES = {
-    "small": Scale(clusters=25, timeout_s=300),
-    "medium": Scale(clusters=200, timeout_s=900),
-    "large": Scale(clusters=1000, timeout_s=900),
+    "small": Scale(clusters=25, timeout_s=300, gangs=8, gang_pools=4),
+    "medium": Scale(clusters=200, timeout_s=900, gangs=40, gang_pools=10),
+    "large": Scale(clusters=1000, timeout_s=900, gangs=100, gang_pools=20),
 }
+GANG_SLICES, GANG_HOSTS = 2, 2  # h: v6e 2x4 slices of 2 hosts with 4 chips each
 
 
 # ---------------------------------------------------------------- statistics
@@ -187,6 +200,90 @@ class Recorder:
             return out
 
 
+@dataclass
+class GangRecorder:
+    """h: first-seen times per gang (TSC = RayCluster name) from the pod, TSC and
+    SliceReservation watches of the gang run."""
+
+    namespace: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    applied: dict[str, float] = field(default_factory=dict)  # create call returned
+    first_pod: dict[str, float] = field(default_factory=dict)
+    # gang -> replica -> pod -> first seen ungated and pinned
+    released: dict[str, dict[str, dict[str, float]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(dict))
+    )
+    ready: dict[str, float] = field(default_factory=dict)
+    held: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    partial_since: dict[str, float] = field(default_factory=dict)
+    longest_partial: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+    def on_pod(self, kind: str, obj: Mapping[str, Any], t: float) -> None:
+        if kind not in ("ADDED", "MODIFIED"):
+            return
+        meta = obj["metadata"]
+        labels = meta.get("labels") or {}
+        gang = labels.get(c.KUBERAY_LABEL_CLUSTER)
+        if not gang:
+            return
+        with self.lock:
+            self.first_pod.setdefault(gang, t)
+            replica = labels.get(c.KUBERAY_LABEL_REPLICA_NAME)
+            if labels.get(c.KUBERAY_LABEL_NODE_TYPE) != "worker" or not replica:
+                return
+            spec = obj.get("spec") or {}
+            gates = {g.get("name") for g in spec.get("schedulingGates") or []}
+            if c.SCHEDULING_GATE not in gates and (spec.get("nodeSelector") or {}).get(
+                c.NODE_LABEL_NODEPOOL
+            ):
+                self.released[gang][replica].setdefault(meta["name"], t)
+                self._partial(gang, t)
+
+    def on_tsc(self, kind: str, obj: Mapping[str, Any], t: float) -> None:
+        for cond in (obj.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "Ready" and cond.get("status") == "True":
+                with self.lock:
+                    self.ready.setdefault(obj["metadata"]["name"], t)
+
+    def on_reservation(self, kind: str, obj: Mapping[str, Any], t: float) -> None:
+        holder = (obj.get("spec") or {}).get("holder") or {}
+        if holder.get("namespace") != self.namespace:
+            return
+        gang, pool = holder.get("name", ""), obj["spec"].get("nodePool", "")
+        with self.lock:
+            if kind == "DELETED":
+                self.held[gang].discard(pool)
+            else:
+                self.held[gang].add(pool)
+            self._partial(gang, t)
+
+    def _partial(self, gang: str, t: float) -> None:
+        """Track how long a gang holds some, not all, pools with no pod released (lock held)."""
+        partial = 0 < len(self.held[gang]) < GANG_SLICES and not self.released.get(gang)
+        if partial:
+            self.partial_since.setdefault(gang, t)
+        elif gang in self.partial_since:
+            since = self.partial_since.pop(gang)
+            self.longest_partial[gang] = max(self.longest_partial[gang], t - since)
+
+    def figures(self) -> dict[str, Any]:
+        """Per complete gang: first pod -> last slice released, and first -> last slice
+        released (a slice is released when all its pods are)."""
+        completion, spread = [], []
+        with self.lock:
+            for gang, replicas in self.released.items():
+                done = [max(p.values()) for p in replicas.values() if len(p) >= GANG_HOSTS]
+                if len(done) >= GANG_SLICES and gang in self.first_pod:
+                    completion.append(max(0.0, max(done) - self.first_pod[gang]))
+                    spread.append(max(done) - min(done))
+            longest = max(self.longest_partial.values(), default=0.0)
+        return {
+            "first_pod_to_last_slice_released_s": summary(completion),
+            "slice_release_spread_s": summary(spread),
+            "longest_partial_hold_s": round(longest, 3),
+        }
+
+
 class Watch(threading.Thread):
     """A raw watch (JSON lines, no model classes) calling ``handler(type, object, t)``."""
 
@@ -270,12 +367,20 @@ def tsc(name: str, gated: bool = True) -> dict[str, Any]:
     }
 
 
+def gang_tsc(name: str) -> dict[str, Any]:
+    """h: a multislice TSC; spec.reservation.gang is left to its default (AllSlices)."""
+    body = tsc(name)
+    body["spec"]["tpu"] = {"type": "v6e", "topology": "2x4", "chipsPerHost": 4}
+    body["spec"]["tpu"]["slices"] = GANG_SLICES
+    return body
+
+
 def names(n: int) -> list[str]:
     return [f"b{i:04d}" for i in range(n)]
 
 
 def create_all(
-    create: Callable[[str], None], items: list[str], threads: int, rec: Recorder
+    create: Callable[[str], None], items: list[str], threads: int, rec: Recorder | GangRecorder
 ) -> float:
     """Create every item from a thread pool; return the monotonic time of the first call."""
     began = time.monotonic()
@@ -518,19 +623,7 @@ def operator_run(
             with contextlib.suppress(Exception):
                 result["proc"] = operator.proc_stats()
         operator.stop()
-        # the webhook refuses our pods while its configuration points at a stopped operator
-        subprocess.run(
-            [
-                str(ToolPaths.for_repo(REPO).binary("kubectl")),
-                f"--kubeconfig={cluster.kubeconfig}",
-                "delete",
-                "mutatingwebhookconfiguration",
-                WEBHOOK_CONFIG,
-                "--ignore-not-found",
-            ],
-            capture_output=True,
-            timeout=60,
-        )
+        delete_webhook_configuration(cluster)
 
 
 def latencies(rec: Recorder, items: list[str]) -> dict[str, Any]:
@@ -581,6 +674,118 @@ def direct_run(cluster: LocalCluster, scale: Scale) -> dict[str, Any]:
     print("  deleting RayClusters", flush=True)
     result["teardown_complete"] = delete_and_wait(core, custom, ns, "rayclusters", 300)
     return result
+
+
+def delete_webhook_configuration(cluster: LocalCluster) -> None:
+    """The webhook refuses our pods while its configuration points at a stopped operator."""
+    subprocess.run(
+        [
+            str(ToolPaths.for_repo(REPO).binary("kubectl")),
+            f"--kubeconfig={cluster.kubeconfig}",
+            "delete",
+            "mutatingwebhookconfiguration",
+            WEBHOOK_CONFIG,
+            "--ignore-not-found",
+        ],
+        capture_output=True,
+        timeout=60,
+    )
+
+
+def gang_run(cluster: LocalCluster, scale: Scale, run_dir: Path, result: dict[str, Any]) -> None:
+    """h. ``scale.gangs`` 2-slice TSCs at once over ``scale.gang_pools`` v6e 2x4 pools;
+    each deleted as soon as it is Ready. Fills ``result`` as figures come in."""
+    core, custom = kube.core_v1(cluster.api), custom_api(cluster.api)
+    ns = "bench-gangs"
+    make_namespace(core, ns)
+    gang_pools = [
+        TPUPool(f"gang-{i:04d}", "v6e", "2x4", nodes=GANG_HOSTS) for i in range(scale.gang_pools)
+    ]
+    result.update(gangs=scale.gangs, slices=GANG_SLICES, pools=len(gang_pools))
+    print(f"  adding {len(gang_pools)} v6e 2x4 pools", flush=True)
+    nodes = [n for p in gang_pools for n in kube.create_pool(cluster.api, p)]
+    kube.wait_nodes_ready(cluster.api, nodes, timeout_s=300)
+    operator = OperatorProcess(
+        cluster.kubeconfig,
+        run_dir / "logs" / "operator-gangs.log",
+        extra_args=("--log-level=WARNING",),
+        cwd=REPO,
+    )
+    operator.start()
+    rec, items = GangRecorder(ns), [f"g{i:04d}" for i in range(scale.gangs)]
+    prefix = f"/apis/{c.GROUP}/{c.VERSION}"
+    pods_path = f"/api/v1/namespaces/{ns}/pods"
+    watches = [
+        Watch(cluster.api, pods_path, rec.on_pod, labelSelector=c.KUBERAY_LABEL_CLUSTER),
+        Watch(cluster.api, f"{prefix}/namespaces/{ns}/tpusliceclusters", rec.on_tsc),
+        Watch(cluster.api, f"{prefix}/slicereservations", rec.on_reservation),
+    ]
+    try:
+        for w in watches:
+            w.start()
+        for w in watches:
+            w.synced.wait(30)
+        print(
+            f"  creating {len(items)} TPUSliceClusters of {GANG_SLICES} slices over "
+            f"{len(gang_pools)} pools",
+            flush=True,
+        )
+        began = create_all(
+            lambda n: custom.create_namespaced_custom_object(
+                c.GROUP, c.VERSION, ns, c.PLURAL_CLUSTER, gang_tsc(n), _preload_content=False
+            ),
+            items,
+            scale.apply_threads,
+            rec,
+        )
+        deleted: set[str] = set()
+        deadline, last_print = time.monotonic() + scale.timeout_s, time.monotonic()
+        while len(deleted) < len(items):
+            with rec.lock:
+                done = [n for n in items if n in rec.ready and n not in deleted]
+            for name in done:  # released in turn: its pools go to the next in the queue
+                with contextlib.suppress(Exception):
+                    custom.delete_namespaced_custom_object(
+                        c.GROUP, c.VERSION, ns, c.PLURAL_CLUSTER, name, _preload_content=False
+                    )
+                deleted.add(name)
+            now = time.monotonic()
+            if now > deadline:
+                with rec.lock:  # who holds what when the queue stopped moving
+                    held = {g: sorted(p) for g, p in rec.held.items() if p and g not in deleted}
+                result["held_at_bound"] = held
+                print(
+                    f"  ! gangs Ready: {len(deleted)}/{len(items)} at the bound; holding: {held}",
+                    flush=True,
+                )
+                break
+            if now - last_print > 30:
+                print(
+                    f"  gangs Ready: {len(deleted)}/{len(items)} ({now - began:.0f}s)", flush=True
+                )
+                last_print = now
+            time.sleep(0.2)
+        with rec.lock:
+            ready_times = list(rec.ready.values())
+        result["all_ready"] = len(deleted) == len(items)
+        result["ready"] = len(ready_times)
+        result["all_ready_seconds"] = round(max(ready_times) - began, 2) if ready_times else None
+        result.update(rec.figures())
+        result["proc"] = operator.proc_stats()
+        print("  deleting the rest", flush=True)
+        result["teardown_complete"] = delete_and_wait(
+            core, custom, ns, c.PLURAL_CLUSTER, scale.timeout_s
+        )
+    finally:
+        if "first_pod_to_last_slice_released_s" not in result:
+            result.update(rec.figures(), ready=len(rec.ready))
+        for w in watches:
+            w.stop()
+        operator.stop()
+        delete_webhook_configuration(cluster)
+        for pool in gang_pools:
+            with contextlib.suppress(Exception):
+                kube.delete_pool(cluster.api, pool.name, timeout_s=120)
 
 
 def custom_api(api: Any) -> Any:
@@ -712,6 +917,26 @@ def table(r: Mapping[str, Any]) -> str:
             f"{fmt(restarted.get('proc', {}).get('peak_rss_mib'), ' MiB')}",
         ),
     ]
+    gangs = r.get("gangs", {})
+    if gangs:
+        h = gangs.get("first_pod_to_last_slice_released_s", {})
+        spread = gangs.get("slice_release_spread_s", {})
+        rows += [
+            (
+                "h  gangs: first pod -> last slice released p50/p99 (n)",
+                f"{fmt(h.get('p50'))} / {fmt(h.get('p99'))} ({h.get('n')})",
+            ),
+            (
+                f"   {gangs.get('gangs')} gangs of {gangs.get('slices')} over "
+                f"{gangs.get('pools')} pools: all Ready",
+                f"{fmt(gangs.get('all_ready_seconds'))} ({gangs.get('ready')})",
+            ),
+            (
+                "   slices' release spread p50/p99; longest partial hold",
+                f"{fmt(spread.get('p50'))} / {fmt(spread.get('p99'))}; "
+                f"{fmt(gangs.get('longest_partial_hold_s'))}",
+            ),
+        ]
     width = max(len(x) for x, _ in rows)
     return "\n".join(f"{x:<{width}}  {y}" for x, y in rows)
 
@@ -722,10 +947,19 @@ def main() -> int:
     parser.add_argument("--clusters", type=int, default=None, help="override the scale's count")
     parser.add_argument("--steady-seconds", type=float, default=60.0)
     parser.add_argument("--skip-direct", action="store_true")
+    parser.add_argument("--skip-gangs", action="store_true", help="skip h (the gang run)")
+    parser.add_argument("--gangs", type=int, default=None, help="h: override the gang count")
+    parser.add_argument(
+        "--gang-pools", type=int, default=None, help="h: override the v6e 2x4 pool count"
+    )
     args = parser.parse_args()
     scale = SCALES[args.scale]
-    if args.clusters:
-        scale = Scale(args.clusters, scale.timeout_s, scale.apply_threads)
+    scale = replace(
+        scale,
+        clusters=args.clusters or scale.clusters,
+        gangs=args.gangs or scale.gangs,
+        gang_pools=args.gang_pools or scale.gang_pools,
+    )
     out_dir = REPO / ".bench"
     run_dir = out_dir / f"run-{args.scale}-{time.strftime('%Y%m%d-%H%M%S')}"
     exit_on_signals()
@@ -770,6 +1004,9 @@ def main() -> int:
             result["overhead_ratio"] = ratio(
                 result["operator"].get("ready_seconds"), result["direct"].get("ready_seconds")
             )
+        if not args.skip_gangs:
+            print("h: gang run (multislice clusters under contention)", flush=True)
+            gang_run(cluster, scale, run_dir, result.setdefault("gangs", {}))
     except BaseException as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
         print(f"bench stopped: {result['error']}", flush=True)

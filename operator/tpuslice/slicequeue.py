@@ -29,7 +29,13 @@ The rules (``decide_queue``):
    pools an earlier, not yet ready one would prefer; a race can only come from passes that read
    different snapshots, and then the SliceReservation create decides (AlreadyExists =
    lost), and the loser gives its partial set back (plan_slices).
-5. **Contention**: a request is ``contended`` when another request of the shape is in
+5. **No deadlock with running slices**: an AllSlices gang that could complete only
+   with pools held by running slices of requests queued *after* it (a running
+   cluster that grows behind a higher-priority gang) would wait for them while they
+   wait for the pools it sets aside. Such a gang keeps its place but sets nothing
+   aside; the requests after it are served, and it is served once pools come back.
+   (PerSlice requests take what is free and run it, so they never wait in a cycle.)
+6. **Contention**: a request is ``contended`` when another request of the shape is in
    the queue; an AllSlices gang that cannot complete frees the pools its unreleased
    slices hold when contended, so it never keeps a partial set beyond a pass while
    another request could use it. (Under strict order the head gains nothing by
@@ -140,6 +146,7 @@ def queue_message(
     ahead: int,
     holders: str,
     ready: bool = True,
+    yielding: bool = False,
 ) -> str:
     """``2nd of 3 waiting for v6e 4x4: needs 4 node pools at once (holds 0); 1 free
     pool set aside for it, the rest go to 1 request ahead; held by ml/a (2)``."""
@@ -154,6 +161,11 @@ def queue_message(
         parts.append(f"{_plural(set_aside, 'free pool')} set aside for it")
     if ahead:
         parts.append(f"{_plural(ahead, 'request')} ahead in the queue")
+    if yielding:
+        parts.append(
+            "the pools it lacks are held by running slices of clusters queued after it, "
+            "so they are served first"
+        )
     if not ready:
         parts.append("waiting for the pods of its slices")
     if holders:
@@ -214,7 +226,22 @@ def decide_queue(
     holders = _Holders(by_name)
     granted: dict[ClusterKey, tuple[ShapePool, ...]] = {}
     set_aside: dict[ClusterKey, int] = {}
-    for r in order:
+    # Pools held by running slices of the requests queued after each one: a gang ahead
+    # can never get those (no preemption), and the holders wait behind it for more.
+    behind_running = [0] * (len(order) + 1)
+    for i in range(len(order) - 1, -1, -1):
+        q = order[i]
+        behind_running[i] = behind_running[i + 1] + max(0, q.held - q.idle)
+    yields: set[ClusterKey] = set()
+    for i, r in enumerate(order):
+        if r.gang == GangMode.ALL_SLICES and r.missing > exist - r.held - behind_running[i + 1]:
+            # It could only complete with pools that running slices of clusters queued
+            # after it hold, and they wait for pools it would set aside: a deadlock. It
+            # keeps its place but sets nothing aside until those clusters have theirs.
+            yields.add(r.key)
+            set_aside[r.key] = 0
+            granted[r.key] = ()
+            continue
         take = min(avail, r.missing)
         avail -= take
         set_aside[r.key] = take
@@ -255,6 +282,7 @@ def decide_queue(
             continue
         ahead = sum(1 for q in order[:i] if set_aside[q.key])
         ready = r.claimable >= r.missing
+        yielding = r.key in yields
         message = queue_message(
             position=position[r.key],
             waiting=len(waiting),
@@ -266,6 +294,7 @@ def decide_queue(
             ahead=ahead,
             holders=holders.summary(r.uid),
             ready=ready,
+            yielding=yielding,
         )
         admissions[r.key] = Admission(
             pools=tuple(p.name for p in granted[r.key]),

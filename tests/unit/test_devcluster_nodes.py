@@ -43,6 +43,8 @@ def test_tpu_pool_labels_taint_capacity(
         assert labels["node.kubernetes.io/instance-type"] == machine
         assert labels["kubernetes.io/hostname"] == node["metadata"]["name"]
         assert "cloud.google.com/gke-spot" not in labels
+        assert labels["cloud.google.com/gke-provisioning"] == "standard"
+        assert not any(k.startswith("cloud.google.com/gce-topology-") for k in labels)
         assert node["spec"]["taints"] == [
             {"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}
         ]
@@ -61,11 +63,78 @@ def test_cpu_pool_has_no_taint_and_no_tpu() -> None:
     assert node["metadata"]["labels"]["cloud.google.com/gke-nodepool"] == "cpu"
 
 
-def test_optional_gke_labels() -> None:
-    pool = TPUPool("s", "v6e", "2x2", 1, spot=True, reservation="res-1", extra_labels={"a": "b"})
+CAPACITY_LABELS = (
+    "cloud.google.com/gke-spot",
+    "cloud.google.com/reservation-name",
+    "cloud.google.com/gke-flex-start",
+)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "kind", "wanted"),
+    [
+        ({}, "on-demand", {"cloud.google.com/gke-provisioning": "standard"}),
+        (
+            {"spot": True},
+            "spot",
+            {"cloud.google.com/gke-spot": "true", "cloud.google.com/gke-provisioning": "spot"},
+        ),
+        (
+            {"reservation": "tpu-res-1"},
+            "reservation",
+            {
+                "cloud.google.com/reservation-name": "tpu-res-1",
+                "cloud.google.com/gke-provisioning": "standard",
+            },
+        ),
+        (
+            {"flex_start": True},
+            "flex-start",
+            {
+                "cloud.google.com/gke-flex-start": "true",
+                "cloud.google.com/gke-provisioning": "flex-start",
+            },
+        ),
+    ],
+)
+def test_capacity_type_labels(kwargs: dict[str, object], kind: str, wanted: dict[str, str]) -> None:
+    """GKE's labels for how the VMs were provisioned, on every node of a multi-host pool;
+    none of the other capacity types' labels, and never a taint beyond the TPU one (GKE
+    taints Spot nodes only in Autopilot or auto-provisioned pools)."""
+    pool = TPUPool("p", "v6e", "4x4", 4, **kwargs)  # type: ignore[arg-type]
+    assert pool.capacity_type == kind
+    for node in pool_nodes(pool):
+        labels = node["metadata"]["labels"]
+        assert {k: labels[k] for k in wanted} == wanted
+        assert {k for k in CAPACITY_LABELS if k in labels} == set(wanted) & set(CAPACITY_LABELS)
+        assert node["spec"]["taints"] == [
+            {"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"}
+        ]
+
+
+def test_topology_block_subblock_and_host_labels() -> None:
+    """Every VM of a pool in one block and sub-block; each its own host id, stable across
+    runs and distinct between nodes and pools."""
+    pool = TPUPool("p", "v6e", "4x4", 4, topology_block="b-1", topology_subblock="sb-2")
+    nodes = [n["metadata"]["labels"] for n in pool_nodes(pool)]
+    assert {n["cloud.google.com/gce-topology-block"] for n in nodes} == {"b-1"}
+    assert {n["cloud.google.com/gce-topology-subblock"] for n in nodes} == {"sb-2"}
+    hosts = [n["cloud.google.com/gce-topology-host"] for n in nodes]
+    assert len(set(hosts)) == 4 and all(h and "/" not in h for h in hosts)
+    again = [
+        n["metadata"]["labels"]["cloud.google.com/gce-topology-host"] for n in pool_nodes(pool)
+    ]
+    assert again == hosts
+    other = TPUPool("q", "v6e", "4x4", 4, topology_block="b-1")
+    other_labels = [n["metadata"]["labels"] for n in pool_nodes(other)]
+    assert not {n["cloud.google.com/gce-topology-host"] for n in other_labels} & set(hosts)
+    assert all("cloud.google.com/gce-topology-subblock" not in n for n in other_labels)
+
+
+def test_extra_labels_come_last() -> None:
+    pool = TPUPool("s", "v6e", "2x2", 1, spot=True, extra_labels={"a": "b"})
     labels = pool_nodes(pool)[0]["metadata"]["labels"]
     assert labels["cloud.google.com/gke-spot"] == "true"
-    assert labels["cloud.google.com/reservation-name"] == "res-1"
     assert labels["a"] == "b"
 
 
@@ -76,6 +145,11 @@ def test_optional_gke_labels() -> None:
         ({"nodes": 3}, "needs 4 hosts"),
         ({"chips_per_node": 2}, "hosts have"),
         ({"topology": "4xq"}, "bad topology"),
+        ({"spot": True, "reservation": "r"}, "one capacity type, not spot and reservation"),
+        ({"spot": True, "flex_start": True}, "one capacity type"),
+        ({"reservation": "r", "flex_start": True}, "one capacity type"),
+        ({"reservation": ""}, "empty reservation name"),
+        ({"topology_subblock": "s"}, "sub-block lies within a block"),
     ],
 )
 def test_invalid_pools_are_rejected(kwargs: dict[str, object], message: str) -> None:
@@ -103,6 +177,20 @@ def test_parse_and_dict_forms_agree() -> None:
         pool_from_dict({"name": "a", "nodes": 1, "bogus": 1})
     with pytest.raises(ValueError, match="bad pool spec"):
         parse_pool_spec("nonsense")
+
+
+def test_capacity_and_topology_in_both_forms() -> None:
+    wanted = TPUPool("a", "v6e", "4x4", 4, spot=True, topology_block="b", topology_subblock="s")
+    assert parse_pool_spec("a:v6e:4x4:4,spot,block=b,subblock=s") == wanted
+    raw = {"name": "a", "tpuType": "v6e", "topology": "4x4", "nodes": 4, "spot": True}
+    assert pool_from_dict({**raw, "topologyBlock": "b", "topologySubblock": "s"}) == wanted
+    assert parse_pool_spec("r:v5e:2x4:2,reservation=res-a").reservation == "res-a"
+    assert parse_pool_spec("f:v6e:2x4:2:4,flex-start").flex_start
+    assert pool_from_dict({**raw, "spot": False, "flexStart": True}).flex_start
+    bad_specs = ["a:v6e:4x4:4,preemptible", "a:v6e:4x4:4,reservation", "c:cpu:2,spot"]
+    for bad in [*bad_specs, "a:v6e:4x4:4,spot,flex-start"]:
+        with pytest.raises(ValueError, match="bad pool spec"):
+            parse_pool_spec(bad)
 
 
 def test_default_pools_cover_the_issue() -> None:

@@ -295,14 +295,26 @@ def check_decision(decision: object, reqs: list[PoolRequest], pools: list[ShapeP
         assert len(a.pools) <= a.set_aside <= r.missing
         if r.gang == GangMode.ALL_SLICES:
             assert len(a.pools) in (0, r.missing)
+
     # strict order: a request gets pools set aside only if every earlier one got all
     # it misses; and every free pool is set aside unless nobody in the queue wants it
+    # (except a gang that could complete only with pools running slices of later
+    # requests hold: it yields to them, or the two would wait for each other for ever)
+    def yields(j: int) -> bool:
+        q = order[j]
+        running_after = sum(max(0, x.held - x.idle) for x in order[j + 1 :])
+        return q.gang == GangMode.ALL_SLICES and q.missing > exist - q.held - running_after
+
     for i, r in enumerate(order):
         if decision.admissions[r.key].set_aside:
-            for q in order[:i]:
-                assert decision.admissions[q.key].set_aside == q.missing, (q, r)
+            for j, q in enumerate(order[:i]):
+                if yields(j):
+                    assert decision.admissions[q.key].set_aside == 0, (q, r)
+                else:
+                    assert decision.admissions[q.key].set_aside == q.missing, (q, r)
     total = sum(decision.admissions[r.key].set_aside for r in order)
-    assert total == min(len(free), sum(r.missing for r in order))
+    wanted = sum(r.missing for j, r in enumerate(order) if not yields(j))
+    assert total == min(len(free), wanted)
     # progress: the head that fits and is ready is granted
     if order:
         head = order[0]

@@ -311,3 +311,32 @@ def test_text_builders() -> None:
         gang=GangMode.ALL_SLICES, set_aside=0, ahead=0, holders="x" * 2000,
     )  # fmt: skip
     assert len(long) <= 512
+
+
+def test_a_gang_ahead_does_not_deadlock_a_running_cluster_that_grows_behind_it() -> None:
+    """Regression (e2e test_gangs): ``grow`` runs one slice on pool A and is scaled to two;
+    ``ahead`` (priority 10, two slices) is first in the queue. ``ahead`` can never
+    complete while A is held by grow's running slice, so it must not keep the free B
+    from grow."""
+    grow_holds = Holder("ml", "grow", "uid-grow", "tpu-g0", 0)
+    pools = [ShapePool("a", True, grow_holds), ShapePool("b", True)]
+    ahead = req("ahead", 2, t=2, priority=10)
+    grow = req("grow", 2, t=1, held=1, claimable=1)
+    decision = decide_queue(SHAPE, [ahead, grow], pools)
+    assert decision.order == (("ml", "ahead"), ("ml", "grow"))
+    assert decision.admissions[("ml", "grow")].pools == ("b",)
+    waiting = decision.admissions[("ml", "ahead")]
+    assert waiting.pools == () and waiting.set_aside == 0 and waiting.position == 1
+    assert "held by running slices of clusters queued after it" in waiting.message
+
+
+def test_a_gang_ahead_still_blocks_later_clusters_whose_pools_are_only_idle() -> None:
+    """Pools of a later cluster that are held but not running (its gated partial set)
+    come back: the gang ahead keeps the free pools set aside."""
+    idle = Holder("ml", "late", "uid-late", "tpu-l0", 0)
+    pools = [ShapePool("a", True, idle), ShapePool("b", True)]
+    ahead = req("ahead", 2, t=1)
+    late = req("late", 2, t=2, held=1, claimable=1, idle=1)
+    decision = decide_queue(SHAPE, [ahead, late], pools)
+    assert decision.admissions[("ml", "ahead")].set_aside == 1
+    assert decision.admissions[("ml", "late")].pools == ()

@@ -254,6 +254,12 @@ def _api_for(directory: Path) -> Any:
     return kube.api_client(Path(state["kubeconfig"]))
 
 
+POOL_SPEC_HELP = (
+    "NAME:TYPE:TOPOLOGY:NODES[:CHIPS][,spot|flex-start|reservation=R|block=B|subblock=S] "
+    "or NAME:cpu:NODES"
+)
+
+
 def cmd_add_pool(args: argparse.Namespace) -> int:
     api = _api_for(args.dir)
     names: list[str] = []
@@ -312,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--pool",
         action="append",
         default=[],
-        help="NAME:TYPE:TOPOLOGY:NODES[:CHIPS] or NAME:cpu:NODES",
+        help=POOL_SPEC_HELP,
     )
     up.add_argument(
         "--timeout", type=float, default=180.0, help="per-component readiness bound (s)"
@@ -330,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="undo a real node's host changes from its recorded state (after a crash)",
     ).set_defaults(fn=cmd_cleanup_host)
     add = sub.add_parser("add-pool", help="add pools to a running cluster")
-    add.add_argument("spec", nargs="+", help="NAME:TYPE:TOPOLOGY:NODES[:CHIPS] or NAME:cpu:NODES")
+    add.add_argument("spec", nargs="+", help=POOL_SPEC_HELP)
     add.set_defaults(fn=cmd_add_pool)
     rm = sub.add_parser("remove-pool", help="delete every node of the named pools")
     rm.add_argument("name", nargs="+")

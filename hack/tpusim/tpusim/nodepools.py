@@ -10,18 +10,33 @@ The TPU type table is deliberately local and written from GKE's documentation
 ``cloud.google.com/gke-tpu-accelerator`` values, chips per host), never imported
 from the operator: a fake GKE that took its labels from ``tpuslice.topology``
 would mirror a wrong label there and every e2e scenario would still pass.
+
+How GKE provisioned a pool's VMs shows in node labels, also written from GKE's
+documentation (see ``TPUPool``): Spot (``cloud.google.com/gke-spot``), a specific
+Compute Engine reservation (``cloud.google.com/reservation-name``), flex-start
+(``cloud.google.com/gke-flex-start``), each with the matching
+``cloud.google.com/gke-provisioning`` value; and where the VMs sit in the data
+centre (``cloud.google.com/gce-topology-block`` / ``-subblock`` / ``-host``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "FLEX_START_LABEL",
     "KWOK_ANNOTATION",
     "POOL_ANNOTATION",
+    "PROVISIONING_LABEL",
+    "RESERVATION_LABEL",
+    "SPOT_LABEL",
+    "TOPOLOGY_BLOCK_LABEL",
+    "TOPOLOGY_HOST_LABEL",
+    "TOPOLOGY_SUBBLOCK_LABEL",
     "TPU_RESOURCE",
     "TPU_TAINT",
     "CPUPool",
@@ -33,6 +48,7 @@ __all__ = [
     "pool_names",
     "pool_nodes",
     "topology_chips",
+    "topology_host",
 ]
 
 #: KWOK manages exactly the Nodes carrying this annotation (its controller flag
@@ -43,6 +59,43 @@ KWOK_ANNOTATION = ("kwok.x-k8s.io/node", "fake")
 POOL_ANNOTATION = "tpuslice.dev/devcluster-pool"
 TPU_RESOURCE = "google.com/tpu"
 TPU_TAINT: dict[str, str] = {"key": TPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
+
+# Capacity-type labels. Sources (GKE documentation):
+# - Spot: "Run fault-tolerant workloads at lower costs with Spot VMs"
+#   https://cloud.google.com/kubernetes-engine/docs/how-to/spot-vms and "About cluster
+#   autoscaling" https://cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler
+#   ("GKE automatically adds the cloud.google.com/gke-spot=true label" to Spot nodes);
+#   "About node pool auto-creation"
+#   https://cloud.google.com/kubernetes-engine/docs/concepts/node-auto-provisioning names
+#   both node labels, cloud.google.com/gke-spot=true and cloud.google.com/gke-provisioning=spot
+#   (GKE's cluster autoscaler, pkg/cloudprovider/gke/labels/system_labels.go, has the
+#   provisioning values standard, spot, flex-start, preemptible). On a
+#   Standard node pool GKE adds labels only, no taint (the NoSchedule taint is for
+#   Autopilot and auto-provisioned pools, or one the user adds).
+# - Reservation: "Consuming reserved zonal resources"
+#   https://cloud.google.com/kubernetes-engine/docs/how-to/consuming-reservations
+#   (workloads select the node label cloud.google.com/reservation-name=<reservation>;
+#   GKE's autoscaler writes it on the nodes it makes for a specific reservation,
+#   ReservationNameLabel in system_labels.go). Whether a hand-made Standard pool that
+#   consumes a reservation carries it too is not stated there; the fake assumes it does,
+#   as the operator reads capacity types from this label.
+# - Flex-start: "About flex-start VMs" https://cloud.google.com/kubernetes-engine/docs/concepts/dws
+#   and "Run a small batch workload with TPUs and flex-start VMs"
+#   https://cloud.google.com/kubernetes-engine/docs/how-to/dws-flex-start-training-tpu
+#   (workloads select cloud.google.com/gke-flex-start: "true"); GKE's provisioning label
+#   then reads flex-start. No taint for flex-start without queued provisioning.
+SPOT_LABEL = "cloud.google.com/gke-spot"
+RESERVATION_LABEL = "cloud.google.com/reservation-name"
+FLEX_START_LABEL = "cloud.google.com/gke-flex-start"
+PROVISIONING_LABEL = "cloud.google.com/gke-provisioning"  # standard | spot | flex-start
+# Physical topology labels, "Schedule GKE workloads with Topology Aware Scheduling"
+# https://cloud.google.com/ai-hypercomputer/docs/workloads/schedule-gke-workloads-tas:
+# gce-topology-block is "the organization-specific ID of the reserved block in which the
+# VM is located", gce-topology-subblock "of the sub-block", gce-topology-host "the ID of
+# the host on which the VM is located"; the more values two VMs share, the closer they are.
+TOPOLOGY_BLOCK_LABEL = "cloud.google.com/gce-topology-block"
+TOPOLOGY_SUBBLOCK_LABEL = "cloud.google.com/gce-topology-subblock"
+TOPOLOGY_HOST_LABEL = "cloud.google.com/gce-topology-host"
 
 
 @dataclass(frozen=True)
@@ -78,6 +131,17 @@ class TPUPool:
     ``nodes * chips_per_node`` must equal the chips in ``topology`` for a
     multi-host slice (GKE creates the pool as a unit). A single-host pool may
     have any number of nodes, each one slice of ``topology``.
+
+    Capacity type, at most one (no flag: on-demand): ``spot`` (Spot VMs),
+    ``reservation`` (the VMs consume that specific Compute Engine reservation),
+    ``flex_start`` (flex-start VMs). A node has one ``gke-provisioning`` value, so
+    a pool that is two of these is refused; a test that wants a node GKE would
+    not make says so with ``extra_labels``.
+
+    ``topology_block`` / ``topology_subblock``: the block and sub-block every VM
+    of the pool sits in (a compact placement: one pool, one sub-block); each node
+    also gets its own ``gce-topology-host``. Unset: no topology labels, as on
+    nodes GKE does not expose a topology for.
     """
 
     name: str
@@ -89,6 +153,21 @@ class TPUPool:
     spot: bool = False
     reservation: str | None = None
     extra_labels: Mapping[str, str] = field(default_factory=dict)
+    flex_start: bool = False
+    topology_block: str | None = None
+    topology_subblock: str | None = None
+
+    @property
+    def capacity_type(self) -> str:
+        """The capacity type in GKE's words: ``spot``, ``reservation``, ``flex-start`` or
+        ``on-demand``."""
+        if self.spot:
+            return "spot"
+        if self.reservation:
+            return "reservation"
+        if self.flex_start:
+            return "flex-start"
+        return "on-demand"
 
     def __post_init__(self) -> None:
         if self.tpu_type not in _TPU_TYPES:
@@ -116,6 +195,19 @@ class TPUPool:
             raise ValueError(
                 f"pool {self.name}: topology {self.topology} has {chips} chips "
                 f"but hosts have {self.chips_per_node}"
+            )
+        flags = {"spot": self.spot, "reservation": bool(self.reservation)}
+        flags["flex_start"] = self.flex_start
+        kinds = [kind for kind, on in flags.items() if on]
+        if len(kinds) > 1:
+            raise ValueError(
+                f"pool {self.name}: a node pool has one capacity type, not {' and '.join(kinds)}"
+            )
+        if self.reservation == "":
+            raise ValueError(f"pool {self.name}: an empty reservation name")
+        if self.topology_subblock and not self.topology_block:
+            raise ValueError(
+                f"pool {self.name}: a topology sub-block lies within a block; set topology_block"
             )
 
 
@@ -148,6 +240,11 @@ def topology_chips(topology: str) -> int:
 def node_name(pool: str, index: int, cluster: str = "tpusim") -> str:
     """GKE-like node name, stable across runs so logs from two runs compare."""
     return f"gke-{cluster}-{pool}-{index}"
+
+
+def topology_host(pool: str, index: int, cluster: str = "tpusim") -> str:
+    """A stable, opaque ``gce-topology-host`` value per node (GKE's are IDs, not names)."""
+    return hashlib.sha256(f"{cluster}/{pool}/{index}".encode()).hexdigest()[:16]
 
 
 def _base_labels(pool: str, name: str, machine_type: str, zone: str) -> dict[str, str]:
@@ -235,9 +332,18 @@ def pool_nodes(pool: NodePool, cluster: str = "tpusim") -> list[dict[str, Any]]:
         labels["cloud.google.com/gke-tpu-topology"] = pool.topology
         labels["cloud.google.com/gke-accelerator-count"] = str(pool.chips_per_node)
         if pool.spot:
-            labels["cloud.google.com/gke-spot"] = "true"
+            labels[SPOT_LABEL] = "true"
+            labels[PROVISIONING_LABEL] = "spot"
         if pool.reservation:
-            labels["cloud.google.com/reservation-name"] = pool.reservation
+            labels[RESERVATION_LABEL] = pool.reservation
+        if pool.flex_start:
+            labels[FLEX_START_LABEL] = "true"
+            labels[PROVISIONING_LABEL] = "flex-start"
+        if pool.topology_block:
+            labels[TOPOLOGY_BLOCK_LABEL] = pool.topology_block
+            labels[TOPOLOGY_HOST_LABEL] = topology_host(pool.name, i, cluster)
+            if pool.topology_subblock:
+                labels[TOPOLOGY_SUBBLOCK_LABEL] = pool.topology_subblock
         labels.update(pool.extra_labels)
         resources = _resources(
             tpu.cpu_per_chip * pool.chips_per_node,
@@ -251,7 +357,8 @@ def pool_nodes(pool: NodePool, cluster: str = "tpusim") -> list[dict[str, Any]]:
 def pool_from_dict(raw: Mapping[str, Any]) -> NodePool:
     """Build a pool from a YAML/JSON mapping (``tpuType`` absent means a CPU pool)."""
     known = {"name", "tpuType", "topology", "nodes", "chipsPerNode", "zone", "spot"}
-    known |= {"reservation", "labels", "cpu", "memoryGiB", "machineType"}
+    known |= {"reservation", "flexStart", "topologyBlock", "topologySubblock"}
+    known |= {"labels", "cpu", "memoryGiB", "machineType"}
     unknown = set(raw) - known
     if unknown:
         raise ValueError(f"unknown node pool fields: {', '.join(sorted(unknown))}")
@@ -276,6 +383,9 @@ def pool_from_dict(raw: Mapping[str, Any]) -> NodePool:
         spot=bool(raw.get("spot", False)),
         reservation=raw.get("reservation"),
         extra_labels={str(k): str(v) for k, v in dict(raw.get("labels", {})).items()},
+        flex_start=bool(raw.get("flexStart", False)),
+        topology_block=raw.get("topologyBlock"),
+        topology_subblock=raw.get("topologySubblock"),
     )
 
 
@@ -304,16 +414,40 @@ def pool_names(pools: Iterable[NodePool]) -> list[str]:
 
 
 def parse_pool_spec(spec: str) -> NodePool:
-    """Parse the CLI shorthand ``NAME:TYPE:TOPOLOGY:NODES[:CHIPS]`` or ``NAME:cpu:NODES``."""
-    parts = spec.split(":")
+    """Parse the CLI shorthand ``NAME:TYPE:TOPOLOGY:NODES[:CHIPS][,OPTION...]`` or
+    ``NAME:cpu:NODES``. Options of a TPU pool: ``spot``, ``flex-start``,
+    ``reservation=NAME``, ``block=ID``, ``subblock=ID`` (see ``TPUPool``)."""
+    head, *options = spec.split(",")
+    parts = head.split(":")
     try:
-        if len(parts) == 3 and parts[1] == "cpu":
+        if len(parts) == 3 and parts[1] == "cpu" and not options:
             return CPUPool(parts[0], int(parts[2]))
         if len(parts) in (4, 5):
             chips = int(parts[4]) if len(parts) == 5 else 4
-            return TPUPool(parts[0], parts[1], parts[2], int(parts[3]), chips_per_node=chips)
-    except ValueError as exc:
+            extra = _pool_options(options)
+            return TPUPool(
+                parts[0], parts[1], parts[2], int(parts[3]), chips_per_node=chips, **extra
+            )
+    except (TypeError, ValueError) as exc:
         raise ValueError(f"bad pool spec {spec!r}: {exc}") from None
     raise ValueError(
-        f"bad pool spec {spec!r}: want NAME:TYPE:TOPOLOGY:NODES[:CHIPS] or NAME:cpu:NODES"
+        f"bad pool spec {spec!r}: want NAME:TYPE:TOPOLOGY:NODES[:CHIPS][,OPTION...] "
+        f"or NAME:cpu:NODES"
     )
+
+
+def _pool_options(options: Iterable[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for option in options:
+        key, _, value = option.partition("=")
+        if key in ("spot", "flex-start") and not value:
+            out[key.replace("-", "_")] = True
+        elif key in ("reservation", "block", "subblock") and value:
+            name = {"block": "topology_block", "subblock": "topology_subblock"}.get(key, key)
+            out[name] = value
+        else:
+            raise ValueError(
+                f"unknown option {option!r} (spot, flex-start, reservation=NAME, "
+                f"block=ID, subblock=ID)"
+            )
+    return out
