@@ -37,7 +37,14 @@ from tpuslice.records import (
     SlicePlan,
     Snapshot,
 )
-from tpuslice.reservation import PoolIndex, plan_slices, pool_index, pool_request, shape_pools
+from tpuslice.reservation import (
+    PoolIndex,
+    eligible_pools,
+    plan_slices,
+    pool_index,
+    pool_request,
+    shape_pools,
+)
 from tpuslice.slicequeue import admission_for, decide_queue
 from tpuslice.spec import SliceClusterSpec, SpecError, parse_cluster
 from tpuslice.status import Stall
@@ -121,17 +128,26 @@ def queue_admission(
     reservations: Sequence[ReservationInfo],
     index: PoolIndex,
     specs: SpecCache,
-) -> Admission:
+) -> Admission | None:
     """What the shape's queue lets this cluster claim now, decided from the snapshot alone
     (every member's priority, creationTimestamp, pods and reservations; the shape's
     pools): every pass of every cluster, and an operator after a restart, computes the
-    same decision. Members being deleted, ungated or with an invalid spec are not queued."""
+    same decision. Members being deleted, ungated or with an invalid spec are not queued.
+
+    None when nobody competes: every member's missing pools (counted from its
+    reservations, without reading its pods) fit in the free eligible pools, so the order
+    cannot matter and the planner picks by preference alone. Deciding the whole queue
+    costs a pass over every member's pods and every pool; most passes need none of it."""
     assert snap.cluster is not None
     shape = shape_of(spec)
+    hosts, chips = spec.shape.hosts, spec.shape.chips_per_host
     by_holder: dict[str, list[ReservationInfo]] = {}
     for r in reservations:
         by_holder.setdefault(r.holder.uid, []).append(r)
-    requests = [_request(ref, spec, snap.cluster, pods, by_holder.get(ref.uid, []))]
+    own = _request(ref, spec, snap.cluster, pods, by_holder.get(ref.uid, []))
+    exist = len(index.matching)
+    members: list[tuple[ClusterRef, SliceClusterSpec, Mapping[str, Any], Sequence[PodInfo]]] = []
+    others_missing = 0
     for member in snap.shape_members:
         meta = member.cluster.get("metadata") or {}
         other = specs.parse(member.cluster)
@@ -139,21 +155,26 @@ def queue_admission(
             continue
         if meta.get("deletionTimestamp"):
             continue
-        held = by_holder.get(str(meta.get("uid") or ""), [])
-        if len(held) >= (0 if other.suspend else other.slices):
+        desired = 0 if other.suspend else other.slices
+        held = len(by_holder.get(str(meta.get("uid") or ""), []))
+        if held >= desired:
             # Wants nothing (counted from its reservations, without reading its pods): a
             # slice it is replacing is counted in its own pass, which frees the old pool
             # and asks again with its exact request.
             continue
+        if desired <= exist:
+            others_missing += desired - held
         other_ref = ClusterRef(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""))
-        requests.append(
-            _request(
-                other_ref, other, member.cluster, member.pods, by_holder.get(other_ref.uid, [])
-            )
-        )
-    pools = shape_pools(
-        index, reservations, hosts=spec.shape.hosts, chips_per_host=spec.shape.chips_per_host
-    )
+        members.append((other_ref, other, member.cluster, member.pods))
+    eligible = eligible_pools(index, hosts=hosts, chips_per_host=chips)
+    free = len(eligible) - sum(1 for r in reservations if r.pool in eligible)
+    if own.desired <= exist and own.missing + others_missing <= free:
+        return None
+    requests = [own] + [
+        _request(other_ref, other, cluster, member_pods, by_holder.get(other_ref.uid, []))
+        for other_ref, other, cluster, member_pods in members
+    ]
+    pools = shape_pools(index, reservations, hosts=hosts, chips_per_host=chips)
     decision = decide_queue(shape, requests, pools)
     return admission_for(decision, (ref.namespace, ref.name))
 

@@ -35,6 +35,7 @@ from tpuslice.records import (
 
 __all__ = [
     "PoolIndex",
+    "eligible_pools",
     "plan_slices",
     "pool_facts",
     "pool_index",
@@ -118,6 +119,9 @@ class PoolIndex:
     facts: dict[tuple[int, int], list[ShapePool]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    eligible: dict[tuple[int, int], frozenset[str]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
 
 def pool_index(nodes: Iterable[NodeInfo], accelerator: str, topology: str) -> PoolIndex:
@@ -147,6 +151,16 @@ def pool_facts(
         block=blocks.pop() if len(blocks) == 1 else None,
         subblock=subblocks.pop()[1] if len(subblocks) == 1 else None,
     )
+
+
+def eligible_pools(inventory: PoolIndex, *, hosts: int, chips_per_host: int) -> frozenset[str]:
+    """Names of the shape's pools a slice could take if nobody held them."""
+    key = (hosts, chips_per_host)
+    names = inventory.eligible.get(key)
+    if names is None:
+        facts = shape_pools(inventory, (), hosts=hosts, chips_per_host=chips_per_host)
+        names = inventory.eligible[key] = frozenset(f.name for f in facts if f.eligible)
+    return names
 
 
 def shape_pools(

@@ -8,7 +8,7 @@ from typing import Any
 from tests.support.fake_kube import FakeKube
 from tests.unit.test_reconcile import UID, cluster_body, conditions_of, kinds, nodes
 from tpuslice.reconcile import Reconciler
-from tpuslice.records import Holder, PodInfo, ReservationInfo, ShapeMember, Snapshot
+from tpuslice.records import ClusterRef, Holder, PodInfo, ReservationInfo, ShapeMember, Snapshot
 
 
 def gang_pods(cluster: str = "llm", replicas: int = 2) -> list[PodInfo]:
@@ -174,3 +174,27 @@ def test_queue_metrics_count_the_waiting_and_time_the_wait() -> None:
     asyncio.run(scenario())
     assert value(m, "tpuslice_queue_length", shape="v6e 4x4") == 0
     assert value(m, "tpuslice_queue_wait_seconds_count", shape="v6e 4x4") == 1
+
+
+def test_without_competition_the_queue_is_not_decided_at_all() -> None:
+    """Every member's missing pools fit in the free ones: no order to keep (the cheap
+    path); one more wanting member than free pools: the queue decides."""
+    from tpuslice.actuator import SpecCache, queue_admission
+    from tpuslice.reservation import pool_index
+    from tpuslice.spec import parse_cluster
+
+    me = body("me", "uid-me", "2026-01-02T00:00:00Z")
+    other = body("other", "uid-other", "2026-01-01T00:00:00Z")
+    two_pools = nodes("pool-a") + nodes("pool-b")
+    index = pool_index(two_pools, "tpu-v6e-slice", "4x4")
+    members = [ShapeMember(other, gang_pods("other", replicas=1))]
+    mine = gang_pods("me", replicas=1)
+    ref = ClusterRef("ml", "me", "uid-me")
+    snap = Snapshot(me, mine, two_pools, [], None, shape_members=members)
+    assert queue_admission(ref, parse_cluster(me), snap, mine, [], index, SpecCache()) is None
+    third = Holder("ml", "third", "uid-third", "tpu-t0", 0)
+    one_free = [ReservationInfo("pool-b", third)]
+    snap = Snapshot(me, mine, two_pools, one_free, None, shape_members=members)
+    admission = queue_admission(ref, parse_cluster(me), snap, mine, one_free, index, SpecCache())
+    assert admission is not None and admission.pools == ()
+    assert "1st of 1 waiting" in admission.message and "1 request ahead" in admission.message
