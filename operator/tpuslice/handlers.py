@@ -243,7 +243,7 @@ async def cluster_changed(
         if shape is not None:
             memo.reconciler.kick_soon(memo.reconciler.waiting_for(shape) - {key})
     if type == "DELETED":
-        memo.reconciler.forget(key)
+        memo.reconciler.forget(key, uid=str(body.get("metadata", {}).get("uid") or ""))
         return
     await memo.reconciler.kick(key)
 
@@ -311,7 +311,7 @@ async def on_delete(
             f"waiting for {len(remaining)} worker pods to terminate before releasing node pools",
             delay=1,
         )
-    memo.reconciler.forget(key)
+    memo.reconciler.forget(key, uid=uid)
 
 
 # ------------------------------------------------------------ the sweep

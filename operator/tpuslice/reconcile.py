@@ -165,6 +165,8 @@ class Reconciler:
         return set(self._waiting.get(shape, ()))
 
     def forget(self, key: ClusterKey, uid: str = "") -> None:
+        """A cluster is gone: drop what is kept of it (``uid`` also drops its parsed specs,
+        kept for the shape's queue)."""
         self.status.forget(key)
         if uid:
             self.actuator.specs.forget(uid)

@@ -198,3 +198,12 @@ def test_without_competition_the_queue_is_not_decided_at_all() -> None:
     admission = queue_admission(ref, parse_cluster(me), snap, mine, one_free, index, SpecCache())
     assert admission is not None and admission.pools == ()
     assert "1st of 1 waiting" in admission.message and "1 request ahead" in admission.message
+
+
+def test_forgetting_a_deleted_cluster_drops_its_parsed_specs() -> None:
+    other = body("other", "uid-other")
+    reconciler = Reconciler(FakeKube(), lambda _: Snapshot(None, [], [], [], None))
+    assert reconciler.actuator.specs.parse(other) is not None
+    assert reconciler.actuator.specs._specs
+    reconciler.forget(("ml", "other"), uid="uid-other")
+    assert not reconciler.actuator.specs._specs
