@@ -280,6 +280,22 @@ def _capacity_message(
     return f"{head}; {count} match: " + ", ".join(details) + more
 
 
+def _unfit_pools(
+    wanted: _Wanted, matching: Mapping[str, Sequence[NodeInfo]], held: Mapping[str, Holder]
+) -> str:
+    """Why matching pools nobody holds are not eligible (the queue's message names the
+    holders): ``not eligible: pool-c 4 nodes cordoned``; empty when all are fine."""
+    details = []
+    for name, nodes in matching.items():
+        if name not in held and (problem := _pool_problem(nodes, wanted)):
+            details.append(f"{name} {problem}")
+    if not details:
+        return ""
+    shown = details[:CAPACITY_POOLS_LISTED]
+    more = f", and {len(details) - len(shown)} more" if len(details) > len(shown) else ""
+    return "not eligible: " + ", ".join(shown) + more
+
+
 def _group_replicas(pods: Iterable[PodInfo], hosts: int) -> tuple[dict[str, _Replica], list[str]]:
     """Pods by slice. KubeRay labels replica name and host index only for multi-host
     groups; a single-host slice is one pod, so the pod's own name names the slice."""
@@ -439,7 +455,8 @@ def plan_slices(
         if stalled:
             return stalled
         if admission is not None and admission.message:
-            return admission.message
+            unfit = _unfit_pools(wanted, matching, {**held_by_others, **held_by_ours})
+            return f"{admission.message}; {unfit}" if unfit else admission.message
         if all_slices and not gang_ready:
             return (
                 f"waiting for the pods of every slice before claiming {desired_slices} "

@@ -207,3 +207,17 @@ def test_forgetting_a_deleted_cluster_drops_its_parsed_specs() -> None:
     assert reconciler.actuator.specs._specs
     reconciler.forget(("ml", "other"), uid="uid-other")
     assert not reconciler.actuator.specs._specs
+
+
+def test_a_waiting_gang_says_why_the_pool_nobody_holds_is_not_eligible() -> None:
+    from dataclasses import replace
+
+    b = body()
+    b["spec"] = two_slices()
+    cordoned = [replace(n, schedulable=False) for n in nodes("pool-c")]
+    kube = run(Snapshot(b, gang_pods(), nodes("pool-a") + cordoned, [], None))
+    assert kube.status is not None
+    messages = [s.get("message", "") for s in kube.status["slices"]]
+    assert any("waiting for v6e 4x4" in m and "not eligible: pool-c" in m for m in messages), (
+        messages
+    )

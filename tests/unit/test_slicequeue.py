@@ -112,7 +112,8 @@ def test_an_uncontended_partial_gang_in_a_queue_keeps_its_pool() -> None:
     assert result.frees == () and result.releases == ()
     assert result.slices[0].state == SliceState.RESERVED
     assert result.slices[0].message == (
-        "holds node pool pool-a; released when all 2 slices hold one (1 do): 1st of 1 waiting"
+        "holds node pool pool-a; released when all 2 slices hold one (1 do): 1st of 1 waiting; "
+        "not eligible: pool-b has 1 of 4 nodes NotReady"
     )
 
 
