@@ -38,6 +38,7 @@ from tpuslice.status import (
     condition,
     merge_conditions,
     slices_reserved_condition,
+    status_head,
 )
 
 __all__ = [
@@ -244,22 +245,15 @@ def compute_job_status(
     previous = previous or {}
     verdict = _verdict(observed)
     ray = observed.ray_job_status or {}
-    applied_generation = (
-        observed.generation
-        if observed.applied or observed.stall is not None
-        else previous.get("observedGeneration")
+    status = status_head(
+        previous,
+        generation=observed.generation,
+        applied=observed.applied or observed.stall is not None,
+        accelerator_type=observed.accelerator_type,
+        hosts_per_slice=observed.hosts_per_slice,
+        chips_per_host=observed.chips_per_host,
     )
-    status: dict[str, Any] = {}
-    if applied_generation is not None:
-        status["observedGeneration"] = applied_generation
-    status.update(
-        {
-            "acceleratorType": observed.accelerator_type,
-            "hostsPerSlice": observed.hosts_per_slice,
-            "chipsPerHost": observed.chips_per_host,
-            "rayJob": observed.ray_job,
-        }
-    )
+    status["rayJob"] = observed.ray_job
     cluster_name = ray.get("rayClusterName") or (observed.cluster.name if observed.cluster else "")
     if cluster_name:
         status["rayCluster"] = cluster_name

@@ -29,6 +29,7 @@ from tpuslice.status import (
     condition,
     merge_conditions,
     slices_reserved_condition,
+    status_head,
 )
 
 __all__ = [
@@ -238,22 +239,15 @@ def compute_service_status(
     """The whole status stanza of a TPUSliceService; identical input gives identical output."""
     previous = previous or {}
     ray = observed.ray_service_status or {}
-    applied_generation = (
-        observed.generation
-        if observed.applied or observed.stall is not None
-        else previous.get("observedGeneration")
+    status = status_head(
+        previous,
+        generation=observed.generation,
+        applied=observed.applied or observed.stall is not None,
+        accelerator_type=observed.accelerator_type,
+        hosts_per_slice=observed.hosts_per_slice,
+        chips_per_host=observed.chips_per_host,
     )
-    status: dict[str, Any] = {}
-    if applied_generation is not None:
-        status["observedGeneration"] = applied_generation
-    status.update(
-        {
-            "acceleratorType": observed.accelerator_type,
-            "hostsPerSlice": observed.hosts_per_slice,
-            "chipsPerHost": observed.chips_per_host,
-            "rayService": observed.ray_service,
-        }
-    )
+    status["rayService"] = observed.ray_service
     if ray.get("serviceStatus"):
         status["serviceStatus"] = ray["serviceStatus"]
     if isinstance(ray.get("numServeEndpoints"), int):

@@ -28,6 +28,7 @@ __all__ = [
     "merge_conditions",
     "progress_only",
     "slice_events",
+    "status_head",
     "truncate",
 ]
 
@@ -226,25 +227,47 @@ def merge_conditions(
     return merged
 
 
+def status_head(
+    previous: Mapping[str, Any],
+    *,
+    generation: int,
+    applied: bool,
+    accelerator_type: str,
+    hosts_per_slice: int,
+    chips_per_host: int,
+) -> dict[str, Any]:
+    """The first fields of every TPUSlice kind's status: ``observedGeneration`` (this
+    generation once it was applied or judged, else the one before) and the slice shape."""
+    observed_generation = generation if applied else previous.get("observedGeneration")
+    head: dict[str, Any] = {}
+    if observed_generation is not None:
+        head["observedGeneration"] = observed_generation
+    head.update(
+        {
+            "acceleratorType": accelerator_type,
+            "hostsPerSlice": hosts_per_slice,
+            "chipsPerHost": chips_per_host,
+        }
+    )
+    return head
+
+
 def compute_status(
     observed: Observed, previous: Mapping[str, Any] | None, now: str
 ) -> dict[str, Any]:
     """The whole status stanza; identical input gives identical output (no spurious writes)."""
     previous = previous or {}
     ready = _ready_slices(observed)
-    applied_generation = (
-        observed.generation
-        if observed.applied or observed.stall is not None
-        else previous.get("observedGeneration")
+    status = status_head(
+        previous,
+        generation=observed.generation,
+        applied=observed.applied or observed.stall is not None,
+        accelerator_type=observed.accelerator_type,
+        hosts_per_slice=observed.hosts_per_slice,
+        chips_per_host=observed.chips_per_host,
     )
-    status: dict[str, Any] = {}
-    if applied_generation is not None:
-        status["observedGeneration"] = applied_generation
     status.update(
         {
-            "acceleratorType": observed.accelerator_type,
-            "hostsPerSlice": observed.hosts_per_slice,
-            "chipsPerHost": observed.chips_per_host,
             "rayCluster": observed.ray_cluster,
             "desiredSlices": observed.desired_slices,
             "readySlices": ready,
