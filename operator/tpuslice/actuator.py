@@ -17,11 +17,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tpuslice import constants as c
 from tpuslice import events
-from tpuslice.convert import reservation_body, reservation_info
+from tpuslice.convert import holder_spec, reservation_body, reservation_info
 from tpuslice.kube import ApiError, ClusterApi
 from tpuslice.metrics import Metrics, slice_last_created
 from tpuslice.pending import PendingWrites
@@ -40,16 +41,26 @@ from tpuslice.records import (
 from tpuslice.reservation import (
     PoolIndex,
     eligible_pools,
+    handovers,
+    kept_frees,
     plan_slices,
     pool_index,
     pool_request,
     shape_pools,
 )
 from tpuslice.slicequeue import admission_for, decide_queue
-from tpuslice.spec import SliceClusterSpec, SpecError, parse_cluster
+from tpuslice.spec import SliceClusterSpec, SpecError, parse_slice_parts
 from tpuslice.status import Stall
 
-__all__ = ["PoolIndexCache", "SliceActuator", "SpecCache", "queue_admission", "shape_of"]
+__all__ = [
+    "PoolIndexCache",
+    "SliceActuator",
+    "SpecCache",
+    "desired_of",
+    "queue_admission",
+    "queue_key",
+    "shape_of",
+]
 
 #: Re-plans within one pass after a lost claim (each may lose again to a faster holder).
 CLAIM_REPLANS = 2
@@ -59,6 +70,13 @@ MULTIHOST_HINT = (
     "ray.io/replica-host-index labels, so slices cannot be told apart: turn on KubeRay's "
     "multi-host indexing (ray-operator --feature-gates=RayMultiHostIndexing=true on KubeRay "
     "1.5; on by default from 1.6) and delete the RayCluster's worker pods"
+)
+
+
+#: Why a job's new slice waits while the pools it keeps are still in use.
+KEPT_MESSAGE = (
+    "waiting for the previous attempt's pods to leave the node pools this job keeps "
+    "(no new claim: a retry gets the job's own pools)"
 )
 
 
@@ -89,7 +107,7 @@ class SpecCache:
         if key not in self._specs:
             self.forget(key[0])  # an older generation's
             try:
-                self._specs[key] = parse_cluster(cluster)
+                self._specs[key] = parse_slice_parts(cluster)
             except SpecError:
                 self._specs[key] = None
         return self._specs[key]
@@ -99,17 +117,37 @@ class SpecCache:
             del self._specs[key]
 
 
+def desired_of(cluster: Mapping[str, Any], spec: SliceClusterSpec) -> int:
+    """How many slices an object wants now: none when suspended, or when it is a
+    TPUSliceJob that has ended (its status says Complete or Failed)."""
+    if spec.suspend:
+        return 0
+    for cond in (cluster.get("status") or {}).get("conditions") or []:
+        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+            return 0
+    return spec.slices
+
+
+def queue_key(ref: ClusterRef) -> tuple[str, str]:
+    """The key of an object in its shape's queue: a TPUSliceJob and a TPUSliceCluster of
+    one name in one namespace are two entries."""
+    if ref.kind == c.KIND_CLUSTER:
+        return ref.namespace, ref.name
+    return ref.namespace, f"{ref.kind}/{ref.name}"
+
+
 def _request(
     ref: ClusterRef,
     spec: SliceClusterSpec,
     cluster: Mapping[str, Any],
     pods: Sequence[PodInfo],
     reservations: Sequence[ReservationInfo],
+    desired: int,
 ) -> PoolRequest:
-    return pool_request(
+    request = pool_request(
         ref,
         hosts=spec.shape.hosts,
-        desired_slices=0 if spec.suspend else spec.slices,
+        desired_slices=desired,
         pods=pods,
         reservations=reservations,
         gang=spec.gang,
@@ -118,6 +156,7 @@ def _request(
         capacity_types=spec.capacity_types,
         previous_pools=previous_pools(cluster.get("status") or {}),
     )
+    return replace(request, key=queue_key(ref))
 
 
 def queue_admission(
@@ -128,6 +167,7 @@ def queue_admission(
     reservations: Sequence[ReservationInfo],
     index: PoolIndex,
     specs: SpecCache,
+    desired: int | None = None,
 ) -> Admission | None:
     """What the shape's queue lets this cluster claim now, decided from the snapshot alone
     (every member's priority, creationTimestamp, pods and reservations; the shape's
@@ -144,9 +184,13 @@ def queue_admission(
     by_holder: dict[str, list[ReservationInfo]] = {}
     for r in reservations:
         by_holder.setdefault(r.holder.uid, []).append(r)
-    own = _request(ref, spec, snap.cluster, pods, by_holder.get(ref.uid, []))
+    if desired is None:
+        desired = desired_of(snap.cluster, spec)
+    own = _request(ref, spec, snap.cluster, pods, by_holder.get(ref.uid, []), desired)
     exist = len(index.matching)
-    members: list[tuple[ClusterRef, SliceClusterSpec, Mapping[str, Any], Sequence[PodInfo]]] = []
+    members: list[
+        tuple[ClusterRef, SliceClusterSpec, Mapping[str, Any], Sequence[PodInfo], int]
+    ] = []
     others_missing = 0
     for member in snap.shape_members:
         meta = member.cluster.get("metadata") or {}
@@ -155,28 +199,33 @@ def queue_admission(
             continue
         if meta.get("deletionTimestamp"):
             continue
-        desired = 0 if other.suspend else other.slices
+        other_desired = desired_of(member.cluster, other)
         held = len(by_holder.get(str(meta.get("uid") or ""), []))
-        if held >= desired:
+        if held >= other_desired:
             # Wants nothing (counted from its reservations, without reading its pods): a
             # slice it is replacing is counted in its own pass, which frees the old pool
             # and asks again with its exact request.
             continue
-        if desired <= exist:
-            others_missing += desired - held
-        other_ref = ClusterRef(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""))
-        members.append((other_ref, other, member.cluster, member.pods))
+        if other_desired <= exist:
+            others_missing += other_desired - held
+        other_ref = ClusterRef(
+            meta.get("namespace", ""),
+            meta.get("name", ""),
+            meta.get("uid", ""),
+            kind=member.cluster.get("kind") or c.KIND_CLUSTER,
+        )
+        members.append((other_ref, other, member.cluster, member.pods, other_desired))
     eligible = eligible_pools(index, hosts=hosts, chips_per_host=chips)
     free = len(eligible) - sum(1 for r in reservations if r.pool in eligible)
     if own.desired <= exist and own.missing + others_missing <= free:
         return None
     requests = [own] + [
-        _request(other_ref, other, cluster, member_pods, by_holder.get(other_ref.uid, []))
-        for other_ref, other, cluster, member_pods in members
+        _request(other_ref, other, cluster, member_pods, by_holder.get(other_ref.uid, []), want)
+        for other_ref, other, cluster, member_pods, want in members
     ]
     pools = shape_pools(index, reservations, hosts=hosts, chips_per_host=chips)
     decision = decide_queue(shape, requests, pools)
-    return admission_for(decision, (ref.namespace, ref.name))
+    return admission_for(decision, queue_key(ref))
 
 
 @dataclass
@@ -227,27 +276,43 @@ class SliceActuator:
         spec: SliceClusterSpec,
         snap: Snapshot,
         previous: Mapping[str, Any],
+        *,
+        desired_slices: int | None = None,
+        keep_pools: bool = False,
     ) -> tuple[SlicePlan, Stall | None]:
         """Plan and act on every slice of ``ref``; the plan as it stands after acting, and
-        a stall the plan revealed (pods KubeRay did not index, NotEnoughPools)."""
+        a stall the plan revealed (pods KubeRay did not index, NotEnoughPools).
+
+        ``desired_slices`` overrides the spec's count (a TPUSliceJob that ended wants
+        none). ``keep_pools`` (a TPUSliceJob between attempts): pools of slices whose
+        pods are gone stay held and go to the new attempt's slices (``handovers``), and
+        while the job holds as many pools as it wants it claims none."""
+        assert snap.cluster is not None
         shape = shape_of(spec)
         index = self.pool_indexes.index(shape, snap) or pool_index(snap.nodes, *shape)
+        desired = desired_of(snap.cluster, spec) if desired_slices is None else desired_slices
+        if keep_pools:
+            await self._hand_over(ref, spec, snap)
 
         def plan() -> SlicePlan:
             pods = self.pending.pods(snap.pods)
             reservations = self.pending.reservations(snap.reservations)
-            admission = (
-                queue_admission(ref, spec, snap, pods, reservations, index, self.specs)
-                if spec.gated
-                else None
-            )
-            return plan_slices(
+            held = sum(1 for r in reservations if r.holder.uid == ref.uid)
+            if keep_pools and held >= desired:
+                admission: Admission | None = Admission(pools=(), message=KEPT_MESSAGE)
+            elif spec.gated:
+                admission = queue_admission(
+                    ref, spec, snap, pods, reservations, index, self.specs, desired
+                )
+            else:
+                admission = None
+            planned = plan_slices(
                 ref,
                 accelerator=spec.shape.generation.gke_accelerator,
                 topology=spec.shape.topology,
                 hosts=spec.shape.hosts,
                 chips_per_host=spec.shape.chips_per_host,
-                desired_slices=0 if spec.suspend else spec.slices,
+                desired_slices=desired,
                 gated=spec.gated,
                 pods=pods,
                 nodes=snap.nodes,
@@ -258,6 +323,12 @@ class SliceActuator:
                 admission=admission,
                 capacity_types=spec.capacity_types,
             )
+            if keep_pools:
+                frees = kept_frees(
+                    planned.frees, ref, desired_slices=desired, reservations=reservations
+                )
+                planned = replace(planned, frees=frees)
+            return planned
 
         current = plan()
         stall = None
@@ -277,7 +348,11 @@ class SliceActuator:
             more, lost = await self._claim(ref, spec, current)
             held += more
         acted = acted or bool(held)
-        holding = {r.holder.replica_name for r in snap.reservations if r.holder.uid == ref.uid}
+        holding = {
+            r.holder.replica_name
+            for r in self.pending.reservations(snap.reservations)
+            if r.holder.uid == ref.uid
+        }
         holding |= self.pending.created_by(ref.uid)
         releases = [r for r in current.releases if r.replica_name in holding]
         if current.all_or_nothing and lost:
@@ -293,6 +368,35 @@ class SliceActuator:
         if final.stalled and stall is None:
             stall = Stall(events.NOT_ENOUGH_POOLS, final.stalled)
         return final, stall
+
+    async def _hand_over(self, ref: ClusterRef, spec: SliceClusterSpec, snap: Snapshot) -> None:
+        """Give the pools of slices without pods to the job's new slices: one conditional
+        patch of each reservation's holder. A conflict (the reservation changed) is left
+        to the next pass, which reads it again."""
+        reservations = self.pending.reservations(snap.reservations)
+        by_pool = {r.pool: r for r in reservations}
+        for handover in handovers(
+            ref,
+            hosts=spec.shape.hosts,
+            pods=self.pending.pods(snap.pods),
+            reservations=reservations,
+        ):
+            old = by_pool[handover.pool]
+            try:
+                updated = await self.kube.hand_over_reservation(
+                    handover.pool, holder_spec(handover.holder), old.resource_version
+                )
+            except ApiError as exc:
+                if exc.conflict or exc.not_found:
+                    continue
+                raise
+            self.pending.reservation_seen(reservation_info(updated), time.monotonic())
+            await self.recorder.normal(
+                ref,
+                events.SLICE_HANDED_OVER,
+                f"node pool {handover.pool} kept for slice {handover.holder.replica_index} "
+                f"({handover.holder.replica_name}; it held {old.holder.replica_name} before)",
+            )
 
     async def _free(self, ref: ClusterRef, pools: Sequence[str], snap: Snapshot) -> bool:
         by_pool = {r.pool: r for r in snap.reservations}

@@ -1,4 +1,5 @@
-"""The RayCluster applier: server-side apply of what ``render.py`` made, only when needed.
+"""The KubeRay applier: server-side apply of the RayCluster, RayJob or RayService that
+``render.py`` made, only when needed.
 
 We own only the fields we send (field manager ``tpuslice-operator``); KubeRay's
 and users' fields stay theirs. An apply is sent when the RayCluster is
@@ -36,7 +37,7 @@ from tpuslice.status import Stall
 
 __all__ = [
     "Applied",
-    "RayClusterApplier",
+    "KubeRayApplier",
     "TemplateSchema",
     "applied_hash",
     "controlled_by",
@@ -70,9 +71,10 @@ def controlled_by(owner_references: Sequence[Mapping[str, Any]], uid: str) -> bo
     return any(o.get("uid") == uid and o.get("controller") for o in owner_references)
 
 
-def name_taken_message(key: tuple[str, str], raycluster: Mapping[str, Any]) -> str:
-    """Why a TPUSliceCluster cannot have its RayCluster, naming the one in the way."""
-    namespace, name = key
+def name_taken_message(key: tuple[str, str, str], raycluster: Mapping[str, Any]) -> str:
+    """Why a TPUSlice object cannot have its RayCluster (RayJob, RayService), naming the
+    one in the way."""
+    kind, namespace, name = key
     controller = next((o for o in raycluster["ownerReferences"] if o.get("controller")), None)
     owner = (
         f"controlled by {controller.get('kind')} {controller.get('name')}"
@@ -80,8 +82,8 @@ def name_taken_message(key: tuple[str, str], raycluster: Mapping[str, Any]) -> s
         else "not controlled by any object"
     )
     return (
-        f"RayCluster {namespace}/{name} already exists and is {owner}; the operator never "
-        f"modifies or deletes it. Rename this TPUSliceCluster, or delete that RayCluster "
+        f"{kind} {namespace}/{name} already exists and is {owner}; the operator never "
+        f"modifies or deletes it. Rename this object, or delete that {kind} "
         f"if it is no longer needed"
     )
 
@@ -101,16 +103,17 @@ def is_subset(wanted: Any, actual: Any) -> bool:
     return bool(wanted == actual)
 
 
-_WORKER_TEMPLATE = re.compile(r"\.?spec\.workerGroupSpecs\[[^\]]*\]\.template")
-_HEAD_TEMPLATE = re.compile(r"\.?spec\.headGroupSpec\.template")
+_CLUSTER_SPEC = r"\.?spec\.(?:rayClusterSpec\.|rayClusterConfig\.)?"
+_WORKER_TEMPLATE = re.compile(_CLUSTER_SPEC + r"workerGroupSpecs\[[^\]]*\]\.template")
+_HEAD_TEMPLATE = re.compile(_CLUSTER_SPEC + r"headGroupSpec\.template")
 
 
-def rejection_message(message: str) -> str:
-    """The API server's reason for refusing our RayCluster, with the RayCluster's template
-    paths written as the TPUSliceCluster fields they come from."""
+def rejection_message(message: str, kind: str = c.RAY_KIND_CLUSTER) -> str:
+    """The API server's reason for refusing our RayCluster (RayJob, RayService), with the
+    cluster's template paths written as the TPUSlice object's fields they come from."""
     message = _WORKER_TEMPLATE.sub("spec.worker.template", message)
     message = _HEAD_TEMPLATE.sub("spec.head.template", message)
-    return f"RayCluster rejected: {message}"
+    return f"{kind} rejected: {message}"
 
 
 def _typed_patch_error(exc: ApiError) -> bool:
@@ -181,13 +184,15 @@ class TemplateSchema:
 
 
 @dataclass
-class RayClusterApplier:
+class KubeRayApplier:
     kube: ClusterApi
     pending: PendingWrites
     schema: TemplateSchema
 
     async def apply(self, rendered: Mapping[str, Any], actual: Mapping[str, Any] | None) -> Applied:
-        """Make the RayCluster what ``rendered`` says, if it is ours to make."""
+        """Make the RayCluster, RayJob or RayService what ``rendered`` says, if it is ours
+        to make. ``actual``: what the watch shows of it (``convert.raycluster_info`` or
+        ``ray_owner_info``), None when the watch shows none."""
         rendered = with_resume(rendered, actual)
         digest = applied_hash(rendered)
         rendered = {
@@ -197,9 +202,10 @@ class RayClusterApplier:
                 "annotations": {c.ANNOTATION_APPLIED_HASH: digest},
             },
         }
-        key = (rendered["metadata"].get("namespace", ""), rendered["metadata"]["name"])
+        kind = str(rendered["kind"])
+        key = (kind, rendered["metadata"].get("namespace", ""), rendered["metadata"]["name"])
         if actual is not None:
-            self.pending.raycluster_seen(key)
+            self.pending.ray_seen(key)
         elif self.pending.applied_digest(key) == digest:
             return Applied(ok=True)  # applied by an earlier pass; the watch has not shown it
         wanted = {"labels": rendered["metadata"]["labels"], "spec": rendered["spec"]}
@@ -216,21 +222,21 @@ class RayClusterApplier:
         # finalizer later delete it). One GET per cluster creation, not per pass.
         existing = actual
         if existing is None:
-            found = await self.kube.get_raycluster(*key)
+            found = await self.kube.get_ray(c.RAY_PLURALS[kind], key[1], key[2])
             existing = None if found is None else raycluster_info(found)
         if existing is not None and not controlled_by(existing["ownerReferences"], owner_uid):
             stall = Stall(events.RAYCLUSTER_NAME_TAKEN, name_taken_message(key, existing))
             return Applied(ok=False, stall=stall)
         try:
-            await self.kube.apply_raycluster(rendered)
+            await self.kube.apply_ray(rendered)
         except ApiError as exc:
             if exc.not_found:
                 return Applied(ok=False, stall=Stall(events.KUBERAY_NOT_INSTALLED, KUBERAY_HINT))
             if exc.status in (400, 403, 409, 422) or _typed_patch_error(exc):
                 if _typed_patch_error(exc):
                     self.schema.forget()  # the schema we judged by may be out of date
-                stall = Stall(events.APPLY_REJECTED, rejection_message(exc.message))
+                stall = Stall(events.APPLY_REJECTED, rejection_message(exc.message, kind))
                 return Applied(ok=False, stall=stall)
             raise
-        self.pending.raycluster_applied(key, digest, time.monotonic())
+        self.pending.ray_applied(key, digest, time.monotonic())
         return Applied(ok=True, sent=True)

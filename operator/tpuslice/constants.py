@@ -18,6 +18,8 @@ KIND_JOB: Final = "TPUSliceJob"
 PLURAL_JOB: Final = "tpuslicejobs"
 KIND_SERVICE: Final = "TPUSliceService"
 PLURAL_SERVICE: Final = "tpusliceservices"
+#: Our kinds that own KubeRay objects, by kind: plural.
+PLURALS: Final = {KIND_CLUSTER: PLURAL_CLUSTER, KIND_JOB: PLURAL_JOB, KIND_SERVICE: PLURAL_SERVICE}
 KIND_RESERVATION: Final = "SliceReservation"
 PLURAL_RESERVATION: Final = "slicereservations"
 
@@ -94,6 +96,17 @@ RAY_KIND_JOB: Final = "RayJob"
 RAY_PLURAL_JOB: Final = "rayjobs"
 RAY_KIND_SERVICE: Final = "RayService"
 RAY_PLURAL_SERVICE: Final = "rayservices"
+#: The KubeRay kind each of our kinds renders.
+RAY_KIND_OF: Final = {
+    KIND_CLUSTER: RAY_KIND_CLUSTER,
+    KIND_JOB: RAY_KIND_JOB,
+    KIND_SERVICE: RAY_KIND_SERVICE,
+}
+RAY_PLURALS: Final = {
+    RAY_KIND_CLUSTER: RAY_PLURAL_CLUSTER,
+    RAY_KIND_JOB: RAY_PLURAL_JOB,
+    RAY_KIND_SERVICE: RAY_PLURAL_SERVICE,
+}
 # KubeRay labels every RayCluster (and submitter Job) it makes for a RayJob or a
 # RayService with the owner's name and kind (RayJob / RayService).
 KUBERAY_LABEL_ORIGINATED_FROM_NAME: Final = "ray.io/originated-from-cr-name"

@@ -16,8 +16,10 @@ from tpuslice.records import CapacityType, Holder, NodeInfo, PodInfo, Reservatio
 __all__ = [
     "capacity_type",
     "cluster_record",
+    "holder_spec",
     "node_info",
     "pod_info",
+    "ray_owner_info",
     "raycluster_info",
     "reservation_body",
     "reservation_info",
@@ -36,10 +38,12 @@ _CLUSTER_METADATA = (
 
 
 def cluster_record(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The parts of a TPUSliceCluster the reconcile reads. Dropping managedFields and the
-    last-applied annotation keeps the index a fraction of the objects' size."""
+    """The parts of a TPUSliceCluster, TPUSliceJob or TPUSliceService the reconcile reads.
+    Dropping managedFields and the last-applied annotation keeps the index a fraction of
+    the objects' size."""
     meta = obj.get("metadata") or {}
     return {
+        "kind": obj.get("kind") or c.KIND_CLUSTER,
         "metadata": {k: meta[k] for k in _CLUSTER_METADATA if k in meta},
         "spec": obj.get("spec") or {},
         "status": obj.get("status") or {},
@@ -79,6 +83,8 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         running_ready=status.get("phase") == "Running" and _condition_true(status, "Ready"),
         deleting=bool(meta.get("deletionTimestamp")),
         created=meta.get("creationTimestamp", ""),
+        owner_kind=labels.get(c.LABEL_OWNER_KIND) or c.KIND_CLUSTER,
+        ray_cluster=labels.get(c.KUBERAY_LABEL_CLUSTER, ""),
     )
 
 
@@ -142,15 +148,33 @@ def reservation_info(obj: Mapping[str, Any]) -> ReservationInfo:
             uid=holder.get("uid", ""),
             replica_name=holder.get("replicaName", ""),
             replica_index=_int(holder.get("replicaIndex")),
+            kind=holder.get("kind") or c.KIND_CLUSTER,
         ),
         phase=(obj.get("status") or {}).get("phase"),
         uid=str((obj.get("metadata") or {}).get("uid") or ""),
+        resource_version=str((obj.get("metadata") or {}).get("resourceVersion") or ""),
     )
 
 
 def reservation_shape(obj: Mapping[str, Any]) -> tuple[str, str]:
     spec = obj.get("spec") or {}
     return spec.get("gkeAccelerator", ""), spec.get("topology", "")
+
+
+def holder_spec(holder: Holder) -> dict[str, Any]:
+    """``spec.holder`` of a SliceReservation (the kind only when not a TPUSliceCluster, so
+    reservations of clusters read the same by older versions)."""
+    spec: dict[str, Any] = {
+        "namespace": holder.namespace,
+        "name": holder.name,
+        "uid": holder.uid,
+        "replicaName": holder.replica_name,
+    }
+    if holder.replica_index is not None:
+        spec["replicaIndex"] = holder.replica_index
+    if holder.kind != c.KIND_CLUSTER:
+        spec["kind"] = holder.kind
+    return spec
 
 
 def reservation_body(
@@ -162,28 +186,20 @@ def reservation_body(
     topology: str,
     hosts: int,
 ) -> dict[str, Any]:
-    holder_spec: dict[str, Any] = {
-        "namespace": holder.namespace,
-        "name": holder.name,
-        "uid": holder.uid,
-        "replicaName": holder.replica_name,
-    }
-    if holder.replica_index is not None:
-        holder_spec["replicaIndex"] = holder.replica_index
+    labels = {c.LABEL_CLUSTER: holder.name, c.LABEL_MANAGED_BY: c.MANAGED_BY}
+    if holder.kind != c.KIND_CLUSTER:
+        labels[c.LABEL_OWNER_KIND] = holder.kind
     return {
         "apiVersion": c.API_VERSION,
         "kind": c.KIND_RESERVATION,
-        "metadata": {
-            "name": pool,
-            "labels": {c.LABEL_CLUSTER: holder.name, c.LABEL_MANAGED_BY: c.MANAGED_BY},
-        },
+        "metadata": {"name": pool, "labels": labels},
         "spec": {
             "nodePool": pool,
             "gkeAccelerator": gke_accelerator,
             "acceleratorType": accelerator_type,
             "topology": topology,
             "hosts": hosts,
-            "holder": holder_spec,
+            "holder": holder_spec(holder),
         },
     }
 
@@ -203,6 +219,8 @@ def raycluster_info(obj: Mapping[str, Any]) -> dict[str, Any]:
     """What the reconcile compares and reports: our applied fields and KubeRay's state."""
     meta = obj.get("metadata") or {}
     return {
+        "name": meta.get("name", ""),
+        "namespace": meta.get("namespace", ""),
         "ownsSuspend": _owns_suspend(meta),
         "uid": meta.get("uid"),
         "labels": dict(meta.get("labels") or {}),
@@ -211,3 +229,9 @@ def raycluster_info(obj: Mapping[str, Any]) -> dict[str, Any]:
         "spec": obj.get("spec") or {},
         "state": (obj.get("status") or {}).get("state"),
     }
+
+
+def ray_owner_info(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A RayJob or RayService: what ``raycluster_info`` keeps, and its whole status (the
+    TPUSliceJob's and TPUSliceService's status is computed from it)."""
+    return {**raycluster_info(obj), "status": dict(obj.get("status") or {})}

@@ -12,6 +12,7 @@ from tpuslice.records import SliceState
 
 SLICE_RESERVED: Final = "SliceReserved"  # a node pool was claimed for a slice
 SLICE_RELEASED: Final = "SliceReleased"  # a slice's reservation was deleted (pods gone)
+SLICE_HANDED_OVER: Final = "SliceHandedOver"  # a job's retry got the pool its last attempt held
 SLICE_SCHEDULED: Final = "SliceScheduled"  # every pod of a slice was released and pinned
 SLICE_READY: Final = "SliceReady"
 SLICE_TERMINATING: Final = "SliceTerminating"

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from tpuslice import constants as c
-from tpuslice.convert import node_info, pod_info, raycluster_info
+from tpuslice.convert import node_info, pod_info, ray_owner_info, raycluster_info
 from tpuslice.kube import ApiError, Kube, api_path
-from tpuslice.records import ClusterKey, NodeInfo, PodInfo, Shape
+from tpuslice.records import ClusterKey, NodeInfo, OwnerKey, PodInfo, Shape
 
 __all__ = [
     "Change",
@@ -48,6 +48,7 @@ __all__ = [
     "iter_lines",
     "node_kicks",
     "object_key",
+    "owned_cluster_kicks",
     "pod_kicks",
 ]
 
@@ -181,8 +182,16 @@ def iter_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
 POD_GONE_POLL_SECONDS = 0.5
 
 
-def _pod_group(pod: PodInfo) -> ClusterKey:
-    return pod.namespace, pod.cluster
+def _pod_group(pod: PodInfo) -> OwnerKey:
+    return pod.owner
+
+
+def _job_cluster_group(cluster: Mapping[str, Any]) -> OwnerKey:
+    return c.KIND_JOB, cluster["namespace"], cluster["labels"].get(c.LABEL_JOB, "")
+
+
+def _service_cluster_group(cluster: Mapping[str, Any]) -> OwnerKey:
+    return c.KIND_SERVICE, cluster["namespace"], cluster["labels"].get(c.LABEL_SERVICE, "")
 
 
 def _node_group(node: NodeInfo) -> Shape:
@@ -217,19 +226,33 @@ def apply(
     return changes
 
 
-def pod_kicks(changes: Iterable[Change[PodInfo]]) -> set[ClusterKey]:
+def pod_kicks(changes: Iterable[Change[PodInfo]]) -> set[OwnerKey]:
+    """The owners (TPUSliceCluster, TPUSliceJob or TPUSliceService) of changed pods."""
     return {_pod_group(ch.record) for ch in changes}
+
+
+def owned_cluster_kicks(changes: Iterable[Change[dict[str, Any]]]) -> set[OwnerKey]:
+    """The TPUSliceJobs / TPUSliceServices whose RayClusters (made by KubeRay) changed."""
+    keys: set[OwnerKey] = set()
+    for ch in changes:
+        labels = ch.record["labels"]
+        namespace = ch.record["namespace"]
+        if labels.get(c.LABEL_JOB):
+            keys.add((c.KIND_JOB, namespace, labels[c.LABEL_JOB]))
+        if labels.get(c.LABEL_SERVICE):
+            keys.add((c.KIND_SERVICE, namespace, labels[c.LABEL_SERVICE]))
+    return keys
 
 
 def node_kicks(
     changes: Iterable[Change[NodeInfo]],
-    waiting_for: Callable[[Shape], set[ClusterKey]],
-    holders_of: Callable[[Shape, str], set[ClusterKey]],
-) -> tuple[set[Shape], set[ClusterKey]]:
-    """The shapes whose pool index is stale, and the clusters to kick: those waiting for
+    waiting_for: Callable[[Shape], set[OwnerKey]],
+    holders_of: Callable[[Shape, str], set[OwnerKey]],
+) -> tuple[set[Shape], set[OwnerKey]]:
+    """The shapes whose pool index is stale, and the objects to kick: those waiting for
     capacity of the shape, and the holder of each changed node's pool."""
     shapes: set[Shape] = set()
-    keys: set[ClusterKey] = set()
+    keys: set[OwnerKey] = set()
     for ch in changes:
         for record in (ch.old, ch.new):
             if record is None:
@@ -244,52 +267,86 @@ def node_kicks(
 
 def followed_kinds(namespaces: Iterable[str]) -> list[Followed]:
     """What the operator lists and watches itself (the chart grants list+watch on each):
-    TPU nodes, and the pods and RayClusters labelled with a TPUSliceCluster, per
-    namespace when the operator is namespace-scoped."""
+    TPU nodes; the pods labelled with a TPUSlice object; the RayClusters of
+    TPUSliceClusters; the RayJobs and RayServices of TPUSliceJobs and TPUSliceServices and
+    the RayClusters KubeRay makes for them (labelled by KubeRay with the owner's labels);
+    per namespace when the operator is namespace-scoped."""
     kinds = [Followed("", "v1", "nodes", node_info, c.NODE_LABEL_ACCELERATOR)]
+    ray = (c.RAY_GROUP, c.RAY_VERSION)
     for ns in list(namespaces) or [""]:
-        kinds.append(Followed("", "v1", "pods", pod_info, c.LABEL_CLUSTER, ns))
-        kinds.append(
-            Followed(
-                c.RAY_GROUP,
-                c.RAY_VERSION,
-                c.RAY_PLURAL_CLUSTER,
-                raycluster_info,
-                c.LABEL_CLUSTER,
-                ns,
-            )
-        )
+        kinds += [
+            Followed("", "v1", "pods", pod_info, c.LABEL_CLUSTER, ns),
+            Followed(*ray, c.RAY_PLURAL_CLUSTER, raycluster_info, c.LABEL_CLUSTER, ns),
+            Followed(*ray, c.RAY_PLURAL_CLUSTER, raycluster_info, c.LABEL_JOB, ns),
+            Followed(*ray, c.RAY_PLURAL_CLUSTER, raycluster_info, c.LABEL_SERVICE, ns),
+            Followed(*ray, c.RAY_PLURAL_JOB, ray_owner_info, c.LABEL_JOB, ns),
+            Followed(*ray, c.RAY_PLURAL_SERVICE, ray_owner_info, c.LABEL_SERVICE, ns),
+        ]
     return kinds
+
+
+def _store_name(kind: Followed) -> str:
+    """Which of ``Watches``' stores a followed kind fills."""
+    if kind.plural == c.RAY_PLURAL_CLUSTER and kind.label_selector == c.LABEL_JOB:
+        return "job_clusters"
+    if kind.plural == c.RAY_PLURAL_CLUSTER and kind.label_selector == c.LABEL_SERVICE:
+        return "service_clusters"
+    return kind.plural
 
 
 @dataclass
 class Watches:
-    """The three stores, and the watches that fill them."""
+    """The stores, and the watches that fill them."""
 
     pods: RecordStore[PodInfo] = field(default_factory=lambda: RecordStore(_pod_group))
     nodes: RecordStore[NodeInfo] = field(default_factory=lambda: RecordStore(_node_group))
     rayclusters: RecordStore[dict[str, Any]] = field(default_factory=lambda: RecordStore(_no_group))
+    rayjobs: RecordStore[dict[str, Any]] = field(default_factory=lambda: RecordStore(_no_group))
+    rayservices: RecordStore[dict[str, Any]] = field(default_factory=lambda: RecordStore(_no_group))
+    job_clusters: RecordStore[dict[str, Any]] = field(
+        default_factory=lambda: RecordStore(_job_cluster_group)
+    )
+    service_clusters: RecordStore[dict[str, Any]] = field(
+        default_factory=lambda: RecordStore(_service_cluster_group)
+    )
     _stops: list[threading.Event] = field(default_factory=list)
 
-    def pods_of(self, key: ClusterKey) -> list[PodInfo]:
-        return self.pods.group(key)
+    def pods_of(self, key: ClusterKey, kind: str = c.KIND_CLUSTER) -> list[PodInfo]:
+        """The pods of the TPUSlice object ``key`` of ``kind``."""
+        return self.pods.group((kind, *key))
 
     async def pods_gone(
-        self, key: ClusterKey, timeout: float, poll: float = POD_GONE_POLL_SECONDS
+        self,
+        key: ClusterKey,
+        timeout: float,
+        poll: float = POD_GONE_POLL_SECONDS,
+        kind: str = c.KIND_CLUSTER,
     ) -> list[PodInfo]:
-        """Wait up to ``timeout`` seconds for the cluster's pods to leave the store; the
+        """Wait up to ``timeout`` seconds for the object's pods to leave the store; the
         pods still there. Polls the store (a dict lookup), never the API server."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while self.pods_of(key) and loop.time() < deadline:
+        while self.pods_of(key, kind) and loop.time() < deadline:
             await asyncio.sleep(poll)
-        return self.pods_of(key)
+        return self.pods_of(key, kind)
 
     def nodes_of(self, shape: Shape) -> list[NodeInfo]:
         return self.nodes.group(shape)
 
     def raycluster(self, key: ClusterKey) -> dict[str, Any] | None:
+        """A TPUSliceCluster's RayCluster."""
         return self.rayclusters.get(key)
+
+    def ray_owner(self, kind: str, key: ClusterKey) -> dict[str, Any] | None:
+        """A TPUSliceJob's RayJob or a TPUSliceService's RayService."""
+        store = self.rayjobs if kind == c.KIND_JOB else self.rayservices
+        return store.get(key)
+
+    def owned_clusters(self, kind: str, key: ClusterKey) -> dict[str, dict[str, Any]]:
+        """The RayClusters KubeRay made for a TPUSliceJob's RayJob or a TPUSliceService's
+        RayService, by name."""
+        store = self.job_clusters if kind == c.KIND_JOB else self.service_clusters
+        return {rc["name"]: rc for rc in store.group((kind, *key))}
 
     async def start(
         self,
@@ -298,21 +355,27 @@ class Watches:
         on_pods: Callable[[list[Change[PodInfo]]], None],
         on_nodes: Callable[[list[Change[NodeInfo]]], None],
         on_rayclusters: Callable[[list[Change[dict[str, Any]]]], None],
+        on_owned: Callable[[list[Change[dict[str, Any]]], str], None] | None = None,
     ) -> None:
         """Follow every kind (per namespace when the operator is namespace-scoped); return
-        when each has been listed once."""
+        when each has been listed once. ``on_owned`` gets the changes of RayJobs,
+        RayServices and their RayClusters, with the kind of TPUSlice object they belong to."""
+
+        def owned(kind: str) -> Callable[[list[Any]], None]:
+            return lambda changes: on_owned(changes, kind) if on_owned else None
+
         notify: dict[str, Callable[[list[Any]], None]] = {
             "pods": on_pods,
             "nodes": on_nodes,
             c.RAY_PLURAL_CLUSTER: on_rayclusters,
-        }
-        stores: dict[str, RecordStore[Any]] = {
-            "pods": self.pods,
-            "nodes": self.nodes,
-            c.RAY_PLURAL_CLUSTER: self.rayclusters,
+            c.RAY_PLURAL_JOB: owned(c.KIND_JOB),
+            "job_clusters": owned(c.KIND_JOB),
+            c.RAY_PLURAL_SERVICE: owned(c.KIND_SERVICE),
+            "service_clusters": owned(c.KIND_SERVICE),
         }
         for kind in followed_kinds(namespaces):
-            deliver = _deliver_into(stores[kind.plural], notify[kind.plural], kind.namespace)
+            name = _store_name(kind)
+            deliver = _deliver_into(getattr(self, name), notify[name], kind.namespace)
             self._stops.append(await follow(kube, kind, deliver))
 
     def stop(self) -> None:

@@ -27,13 +27,22 @@ from tpuslice import constants as c
 from tpuslice.applier import controlled_by
 from tpuslice.config import OperatorConfig
 from tpuslice.convert import cluster_record, raycluster_info, reservation_info, reservation_shape
-from tpuslice.follow import Watches, node_kicks, pod_kicks
+from tpuslice.follow import Watches, node_kicks, owned_cluster_kicks, pod_kicks
 from tpuslice.health import Health
 from tpuslice.kube import ClusterApi, Kube
 from tpuslice.kube import credentials as kube_credentials
 from tpuslice.metrics import Metrics
 from tpuslice.reconcile import Reconciler, SnapshotReader, spec_shape
-from tpuslice.records import ClusterKey, Holder, ReservationInfo, Shape, ShapeMember, Snapshot
+from tpuslice.reconcile_job import JobReconciler
+from tpuslice.records import (
+    ClusterKey,
+    Holder,
+    OwnerKey,
+    ReservationInfo,
+    Shape,
+    ShapeMember,
+    Snapshot,
+)
 from tpuslice.sweep import orphans
 
 __all__ = [
@@ -53,6 +62,9 @@ HEARTBEAT_SECONDS = 1.0
 TEARDOWN_WAIT_SECONDS = 60.0
 
 TSC = (c.GROUP, c.VERSION, c.PLURAL_CLUSTER)
+TSJ = (c.GROUP, c.VERSION, c.PLURAL_JOB)
+#: plural -> kind, for handlers registered on more than one of our kinds.
+KIND_OF_PLURAL = {plural: kind for kind, plural in c.PLURALS.items()}
 RESERVATIONS = (c.GROUP, c.VERSION, c.PLURAL_RESERVATION)
 
 
@@ -63,13 +75,24 @@ def _first(store: Iterable[Any] | None) -> Any:
 
 
 # ------------------------------------------------------------ the snapshot reader
-def make_reader(indices: Mapping[str, Any], watches: Watches) -> SnapshotReader:
-    """A snapshot reader over kopf's live indexes and our stores (the same objects for the
-    whole run): the cluster, its pods and RayCluster, the nodes of its shape, and the
-    reservations of its shape and its own (a spec whose shape changed still sees the pools
-    it holds of the old one)."""
-    clusters = indices["tsc_index"]
-    clusters_by_shape = indices["tsc_shape_index"]
+#: kind -> the prefix of its kopf indexes (``<prefix>_index``, ``<prefix>_shape_index``).
+INDEX_PREFIX = {c.KIND_CLUSTER: "tsc", c.KIND_JOB: "tsj"}
+
+
+def make_reader(
+    indices: Mapping[str, Any], watches: Watches, kind: str = c.KIND_CLUSTER
+) -> SnapshotReader:
+    """A snapshot reader for objects of ``kind`` over kopf's live indexes and our stores
+    (the same objects for the whole run): the object, its pods and KubeRay objects, the
+    nodes of its shape, and the reservations of its shape and its own (a spec whose shape
+    changed still sees the pools it holds of the old one). The shape's queue holds the
+    objects of every kind of that shape."""
+    clusters = indices[f"{INDEX_PREFIX[kind]}_index"]
+    shape_indexes = [
+        (member_kind, indices[f"{prefix}_shape_index"])
+        for member_kind, prefix in INDEX_PREFIX.items()
+        if f"{prefix}_shape_index" in indices
+    ]
     by_shape = indices["reservation_shape_index"]
     by_holder = indices["reservation_holder_index"]
 
@@ -81,17 +104,21 @@ def make_reader(indices: Mapping[str, Any], watches: Watches) -> SnapshotReader:
         for info in list(by_shape.get(shape, ())) + list(by_holder.get(uid, ())):
             reservations[info.pool] = info
         members = []
-        for other in list(clusters_by_shape.get(shape, ())) if shape else []:
-            meta = other.get("metadata") or {}
-            other_key = (meta.get("namespace", ""), meta.get("name", ""))
-            if other_key != key:
-                members.append(ShapeMember(other, watches.pods_of(other_key)))
+        for member_kind, index in shape_indexes if shape else []:
+            for other in list(index.get(shape, ())):
+                meta = other.get("metadata") or {}
+                if meta.get("uid") != uid:
+                    other_key = (meta.get("namespace", ""), meta.get("name", ""))
+                    members.append(ShapeMember(other, watches.pods_of(other_key, member_kind)))
+        owned = None if kind == c.KIND_CLUSTER else watches.ray_owner(kind, key)
         return Snapshot(
             cluster=cluster,
-            pods=watches.pods_of(key),
+            pods=watches.pods_of(key, kind),
             nodes=watches.nodes_of(shape) if shape else [],
             reservations=list(reservations.values()),
-            raycluster=watches.raycluster(key),
+            raycluster=watches.raycluster(key) if kind == c.KIND_CLUSTER else None,
+            owned=owned,
+            rayclusters={} if kind == c.KIND_CLUSTER else watches.owned_clusters(kind, key),
             shape_members=members,
         )
 
@@ -155,30 +182,37 @@ async def configure(
     kube: Kube = memo.kube  # made by app.run_operator, shared with leader election
     watches = Watches()
     reconciler = Reconciler(kube, make_reader(indices, watches), metrics=metrics)
+    jobs = JobReconciler(
+        kube,
+        make_reader(indices, watches, c.KIND_JOB),
+        metrics=metrics,
+        pending=reconciler.pending,
+        pool_indexes=reconciler.pool_indexes,
+        schema=reconciler.templates,
+    )
     memo.watches, memo.reconciler = watches, reconciler
+    memo.reconcilers = {c.KIND_CLUSTER: reconciler, c.KIND_JOB: jobs}
     memo.indexed = asyncio.Event()
-    reconciler.hold_until_indexed()
+    for each in memo.reconcilers.values():
+        each.hold_until_indexed()
     shape_index = indices["reservation_shape_index"]
 
-    def holders_of(shape: Shape, pool: str) -> set[ClusterKey]:
-        return {
-            (r.holder.namespace, r.holder.name)
-            for r in shape_index.get(shape, ())
-            if r.pool == pool
-        }
+    def holders_of(shape: Shape, pool: str) -> set[OwnerKey]:
+        return {r.holder.owner for r in shape_index.get(shape, ()) if r.pool == pool}
 
     def on_nodes(changes: list[Any]) -> None:
-        shapes, keys = node_kicks(changes, reconciler.waiting_for, holders_of)
+        shapes, keys = node_kicks(changes, lambda shape: waiting_for(memo, shape), holders_of)
         for shape in shapes:
             reconciler.nodes_changed(shape)
-        reconciler.kick_soon(keys)
+        kick_owners(memo, keys)
 
     await watches.start(
         kube,
         config.namespaces,
-        on_pods=lambda changes: reconciler.kick_soon(pod_kicks(changes)),
+        on_pods=lambda changes: kick_owners(memo, pod_kicks(changes)),
         on_nodes=on_nodes,
         on_rayclusters=lambda changes: reconciler.kick_soon({ch.key for ch in changes}),
+        on_owned=lambda changes, _kind: kick_owners(memo, owned_cluster_kicks(changes)),
     )
     logger.info(
         "listed %d TPU nodes, %d pods and %d RayClusters of TPUSliceClusters",
@@ -207,11 +241,12 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
 
 # ------------------------------------------------------------ indexes
 def tsc_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """TPUSliceClusters (or TPUSliceJobs: one index per kind) by (namespace, name)."""
     return {(namespace or "", name): cluster_record(body)}
 
 
 def tsc_shape_index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    """TPUSliceClusters by shape: the members of each shape's queue."""
+    """TPUSliceClusters (or TPUSliceJobs) by shape: the members of each shape's queue."""
     record = cluster_record(body)
     shape = spec_shape(record)
     return {shape: record} if shape is not None else {}
@@ -229,41 +264,73 @@ def reservation_holder_index(body: kopf.Body, **_: Any) -> dict[Any, Reservation
 # ------------------------------------------------------------ triggers
 def _indexed(memo: kopf.Memo) -> None:
     """kopf calls handlers only once its indexes are filled: release what waited for them."""
-    memo.reconciler.indexed()
+    for reconciler in memo.reconcilers.values():
+        reconciler.indexed()
     memo.indexed.set()
 
 
-async def cluster_changed(
-    type: str, namespace: str | None, name: str, body: kopf.Body, memo: kopf.Memo, **_: Any
+def kick_owners(memo: kopf.Memo, owners: Iterable[OwnerKey]) -> None:
+    """Kick each owner (kind, namespace, name) in the reconciler of its kind."""
+    by_kind: dict[str, set[ClusterKey]] = {}
+    for kind, namespace, name in owners:
+        by_kind.setdefault(kind, set()).add((namespace, name))
+    for kind, keys in by_kind.items():
+        if kind in memo.reconcilers:
+            memo.reconcilers[kind].kick_soon(keys)
+
+
+def waiting_for(memo: kopf.Memo, shape: Shape) -> set[OwnerKey]:
+    """Every object, of any kind, with a slice waiting for capacity of ``shape``."""
+    return {
+        (kind, *key)
+        for kind, reconciler in memo.reconcilers.items()
+        for key in reconciler.waiting_for(shape)
+    }
+
+
+async def object_changed(
+    type: str,
+    namespace: str | None,
+    name: str,
+    body: kopf.Body,
+    memo: kopf.Memo,
+    resource: kopf.Resource,
+    **_: Any,
 ) -> None:
+    """A TPUSliceCluster or TPUSliceJob changed: a pass for it; added or deleted, the
+    shape's queue changed and its waiting move on."""
     _indexed(memo)
+    kind = KIND_OF_PLURAL[resource.plural]
     key = (namespace or "", name)
-    if type in ("ADDED", "DELETED"):  # the shape's queue changed: its waiting move on
-        shape = spec_shape(body)
+    if type in ("ADDED", "DELETED"):
+        shape = spec_shape(cluster_record(body))
         if shape is not None:
-            memo.reconciler.kick_soon(memo.reconciler.waiting_for(shape) - {key})
+            kick_owners(memo, waiting_for(memo, shape) - {(kind, *key)})
+    reconciler = memo.reconcilers[kind]
     if type == "DELETED":
-        memo.reconciler.forget(key, uid=str(body.get("metadata", {}).get("uid") or ""))
+        reconciler.forget(key, uid=str(body.get("metadata", {}).get("uid") or ""))
         return
-    await memo.reconciler.kick(key)
+    await reconciler.kick(key)
 
 
-async def resync(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
-    await memo.reconciler.kick((namespace or "", name))
+async def resync(
+    namespace: str | None, name: str, memo: kopf.Memo, resource: kopf.Resource, **_: Any
+) -> None:
+    await memo.reconcilers[KIND_OF_PLURAL[resource.plural]].kick((namespace or "", name))
 
 
 async def reservation_changed(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     _indexed(memo)
     metrics: Metrics = memo.metrics
     info = reservation_info(body)
-    keys = {(info.holder.namespace, info.holder.name)}
+    keys = {info.holder.owner}
     if type == "DELETED":
         metrics.reservation_gone(info.pool)
     else:
         metrics.reservation_seen(info.pool, info.phase)
     if type in ("ADDED", "DELETED"):  # a pool freed or taken: the shape's queue moves
-        keys |= memo.reconciler.waiting_for(reservation_shape(body))
-    memo.reconciler.kick_soon(keys)
+        keys |= waiting_for(memo, reservation_shape(body))
+    kick_owners(memo, keys)
 
 
 # ------------------------------------------------------------ release
@@ -275,22 +342,26 @@ async def tear_down(
     name: str,
     uid: str,
     wait_seconds: float = TEARDOWN_WAIT_SECONDS,
+    kind: str = c.KIND_CLUSTER,
 ) -> list[str]:
-    """Delete the cluster's RayCluster (only if this TSC controls it), wait until its
-    worker pods (which hold chips) are gone, then release every reservation of the
-    cluster. The pods still there after ``wait_seconds`` (nothing released then).
+    """Delete the object's RayCluster (RayJob, RayService; only if this object controls
+    it), wait until its worker pods (which hold chips) are gone, then release every
+    reservation it holds. The pods still there after ``wait_seconds`` (nothing released
+    then).
 
     The wait is on our pod store, for up to a minute per call: each kopf retry
-    patches the TSC's progress annotation, and retrying every 2 s while 1,000
+    patches the object's progress annotation, and retrying every 2 s while 1,000
     clusters were torn down sent ~100 patches a second."""
-    ours = watches.raycluster((namespace, name))
+    plural = c.RAY_PLURALS[c.RAY_KIND_OF[kind]]
+    key = (namespace, name)
+    ours = watches.raycluster(key) if kind == c.KIND_CLUSTER else watches.ray_owner(kind, key)
     if ours is None:  # not labelled (someone removed our label), or none at all
-        found = await kube.get_raycluster(namespace, name)
+        found = await kube.get_ray(plural, namespace, name)
         ours = None if found is None else raycluster_info(found)
     if ours is not None and controlled_by(ours["ownerReferences"], uid):
-        await kube.delete_raycluster(namespace, name, ours["uid"])
-    # else: none, or another's RayCluster of that name: never deleted.
-    remaining = await watches.pods_gone((namespace, name), wait_seconds)
+        await kube.delete_ray(plural, namespace, name, ours["uid"])
+    # else: none, or another's object of that name: never deleted.
+    remaining = await watches.pods_gone(key, wait_seconds, kind=kind)
     if remaining:
         return [p.name for p in remaining]
     for info in list(holder_index.get(uid, ())):
@@ -299,19 +370,26 @@ async def tear_down(
 
 
 async def on_delete(
-    namespace: str | None, name: str, uid: str, memo: kopf.Memo, **indices: Any
+    namespace: str | None,
+    name: str,
+    uid: str,
+    memo: kopf.Memo,
+    resource: kopf.Resource,
+    **indices: Any,
 ) -> None:
-    """The TSC's finalizer: ``tear_down``, retried by kopf while pods remain."""
+    """The finalizer of a TPUSliceCluster or TPUSliceJob: ``tear_down``, retried by kopf
+    while pods remain."""
+    kind = KIND_OF_PLURAL[resource.plural]
     key = (namespace or "", name)
     remaining = await tear_down(
-        memo.kube, memo.watches, indices["reservation_holder_index"], *key, uid
+        memo.kube, memo.watches, indices["reservation_holder_index"], *key, uid, kind=kind
     )
     if remaining:
         raise kopf.TemporaryError(
             f"waiting for {len(remaining)} worker pods to terminate before releasing node pools",
             delay=1,
         )
-    memo.reconciler.forget(key, uid=uid)
+    memo.reconcilers[kind].forget(key, uid=uid)
 
 
 # ------------------------------------------------------------ the sweep
@@ -321,21 +399,24 @@ async def sweep_once(
     watches: Watches,
     namespaces: Iterable[str],
 ) -> list[str]:
-    """Delete every reservation whose holder no longer exists and whose pods are gone, if
-    the holder is in a namespace this instance watches; the pools given back. Each delete
+    """Delete every reservation whose holder (of any kind) no longer exists and whose
+    pods are gone, if the holder is in a namespace this instance watches; the pools
+    given back. Each delete
     is conditional on the reservation's uid (a new claim of the pool is never deleted)."""
-    clusters = indices["tsc_index"]
     every = [info for infos in list(indices["reservation_holder_index"].values()) for info in infos]
 
-    def live_uid(key: ClusterKey) -> str | None:
-        cluster = _first(clusters.get(key))
+    def live_uid(holder: Holder) -> str | None:
+        prefix = INDEX_PREFIX.get(holder.kind)
+        if prefix is None:  # a kind this version does not reconcile: never swept
+            return holder.uid
+        cluster = _first(indices[f"{prefix}_index"].get((holder.namespace, holder.name)))
         uid = (cluster or {}).get("metadata", {}).get("uid")
         return str(uid) if uid else None
 
     def replica_has_pods(holder: Holder) -> bool:
         return any(
             p.replica_name == holder.replica_name
-            for p in watches.pods_of((holder.namespace, holder.name))
+            for p in watches.pods_of((holder.namespace, holder.name), holder.kind)
         )
 
     freed = []
@@ -374,11 +455,12 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     kopf.on.login(**reg)(login)
     kopf.on.startup(**reg)(configure)
     kopf.on.cleanup(**reg)(stop)
-    kopf.index(*TSC, id="tsc_index", **reg)(tsc_index)
-    kopf.index(*TSC, id="tsc_shape_index", **reg)(tsc_shape_index)
+    for resource, prefix in ((TSC, "tsc"), (TSJ, "tsj")):
+        kopf.index(*resource, id=f"{prefix}_index", **reg)(tsc_index)
+        kopf.index(*resource, id=f"{prefix}_shape_index", **reg)(tsc_shape_index)
+        kopf.on.event(*resource, **reg)(object_changed)
+        kopf.timer(*resource, interval=config.resync_seconds, **reg)(resync)
+        kopf.on.delete(*resource, id="tear_down", **reg)(on_delete)
     kopf.index(*RESERVATIONS, id="reservation_shape_index", **reg)(reservation_shape_index)
     kopf.index(*RESERVATIONS, id="reservation_holder_index", **reg)(reservation_holder_index)
-    kopf.on.event(*TSC, **reg)(cluster_changed)
-    kopf.timer(*TSC, interval=config.resync_seconds, **reg)(resync)
     kopf.on.event(*RESERVATIONS, **reg)(reservation_changed)
-    kopf.on.delete(*TSC, id="tear_down", **reg)(on_delete)

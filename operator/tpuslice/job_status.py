@@ -49,6 +49,7 @@ __all__ = [
     "attempts",
     "compute_job_status",
     "job_conditions",
+    "job_ended",
 ]
 
 COMPLETE = "Complete"
@@ -97,6 +98,16 @@ def attempts(ray_job_status: Mapping[str, Any] | None) -> int:
     if deployment == "Complete" and status.get("jobStatus") != "SUCCEEDED":
         return finished + 1  # stopped: KubeRay counts it neither way
     return finished
+
+
+#: KubeRay's deployment statuses after which the RayJob never starts another attempt.
+_ENDED = frozenset({"Complete", "Failed", "ValidationFailed"})
+
+
+def job_ended(ray_job_status: Mapping[str, Any] | None) -> bool:
+    """True once KubeRay has finished with the job (succeeded, stopped, failed after its
+    last retry, or refused): it wants no more slices."""
+    return (ray_job_status or {}).get("jobDeploymentStatus") in _ENDED
 
 
 @dataclass(frozen=True)

@@ -67,11 +67,11 @@ class ClusterApi(Protocol):
     operator, the fake in tests/support/fake_kube.py in unit tests (mypy checks that the
     fake matches, so a changed signature here breaks the fake, not a test at run time)."""
 
-    async def apply_raycluster(self, body: Mapping[str, Any]) -> Any: ...
+    async def apply_ray(self, body: Mapping[str, Any]) -> Any: ...
 
-    async def get_raycluster(self, namespace: str, name: str) -> Any: ...
+    async def get_ray(self, plural: str, namespace: str, name: str) -> Any: ...
 
-    async def delete_raycluster(self, namespace: str, name: str, uid: str) -> None: ...
+    async def delete_ray(self, plural: str, namespace: str, name: str, uid: str) -> None: ...
 
     async def get_crd(self, name: str) -> Any: ...
 
@@ -85,8 +85,12 @@ class ClusterApi(Protocol):
 
     async def release_pod(self, namespace: str, name: str, pool: str) -> None: ...
 
-    async def patch_cluster_status(
-        self, namespace: str, name: str, status: Mapping[str, Any]
+    async def hand_over_reservation(
+        self, name: str, holder: Mapping[str, Any], resource_version: str
+    ) -> Any: ...
+
+    async def patch_status(
+        self, plural: str, namespace: str, name: str, status: Mapping[str, Any]
     ) -> None: ...
 
     async def post_event(
@@ -278,41 +282,41 @@ class Kube:
             ),
         )
 
-    # ------------------------------------------------------------ RayCluster
-    async def apply_raycluster(self, body: Mapping[str, Any]) -> Any:
-        """Server-side apply under our field manager: we own only the fields we send."""
+    # ------------------------------------------------------------ KubeRay's objects
+    async def apply_ray(self, body: Mapping[str, Any]) -> Any:
+        """Server-side apply of a RayCluster, RayJob or RayService under our field manager:
+        we own only the fields we send."""
         meta = body["metadata"]
+        plural = c.RAY_PLURALS[body["kind"]]
         return await self.call(
             "PATCH",
-            api_path(
-                c.RAY_GROUP, c.RAY_VERSION, c.RAY_PLURAL_CLUSTER, meta["name"], meta["namespace"]
-            ),
-            resource="rayclusters",
+            api_path(c.RAY_GROUP, c.RAY_VERSION, plural, meta["name"], meta["namespace"]),
+            resource=plural,
             query={"fieldManager": c.FIELD_MANAGER, "force": "true"},
             body=body,
             content_type=APPLY,
         )
 
-    async def get_raycluster(self, namespace: str, name: str) -> Any:
-        """The RayCluster of that name, or None (also when KubeRay's CRD is missing)."""
+    async def get_ray(self, plural: str, namespace: str, name: str) -> Any:
+        """The KubeRay object of that name, or None (also when KubeRay's CRD is missing)."""
         try:
             return await self.call(
                 "GET",
-                api_path(c.RAY_GROUP, c.RAY_VERSION, c.RAY_PLURAL_CLUSTER, name, namespace),
-                resource="rayclusters",
+                api_path(c.RAY_GROUP, c.RAY_VERSION, plural, name, namespace),
+                resource=plural,
             )
         except ApiError as exc:
             if exc.not_found:
                 return None
             raise
 
-    async def delete_raycluster(self, namespace: str, name: str, uid: str) -> None:
-        """Delete exactly the RayCluster with ``uid`` (ours), never another of that name."""
+    async def delete_ray(self, plural: str, namespace: str, name: str, uid: str) -> None:
+        """Delete exactly the KubeRay object with ``uid`` (ours), never another of that name."""
         try:
             await self.call(
                 "DELETE",
-                api_path(c.RAY_GROUP, c.RAY_VERSION, c.RAY_PLURAL_CLUSTER, name, namespace),
-                resource="rayclusters",
+                api_path(c.RAY_GROUP, c.RAY_VERSION, plural, name, namespace),
+                resource=plural,
                 body={"propagationPolicy": "Background", "preconditions": {"uid": uid}},
             )
         except ApiError as exc:
@@ -370,6 +374,20 @@ class Kube:
                 return False
             raise
         return True
+
+    async def hand_over_reservation(
+        self, name: str, holder: Mapping[str, Any], resource_version: str
+    ) -> Any:
+        """Give a held pool to another slice of the same holder (a TPUSliceJob's retry):
+        a merge patch of ``spec.holder`` conditional on ``resource_version`` (409 when the
+        reservation changed since it was read). The CRD allows only the replica to change."""
+        return await self.call(
+            "PATCH",
+            api_path(c.GROUP, c.VERSION, c.PLURAL_RESERVATION, name),
+            resource="slicereservations",
+            body={"metadata": {"resourceVersion": resource_version}, "spec": {"holder": holder}},
+            content_type=MERGE,
+        )
 
     async def set_reservation_phase(self, name: str, phase: str, message: str) -> None:
         await self.call(
@@ -484,13 +502,15 @@ class Kube:
         )
 
     # ------------------------------------------------------------ our status and events
-    async def patch_cluster_status(
-        self, namespace: str, name: str, status: Mapping[str, Any]
+    async def patch_status(
+        self, plural: str, namespace: str, name: str, status: Mapping[str, Any]
     ) -> None:
+        """Merge-patch the status of one of our objects (``plural``: tpusliceclusters,
+        tpuslicejobs or tpusliceservices)."""
         await self.call(
             "PATCH",
-            api_path(c.GROUP, c.VERSION, c.PLURAL_CLUSTER, name, namespace) + "/status",
-            resource="tpusliceclusters/status",
+            api_path(c.GROUP, c.VERSION, plural, name, namespace) + "/status",
+            resource=f"{plural}/status",
             body={"status": status},
             content_type=MERGE,
         )
@@ -507,7 +527,7 @@ class Kube:
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
             "involvedObject": {
                 "apiVersion": c.API_VERSION,
-                "kind": c.KIND_CLUSTER,
+                "kind": involved.get("kind") or c.KIND_CLUSTER,
                 "name": meta["name"],
                 "namespace": meta["namespace"],
                 "uid": meta.get("uid"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from tpuslice.records import ClusterKey, PodInfo, ReservationInfo
+from tpuslice.records import OwnerKey, PodInfo, ReservationInfo
 
 __all__ = ["TTL_SECONDS", "PendingWrites"]
 
@@ -36,7 +36,7 @@ class PendingWrites:
     deleted: dict[str, float] = field(default_factory=dict)
     released: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
     bound: dict[str, float] = field(default_factory=dict)  # phase Bound sent, per pool
-    applied: dict[ClusterKey, tuple[str, float]] = field(default_factory=dict)  # RayCluster hash
+    applied: dict[OwnerKey, tuple[str, float]] = field(default_factory=dict)  # by (kind, ns, name)
 
     # ------------------------------------------------------------ recording
     def reservation_created(self, info: ReservationInfo, now: float) -> None:
@@ -60,7 +60,8 @@ class PendingWrites:
     def reservation_bound(self, pool: str, now: float) -> None:
         self.bound[pool] = now
 
-    def raycluster_applied(self, key: ClusterKey, digest: str, now: float) -> None:
+    def ray_applied(self, key: OwnerKey, digest: str, now: float) -> None:
+        """A RayCluster, RayJob or RayService (``key``: its kind, namespace, name) applied."""
         self.applied[key] = (digest, now)
 
     # ------------------------------------------------------------ reading
@@ -74,12 +75,12 @@ class PendingWrites:
         self.bound = {k: v for k, v in self.bound.items() if fresh(v)}
         self.applied = {k: v for k, v in self.applied.items() if fresh(v[1])}
 
-    def applied_digest(self, key: ClusterKey) -> str | None:
-        """The hash of a RayCluster we applied that the watch has not shown yet."""
+    def applied_digest(self, key: OwnerKey) -> str | None:
+        """The hash of a KubeRay object we applied that the watch has not shown yet."""
         entry = self.applied.get(key)
         return entry[0] if entry else None
 
-    def raycluster_seen(self, key: ClusterKey) -> None:
+    def ray_seen(self, key: OwnerKey) -> None:
         self.applied.pop(key, None)
 
     def is_bound(self, pool: str) -> bool:

@@ -6,7 +6,7 @@ through named parts, and writes status only when it changed:
 
 1. read the snapshot; a cluster in backoff waits (``kicks.Backoff``);
 2. parse the spec and render the RayCluster (``spec.py``, ``render.py``);
-3. apply the RayCluster when needed (``applier.RayClusterApplier``);
+3. apply the RayCluster when needed (``applier.KubeRayApplier``);
 4. plan and act on the slices (``actuator.SliceActuator``);
 5. write status and events (``statuswriter.StatusWriter``).
 
@@ -22,11 +22,12 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
+from tpuslice import constants as c
 from tpuslice import events
 from tpuslice.actuator import PoolIndexCache, SliceActuator, shape_of
-from tpuslice.applier import Applied, RayClusterApplier, TemplateSchema
+from tpuslice.applier import Applied, KubeRayApplier, TemplateSchema
 from tpuslice.kicks import Backoff, Failure, KickQueue
 from tpuslice.kube import ApiError, ClusterApi
 from tpuslice.metrics import Metrics
@@ -35,7 +36,7 @@ from tpuslice.recorder import Recorder
 from tpuslice.records import ClusterKey, ClusterRef, Shape, SlicePlan, SliceState, Snapshot
 from tpuslice.render import render_raycluster
 from tpuslice.slicequeue import shape_name
-from tpuslice.spec import SliceClusterSpec, SpecError, parse_cluster
+from tpuslice.spec import SliceClusterSpec, SpecError, parse_cluster, parse_slice_parts
 from tpuslice.status import MAX_MESSAGE, Observed, Stall, truncate
 from tpuslice.statuswriter import PROGRESS_WRITE_SECONDS, StatusWriter, generation
 
@@ -47,8 +48,9 @@ SnapshotReader = Callable[[ClusterKey], Snapshot]
 
 
 def spec_shape(cluster: Mapping[str, Any]) -> Shape | None:
+    """The shape of a TPUSliceCluster's, TPUSliceJob's or TPUSliceService's slices."""
     try:
-        return shape_of(parse_cluster(cluster))
+        return shape_of(parse_slice_parts(cluster))
     except SpecError:
         return None
 
@@ -119,7 +121,12 @@ def failure_message(failure: Failure) -> str:
 
 @dataclass
 class Reconciler:
-    """The parts of the shell wired together, and the pass that uses them."""
+    """The parts of the shell wired together, and the pass that uses them: for
+    TPUSliceClusters here; ``reconcile_job.JobReconciler`` runs the same parts, and the
+    same pass skeleton (``run_pass``: backoff, failure reporting), for TPUSliceJobs.
+
+    Reconcilers of different kinds share ``pending`` and ``pool_indexes`` (one record
+    of our writes, one index of the pools per process)."""
 
     kube: ClusterApi
     read: SnapshotReader
@@ -128,6 +135,7 @@ class Reconciler:
     pending: PendingWrites = field(default_factory=PendingWrites)
     pool_indexes: PoolIndexCache = field(default_factory=PoolIndexCache)
     backoff: Backoff = field(default_factory=Backoff)
+    schema: TemplateSchema | None = None  # shared between kinds when given
     _waiting: dict[Shape, set[ClusterKey]] = field(default_factory=dict)
     _waiting_since: dict[ClusterKey, float] = field(default_factory=dict)  # the queue metric
     _applied_once: set[ClusterKey] = field(default_factory=set)  # for the creation metric
@@ -135,14 +143,23 @@ class Reconciler:
     def __post_init__(self) -> None:
         self.queue = KickQueue(self.run_pass)
         self.recorder = Recorder(self.kube)
-        self.schema = TemplateSchema(self.kube)
-        self.applier = RayClusterApplier(self.kube, self.pending, self.schema)
+        if self.schema is None:
+            self.schema = TemplateSchema(self.kube)
+        self.templates: TemplateSchema = self.schema
+        self.applier = KubeRayApplier(self.kube, self.pending, self.templates)
         self.actuator = SliceActuator(
             self.kube, self.pending, self.recorder, self.metrics, self.pool_indexes
         )
         self.status = StatusWriter(
-            self.kube, self.recorder, self.queue.kick_later, self.progress_write_seconds
+            self.kube,
+            self.recorder,
+            self.queue.kick_later,
+            self.progress_write_seconds,
+            kind=self.kind,
         )
+
+    #: The kind of object this reconciler's passes are for.
+    kind: ClassVar[str] = c.KIND_CLUSTER
 
     # ------------------------------------------------------------ what handlers call
     async def kick(self, key: ClusterKey) -> None:
@@ -212,7 +229,7 @@ class Reconciler:
         previous = self.status.previous(key, body)
         try:
             spec = parse_cluster(body)
-            rendered = render_raycluster(spec, await self.schema.get())
+            rendered = render_raycluster(spec, await self.templates.get())
         except SpecError as exc:
             stall = Stall(events.INVALID_SPEC, str(exc))
             await self.status.write(body, previous, stalled_observation(body, stall))
@@ -274,7 +291,10 @@ class Reconciler:
             if failure.event_due:
                 meta = cluster.get("metadata") or {}
                 ref = ClusterRef(
-                    meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", "")
+                    meta.get("namespace", ""),
+                    meta.get("name", ""),
+                    meta.get("uid", ""),
+                    kind=self.kind,
                 )
                 await self.recorder.warning(ref, events.RECONCILE_ERROR, message)
                 self.backoff.event_posted(key, time.monotonic())

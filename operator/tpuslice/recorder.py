@@ -1,4 +1,5 @@
-"""Events on a TPUSliceCluster: what a user reads in ``kubectl describe``.
+"""Events on a TPUSliceCluster, TPUSliceJob or TPUSliceService: what a user reads in
+``kubectl describe``.
 
 Reasons live in ``events.py``; this part only posts them, through the one
 module that talks to the API server (which rate limits and never raises on a
@@ -26,5 +27,8 @@ class Recorder:
         await self.post(ref, "Warning", reason, message)
 
     async def post(self, ref: ClusterRef, kind: str, reason: str, message: str) -> None:
-        involved = {"metadata": {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid}}
+        involved = {
+            "kind": ref.kind,
+            "metadata": {"namespace": ref.namespace, "name": ref.name, "uid": ref.uid},
+        }
         await self.kube.post_event(involved, kind, reason, message)

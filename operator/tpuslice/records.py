@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from tpuslice.constants import KIND_CLUSTER
+
 __all__ = [
     "Admission",
     "CapacityType",
@@ -21,8 +23,10 @@ __all__ = [
     "ClusterKey",
     "ClusterRef",
     "GangMode",
+    "Handover",
     "Holder",
     "NodeInfo",
+    "OwnerKey",
     "PodInfo",
     "PodRelease",
     "PoolRequest",
@@ -38,6 +42,9 @@ __all__ = [
 ]
 
 ClusterKey = tuple[str, str]  # (namespace, name)
+#: (kind, namespace, name) of a TPUSliceCluster, TPUSliceJob or TPUSliceService: a pod's
+#: owner (one job and one cluster of the same name in a namespace stay apart).
+OwnerKey = tuple[str, str, str]
 Shape = tuple[str, str]  # (gke accelerator, topology)
 
 
@@ -70,9 +77,12 @@ class SliceState(StrEnum):
 
 @dataclass(frozen=True)
 class ClusterRef:
+    """The TPUSlice object a pass is for (of ``kind``: cluster, job or service)."""
+
     namespace: str
     name: str
     uid: str
+    kind: str = KIND_CLUSTER
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
@@ -94,6 +104,12 @@ class PodInfo:
     running_ready: bool
     deleting: bool
     created: str = ""  # creationTimestamp, for latency metrics
+    owner_kind: str = KIND_CLUSTER  # tpuslice.dev/owner-kind (absent on a TSC's pods)
+    ray_cluster: str = ""  # ray.io/cluster: the RayCluster the pod belongs to
+
+    @property
+    def owner(self) -> OwnerKey:
+        return self.owner_kind, self.namespace, self.cluster
 
 
 @dataclass(frozen=True)
@@ -118,9 +134,15 @@ class Holder:
     uid: str
     replica_name: str
     replica_index: int | None = None
+    kind: str = KIND_CLUSTER  # of the holding object
 
     def describe(self) -> str:
-        return f"{self.namespace}/{self.name} (slice {self.replica_name})"
+        what = "" if self.kind == KIND_CLUSTER else f"{self.kind} "
+        return f"{what}{self.namespace}/{self.name} (slice {self.replica_name})"
+
+    @property
+    def owner(self) -> OwnerKey:
+        return self.kind, self.namespace, self.name
 
 
 @dataclass(frozen=True)
@@ -130,6 +152,17 @@ class ReservationInfo:
     phase: str | None = None
     #: The SliceReservation object's uid (a delete by the sweep is conditional on it).
     uid: str = ""
+    #: Its resourceVersion (a hand-over is conditional on it).
+    resource_version: str = ""
+
+
+@dataclass(frozen=True)
+class Handover:
+    """Give ``pool``, held by a slice of ours that has no pods left, to another slice of
+    ours (a TPUSliceJob's retry: the new RayCluster's slice takes the old one's pool)."""
+
+    pool: str
+    holder: Holder  # the new holder: same object, the new slice's replica
 
 
 @dataclass(frozen=True)
@@ -209,6 +242,10 @@ class Snapshot:
     nodes: Sequence[NodeInfo]
     reservations: Sequence[ReservationInfo]  # of the cluster's shape, and the cluster's own
     raycluster: Mapping[str, Any] | None
+    #: A TPUSliceJob's RayJob or a TPUSliceService's RayService (convert.ray_owner_info).
+    owned: Mapping[str, Any] | None = None
+    #: The RayClusters KubeRay made for that RayJob or RayService, by name.
+    rayclusters: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # The other TPUSliceClusters of the cluster's shape (the shape's queue).
     shape_members: Sequence[ShapeMember] = ()
     # The node versions (``PoolIndexCache``) when ``nodes`` was read, so a pool index

@@ -21,6 +21,7 @@ from tpuslice.records import (
     Claim,
     ClusterRef,
     GangMode,
+    Handover,
     Holder,
     NodeInfo,
     PodInfo,
@@ -36,6 +37,8 @@ from tpuslice.records import (
 __all__ = [
     "PoolIndex",
     "eligible_pools",
+    "handovers",
+    "kept_frees",
     "plan_slices",
     "pool_facts",
     "pool_index",
@@ -518,7 +521,12 @@ def plan_slices(
                 Claim(
                     pool,
                     Holder(
-                        cluster.namespace, cluster.name, cluster.uid, replica.name, replica.index
+                        cluster.namespace,
+                        cluster.name,
+                        cluster.uid,
+                        replica.name,
+                        replica.index,
+                        kind=cluster.kind,
                     ),
                 )
             )
@@ -668,3 +676,80 @@ def pool_request(
         capacity_types=tuple(capacity_types),
         previous=tuple(sorted(set((previous_pools or {}).values()))),
     )
+
+
+def handovers(
+    cluster: ClusterRef,
+    *,
+    hosts: int,
+    pods: Iterable[PodInfo],
+    reservations: Iterable[ReservationInfo],
+) -> tuple[Handover, ...]:
+    """Pools a TPUSliceJob keeps between attempts, given to the new attempt's slices.
+
+    A retry makes a new RayCluster whose slices have new replica names. Each pool the
+    job holds for a slice with no pods left (the old attempt's, gone) goes to a live
+    slice of the job that holds no pool and has released no pod: first to the slice
+    of the same replica index (the same pools for the same slices, so ``TPU_WORKER_ID``
+    order and topology stay as they were), then the rest in index order. What no slice
+    takes now stays held for the next (``kept_frees``): a retry never waits in the
+    queue for capacity it had."""
+    replicas, _ = _group_replicas(pods, hosts)
+    ours = [r for r in reservations if r.holder.uid == cluster.uid]
+    holding = {r.holder.replica_name for r in ours}
+    idle = sorted(
+        (r for r in ours if r.holder.replica_name not in replicas),
+        key=lambda r: (
+            r.holder.replica_index if r.holder.replica_index is not None else 1 << 30,
+            r.pool,
+        ),
+    )
+    wanting = sorted(
+        (
+            rep
+            for rep in replicas.values()
+            if rep.name not in holding
+            and rep.live
+            and all(p.gated and not p.pinned_pool for p in rep.live)
+        ),
+        key=lambda rep: (rep.index if rep.index is not None else 1 << 30, rep.name),
+    )
+    given: dict[str, _Replica] = {}
+    for rep in wanting:  # the same replica index first
+        same = next(
+            (r for r in idle if r.pool not in given and r.holder.replica_index == rep.index), None
+        )
+        if same is not None:
+            given[same.pool] = rep
+    rest = [rep for rep in wanting if rep not in given.values()]
+    for r, rep in zip((r for r in idle if r.pool not in given), rest, strict=False):
+        given[r.pool] = rep
+    return tuple(
+        Handover(
+            pool,
+            Holder(
+                cluster.namespace,
+                cluster.name,
+                cluster.uid,
+                rep.name,
+                rep.index,
+                kind=cluster.kind,
+            ),
+        )
+        for pool, rep in sorted(given.items())
+    )
+
+
+def kept_frees(
+    frees: Sequence[str],
+    cluster: ClusterRef,
+    *,
+    desired_slices: int,
+    reservations: Iterable[ReservationInfo],
+) -> tuple[str, ...]:
+    """Of the planner's ``frees``, those a job that keeps its pools still gives back: only
+    what it holds beyond ``desired_slices`` (the pools of slices whose pods are gone stay
+    held until the job ends; a gang's give-back does not apply to what it already had)."""
+    held = sum(1 for r in reservations if r.holder.uid == cluster.uid)
+    excess = max(0, held - desired_slices)
+    return tuple(sorted(frees)[:excess])

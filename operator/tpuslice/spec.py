@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from tpuslice import constants
@@ -40,6 +40,7 @@ __all__ = [
     "parse_cluster",
     "parse_job",
     "parse_service",
+    "parse_slice_parts",
 ]
 
 ReservationPolicy = Literal["NodePool", "None"]
@@ -834,6 +835,18 @@ def parse_service(obj: Mapping[str, Any]) -> SliceServiceSpec:
     if errors or cluster is None or serve is None:
         raise SpecError(errors)
     return SliceServiceSpec(cluster=cluster, serve=serve)
+
+
+def parse_slice_parts(obj: Mapping[str, Any]) -> SliceClusterSpec:
+    """The cluster parts of a TPUSliceCluster, TPUSliceJob or TPUSliceService (by its
+    ``kind``; none means a TPUSliceCluster): what the shape's queue and the planner read."""
+    kind = obj.get("kind") or constants.KIND_CLUSTER
+    if kind == constants.KIND_JOB:
+        job = parse_job(obj)  # a suspended job wants no slices, as a suspended cluster
+        return replace(job.cluster, suspend=job.job.suspend)
+    if kind == constants.KIND_SERVICE:
+        return parse_service(obj).cluster
+    return parse_cluster(obj)
 
 
 def _queueing(

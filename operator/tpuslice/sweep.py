@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
 
-from tpuslice.records import ClusterKey, Holder, ReservationInfo
+from tpuslice.records import Holder, ReservationInfo
 
 __all__ = ["is_orphan", "orphans", "watches_namespace"]
 
@@ -31,7 +31,7 @@ def is_orphan(
     """Whether the sweep may delete a reservation of ``holder``: it is in a namespace this
     instance watches (otherwise its cluster and pods are invisible here and only look
     gone: a namespace-scoped instance deleted the live reservations of every other
-    namespace), the TPUSliceCluster of that name there is gone or another one
+    namespace), the object of that kind and name there is gone or another one
     (``live_uid``), and no pod of the slice is left (terminating pods still hold chips)."""
     if not watches_namespace(namespaces, holder.namespace):
         return False
@@ -40,20 +40,20 @@ def is_orphan(
 
 def orphans(
     reservations: Iterable[ReservationInfo],
-    live_uid: Callable[[ClusterKey], str | None],
+    live_uid: Callable[[Holder], str | None],
     replica_has_pods: Callable[[Holder], bool],
     namespaces: Collection[str],
 ) -> list[ReservationInfo]:
     """The reservations the sweep deletes now, in pool order: ``live_uid`` gives the uid of
-    the TPUSliceCluster of a name (None: none), ``replica_has_pods`` whether any pod of the
-    holder's slice is left."""
+    the object (of the holder's kind) of the holder's name (None: none),
+    ``replica_has_pods`` whether any pod of the holder's slice is left."""
     return sorted(
         (
             r
             for r in reservations
             if is_orphan(
                 r.holder,
-                live_uid((r.holder.namespace, r.holder.name)),
+                live_uid(r.holder),
                 replica_has_pods(r.holder),
                 namespaces,
             )

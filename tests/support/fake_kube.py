@@ -32,7 +32,7 @@ class FakeKube:
         self.rayclusters: dict[tuple[str, str], Any] = {}
         self.raycluster_reads: list[tuple[str, str]] = []
 
-    async def get_raycluster(self, namespace: str, name: str) -> Any:
+    async def get_ray(self, plural: str, namespace: str, name: str) -> Any:
         self.raycluster_reads.append((namespace, name))
         return self.rayclusters.get((namespace, name))
 
@@ -43,7 +43,7 @@ class FakeKube:
             raise ApiError(404, "NotFound", f"{name} not found")
         return self.crd
 
-    async def apply_raycluster(self, body: Mapping[str, Any]) -> Any:
+    async def apply_ray(self, body: Mapping[str, Any]) -> Any:
         self.calls.append(("apply", body["metadata"]["name"]))
         self.applied.append(body)
         if self.apply_error:
@@ -82,8 +82,17 @@ class FakeKube:
     async def release_pod(self, namespace: str, name: str, pool: str) -> None:
         self.calls.append(("release", name, pool))
 
-    async def patch_cluster_status(
-        self, namespace: str, name: str, status: Mapping[str, Any]
+    async def hand_over_reservation(
+        self, name: str, holder: Mapping[str, Any], resource_version: str
+    ) -> Any:
+        self.calls.append(("handover", name, holder.get("replicaName")))
+        return {
+            "metadata": {"name": name, "resourceVersion": resource_version + "1"},
+            "spec": {"nodePool": name, "holder": dict(holder)},
+        }
+
+    async def patch_status(
+        self, plural: str, namespace: str, name: str, status: Mapping[str, Any]
     ) -> None:
         self.calls.append(("status",))
         self.status = dict(status)
@@ -93,7 +102,7 @@ class FakeKube:
     ) -> None:
         self.calls.append(("event", reason))
 
-    async def delete_raycluster(self, namespace: str, name: str, uid: str) -> None:
+    async def delete_ray(self, plural: str, namespace: str, name: str, uid: str) -> None:
         self.calls.append(("delete-raycluster", name, uid))
         self.rayclusters.pop((namespace, name), None)
 

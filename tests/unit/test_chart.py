@@ -199,9 +199,24 @@ def test_cluster_role_covers_every_call_in_kube_py() -> None:
     """kube.py is the one module that talks to the API server: each of its calls
     (method and resource) must be granted, or the operator fails in a real cluster."""
     source = (ROOT / "operator" / "tpuslice" / "kube.py").read_text()
-    calls = re.findall(
-        r'self\.call(?:_sync)?\(\s*"(\w+)",.*?resource="([^"]+)"', source, flags=re.DOTALL
+    found = re.findall(
+        r'self\.call(?:_sync)?\(\s*"(\w+)",(?:(?!self\.call).)*?resource=(f?"[^"]+"|\w+)',
+        source,
+        flags=re.DOTALL,
     )
+    # A call whose resource is the variable ``plural`` is made for each of KubeRay's
+    # kinds (apply_ray, get_ray, delete_ray) or, with "/status", each of ours.
+    expand = {
+        "plural": ["rayclusters", "rayjobs", "rayservices"],
+        'f"{plural}/status"': [
+            f"{p}/status" for p in ("tpusliceclusters", "tpuslicejobs", "tpusliceservices")
+        ],
+    }
+    calls = [
+        (method, name)
+        for method, resource in found
+        for name in expand.get(resource, [resource.strip('"')])
+    ]
     assert len(calls) >= 15, calls
     assert ("PUT", "leases") in calls and ("PUT", "secrets") in calls
     docs = render()

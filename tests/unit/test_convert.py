@@ -71,6 +71,7 @@ def test_cluster_record_keeps_what_the_reconcile_reads_only() -> None:
         "status": {"readySlices": 1},
     }
     assert cluster_record(body) == {
+        "kind": "TPUSliceCluster",
         "metadata": {
             "name": "llm",
             "namespace": "ml",

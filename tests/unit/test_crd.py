@@ -219,11 +219,23 @@ def test_reservation_valid_and_named_after_its_pool() -> None:
     assert any("must equal spec.nodePool" in m for m in validate(RES, reservation(nodePool="b")))
 
 
-def test_reservation_spec_is_immutable() -> None:
+def test_reservation_spec_is_immutable_but_for_the_holders_slice() -> None:
     old = reservation()
     new = copy.deepcopy(old)
     new["spec"]["holder"]["name"] = "thief"
-    assert any("spec is immutable" in m for m in validate(RES, new, old=old))
+    assert any("may change only its replicaName" in m for m in validate(RES, new, old=old))
+    kind = copy.deepcopy(old)
+    kind["spec"]["holder"]["kind"] = "TPUSliceJob"
+    assert any("may change only its replicaName" in m for m in validate(RES, kind, old=old))
+    for field, value in (("topology", "8x8"), ("hosts", 99), ("nodePool", "other")):
+        changed = copy.deepcopy(old)
+        changed["spec"][field] = value
+        assert any(f"spec.{field} is immutable" in m for m in validate(RES, changed, old=old))
+    # a TPUSliceJob's retry gives the pool to its new RayCluster's slice
+    handed = copy.deepcopy(old)
+    handed["spec"]["holder"]["replicaName"] = "workers-new"
+    handed["spec"]["holder"]["replicaIndex"] = 1
+    assert validate(RES, handed, old=old) == []
     status_only = copy.deepcopy(old)
     status_only["status"]["phase"] = "Bound"
     assert validate(RES, status_only, old=old) == []

@@ -4,6 +4,7 @@ and splitting a watch stream into events."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 from tpuslice.convert import node_info
 from tpuslice.follow import (
@@ -96,7 +97,11 @@ def test_pod_changes_kick_their_cluster() -> None:
     store: RecordStore[PodInfo] = RecordStore(lambda p: (p.namespace, p.cluster))
     changes = apply(store, "ADDED", {("ml", "w0"): pod("ml", "w0", "llm")})
     changes += apply(store, "DELETED", {("ml", "w0"): pod("ml", "w0", "llm")})
-    assert pod_kicks(changes) == {("ml", "llm")}
+    assert pod_kicks(changes) == {("TPUSliceCluster", "ml", "llm")}
+    job_pod = replace(pod("ml", "w1", "llm"), owner_kind="TPUSliceJob")
+    assert pod_kicks(apply(store, "ADDED", {("ml", "w1"): job_pod})) == {
+        ("TPUSliceJob", "ml", "llm")
+    }
 
 
 def test_watch_stream_lines_are_reassembled_across_chunks() -> None:

@@ -52,12 +52,12 @@ def test_a_released_pod_reads_as_released_and_pinned_until_the_watch_shows_it() 
 def test_entries_expire_after_the_ttl() -> None:
     pending = PendingWrites()
     pending.reservation_created(ReservationInfo("pool-a", OURS), now=0.0)
-    pending.raycluster_applied(("ml", "llm"), "abc", now=0.0)
+    pending.ray_applied(("RayCluster", "ml", "llm"), "abc", now=0.0)
     pending.expire(now=TTL_SECONDS)
-    assert pending.applied_digest(("ml", "llm")) == "abc"
+    assert pending.applied_digest(("RayCluster", "ml", "llm")) == "abc"
     pending.expire(now=TTL_SECONDS + 0.1)
     assert pending.reservations([]) == []
-    assert pending.applied_digest(("ml", "llm")) is None
+    assert pending.applied_digest(("RayCluster", "ml", "llm")) is None
 
 
 def test_a_bound_phase_is_forgotten_once_the_index_shows_bound() -> None:
