@@ -4,9 +4,10 @@
 (pure); this part decides whether to send it (one writer per kind). A status
 equal to what we last wrote, or to what the object shows, is not written. A
 change that is only progress (N of 4 pods created, hosts ready) is written at
-most once per ``progress_seconds`` per object and folded into the next write: the counts of a slice coming up arrive within a second or two,
-and each used to be a write of its own. Events are posted on transitions
-(slice states, Stalled, Ready), once, with the write that made them true.
+most once per ``progress_seconds`` per object and folded into the next write:
+the counts of a slice coming up arrive within a second or two, and each used
+to be a write of its own. Events are posted on transitions (slice states,
+Stalled, Ready, Complete), once, with the write that made them true.
 """
 
 from __future__ import annotations
