@@ -10,6 +10,7 @@ seconds.
 from __future__ import annotations
 
 import copy
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -76,9 +77,19 @@ def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
 _ENV = celpy.Environment()
 
 
+#: Kubernetes CEL escapes property names that are CEL reserved words as ``__word__``
+#: (apiextensions "Escaping"; ``self.namespace`` is refused by the API server).
+_RESERVED_ESCAPE = re.compile(
+    r"__(namespace|in|as|break|const|continue|else|for|function|if|import|let|loop"
+    r"|package|return|var|void|while)__"
+)
+
+
 @cache
 def _program(rule: str) -> Any:
-    return _ENV.program(_ENV.compile(rule))
+    """The rule compiled for cel-python, which knows no escaping: ``__namespace__`` is
+    read as the property ``namespace``."""
+    return _ENV.program(_ENV.compile(_RESERVED_ESCAPE.sub(r"\1", rule)))
 
 
 @cache
