@@ -80,6 +80,7 @@ __all__ = [
     "Timings",
     "install_crd",
     "load_crd",
+    "uninstall_crd",
     "write_config",
 ]
 
@@ -130,6 +131,28 @@ def install_crd(api: Any, timeout_s: float = 60.0) -> None:
         return any(c.type == "Established" and c.status == "True" for c in conditions)
 
     kube.wait_for(established, timeout_s=timeout_s, what=f"CRD {CRD_NAME} Established")
+
+
+def uninstall_crd(api: Any, timeout_s: float = 60.0) -> None:
+    """Delete the CRD (and so every request) and wait until it is gone, for tests of an
+    operator on a cluster without the API."""
+    ext = kube.apiextensions_v1(api)
+    try:
+        ext.delete_custom_resource_definition(CRD_NAME)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+    def gone() -> bool:
+        try:
+            ext.read_custom_resource_definition(CRD_NAME)
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
+
+    kube.wait_for(gone, timeout_s=timeout_s, what=f"CRD {CRD_NAME} deleted")
 
 
 def write_config(
