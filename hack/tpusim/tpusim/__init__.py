@@ -7,6 +7,8 @@ Used by the e2e tests (a pytest fixture), `make dev-cluster` and
 ``python -m tpusim up|down|status``. With ``ClusterSettings(node_ip=...)`` a
 real kubelet + containerd node can join (tpusim.realnode.RealNode; root, one
 per machine); tpusim.hoststate records and takes back its host changes.
+tpusim.provisioner plays GKE's side of the ProvisioningRequest API (a
+simulation: the CRD, whole pools on demand, booking, revocation, faults).
 """
 
 from .cluster import ClusterSettings, LocalCluster, StartupReport, primary_address

@@ -1,4 +1,4 @@
-"""Command line: ``python -m tpusim up|down|status|add-pool|remove-pool|images|cleanup-host``.
+"""Command line: ``python -m tpusim up|down|status|add-pool|remove-pool|provisioner|...``.
 
 `up` detaches by default (the cluster outlives the command, as `make
 dev-cluster` wants); `up --foreground` keeps it in this process until Ctrl-C.
@@ -6,6 +6,8 @@ State (pids, ports, kubeconfig) lives in ``--dir`` so `down` and `status` from
 another shell find it. `up --real-node` adds one real kubelet node
 (tpusim.realnode; root); `down` takes it and every host change back, and
 `cleanup-host` does that alone from the recorded state (after a crash).
+`provisioner` runs the fake GKE provisioner (tpusim.provisioner) in the
+foreground against the cluster of ``--dir`` (or ``--kubeconfig``).
 """
 
 from __future__ import annotations
@@ -278,6 +280,40 @@ def cmd_remove_pool(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_provisioner(args: argparse.Namespace) -> int:
+    """Install the ProvisioningRequest CRD and play GKE's side until Ctrl-C."""
+    import logging
+
+    from .provisioner import FakeProvisioner, ProvisionerSettings, install_crd
+    from .provreq import Timings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    api = kube.api_client(args.kubeconfig) if args.kubeconfig else _api_for(args.dir)
+    if args.install_only:
+        install_crd(api)
+        print("ProvisioningRequest CRD installed")
+        return 0
+    timings = Timings(
+        accept_delay_s=args.accept_delay,
+        provision_delay_s=args.provision_delay,
+        booking_s=args.booking,
+        pending_retry_s=args.pending_retry,
+        scale_down_delay_s=args.scale_down_delay,
+    )
+    fake = FakeProvisioner(api, ProvisionerSettings(timings=timings, interval_s=args.interval))
+    exit_on_signals()
+    fake.start()
+    print(f"fake GKE provisioner running ({timings}); Ctrl-C stops it")
+    try:
+        while True:
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        fake.stop(remove_pools=args.remove_pools)
+    return 0
+
+
 def cmd_images(args: argparse.Namespace) -> int:
     """Build (or reuse) the real-node tier's images; print where the tars are."""
     import logging
@@ -341,6 +377,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     rm = sub.add_parser("remove-pool", help="delete every node of the named pools")
     rm.add_argument("name", nargs="+")
     rm.set_defaults(fn=cmd_remove_pool)
+    prov = sub.add_parser(
+        "provisioner",
+        help="fake GKE ProvisioningRequest provisioner in the foreground (docs/local-cluster.md)",
+    )
+    prov.add_argument("--kubeconfig", type=Path, help="default: the cluster of --dir")
+    prov.add_argument("--install-only", action="store_true", help="install the CRD and exit")
+    prov.add_argument("--interval", type=float, default=0.5, help="seconds between passes")
+    prov.add_argument("--accept-delay", type=float, default=1.0, help="created -> Accepted (s)")
+    prov.add_argument(
+        "--provision-delay", type=float, default=3.0, help="Accepted -> nodes, Provisioned (s)"
+    )
+    prov.add_argument(
+        "--booking", type=float, default=600.0, help="Provisioned -> BookingExpired (s)"
+    )
+    prov.add_argument(
+        "--pending-retry",
+        type=float,
+        default=120.0,
+        help="queued: no matching pool -> Failed after (s)",
+    )
+    prov.add_argument(
+        "--scale-down-delay", type=float, default=30.0, help="empty pool -> removed after (s)"
+    )
+    prov.add_argument(
+        "--remove-pools", action="store_true", help="on exit delete every node it made"
+    )
+    prov.set_defaults(fn=cmd_provisioner)
     images = sub.add_parser(
         "images", help="build the operator image (and the Ray image) with buildah, no daemon"
     )

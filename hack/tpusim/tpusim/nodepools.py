@@ -49,6 +49,7 @@ __all__ = [
     "pool_nodes",
     "topology_chips",
     "topology_host",
+    "tpu_type_for_accelerator",
 ]
 
 #: KWOK manages exactly the Nodes carrying this annotation (its controller flag
@@ -224,6 +225,15 @@ class CPUPool:
 
 
 NodePool = TPUPool | CPUPool
+
+
+def tpu_type_for_accelerator(accelerator: str) -> str | None:
+    """The TPU type (``v6e``) whose nodes carry ``cloud.google.com/gke-tpu-accelerator`` =
+    ``accelerator`` (``tpu-v6e-slice``), or None for a value GKE does not use."""
+    for name, tpu in _TPU_TYPES.items():
+        if tpu.accelerator == accelerator:
+            return name
+    return None
 
 
 def topology_chips(topology: str) -> int:
