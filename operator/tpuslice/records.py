@@ -126,6 +126,8 @@ class NodeInfo:
     # cloud.google.com/gce-topology-block / -subblock, when GKE labels the node
     block: str | None = None
     subblock: str | None = None
+    # its labels of constants.CAPACITY_SELECTOR_KEYS (spec.reservation.provisioning.nodeSelector)
+    capacity_labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -376,6 +378,7 @@ class SliceFacts:
     (scale-down), it is suspended, or its pods are gone and not being replaced."""
 
     index: int
+    raycluster: str = ""  # the RayCluster it belongs to (names its requests)
     exists: bool = True
     pods_complete: bool = False  # all hostsPerSlice live pods created
     pool: str | None = None  # the node pool its SliceReservation holds
@@ -392,6 +395,7 @@ class ProvisioningAction(StrEnum):
     DELETE = "Delete"  # delete the request (its PodTemplate goes with it)
     CLAIM = "Claim"  # capacity is provisioned: claim a pool for the slice
     RETRY = "Retry"  # delete the request and create the next attempt
+    GIVE_BACK = "GiveBack"  # free the slice's unreleased pool: its booking lapsed
     KEEP = "Keep"  # the slice runs on the request's capacity: keep the request
     STALL = "Stall"  # cannot converge without someone's change
     REPLACE = "Replace"  # the capacity is gone under a released slice: replace the slice
@@ -422,3 +426,10 @@ class ProvisioningDecision:
     retry_at: datetime | None = None  # pass again no later than this (backoff, deadlines)
     request: str | None = None  # the request the slice consumes or waits for, if any
     attempt: int = 0  # attempt number of ``request`` (or of the last one, 0 for none)
+
+    def provisioning_status(self) -> SliceProvisioning | None:
+        """What status.slices[].provisioning should say after this decision is carried
+        out (None: the slice never asked); read back by provisioning.history_from_status."""
+        if self.attempt <= 0:
+            return None
+        return SliceProvisioning(self.request or "", self.attempt, self.failures)

@@ -144,7 +144,7 @@ BAD = [
     ),
     (
         {"mode": "BestEffortAtomic", "nodeSelector": {c.NODE_LABEL_SPOT: "false"}},
-        "nodeSelector.cloud.google.com/gke-spot: takes only \"true\"",
+        'nodeSelector.cloud.google.com/gke-spot: takes only "true"',
     ),
     (
         {"mode": "BestEffortAtomic", "nodeSelector": {c.NODE_LABEL_RESERVATION_NAME: "-bad"}},
@@ -204,7 +204,7 @@ CEL_BAD = [
     ),
     (
         {"mode": "BestEffortAtomic", "nodeSelector": {c.NODE_LABEL_SPOT: "false"}},
-        "take only \"true\"",
+        'take only "true"',
     ),
     (
         {"mode": "BestEffortAtomic", "nodeSelector": {c.NODE_LABEL_RESERVATION_NAME: "-bad"}},
