@@ -64,6 +64,7 @@ __all__ = [
     "podtemplate_body",
     "podtemplate_owner_references",
     "pool_matches_selector",
+    "promised_pools",
     "request_body",
     "request_hash",
     "request_labels",
@@ -395,6 +396,26 @@ def group_requests(
             extra.append(newest[key])
         newest[key] = request
     return newest, [r for r in extra if not r.deleting]
+
+
+def promised_pools(requests: Iterable[ProvisioningRequestInfo]) -> dict[str, str]:
+    """Node pools a live provisioned request names (queued class): pool -> request name.
+
+    A fresh queued pool is free and eligible to every slice of its shape the moment its
+    nodes are Ready, so another waiting cluster could claim it first (Kueue met the same:
+    kubernetes-sigs/kueue#9048). The planner should keep these pools for the slice whose
+    request names them and out of everyone else's eligible set. Other classes name no
+    pool (capacity-facts.md section 2), so their fresh pools cannot be promised."""
+    out: dict[str, str] = {}
+    for request in requests:
+        pool = request.node_pool
+        lapsed = any(
+            request.is_true(kind)
+            for kind in (c.PROVREQ_FAILED, c.PROVREQ_BOOKING_EXPIRED, c.PROVREQ_CAPACITY_REVOKED)
+        )
+        if pool and request.is_true(c.PROVREQ_PROVISIONED) and not lapsed and not request.deleting:
+            out[pool] = request.name
+    return out
 
 
 def slices_to_provision(waiting: Iterable[int], free_pools: int) -> frozenset[int]:
@@ -744,7 +765,17 @@ def decide(
     if is_provisioned:
         since = _when(provisioned, request, now)
         deadline = since + timedelta(seconds=claim_within)
-        if now > deadline:
+        if now >= deadline and slice_.eligible_pool:
+            # a free pool is there (maybe this one) but was not taken in time: drop the
+            # request and let the planner treat the pool as any other
+            return out(
+                ProvisioningAction.DELETE,
+                delete=request.name,
+                reason=events.BOOKING_GIVEN_BACK,
+                message=f"{request.name} was provisioned at {_stamp(since)} and not claimed "
+                f"within {int(claim_within)} s; giving it back (a free node pool is there)",
+            )
+        if now >= deadline:
             return create(
                 failures + 1,
                 f"{request.name} was provisioned at {_stamp(since)} and no node pool of it could "

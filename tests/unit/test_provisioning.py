@@ -25,6 +25,7 @@ from tpuslice.provisioning import (
     podtemplate_body,
     podtemplate_owner_references,
     pool_matches_selector,
+    promised_pools,
     request_body,
     request_hash,
     request_name,
@@ -948,3 +949,20 @@ def test_the_decision_says_what_status_keeps() -> None:
     # the next pass, with no request, goes on from that count
     again = decide(WAITING, None, QUEUED, now=NOW, history=given_back.provisioning_status())
     assert (again.create_attempt, again.failures) == (2, 1)
+
+
+def test_promised_pools_are_those_of_live_provisioned_requests() -> None:
+    pool = {"NodePoolName": "dws-pool"}
+    live = req(cond("Provisioned"), details=pool)
+    assert promised_pools([live]) == {"dws-pool": "llm-s0-1"}
+    assert promised_pools([req(cond("Provisioned", "False"), details=pool)]) == {}
+    assert promised_pools([req(cond("Provisioned"), cond("BookingExpired"), details=pool)]) == {}
+    assert promised_pools([req(cond("Provisioned"), details=pool, deleting=True)]) == {}
+    assert promised_pools([req(cond("Provisioned"))]) == {}
+
+
+def test_past_the_window_with_a_free_pool_the_request_is_just_dropped() -> None:
+    r = req(cond("Provisioned", ago=CLAIM_WITHIN_SECONDS), details={"NodePoolName": "p"})
+    d = decide(ELIGIBLE, r, QUEUED, now=NOW)
+    assert d.action == ProvisioningAction.DELETE and d.create_attempt is None
+    assert d.failures == 0 and d.reason == events.BOOKING_GIVEN_BACK
