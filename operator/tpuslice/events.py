@@ -40,7 +40,8 @@ PROVISIONING_REQUEST_DELETED: Final = "ProvisioningRequestDeleted"  # not needed
 BOOKING_EXPIRED: Final = "BookingExpired"  # booked capacity lapsed before the slice was bound
 BOOKING_GIVEN_BACK: Final = "BookingGivenBack"  # not claimed within the claim window
 CAPACITY_REVOKED: Final = "CapacityRevoked"  # GKE took the VMs back (maxRunDurationSeconds)
-# Reconciling/Ready reason while a slice's capacity is being provisioned.
+# A slice entered state Provisioning (its request waits for capacity). The Ready and
+# Reconciling reason is then the state's name, Provisioning, as for every slice state.
 PROVISIONING_CAPACITY: Final = "ProvisioningCapacity"
 # Stalled reasons: the autoscaler refused the request as configured (or the retry limit
 # is spent), and the ProvisioningRequest CRD is not installed.

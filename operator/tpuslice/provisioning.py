@@ -511,12 +511,14 @@ def decide(
       request of a slice that holds no pool (a running slice keeps its own);
     - the request is being deleted: wait for it;
     - the slice is gone (scale-down, pods gone): delete its request;
+    - the slice holds a pool that is not the request's capacity (the request was never
+      provisioned, or names another pool): delete the request;
     - the slice is released (its pods run on the pool): keep the request while it runs;
       ``CapacityRevoked``, or ``BookingExpired``/``Failed`` before every pod was bound,
       means the capacity is gone: replace the slice (delete its pods; KubeRay makes a
       new replica, which asks again) and delete the request;
-    - the slice holds a pool, not yet released: a request not provisioned lost to that
-      pool (delete it); a provisioned one stays until the release; if its booking
+    - the slice holds the request's pool, not yet released: the request stays until
+      the release; if its booking
       lapses first (``BookingExpired``/``CapacityRevoked``/``Failed``) the pool is given
       back (an existing pool again if its nodes are still there, else the slice asks
       again: a failure, unless only its gang held it back);
@@ -606,10 +608,25 @@ def decide(
     is_revoked = revoked is not None and revoked.true
     is_provisioned = provisioned is not None and provisioned.true
 
+    # Whether the pool the slice holds is the request's capacity: it was provisioned, and
+    # (queued) it is the pool the request names. Otherwise the slice took an existing
+    # pool and the request is merely left over.
+    ours = is_provisioned and (
+        not prov.queued or request is None or request.node_pool in (None, slice_.pool)
+    )
+
     # ---- released: the slice runs (or starts) on the request's capacity
     if slice_.released:
         if request is None:
             return out(ProvisioningAction.NONE)
+        if not ours:
+            return out(
+                ProvisioningAction.DELETE,
+                delete=request.name,
+                reason=events.PROVISIONING_REQUEST_DELETED,
+                message=f"slice {index} runs on node pool {slice_.pool}, not on the capacity of "
+                f"ProvisioningRequest {request.name}; deleting it",
+            )
         lost: RequestCondition | None = None
         reason = ""
         if is_revoked:
@@ -635,6 +652,14 @@ def decide(
     if holds:
         if request is None:
             return out(ProvisioningAction.NONE)
+        if not ours:
+            return out(
+                ProvisioningAction.DELETE,
+                delete=request.name,
+                reason=events.PROVISIONING_REQUEST_DELETED,
+                message=f"slice {index} holds node pool {slice_.pool}; deleting "
+                f"ProvisioningRequest {request.name}",
+            )
         lapsed = next((x for x in (revoked, expired, failed) if x is not None and x.true), None)
         if lapsed is not None:
             # the gang held it back, not the request: no failure, and nothing to wait for
@@ -647,14 +672,6 @@ def decide(
                 message=f"ProvisioningRequest {request.name}: {_said(lapsed)} before the "
                 f"slice was released{' (its gang was short)' if gang else ''}; giving node "
                 f"pool {slice_.pool} back",
-            )
-        if not is_provisioned:
-            return out(
-                ProvisioningAction.DELETE,
-                delete=request.name,
-                reason=events.PROVISIONING_REQUEST_DELETED,
-                message=f"slice {index} holds node pool {slice_.pool}; deleting "
-                f"ProvisioningRequest {request.name}",
             )
         return out(ProvisioningAction.KEEP)
 

@@ -910,9 +910,10 @@ def test_decide_is_total_and_keeps_its_promises(
         assert slice_.pool is not None and not slice_.released
     if d.replace_slice:
         assert slice_.released
-    if slice_.released and slice_.exists and request is not None:
-        # never deletes the request under a running slice, except when its capacity is gone
-        assert d.delete is None or d.replace_slice
+    if slice_.released and slice_.exists and request is not None and spec.provisions:
+        # never deletes the request whose capacity a running slice uses, unless it is gone
+        uses = request.is_true("Provisioned") and request.node_pool in (None, slice_.pool)
+        assert d.delete is None or d.replace_slice or not uses
     if d.claim_pool is not None or d.search_pools:
         assert slice_.pool is None and spec.provisions
     assert d.stalled is None or d.action == ProvisioningAction.STALL
@@ -966,3 +967,14 @@ def test_past_the_window_with_a_free_pool_the_request_is_just_dropped() -> None:
     d = decide(ELIGIBLE, r, QUEUED, now=NOW)
     assert d.action == ProvisioningAction.DELETE and d.create_attempt is None
     assert d.failures == 0 and d.reason == events.BOOKING_GIVEN_BACK
+
+
+def test_a_slice_on_an_existing_pool_drops_a_leftover_request() -> None:
+    never = req(cond("Failed", reason="ResourcePoolExhausted"))  # never provisioned
+    for facts in (WITH_POOL, RUNNING, RELEASED_UNBOUND):
+        d = decide(facts, never, QUEUED, now=NOW)
+        assert d.action == ProvisioningAction.DELETE and not d.give_back and not d.replace_slice
+    elsewhere = req(cond("Provisioned"), cond("CapacityRevoked"), details={"NodePoolName": "other"})
+    for facts in (WITH_POOL, RUNNING):
+        d = decide(facts, elsewhere, QUEUED, now=NOW)
+        assert d.action == ProvisioningAction.DELETE and not d.give_back and not d.replace_slice
