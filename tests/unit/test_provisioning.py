@@ -978,3 +978,36 @@ def test_a_slice_on_an_existing_pool_drops_a_leftover_request() -> None:
     for facts in (WITH_POOL, RUNNING):
         d = decide(facts, elsewhere, QUEUED, now=NOW)
         assert d.action == ProvisioningAction.DELETE and not d.give_back and not d.replace_slice
+
+
+def test_a_provisioning_slice_explains_ready_false_and_posts_an_event() -> None:
+    from tpuslice.status import Observed, desired_conditions, slice_events
+
+    slices = [
+        SliceStatus(0, SliceState.READY, "tpu-a", "pool-a", 4),
+        SliceStatus(
+            1,
+            SliceState.PROVISIONING,
+            "tpu-b",
+            message="queued: expected in 2h",
+            provisioning=SliceProvisioning("llm-s1-1", 1, 0),
+        ),
+    ]
+    observed = Observed(
+        generation=1,
+        accelerator_type="v6e-16",
+        hosts_per_slice=4,
+        chips_per_host=4,
+        ray_cluster="llm",
+        desired_slices=2,
+        slices=slices,
+        ray_cluster_ready=True,
+        suspended=False,
+        gated=True,
+        applied=True,
+    )
+    ready = next(x for x in desired_conditions(observed) if x["type"] == "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "Provisioning"
+    assert "slice 1: queued: expected in 2h" in ready["message"]
+    (event,) = [e for e in slice_events([], slices) if e[1] == events.PROVISIONING_CAPACITY]
+    assert event[0] == "Normal" and "queued: expected in 2h" in event[2]
