@@ -86,6 +86,63 @@ NODE_LABEL_PROVISIONING: Final = "cloud.google.com/gke-provisioning"
 NODE_LABEL_TOPOLOGY_BLOCK: Final = "cloud.google.com/gce-topology-block"
 NODE_LABEL_TOPOLOGY_SUBBLOCK: Final = "cloud.google.com/gce-topology-subblock"
 
+# Capacity keys a slice may select on (spec.reservation.provisioning.nodeSelector): copied
+# to the ProvisioningRequest's PodTemplate and to every worker pod. Only node labels GKE
+# sets on TPU nodes of Standard pools, so the pods can land on a pool GKE made for them:
+#   gke-spot, reservation-name, gke-flex-start: the capacity-type docs above;
+#   compute-class: https://cloud.google.com/kubernetes-engine/docs/concepts/about-custom-compute-classes
+NODE_LABEL_COMPUTE_CLASS: Final = "cloud.google.com/compute-class"
+CAPACITY_SELECTOR_KEYS: Final = (
+    NODE_LABEL_SPOT,
+    NODE_LABEL_RESERVATION_NAME,
+    NODE_LABEL_COMPUTE_CLASS,
+    NODE_LABEL_FLEX_START,
+)
+# Keys whose only value GKE writes is "true".
+CAPACITY_SELECTOR_TRUE_ONLY: Final = (NODE_LABEL_SPOT, NODE_LABEL_FLEX_START)
+
+# --- ProvisioningRequest (the cluster autoscaler's API; capacity that does not exist yet)
+# kubernetes/autoscaler cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1
+# (types.go); GKE's queued class: GoogleCloudPlatform/cluster-autoscaler
+# pkg/provisioningrequests/queuedwrapper/wrapper.go.
+PROVREQ_GROUP: Final = "autoscaling.x-k8s.io"
+PROVREQ_VERSION: Final = "v1"
+PROVREQ_API_VERSION: Final = f"{PROVREQ_GROUP}/{PROVREQ_VERSION}"
+PROVREQ_KIND: Final = "ProvisioningRequest"
+PROVREQ_PLURAL: Final = "provisioningrequests"
+PODTEMPLATE_KIND: Final = "PodTemplate"
+PODTEMPLATE_PLURAL: Final = "podtemplates"
+PROVREQ_CLASS_BEST_EFFORT_ATOMIC: Final = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+PROVREQ_CLASS_QUEUED: Final = "queued-provisioning.gke.io"
+PROVREQ_CLASS_CHECK_CAPACITY: Final = "check-capacity.autoscaling.x-k8s.io"
+# Both on every pod of a slice whose capacity came from a request (added by the release
+# patch): pods carrying them never trigger a normal scale-up.
+ANNOTATION_CONSUME_PROVREQ: Final = "autoscaling.x-k8s.io/consume-provisioning-request"
+ANNOTATION_PROVREQ_CLASS: Final = "autoscaling.x-k8s.io/provisioning-class-name"
+# status.conditions[].type of a ProvisioningRequest.
+PROVREQ_ACCEPTED: Final = "Accepted"
+PROVREQ_PROVISIONED: Final = "Provisioned"
+PROVREQ_FAILED: Final = "Failed"
+PROVREQ_BOOKING_EXPIRED: Final = "BookingExpired"
+PROVREQ_CAPACITY_REVOKED: Final = "CapacityRevoked"
+# status.provisioningClassDetails keys GKE's queued class writes.
+PROVREQ_DETAIL_NODE_POOL: Final = "NodePoolName"
+PROVREQ_DETAIL_RESIZE_REQUEST: Final = "ResizeRequestName"
+# GKE labels the nodes of a queued pool with the request's resize request, and taints them.
+NODE_LABEL_PROVISIONING_REQUEST: Final = "autoscaling.gke.io/provisioning-request"
+QUEUED_TAINT_KEY: Final = "cloud.google.com/gke-queued"
+# Capacity is booked for this long after Provisioned=True (OSS processors/provreq
+# defaultReservationTime, GKE provreqstate BookingDuration); both hard-coded.
+PROVREQ_BOOKING_SECONDS: Final = 600
+# On our PodTemplates and ProvisioningRequests: which slice, which attempt.
+LABEL_RAYCLUSTER: Final = f"{GROUP}/raycluster"
+LABEL_SLICE_INDEX: Final = f"{GROUP}/slice-index"
+LABEL_PROVISIONING_ATTEMPT: Final = f"{GROUP}/provisioning-attempt"
+# On our ProvisioningRequests: failures counted before this attempt (the retry limit's
+# count survives restarts in the API server), and a digest of the immutable spec.
+ANNOTATION_PROVISIONING_FAILURES: Final = f"{GROUP}/provisioning-failures"
+ANNOTATION_PROVREQ_HASH: Final = f"{GROUP}/request-hash"
+
 # --- KubeRay -----------------------------------------------------------------
 RAY_GROUP: Final = "ray.io"
 RAY_VERSION: Final = "v1"

@@ -8,10 +8,19 @@ typed input.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from tpuslice import constants as c
-from tpuslice.records import CapacityType, Holder, NodeInfo, PodInfo, ReservationInfo
+from tpuslice.records import (
+    CapacityType,
+    Holder,
+    NodeInfo,
+    PodInfo,
+    ProvisioningRequestInfo,
+    RequestCondition,
+    ReservationInfo,
+)
 
 __all__ = [
     "capacity_type",
@@ -19,6 +28,7 @@ __all__ = [
     "holder_spec",
     "node_info",
     "pod_info",
+    "provisioning_request_info",
     "ray_owner_info",
     "raycluster_info",
     "reservation_body",
@@ -134,6 +144,7 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
         capacity_type=capacity_type(labels),
         block=labels.get(c.NODE_LABEL_TOPOLOGY_BLOCK) or None,
         subblock=labels.get(c.NODE_LABEL_TOPOLOGY_SUBBLOCK) or None,
+        capacity_labels={k: labels[k] for k in c.CAPACITY_SELECTOR_KEYS if k in labels},
     )
 
 
@@ -235,3 +246,53 @@ def ray_owner_info(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A RayJob or RayService: what ``raycluster_info`` keeps, and its whole status (the
     TPUSliceJob's and TPUSliceService's status is computed from it)."""
     return {**raycluster_info(obj), "status": dict(obj.get("status") or {})}
+
+
+def timestamp(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp of the API server (``2026-11-30T00:00:00Z``) as an aware
+    UTC datetime; None when absent or not one."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def provisioning_request_info(obj: Mapping[str, Any]) -> ProvisioningRequestInfo:
+    """One of our ProvisioningRequests as the decisions need it: which slice and attempt
+    (our labels and annotations), its class, conditions by type and class details."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    status = obj.get("status") or {}
+    conditions: dict[str, RequestCondition] = {}
+    for cond in status.get("conditions") or []:
+        if not isinstance(cond, Mapping) or not cond.get("type"):
+            continue
+        conditions[str(cond["type"])] = RequestCondition(
+            type=str(cond["type"]),
+            status=str(cond.get("status") or "Unknown"),
+            reason=str(cond.get("reason") or ""),
+            message=str(cond.get("message") or ""),
+            last_transition=timestamp(cond.get("lastTransitionTime")),
+        )
+    details = status.get("provisioningClassDetails") or {}
+    return ProvisioningRequestInfo(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        uid=str(meta.get("uid") or ""),
+        raycluster=labels.get(c.LABEL_RAYCLUSTER, ""),
+        slice_index=_int(labels.get(c.LABEL_SLICE_INDEX)),
+        attempt=_int(labels.get(c.LABEL_PROVISIONING_ATTEMPT)) or 1,
+        failures=max(0, _int(annotations.get(c.ANNOTATION_PROVISIONING_FAILURES)) or 0),
+        class_name=str((obj.get("spec") or {}).get("provisioningClassName") or ""),
+        spec_hash=str(annotations.get(c.ANNOTATION_PROVREQ_HASH) or ""),
+        conditions=conditions,
+        details={str(k): str(v) for k, v in details.items()}
+        if isinstance(details, Mapping)
+        else {},
+        created=timestamp(meta.get("creationTimestamp")),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )

@@ -33,10 +33,27 @@ RAYCLUSTER_NAME_TAKEN: Final = "RayClusterNameTaken"
 # More slices than node pools of the shape exist (SlicePlan.stalled / Admission.stalled).
 NOT_ENOUGH_POOLS: Final = "NotEnoughPools"
 
+# Capacity on demand (spec.reservation.provisioning; provisioning.py decides).
+PROVISIONING_REQUESTED: Final = "ProvisioningRequested"  # a request was created for a slice
+CAPACITY_PROVISIONED: Final = "CapacityProvisioned"  # Provisioned=True: claiming its pool
+PROVISIONING_RETRY: Final = "ProvisioningRetry"  # a failed/expired attempt, retried after backoff
+PROVISIONING_REQUEST_DELETED: Final = "ProvisioningRequestDeleted"  # not needed any more
+BOOKING_EXPIRED: Final = "BookingExpired"  # booked capacity lapsed before the slice was bound
+BOOKING_GIVEN_BACK: Final = "BookingGivenBack"  # not claimed within the claim window
+CAPACITY_REVOKED: Final = "CapacityRevoked"  # GKE took the VMs back (maxRunDurationSeconds)
+# A slice entered state Provisioning (its request waits for capacity). The Ready and
+# Reconciling reason is then the state's name, Provisioning, as for every slice state.
+PROVISIONING_CAPACITY: Final = "ProvisioningCapacity"
+# Stalled reasons: the autoscaler refused the request as configured (or the retry limit
+# is spent), and the ProvisioningRequest CRD is not installed.
+PROVISIONING_FAILED: Final = "ProvisioningFailed"
+PROVISIONING_NOT_INSTALLED: Final = "ProvisioningRequestNotInstalled"
+
 SLICE_STATE_REASONS: Final = {
     SliceState.RESERVED: SLICE_RESERVED,
     SliceState.SCHEDULED: SLICE_SCHEDULED,
     SliceState.READY: SLICE_READY,
     SliceState.WAITING_FOR_CAPACITY: WAITING_FOR_CAPACITY,
+    SliceState.PROVISIONING: PROVISIONING_CAPACITY,
     SliceState.RELEASING: SLICE_TERMINATING,
 }

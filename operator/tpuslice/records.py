@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -30,12 +31,19 @@ __all__ = [
     "PodInfo",
     "PodRelease",
     "PoolRequest",
+    "ProvisioningAction",
+    "ProvisioningDecision",
+    "ProvisioningMode",
+    "ProvisioningRequestInfo",
     "QueueDecision",
+    "RequestCondition",
     "ReservationInfo",
     "Shape",
     "ShapeMember",
     "ShapePool",
+    "SliceFacts",
     "SlicePlan",
+    "SliceProvisioning",
     "SliceState",
     "SliceStatus",
     "Snapshot",
@@ -64,11 +72,20 @@ class CapacityType(StrEnum):
     FLEX_START = "FlexStart"
 
 
+class ProvisioningMode(StrEnum):
+    """``spec.reservation.provisioning.mode``: how a slice without a free pool asks for one."""
+
+    NONE = "None"  # it waits (WaitingForCapacity), as without the field
+    BEST_EFFORT_ATOMIC = "BestEffortAtomic"  # best-effort-atomic-scale-up.autoscaling.x-k8s.io
+    QUEUED = "QueuedProvisioning"  # queued-provisioning.gke.io (DWS flex-start, queued)
+
+
 class SliceState(StrEnum):
     """Where one slice stands; shown in status.slices[].state."""
 
     PENDING = "Pending"  # KubeRay is still creating the slice's pods
     WAITING_FOR_CAPACITY = "WaitingForCapacity"  # no free matching node pool
+    PROVISIONING = "Provisioning"  # no free pool; a ProvisioningRequest asks for one
     RESERVED = "Reserved"  # pool held; pods not (all) released yet
     SCHEDULED = "Scheduled"  # every pod released and pinned; not all running/ready
     READY = "Ready"  # every pod running and ready on the reserved pool
@@ -125,6 +142,8 @@ class NodeInfo:
     # cloud.google.com/gce-topology-block / -subblock, when GKE labels the node
     block: str | None = None
     subblock: str | None = None
+    # its labels of constants.CAPACITY_SELECTOR_KEYS (spec.reservation.provisioning.nodeSelector)
+    capacity_labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -184,6 +203,20 @@ class PodRelease:
 
 
 @dataclass(frozen=True)
+class SliceProvisioning:
+    """status.slices[].provisioning: the slice's ProvisioningRequest and its count of
+    attempts and failures (read back by provisioning.history_from_status, so the retry
+    limit holds across restarts and across requests deleted by someone)."""
+
+    request: str
+    attempt: int
+    failures: int = 0
+
+    def to_dict(self) -> dict[str, object]:
+        return {"request": self.request, "attempt": self.attempt, "failures": self.failures}
+
+
+@dataclass(frozen=True)
 class SliceStatus:
     index: int
     state: SliceState
@@ -192,6 +225,7 @@ class SliceStatus:
     ready_hosts: int = 0
     message: str = ""
     capacity_type: CapacityType | None = None  # of the pool it holds
+    provisioning: SliceProvisioning | None = None
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"index": self.index}
@@ -205,6 +239,8 @@ class SliceStatus:
         out["readyHosts"] = self.ready_hosts
         if self.message:
             out["message"] = self.message
+        if self.provisioning:
+            out["provisioning"] = self.provisioning.to_dict()
         return out
 
 
@@ -319,3 +355,118 @@ class QueueDecision:
     order: tuple[ClusterKey, ...] = ()  # the queue, head first (stalled ones left out)
     waiting: tuple[ClusterKey, ...] = ()  # of ``order``: still short after this pass
     not_enough: tuple[ClusterKey, ...] = ()  # NotEnoughPools: out of the queue
+
+
+# ------------------------------------------------------------ capacity on demand
+
+
+@dataclass(frozen=True)
+class RequestCondition:
+    """One status condition of a ProvisioningRequest."""
+
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: str = ""
+    message: str = ""
+    last_transition: datetime | None = None
+
+    @property
+    def true(self) -> bool:
+        return self.status == "True"
+
+
+@dataclass(frozen=True)
+class ProvisioningRequestInfo:
+    """What the decisions need of one of our ProvisioningRequests
+    (``convert.provisioning_request_info``)."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+    raycluster: str = ""  # tpuslice.dev/raycluster
+    slice_index: int | None = None  # tpuslice.dev/slice-index
+    attempt: int = 1  # tpuslice.dev/provisioning-attempt
+    failures: int = 0  # tpuslice.dev/provisioning-failures: counted before this attempt
+    class_name: str = ""
+    spec_hash: str = ""  # tpuslice.dev/request-hash: what it was created from
+    conditions: Mapping[str, RequestCondition] = field(default_factory=dict)  # by type
+    details: Mapping[str, str] = field(default_factory=dict)  # provisioningClassDetails
+    created: datetime | None = None
+    deleting: bool = False
+
+    def condition(self, kind: str) -> RequestCondition | None:
+        return self.conditions.get(kind)
+
+    def is_true(self, kind: str) -> bool:
+        cond = self.conditions.get(kind)
+        return cond is not None and cond.true
+
+    @property
+    def node_pool(self) -> str | None:
+        """The node pool GKE's queued class made for it (provisioningClassDetails)."""
+        return self.details.get("NodePoolName") or None
+
+
+@dataclass(frozen=True)
+class SliceFacts:
+    """One slice as the per-slice provisioning decision sees it (provisioning.decide).
+
+    ``exists`` is False when the slice is gone: its index is beyond spec.tpu.slices
+    (scale-down), it is suspended, or its pods are gone and not being replaced."""
+
+    index: int
+    raycluster: str = ""  # the RayCluster it belongs to (names its requests)
+    exists: bool = True
+    pods_complete: bool = False  # all hostsPerSlice live pods created
+    pool: str | None = None  # the node pool its SliceReservation holds
+    released: bool = False  # some pod of it is ungated (pinned to ``pool``)
+    bound: bool = False  # every pod of it is bound to a node
+    eligible_pool: bool = False  # a free existing pool is there for it in this pass
+    gang_waiting: bool = False  # holds its pool, unreleased only because its gang is short
+
+
+class ProvisioningAction(StrEnum):
+    NONE = "None"  # no request and none wanted
+    WAIT = "Wait"  # a request is outstanding; nothing to do but watch it
+    CREATE = "Create"  # create the PodTemplate, then the request (``create_attempt``)
+    DELETE = "Delete"  # delete the request (its PodTemplate goes with it)
+    CLAIM = "Claim"  # capacity is provisioned: claim a pool for the slice
+    RETRY = "Retry"  # delete the request and create the next attempt
+    GIVE_BACK = "GiveBack"  # free the slice's unreleased pool: its booking lapsed
+    KEEP = "Keep"  # the slice runs on the request's capacity: keep the request
+    STALL = "Stall"  # cannot converge without someone's change
+    REPLACE = "Replace"  # the capacity is gone under a released slice: replace the slice
+
+
+@dataclass(frozen=True)
+class ProvisioningDecision:
+    """What to do about one slice's ProvisioningRequest in this pass, and what to report.
+
+    The fields say everything the shell must do; ``action`` names the case (tests,
+    logs, events). Order for the shell: give the pool back, delete ``delete``, then
+    create ``create_attempt`` (PodTemplate first); claim as the planner does."""
+
+    action: ProvisioningAction
+    index: int
+    #: Provisioning while a request is outstanding; None leaves the planner's state.
+    state: SliceState | None = None
+    message: str = ""  # for status.slices[].message (the request's own text included)
+    reason: str = ""  # Event reason on a transition (events.py)
+    create_attempt: int | None = None  # create the request of this attempt number
+    failures: int = 0  # failures counted before ``create_attempt`` (or the kept request)
+    delete: str | None = None  # name of the request to delete
+    claim_pool: str | None = None  # queued: the pool provisioningClassDetails names
+    search_pools: bool = False  # other classes: claim any fresh whole eligible pool
+    give_back: bool = False  # free the pool the slice holds (never released yet)
+    replace_slice: bool = False  # delete the slice's pods; KubeRay makes a new replica
+    stalled: str | None = None  # Stalled message (reason ProvisioningFailed)
+    retry_at: datetime | None = None  # pass again no later than this (backoff, deadlines)
+    request: str | None = None  # the request the slice consumes or waits for, if any
+    attempt: int = 0  # attempt number of ``request`` (or of the last one, 0 for none)
+
+    def provisioning_status(self) -> SliceProvisioning | None:
+        """What status.slices[].provisioning should say after this decision is carried
+        out (None: the slice never asked); read back by provisioning.history_from_status."""
+        if self.attempt <= 0:
+            return None
+        return SliceProvisioning(self.request or "", self.attempt, self.failures)

@@ -42,6 +42,14 @@ __all__ = [
     "render_service",
 ]
 
+#: GKE taints queued-provisioning nodes cloud.google.com/gke-queued=true:NoSchedule; the
+#: cluster autoscaler tolerates it only in its simulation, so the real pods must.
+QUEUED_TOLERATION: Mapping[str, str] = {
+    "key": c.QUEUED_TAINT_KEY,
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
+
 #: Head resources when the user gives none: the head runs GCS and the
 #: dashboard, no TPU work, and a BestEffort head is the first pod evicted.
 DEFAULT_HEAD_RESOURCES: Mapping[str, str] = {"cpu": "2", "memory": "8Gi"}
@@ -165,6 +173,15 @@ def _worker_owned(spec: SliceClusterSpec) -> list[OwnedValue]:
         (("metadata", "annotations", key), value, "read by the TPU identity webhook")
         for key, value in worker_annotations(spec).items()
     ]
+    if spec.provisioning is not None:
+        owned += [
+            (
+                ("spec", "nodeSelector", key),
+                value,
+                "from spec.reservation.provisioning.nodeSelector",
+            )
+            for key, value in spec.provisioning.node_selector.items()
+        ]
     if spec.gated:
         owned.append(
             (
@@ -194,6 +211,11 @@ def _worker_template(
     }
     if spec.gated:
         pod_spec["schedulingGates"] = [{"name": c.SCHEDULING_GATE}]
+    if spec.provisioning is not None:
+        # capacity keys: the pods go only where the request's template asks GKE to build
+        pod_spec["nodeSelector"].update(spec.provisioning.node_selector)
+        if spec.provisions and spec.provisioning.queued:
+            pod_spec["tolerations"].append(dict(QUEUED_TOLERATION))
     base = {
         "metadata": {"labels": worker_labels(spec), "annotations": worker_annotations(spec)},
         "spec": pod_spec,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from tpuslice import constants
-from tpuslice.records import CapacityType, GangMode
+from tpuslice.records import CapacityType, GangMode, ProvisioningMode
 from tpuslice.topology import SliceShape, TopologyError, slice_shape
 
 __all__ = [
@@ -32,6 +32,8 @@ __all__ = [
     "FieldError",
     "GroupSpec",
     "JobSettings",
+    "ProvisioningSpec",
+    "RetryPolicy",
     "ServeSettings",
     "SliceClusterSpec",
     "SliceJobSpec",
@@ -89,6 +91,48 @@ class GroupSpec:
 
 
 @dataclass(frozen=True)
+class RetryPolicy:
+    """spec.reservation.provisioning.retry: failed attempts retried ``limit`` times, after
+    ``base_backoff_seconds`` doubling per failure up to ``max_backoff_seconds``. The
+    defaults are Kueue's ProvisioningRequestConfig retryStrategy defaults."""
+
+    limit: int = 3
+    base_backoff_seconds: int = 60
+    max_backoff_seconds: int = 1800
+
+
+#: The class each mode asks for.
+PROVISIONING_CLASSES: Mapping[ProvisioningMode, str] = {
+    ProvisioningMode.BEST_EFFORT_ATOMIC: constants.PROVREQ_CLASS_BEST_EFFORT_ATOMIC,
+    ProvisioningMode.QUEUED: constants.PROVREQ_CLASS_QUEUED,
+}
+
+
+@dataclass(frozen=True)
+class ProvisioningSpec:
+    """spec.reservation.provisioning, validated and defaulted."""
+
+    mode: ProvisioningMode
+    #: The request's provisioningClassName: the mode's class unless overridden ("" for None).
+    class_name: str = ""
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    #: Capacity node labels (constants.CAPACITY_SELECTOR_KEYS) of the pods and the template.
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether slices without a free pool ask for capacity."""
+        return self.mode != ProvisioningMode.NONE
+
+    @property
+    def queued(self) -> bool:
+        """Queued semantics: the pool is the one the request names, nodes are tainted
+        cloud.google.com/gke-queued. Decided by the mode, not by an overridden class."""
+        return self.mode == ProvisioningMode.QUEUED
+
+
+@dataclass(frozen=True)
 class SliceClusterSpec:
     """A validated TPUSliceCluster with every default applied."""
 
@@ -113,6 +157,13 @@ class SliceClusterSpec:
     priority: int = 0
     #: Preferred capacity types of node pools, first most wanted (a preference, not a filter).
     capacity_types: tuple[CapacityType, ...] = ()
+    #: spec.reservation.provisioning; None when absent (slices only wait for pools).
+    provisioning: ProvisioningSpec | None = None
+
+    @property
+    def provisions(self) -> bool:
+        """Whether slices without a free pool ask the cluster autoscaler for one."""
+        return self.provisioning is not None and self.provisioning.enabled
 
     @property
     def gated(self) -> bool:
@@ -245,7 +296,17 @@ _SERVICE_SPEC_FIELDS = _CLUSTER_PARTS | {"serve"}
 _TPU_FIELDS = frozenset({"type", "topology", "slices", "chipsPerHost"})
 _RAY_FIELDS = frozenset({"version", "image"})
 _GROUP_FIELDS = frozenset({"resources", "rayStartParams", "template"})
-_RESERVATION_FIELDS = frozenset({"policy", "gang", "priority", "capacityTypes"})
+_RESERVATION_FIELDS = frozenset({"policy", "gang", "priority", "capacityTypes", "provisioning"})
+_PROVISIONING_FIELDS = frozenset(
+    {"mode", "provisioningClassName", "parameters", "nodeSelector", "retry"}
+)
+_RETRY_FIELDS = frozenset({"limit", "baseBackoffSeconds", "maxBackoffSeconds"})
+_CLASS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+#: Bounds of spec.reservation.provisioning.retry (the CRD's).
+MAX_RETRY_LIMIT = 100
+MAX_BASE_BACKOFF = 86_400
+MAX_MAX_BACKOFF = 604_800
 #: spec.reservation.priority bounds (those of a PriorityClass value).
 MAX_PRIORITY = 1_000_000_000
 
@@ -355,6 +416,15 @@ def _cluster_parts(
             FieldError("spec.reservation.policy", f"{_describe(policy)} is not NodePool or None")
         )
     gang, priority, capacity_types = _queueing(reservation, slices, errors)
+    provisioning = _provisioning(reservation.get("provisioning"), errors)
+    if provisioning is not None and provisioning.enabled and policy == "None":
+        errors.append(
+            FieldError(
+                "spec.reservation.provisioning",
+                "needs spec.reservation.policy NodePool (a provisioned pool is held for its "
+                "slice like any other); remove provisioning or the policy None",
+            )
+        )
     if shape is None:
         return None
     return SliceClusterSpec(
@@ -373,6 +443,148 @@ def _cluster_parts(
         gang=gang,
         priority=priority,
         capacity_types=capacity_types,
+        provisioning=provisioning,
+    )
+
+
+def _bounded(
+    raw: Mapping[str, Any],
+    key: str,
+    path: str,
+    default: int,
+    low: int,
+    high: int,
+    errors: list[FieldError],
+) -> int:
+    value = raw.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        errors.append(
+            FieldError(
+                f"{path}.{key}", f"must be an integer from {low} to {high}, got {_describe(value)}"
+            )
+        )
+        return default
+    return value
+
+
+def _retry(raw: Any, errors: list[FieldError]) -> RetryPolicy:
+    path = "spec.reservation.provisioning.retry"
+    retry = _object(raw, path, errors, _RETRY_FIELDS)
+    default = RetryPolicy()
+    limit = _bounded(retry, "limit", path, default.limit, 0, MAX_RETRY_LIMIT, errors)
+    base = _bounded(
+        retry, "baseBackoffSeconds", path, default.base_backoff_seconds, 1, MAX_BASE_BACKOFF, errors
+    )
+    high = _bounded(
+        retry, "maxBackoffSeconds", path, default.max_backoff_seconds, 1, MAX_MAX_BACKOFF, errors
+    )
+    if base > high:
+        errors.append(
+            FieldError(
+                f"{path}.baseBackoffSeconds",
+                f"({base}) must not exceed maxBackoffSeconds ({high}; defaults 60 and 1800); "
+                f"lower the base or raise the max",
+            )
+        )
+    return RetryPolicy(limit=limit, base_backoff_seconds=base, max_backoff_seconds=high)
+
+
+def _capacity_selector(raw: Any, errors: list[FieldError]) -> dict[str, str]:
+    path = "spec.reservation.provisioning.nodeSelector"
+    selector = _string_map(raw, path, errors)
+    allowed = constants.CAPACITY_SELECTOR_KEYS
+    owned = {
+        constants.NODE_LABEL_ACCELERATOR: "from spec.tpu.type",
+        constants.NODE_LABEL_TOPOLOGY: "from spec.tpu.topology",
+        constants.NODE_LABEL_NODEPOOL: "set per slice to the node pool it holds",
+    }
+    for key, value in selector.items():
+        where = f"{path}.{key}"
+        if key in owned:
+            errors.append(FieldError(where, f"is set by the operator ({owned[key]}); remove it"))
+        elif key not in allowed:
+            errors.append(
+                FieldError(
+                    where,
+                    f"is not a capacity key; use one of {', '.join(allowed)} (other "
+                    f"selectors go in spec.worker.template)",
+                )
+            )
+        elif key in constants.CAPACITY_SELECTOR_TRUE_ONLY and value != "true":
+            errors.append(
+                FieldError(where, f'takes only "true" (GKE\'s label value), got {_describe(value)}')
+            )
+        elif len(value) > 63 or not _LABEL_VALUE.match(value):
+            errors.append(
+                FieldError(
+                    where,
+                    f"{_describe(value)} is not a label value (at most 63 letters, digits, "
+                    f"'-', '_' or '.', starting and ending with a letter or digit)",
+                )
+            )
+    return selector
+
+
+def _provisioning(raw: Any, errors: list[FieldError]) -> ProvisioningSpec | None:
+    """spec.reservation.provisioning (None when absent)."""
+    if raw is None:
+        return None
+    path = "spec.reservation.provisioning"
+    if not isinstance(raw, Mapping):
+        errors.append(FieldError(path, f"must be an object, got {_describe(raw)}"))
+        return None
+    prov = _object(raw, path, errors, _PROVISIONING_FIELDS)
+    modes = [str(m) for m in ProvisioningMode]
+    raw_mode = prov.get("mode")
+    if raw_mode is None:
+        errors.append(FieldError(f"{path}.mode", f"is required: one of {', '.join(modes)}"))
+        return None
+    if not isinstance(raw_mode, str) or raw_mode not in modes:
+        errors.append(
+            FieldError(f"{path}.mode", f"{_describe(raw_mode)} is not one of {', '.join(modes)}")
+        )
+        return None
+    mode = ProvisioningMode(raw_mode)
+    override = _string(prov.get("provisioningClassName"), f"{path}.provisioningClassName", errors)
+    parameters = _string_map(prov.get("parameters"), f"{path}.parameters", errors)
+    if mode == ProvisioningMode.NONE:
+        for key in ("provisioningClassName", "parameters"):
+            if prov.get(key):
+                errors.append(
+                    FieldError(
+                        f"{path}.{key}",
+                        "has no effect with mode None; remove it or set mode BestEffortAtomic "
+                        "or QueuedProvisioning",
+                    )
+                )
+    if override and (len(override) > 253 or not _CLASS_NAME.match(override)):
+        errors.append(
+            FieldError(
+                f"{path}.provisioningClassName",
+                f"{_describe(override)} is not a class name (a DNS subdomain of at most 253 "
+                f"characters, e.g. {constants.PROVREQ_CLASS_QUEUED})",
+            )
+        )
+    if len(parameters) > 100:
+        errors.append(
+            FieldError(f"{path}.parameters", f"has {len(parameters)} entries; at most 100")
+        )
+    for key, value in parameters.items():
+        if len(value) > 255:
+            errors.append(
+                FieldError(
+                    f"{path}.parameters.{key}",
+                    f"has {len(value)} characters; a ProvisioningRequest parameter takes "
+                    f"at most 255",
+                )
+            )
+    class_name = override or PROVISIONING_CLASSES.get(mode, "")
+    return ProvisioningSpec(
+        mode=mode,
+        class_name=class_name,
+        parameters=parameters,
+        node_selector=_capacity_selector(prov.get("nodeSelector"), errors),
+        retry=_retry(prov.get("retry"), errors),
     )
 
 

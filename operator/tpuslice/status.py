@@ -50,6 +50,7 @@ SLICE_MESSAGES_BUDGET = 65536
 # The order in which a not-ready slice explains the cluster's Ready=False.
 _BLOCKING_ORDER = (
     SliceState.WAITING_FOR_CAPACITY,
+    SliceState.PROVISIONING,
     SliceState.PENDING,
     SliceState.RESERVED,
     SliceState.RELEASING,
