@@ -24,6 +24,7 @@ reservations throughout.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,6 +42,7 @@ from tests.e2e.operator_support import (
     reservations,
     tsc,
 )
+from tests.support.gitops import argocd_health, kstatus
 from tpusim import kube
 from tpusim.nodepools import TPUPool
 from tpusim.operator_process import OperatorProcess
@@ -49,6 +51,7 @@ TYPE, TOPOLOGY, HOSTS = "v5e", "2x4", 2
 ACCELERATOR = "tpu-v5-lite-podslice"
 TIMEOUT_S = 240  # KubeRay, the scheduler and the operator share 2 cores with the test
 POOLS = ("jobs-v5e-a", "jobs-v5e-b")
+JOB_LUA = Path(__file__).resolve().parents[2] / "docs" / "gitops" / "argocd-health-tpuslicejob.lua"
 
 
 def tsj(name: str, slices: int = 2, **job: Any) -> dict[str, Any]:
@@ -154,6 +157,10 @@ def test_a_retry_gets_the_jobs_pools_back_without_the_queue(
             cluster, namespace, "train", first, "attempt 1 with 2 slices Ready"
         )
         assert first_cluster.startswith("train-")
+        # GitOps tools read the real object as on its way
+        running = get_tsj(cluster, namespace, "train")
+        assert argocd_health(running, JOB_LUA)["status"] == "Progressing", running["status"]
+        assert kstatus(running) == "InProgress"
         assert sorted(first_pools.values()) == sorted(POOLS)
         held = job_reservations(cluster, namespace, "train")
         uids = {pool: r["metadata"]["uid"] for pool, r in held.items()}
@@ -217,6 +224,8 @@ def test_a_retry_gets_the_jobs_pools_back_without_the_queue(
         assert condition(ended, "Stalled").get("status") == "True"
         assert condition(ended, "Complete").get("status") == "False"
         assert ended["status"]["attempts"] == 2
+        assert argocd_health(ended, JOB_LUA)["status"] == "Degraded"
+        assert kstatus(ended) == "Failed"
         kube.wait_for(
             lambda: not job_reservations(cluster, namespace, "train"),
             timeout_s=TIMEOUT_S,
