@@ -33,11 +33,11 @@ test-unit: tools $(STAMP) ## Unit tests (seconds; the chart tests use the helm t
 test-contract: $(STAMP) ## Ray contract tier: our TPU identity through real Ray (local Ray processes, ~1 min)
 	$(PY) -m pytest tests/contract -q
 
-lint: $(STAMP) ## ruff and mypy (the product, tpusim, and the unit tests' fake against kube.ClusterApi)
-	$(VENV)/bin/ruff check operator tests hack/tpusim
-	$(VENV)/bin/ruff format --check operator tests hack/tpusim
+lint: $(STAMP) ## ruff and mypy (the product, tpusim, the benchmark, and the unit tests' fake against kube.ClusterApi)
+	$(VENV)/bin/ruff check operator tests hack/tpusim hack/bench.py
+	$(VENV)/bin/ruff format --check operator tests hack/tpusim hack/bench.py
 	$(VENV)/bin/mypy
-	$(VENV)/bin/mypy tests/support/fake_kube.py
+	$(VENV)/bin/mypy tests/support/fake_kube.py hack/bench.py
 
 sync-crds: ## Copy crds/ (the one source) into the chart and manifests/
 	$(PYTHON) hack/sync_crds.py
@@ -104,10 +104,15 @@ image: $(STAMP) ## Build the operator image (docker if a daemon answers, else bu
 # ---------------------------------------------------------------- benchmark
 # Not part of `make test`: starts its own local cluster, minutes (small) to an hour (large).
 SCALE ?= small
+BENCH_ARGS ?=
+BENCH_PLOT ?= docs/bench-scaling.svg
 
-.PHONY: bench
-bench: tools $(STAMP) ## Operator vs KubeRay on the local cluster (SCALE=small|medium|large); .bench/results-$(SCALE).json
-	$(PY) -P hack/bench.py --scale $(SCALE)
+.PHONY: bench bench-plot
+bench: tools $(STAMP) ## Operator vs KubeRay on the local cluster (SCALE=small|medium|large, BENCH_ARGS=--profile); .bench/results-$(SCALE).json
+	$(PY) -P hack/bench.py --scale $(SCALE) $(BENCH_ARGS)
+
+bench-plot: $(STAMP) ## Plot the figures against scale from the .bench/results-*.json present into $(BENCH_PLOT)
+	$(PY) -P hack/bench.py --plot $(BENCH_PLOT)
 
 # ---------------------------------------------------------------- demo
 .PHONY: demo demo-down

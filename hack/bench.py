@@ -37,9 +37,27 @@ TPUSliceCluster plus CPU nodes for the heads. In order:
      and last slice released; the longest time a gang held some but not all of its
      pools with no pod released (from a watch on SliceReservations).
 
-Prints a table and writes .bench/results-<scale>.json. Every wait is bounded; a
-phase that times out is reported with what it reached, and the run goes on.
-Not part of `make test`.
+Both the operator run and the direct run also record a per-cluster timeline
+(tpusim.benchstats.OPERATOR_MILESTONES: created, RayCluster seen, first and last
+pod seen, reservation seen, last worker ungated and pinned, last pod scheduled,
+last pod Ready, RayCluster ready, TSC Ready), printed as p50/p99 per milestone
+since the cluster was created ("at") and since its previous milestone ("step"),
+with the raw times in the run's folder (timeline-operator.json,
+timeline-direct.json). The operator run adds: the identity webhook's admission
+latency during the pod burst (p50/p99 from the
+tpuslice_webhook_admission_duration_seconds buckets scraped before the first create
+and after all Ready), status patches per cluster on the way to Ready (the operator's
+PATCH tpusliceclusters/status count / clusters, and per cluster the status changes
+and MODIFIED events its watch saw), and KubeRay's RayCluster -> first pod in the
+operator run over the direct run's. With --profile[=HZ] py-spy samples the operator
+from the first create until all Ready (profile-operator.txt: raw collapsed stacks,
+which speedscope opens; profile-operator-summary.txt: CPU by thread, by module,
+JSON decoding, top functions).
+
+Prints a table and writes .bench/results-<scale>.json, then redraws
+.bench/bench-scaling.svg from every results-<scale>.json present (`make bench-plot`
+draws docs/bench-scaling.svg). Every wait is bounded; a phase that times out is
+reported with what it reached, and the run goes on. Not part of `make test`.
 """
 
 from __future__ import annotations
@@ -50,6 +68,8 @@ import json
 import math
 import os
 import platform
+import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -70,12 +90,16 @@ from tpusim import (
     LocalCluster,
     ToolPaths,
     TPUPool,
+    benchstats,
     kube,
 )
 from tpusim.operator_process import OperatorProcess
 from tpusim.processes import exit_on_signals
 from tpuslice import constants as c
 from tpuslice.render import render_cluster
+
+# The arithmetic lives in tpusim.benchstats (pure, unit-tested); these names stay here.
+percentile, summary, ratio = benchstats.percentile, benchstats.summary, benchstats.ratio
 
 REPO = Path(__file__).resolve().parents[1]
 HOSTS = 4  # v6e 4x4: 4 hosts of 4 chips
@@ -99,35 +123,12 @@ SCALES = {
 GANG_SLICES, GANG_HOSTS = 2, 2  # h: v6e 2x4 slices of 2 hosts with 4 chips each
 
 
-# ---------------------------------------------------------------- statistics
-def percentile(values: Iterable[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100); None for no values."""
-    data = sorted(values)
-    if not data:
-        return None
-    rank = max(1, math.ceil(q / 100 * len(data)))
-    return data[rank - 1]
-
-
-def summary(values: Iterable[float]) -> dict[str, Any]:
-    data = list(values)
-    return {
-        "n": len(data),
-        "p50": percentile(data, 50),
-        "p99": percentile(data, 99),
-        "max": max(data) if data else None,
-    }
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    return None if a is None or not b else a / b
-
-
 # ---------------------------------------------------------------- watches
 @dataclass
 class Recorder:
     """First-seen times (monotonic seconds) of everything the watches saw."""
 
+    namespace: str = ""  # reservations are cluster-scoped: only holders in this namespace
     lock: threading.Lock = field(default_factory=threading.Lock)
     applied: dict[str, float] = field(default_factory=dict)  # create call returned
     rc_created: dict[str, float] = field(default_factory=dict)
@@ -136,6 +137,16 @@ class Recorder:
     pod_released: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
     ready: dict[str, float] = field(default_factory=dict)
     window: Counter[str] | None = None  # counts changes while the steady window is open
+    # the timeline, by RayCluster (= TSC) name, then pod name: every pod (head and workers)
+    pod_seen: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    pod_scheduled: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    pod_ready: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    worker_released: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    reserved: dict[str, float] = field(default_factory=dict)  # first reservation of a holder
+    # TSC status on the way to Ready: changes of .status and MODIFIED events seen
+    tsc_status: dict[str, str] = field(default_factory=dict)
+    status_changes: Counter[str] = field(default_factory=Counter)
+    tsc_modified: Counter[str] = field(default_factory=Counter)
 
     def count(self, what: str) -> None:
         if self.window is not None:
@@ -154,31 +165,53 @@ class Recorder:
             return
         meta = obj["metadata"]
         labels = meta.get("labels") or {}
+        spec = obj.get("spec") or {}
         with self.lock:
             cluster = labels.get(c.KUBERAY_LABEL_CLUSTER)
             if cluster:
                 self.first_pod.setdefault(cluster, t)
+                pod = meta["name"]
+                self.pod_seen[cluster].setdefault(pod, t)
+                if spec.get("nodeName"):
+                    self.pod_scheduled[cluster].setdefault(pod, t)
+                if any(
+                    x.get("type") == "Ready" and x.get("status") == "True"
+                    for x in (obj.get("status") or {}).get("conditions") or []
+                ):
+                    self.pod_ready[cluster].setdefault(pod, t)
             replica = labels.get(c.KUBERAY_LABEL_REPLICA_NAME)
             if labels.get(c.KUBERAY_LABEL_NODE_TYPE) != "worker" or not replica:
                 return
             self.pod_added[replica].setdefault(meta["name"], t)
-            spec = obj.get("spec") or {}
             gates = {g.get("name") for g in spec.get("schedulingGates") or []}
             if c.SCHEDULING_GATE not in gates and (spec.get("nodeSelector") or {}).get(
                 c.NODE_LABEL_NODEPOOL
             ):
                 self.pod_released[replica].setdefault(meta["name"], t)
+                if cluster:
+                    self.worker_released[cluster].setdefault(meta["name"], t)
 
     def on_tsc(self, kind: str, obj: Mapping[str, Any], t: float) -> None:
+        name = obj["metadata"]["name"]
         with self.lock:
             self.count(f"tpusliceclusters {kind}")
+            if "tsc/" + name not in self.ready:  # on the way to Ready (that change included)
+                if kind == "MODIFIED":
+                    self.tsc_modified[name] += 1
+                status = json.dumps(obj.get("status") or {}, sort_keys=True)
+                if status != self.tsc_status.get(name, "{}"):
+                    self.status_changes[name] += 1
+                self.tsc_status[name] = status
             for cond in (obj.get("status") or {}).get("conditions") or []:
                 if cond.get("type") == "Ready" and cond.get("status") == "True":
-                    self.ready.setdefault("tsc/" + obj["metadata"]["name"], t)
+                    self.ready.setdefault("tsc/" + name, t)
 
     def on_reservation(self, kind: str, obj: Mapping[str, Any], t: float) -> None:
+        holder = (obj.get("spec") or {}).get("holder") or {}
         with self.lock:
             self.count(f"slicereservations {kind}")
+            if kind != "DELETED" and holder.get("namespace") == self.namespace:
+                self.reserved.setdefault(holder.get("name", ""), t)
 
     def on_event(self, kind: str, obj: Mapping[str, Any], t: float) -> None:
         if obj.get("reportingComponent") == c.FIELD_MANAGER:
@@ -198,6 +231,34 @@ class Recorder:
                 if len(added) >= HOSTS and len(released) >= HOSTS:
                     out.append(max(0.0, max(released.values()) - max(added.values())))
             return out
+
+    def timelines(
+        self, items: Iterable[str], pods: int, workers: int
+    ) -> dict[str, dict[str, float]]:
+        """Per cluster, the first-seen time of each milestone (benchstats.OPERATOR_MILESTONES);
+        a "last pod ..." milestone only once all ``pods`` (head included; ``workers`` of
+        them released) reached it."""
+
+        def last(seen: Mapping[str, float], need: int) -> float | None:
+            return max(seen.values()) if len(seen) >= need and seen else None
+
+        out: dict[str, dict[str, float]] = {}
+        with self.lock:
+            for name in items:
+                times = {
+                    "created": self.applied.get(name),
+                    "rc_seen": self.rc_created.get(name),
+                    "first_pod": self.first_pod.get(name),
+                    "last_pod": last(self.pod_seen.get(name, {}), pods),
+                    "reserved": self.reserved.get(name),
+                    "released": last(self.worker_released.get(name, {}), workers),
+                    "scheduled": last(self.pod_scheduled.get(name, {}), pods),
+                    "pods_ready": last(self.pod_ready.get(name, {}), pods),
+                    "rc_ready": self.ready.get("rc/" + name),
+                    "tsc_ready": self.ready.get("tsc/" + name),
+                }
+                out[name] = {k: v for k, v in times.items() if v is not None}
+        return out
 
 
 @dataclass
@@ -545,9 +606,16 @@ def delete_and_wait(core: Any, custom: Any, namespace: str, plural: str, timeout
 
 
 def operator_run(
-    cluster: LocalCluster, scale: Scale, steady_s: float, run_dir: Path, result: dict[str, Any]
+    cluster: LocalCluster,
+    scale: Scale,
+    steady_s: float,
+    run_dir: Path,
+    result: dict[str, Any],
+    profile_rate: int = 0,
 ) -> None:
-    """Fill ``result`` as figures come in, so an interrupted run still reports them."""
+    """Fill ``result`` as figures come in, so an interrupted run still reports them.
+    With ``profile_rate`` (Hz) py-spy samples the operator from the first create until
+    every TSC is Ready (or the bound)."""
     core, custom = kube.core_v1(cluster.api), custom_api(cluster.api)
     ns = "bench-operator"
     make_namespace(core, ns)
@@ -558,9 +626,15 @@ def operator_run(
         cwd=REPO,
     )
     operator.start()
-    rec, items = Recorder(), names(scale.clusters)
+    rec, items = Recorder(namespace=ns), names(scale.clusters)
+    profiler: Profiler | None = None
     try:
         watches = start_watches(cluster.api, ns, rec, operator=True)
+        webhook_before = webhook_buckets(operator)
+        if profile_rate:
+            assert operator.proc is not None
+            profiler = Profiler(operator.proc.pid, run_dir / "profile-operator.txt", profile_rate)
+            profiler.start()
         print(f"  creating {len(items)} TPUSliceClusters", flush=True)
         began = create_all(
             lambda n: custom.create_namespaced_custom_object(
@@ -579,9 +653,15 @@ def operator_run(
         result["all_ready"] = ok
         result["ready"] = len(ready_times)
         result["ready_seconds"] = round(max(ready_times) - began, 2) if ready_times else None
+        if profiler is not None:
+            result["profile"] = profiler.stop()
+            profiler = None
         result.update(latencies(rec, items))
         result["proc_after_ready"] = operator.proc_stats()
         before = operator_metrics(operator)
+        result["webhook_admission"] = webhook_figures(webhook_before, webhook_buckets(operator))
+        result.update(status_patch_figures(rec, items, before))
+        result["timeline"] = timeline(rec, items, raw_path=run_dir / "timeline-operator.json")
         with rec.lock:
             rec.window = Counter()
         print(f"  steady state: {steady_s:.0f}s", flush=True)
@@ -617,8 +697,12 @@ def operator_run(
             120,
         )
     finally:
+        if profiler is not None:
+            with contextlib.suppress(Exception):
+                result["profile"] = profiler.stop()
         if "tsc_to_raycluster_s" not in result:  # interrupted: report what was reached
             result.update(latencies(rec, items), ready=rec.ready_count("tsc/"))
+            result["timeline"] = timeline(rec, items, raw_path=run_dir / "timeline-operator.json")
         if "proc" not in result:
             with contextlib.suppress(Exception):
                 result["proc"] = operator.proc_stats()
@@ -640,7 +724,142 @@ def latencies(rec: Recorder, items: list[str]) -> dict[str, Any]:
     }
 
 
-def direct_run(cluster: LocalCluster, scale: Scale) -> dict[str, Any]:
+def timeline(
+    rec: Recorder,
+    items: list[str],
+    milestones: tuple[benchstats.Milestone, ...] = benchstats.OPERATOR_MILESTONES,
+    raw_path: Path | None = None,
+) -> list[dict[str, Any]]:
+    """The per-cluster timeline summarised per milestone (p50/p99 "at" and "step");
+    the raw per-cluster times (seconds since created) go to ``raw_path``."""
+    per_cluster = rec.timelines(items, pods=1 + HOSTS, workers=HOSTS)
+    if raw_path is not None:
+        with contextlib.suppress(OSError):
+            raw_path.parent.mkdir(parents=True, exist_ok=True)
+            raw_path.write_text(
+                json.dumps(
+                    {
+                        n: {k: round(t - times["created"], 4) for k, t in times.items()}
+                        for n, times in per_cluster.items()
+                        if "created" in times
+                    },
+                    indent=1,
+                )
+                + "\n"
+            )
+    return benchstats.timeline_summary(per_cluster, milestones)
+
+
+WEBHOOK_HISTOGRAM = "tpuslice_webhook_admission_duration_seconds"
+
+
+def webhook_buckets(operator: OperatorProcess) -> dict[float, float]:
+    """The identity webhook's admission histogram (every result label summed)."""
+    return benchstats.histogram_buckets(
+        (
+            (s.name, s.labels, s.value)
+            for family in text_string_to_metric_families(operator.metrics_text())
+            for s in family.samples
+        ),
+        WEBHOOK_HISTOGRAM,
+    )
+
+
+def webhook_figures(before: Mapping[float, float], after: Mapping[float, float]) -> dict[str, Any]:
+    """Admission latency (time in the handler, in-process) of the calls between two scrapes:
+    p50/p99 from the buckets, interpolated, and the bucket bound each falls in."""
+    delta = benchstats.histogram_delta(before, after)
+    return {
+        "p50": benchstats.bucket_quantile(delta, 0.50),
+        "p99": benchstats.bucket_quantile(delta, 0.99),
+        "count": benchstats.bucket_quantile(delta, 0.99)["count"],
+        "buckets": {str(le): n for le, n in delta.items()},
+    }
+
+
+def status_patch_figures(
+    rec: Recorder, items: list[str], metrics: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Status patches per cluster on the way to Ready: the operator's own count (mean over
+    the clusters) and, per cluster, the status changes and MODIFIED events the TSC watch
+    saw until its Ready (kopf's annotation and finalizer patches are MODIFIED events too)."""
+    patches = metrics.get("requests", {}).get("PATCH tpusliceclusters/status", 0.0)
+    with rec.lock:
+        changes = [float(rec.status_changes[n]) for n in items if "tsc/" + n in rec.ready]
+        modified = [float(rec.tsc_modified[n]) for n in items if "tsc/" + n in rec.ready]
+    return {
+        "status_patches": patches,
+        "status_patches_per_cluster": round(patches / len(items), 2) if items else None,
+        "status_changes_seen_per_cluster": summary(changes),
+        "tsc_modified_seen_per_cluster": summary(modified),
+    }
+
+
+class Profiler:
+    """py-spy attached to a running process (``record --nonblocking``: the target is not
+    paused to sample, so the run's timings move less), raw collapsed stacks with thread
+    names; ``stop`` ends it and summarises the file (tpusim.benchstats.profile_summary)."""
+
+    def __init__(self, pid: int, out: Path, rate_hz: int) -> None:
+        self.pid, self.out, self.rate_hz = pid, out, rate_hz
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @staticmethod
+    def binary() -> str | None:
+        beside = Path(sys.executable).with_name("py-spy")
+        return str(beside) if beside.exists() else shutil.which("py-spy")
+
+    def start(self) -> None:
+        binary = self.binary()
+        if binary is None:
+            print("  ! --profile: py-spy not found (make install installs it)", flush=True)
+            return
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.out.with_suffix(".log"), "wb") as log:
+            self.proc = subprocess.Popen(
+                [
+                    binary,
+                    "record",
+                    f"--pid={self.pid}",
+                    f"--rate={self.rate_hz}",
+                    "--format=raw",
+                    "--threads",
+                    "--nonblocking",
+                    f"--output={self.out}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        print(f"  profiling the operator (py-spy, {self.rate_hz} Hz) -> {self.out}", flush=True)
+
+    def stop(self) -> dict[str, Any] | None:
+        if self.proc is None:
+            return None
+        proc, self.proc = self.proc, None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # py-spy writes its file on Ctrl-C
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if not self.out.exists():
+            print(f"  ! py-spy wrote nothing; see {self.out.with_suffix('.log')}", flush=True)
+            return None
+        with open(self.out) as f:
+            s = benchstats.profile_summary(f, rate_hz=self.rate_hz)
+        report = self.out.with_name(self.out.stem + "-summary.txt")
+        report.write_text(benchstats.profile_report(s) + "\n")
+        return {
+            "raw": str(self.out),
+            "summary": str(report),
+            **{k: s[k] for k in ("samples", "rate_hz", "cpu_seconds_est")},
+            **{k: s[k] for k in ("by_thread", "self_by_module", "inclusive_by_module")},
+            **{k: s[k] for k in ("json_decode_share", "json_encode_share", "top_self")},
+        }
+
+
+def direct_run(cluster: LocalCluster, scale: Scale, run_dir: Path | None = None) -> dict[str, Any]:
     core, custom = kube.core_v1(cluster.api), custom_api(cluster.api)
     ns = "bench-direct"
     make_namespace(core, ns)
@@ -670,6 +889,12 @@ def direct_run(cluster: LocalCluster, scale: Scale) -> dict[str, Any]:
         "ready": len(ready_times),
         "ready_seconds": round(max(ready_times) - began, 2) if ready_times else None,
         "raycluster_to_first_pod_s": summary(to_pod),
+        "timeline": timeline(
+            rec,
+            items,
+            benchstats.DIRECT_MILESTONES,
+            run_dir / "timeline-direct.json" if run_dir else None,
+        ),
     }
     print("  deleting RayClusters", flush=True)
     result["teardown_complete"] = delete_and_wait(core, custom, ns, "rayclusters", 300)
@@ -863,6 +1088,14 @@ def fmt(value: Any, unit: str = "s") -> str:
     return f"{value}{unit}"
 
 
+def fmt_ms(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and math.isinf(value):
+        return "+Inf"
+    return f"{value * 1000:.1f}ms"
+
+
 def table(r: Mapping[str, Any]) -> str:
     op, direct, fl = r.get("operator", {}), r.get("direct", {}), r.get("floor", {})
     a, k = op.get("tsc_to_raycluster_s", {}), op.get("raycluster_to_first_pod_s", {})
@@ -870,6 +1103,9 @@ def table(r: Mapping[str, Any]) -> str:
     proc = op.get("proc", op.get("proc_after_ready", {}))
     steady = op.get("steady", {})
     restarted = op.get("restart", {})
+    kr, wh = r.get("kuberay_first_pod_ratio") or {}, op.get("webhook_admission") or {}
+    sc = op.get("status_changes_seen_per_cluster") or {}
+    md = op.get("tsc_modified_seen_per_cluster") or {}
     rows = [
         ("scale", f"{r['clusters']} TSCs, {r['nodes']} nodes, {r['clusters'] * HOSTS} workers"),
         (
@@ -898,6 +1134,21 @@ def table(r: Mapping[str, Any]) -> str:
             f"{fmt(direct.get('ready_seconds'))} ({direct.get('ready')})",
         ),
         ("   overhead ratio", fmt(r.get("overhead_ratio"), "")),
+        (
+            "   KubeRay RayCluster -> first pod, operator / direct run p50 / p99",
+            f"{fmt(kr.get('p50'), '')} / {fmt(kr.get('p99'), '')}",
+        ),
+        (
+            "   webhook admission during the burst p50 / p99 (n; bucket)",
+            f"{fmt_ms(wh.get('p50', {}).get('value'))} / {fmt_ms(wh.get('p99', {}).get('value'))} "
+            f"({fmt(wh.get('count'), '')}; p99 <= {fmt_ms(wh.get('p99', {}).get('le'))})",
+        ),
+        (
+            "   status patches per cluster to Ready (metrics); watch p50/max",
+            f"{fmt(op.get('status_patches_per_cluster'), '')}; status changes "
+            f"{fmt(sc.get('p50'), '')}/{fmt(sc.get('max'), '')}, MODIFIED "
+            f"{fmt(md.get('p50'), '')}/{fmt(md.get('max'), '')}",
+        ),
         (
             "d  operator peak RSS / CPU seconds",
             f"{fmt(proc.get('peak_rss_mib'), ' MiB')} / {fmt(proc.get('cpu_seconds'))}",
@@ -952,7 +1203,28 @@ def main() -> int:
     parser.add_argument(
         "--gang-pools", type=int, default=None, help="h: override the v6e 2x4 pool count"
     )
+    parser.add_argument(
+        "--profile",
+        nargs="?",
+        type=int,
+        const=100,
+        default=0,
+        metavar="HZ",
+        help="sample the operator with py-spy (default 100 Hz) from the first create until "
+        "every TSC is Ready; raw stacks and a summary in the run's folder (the sampler "
+        "takes CPU from the same cores: a profiled run's timings are not comparable)",
+    )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        metavar="PATH",
+        help="only draw the figures against scale from .bench/results-*.json into PATH "
+        "(.svg or .png; make bench-plot) and exit",
+    )
     args = parser.parse_args()
+    out_dir = REPO / ".bench"
+    if args.plot:
+        return plot(out_dir, args.plot)
     scale = SCALES[args.scale]
     scale = replace(
         scale,
@@ -960,7 +1232,6 @@ def main() -> int:
         gangs=args.gangs or scale.gangs,
         gang_pools=args.gang_pools or scale.gang_pools,
     )
-    out_dir = REPO / ".bench"
     run_dir = out_dir / f"run-{args.scale}-{time.strftime('%Y%m%d-%H%M%S')}"
     exit_on_signals()
     result: dict[str, Any] = {
@@ -969,6 +1240,7 @@ def main() -> int:
         "machine": machine(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "run_dir": str(run_dir),
+        "profiled": bool(args.profile),
     }
     began = time.monotonic()
     cluster = LocalCluster(ClusterSettings(tools=ToolPaths.for_repo(REPO), run_dir=run_dir))
@@ -996,14 +1268,24 @@ def main() -> int:
         result["floor"] = floor(core, "bench-floor")
         print("operator run", flush=True)
         operator_run(
-            cluster, scale, args.steady_seconds, run_dir, result.setdefault("operator", {})
+            cluster,
+            scale,
+            args.steady_seconds,
+            run_dir,
+            result.setdefault("operator", {}),
+            profile_rate=args.profile,
         )
         if not args.skip_direct:
             print("direct run (no operator)", flush=True)
-            result["direct"] = direct_run(cluster, scale)
+            result["direct"] = direct_run(cluster, scale, run_dir)
             result["overhead_ratio"] = ratio(
                 result["operator"].get("ready_seconds"), result["direct"].get("ready_seconds")
             )
+            op_k = result["operator"].get("raycluster_to_first_pod_s", {})
+            direct_k = result["direct"].get("raycluster_to_first_pod_s", {})
+            result["kuberay_first_pod_ratio"] = {
+                q: ratio(op_k.get(q), direct_k.get(q)) for q in ("p50", "p99")
+            }
         if not args.skip_gangs:
             print("h: gang run (multislice clusters under contention)", flush=True)
             gang_run(cluster, scale, run_dir, result.setdefault("gangs", {}))
@@ -1019,8 +1301,36 @@ def main() -> int:
         path.write_text(json.dumps(result, indent=2, default=str) + "\n")
         print()
         print(table(result))
+        print()
+        print("timeline per cluster (at: since created; step: since the previous row)")
+        print(
+            benchstats.timeline_table(
+                result.get("operator", {}).get("timeline") or [],
+                (result.get("direct") or {}).get("timeline") or [],
+            )
+        )
+        profile = result.get("operator", {}).get("profile")
+        if profile:
+            print(f"\nprofile (py-spy): {profile['summary']}")
+            for row in profile["by_thread"]:
+                print(f"  {100 * row['share']:5.1f}%  {row['name']}")
+            print(f"  {100 * profile['json_decode_share']:5.1f}%  JSON decoding (any thread)")
         print(f"\nJSON: {path}")
+        with contextlib.suppress(Exception):  # matplotlib missing: the table is enough
+            benchstats.write_plot(benchstats.load_results(out_dir), out_dir / "bench-scaling.svg")
+            print(f"plot of every scale's results: {out_dir / 'bench-scaling.svg'}")
     return 1 if "error" in result else 0
+
+
+def plot(results_dir: Path, path: Path) -> int:
+    results = benchstats.load_results(results_dir)
+    if not results:
+        print(f"no results-<scale>.json in {results_dir}: run make bench first", file=sys.stderr)
+        return 1
+    benchstats.write_plot(results, path)
+    scales = ", ".join(f"{r.get('scale')} ({r['clusters']})" for r in results)
+    print(f"{path}: {scales}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -4,10 +4,16 @@ package instead of the installed tpusim, and the benchmark failed before it bega
 
 from __future__ import annotations
 
+import importlib.util
+import math
 import re
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,3 +33,134 @@ def test_the_bench_script_imports_and_answers_help() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "--scale" in done.stdout
+
+
+# ---------------------------------------------------------------- the recorder's timeline
+# The benchmark's watch handlers fed with made-up events. The labels and the gate are
+# written out here (what KubeRay and the operator put on a pod), not taken from the
+# operator's constants.
+def _bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_under_test", REPO / "hack/bench.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+GATE = "tpuslice.dev/slice-reservation"
+
+
+def _pod(
+    name: str,
+    cluster: str,
+    worker: bool,
+    gated: bool = False,
+    pool: str = "",
+    node: str = "",
+    ready: bool = False,
+) -> dict[str, Any]:
+    labels = {"ray.io/cluster": cluster, "ray.io/node-type": "worker" if worker else "head"}
+    if worker:
+        labels["ray.io/worker-group-replica-name"] = f"{cluster}-tpu-x"
+    spec: dict[str, Any] = {}
+    if gated:
+        spec["schedulingGates"] = [{"name": GATE}]
+    if pool:
+        spec["nodeSelector"] = {"cloud.google.com/gke-nodepool": pool}
+    if node:
+        spec["nodeName"] = node
+    status = {"conditions": [{"type": "Ready", "status": "True"}]} if ready else {}
+    return {"metadata": {"name": name, "labels": labels}, "spec": spec, "status": status}
+
+
+def test_the_recorder_builds_one_clusters_timeline() -> None:
+    bench = _bench()
+    rec = bench.Recorder(namespace="ns")
+    hosts = bench.HOSTS
+    rec.applied["c1"] = 10.0
+    rec.on_tsc("ADDED", {"metadata": {"name": "c1"}}, 10.01)
+    rec.on_raycluster("ADDED", {"metadata": {"name": "c1"}}, 10.5)
+    rec.on_pod("ADDED", _pod("head", "c1", worker=False), 11.0)
+    workers = [f"w{i}" for i in range(hosts)]
+    for i, w in enumerate(workers):
+        rec.on_pod("ADDED", _pod(w, "c1", worker=True, gated=True), 11.1 + i / 10)
+    rec.on_reservation(
+        "ADDED", {"spec": {"holder": {"namespace": "other", "name": "c1"}}}, 11.0
+    )  # another namespace's holder of the same name: not ours
+    rec.on_reservation("ADDED", {"spec": {"holder": {"namespace": "ns", "name": "c1"}}}, 11.2)
+    rec.on_pod("MODIFIED", _pod("head", "c1", worker=False, node="cpu-0"), 11.3)
+    for i, w in enumerate(workers):
+        rec.on_pod("MODIFIED", _pod(w, "c1", worker=True, pool="v6e-0"), 12.0 + i / 100)
+    for i, w in enumerate(workers):
+        rec.on_pod("MODIFIED", _pod(w, "c1", True, pool="v6e-0", node=f"n{i}"), 12.5)
+    rec.on_pod("MODIFIED", _pod("head", "c1", False, node="cpu-0", ready=True), 13.0)
+    for w in workers[:-1]:
+        rec.on_pod("MODIFIED", _pod(w, "c1", True, pool="v6e-0", node="n", ready=True), 13.1)
+    status = {"conditions": [{"type": "Ready", "status": "False"}], "slices": []}
+    rec.on_tsc("MODIFIED", {"metadata": {"name": "c1"}, "status": status}, 13.2)
+    rec.on_tsc("MODIFIED", {"metadata": {"name": "c1"}, "status": status}, 13.3)  # kopf's
+    times = rec.timelines(["c1"], pods=1 + hosts, workers=hosts)["c1"]
+    assert times == {
+        "created": 10.0,
+        "rc_seen": 10.5,
+        "first_pod": 11.0,
+        "last_pod": 11.1 + (hosts - 1) / 10,
+        "reserved": 11.2,
+        "released": 12.0 + (hosts - 1) / 100,
+        "scheduled": 12.5,
+    }  # one worker not Ready yet: no "last pod Ready"
+    rec.on_pod("MODIFIED", _pod(workers[-1], "c1", True, pool="v6e-0", node="n", ready=True), 14)
+    rec.on_raycluster("MODIFIED", {"metadata": {"name": "c1"}, "status": {"state": "ready"}}, 15)
+    ready = {"conditions": [{"type": "Ready", "status": "True"}]}
+    rec.on_tsc("MODIFIED", {"metadata": {"name": "c1"}, "status": ready}, 16.0)
+    rec.on_tsc("MODIFIED", {"metadata": {"name": "c1"}, "status": {**ready, "x": 1}}, 17.0)
+    times = rec.timelines(["c1"], pods=1 + hosts, workers=hosts)["c1"]
+    assert (times["pods_ready"], times["rc_ready"], times["tsc_ready"]) == (14, 15, 16.0)
+    # on the way to Ready: 2 status changes (False, then True), 3 MODIFIED events
+    figures = bench.status_patch_figures(
+        rec, ["c1"], {"requests": {"PATCH tpusliceclusters/status": 3.0}}
+    )
+    assert figures["status_patches_per_cluster"] == 3.0
+    assert figures["status_changes_seen_per_cluster"]["max"] == 2.0
+    assert figures["tsc_modified_seen_per_cluster"]["max"] == 3.0
+    rows = {r["key"]: r for r in bench.timeline(rec, ["c1"])}
+    assert rows["tsc_ready"]["at_s"]["p50"] == 6.0
+    assert rows["reserved"]["step_s"]["p50"] == pytest.approx(11.2 - (11.1 + (hosts - 1) / 10))
+
+
+def test_webhook_figures_from_two_scrapes() -> None:
+    bench = _bench()
+    before = {0.005: 10.0, 0.01: 10.0, 0.025: 10.0, math.inf: 10.0}
+    after = {0.005: 100.0, 0.01: 108.0, 0.025: 110.0, math.inf: 110.0}
+    figures = bench.webhook_figures(before, after)
+    assert figures["count"] == 100.0
+    assert figures["p99"]["le"] == 0.025 and figures["p50"]["le"] == 0.005
+    assert figures["buckets"]["0.01"] == 98.0
+
+
+def test_the_table_prints_the_new_figures() -> None:
+    bench = _bench()
+    result = {
+        "clusters": 25,
+        "nodes": 103,
+        "operator": {
+            "webhook_admission": {"p50": {"value": 0.0021}, "p99": {"value": 0.009, "le": 0.01}},
+            "status_patches_per_cluster": 5.0,
+            "status_changes_seen_per_cluster": {"p50": 5.0, "max": 6.0},
+            "tsc_modified_seen_per_cluster": {"p50": 8.0, "max": 9.0},
+        },
+        "kuberay_first_pod_ratio": {"p50": 1.69, "p99": 1.5},
+    }
+    text = bench.table(result)
+    assert "2.1ms / 9.0ms (-; p99 <= 10.0ms)" in text
+    assert "KubeRay RayCluster -> first pod, operator / direct run p50 / p99  1.69 / 1.50" in text
+    assert "5.00; status changes 5.00/6.00, MODIFIED 8.00/9.00" in text
+    assert bench.fmt_ms(math.inf) == "+Inf" and bench.fmt_ms(None) == "-"
+
+
+def test_make_bench_plot_writes_into_docs() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    recipe = re.search(r"^bench-plot:.*\n\t(.+)$", makefile, re.M)
+    assert recipe is not None and "-P hack/bench.py --plot $(BENCH_PLOT)" in recipe.group(1)
+    assert re.search(r"^BENCH_PLOT \?= docs/bench-scaling.svg$", makefile, re.M)
