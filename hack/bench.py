@@ -1336,7 +1336,9 @@ def main() -> int:
         result["wall_seconds"] = round(time.monotonic() - began, 1)
         result.setdefault("nodes", scale.clusters * HOSTS)
         out_dir.mkdir(exist_ok=True)
-        path = out_dir / f"results-{args.scale}.json"
+        # a profiled run's timings are not comparable: it keeps out of the plot's file
+        suffix = "-profiled" if args.profile else ""
+        path = out_dir / f"results-{args.scale}{suffix}.json"
         path.write_text(json.dumps(result, indent=2, default=str) + "\n")
         print()
         print(table(result))

@@ -173,6 +173,7 @@ STACKS = [  # py-spy --format raw --threads: the thread, then the frames, outerm
     ("Thread-7 (process_request_thread)", [*WEBHOOK, *DECODE], 5),
     ("Thread-7 (process_request_thread)", [*WEBHOOK, "make_patch (jsonpatch.py:10)", *ENCODE], 10),
     ("lease-renew", ["renew (tpuslice/election.py:1)", "request (urllib3/connectionpool.py:7)"], 5),
+    ("kube_3", ["_worker (concurrent/futures/thread.py:83)", "call (tpuslice/kube.py:270)"], 2),
 ]
 RAW = "\n".join(
     [
@@ -185,27 +186,26 @@ RAW = "\n".join(
 
 def test_profile_summary_splits_by_thread_module_and_json() -> None:
     s = bs.profile_summary(RAW.splitlines(), rate_hz=50)
-    assert s["samples"] == 100 and s["cpu_seconds_est"] == 2.0
+    assert s["samples"] == 102 and s["cpu_seconds_est"] == 2.04
     threads = {r["name"]: r["samples"] for r in s["by_thread"]}
     assert threads == {
         "kopf loop (kopf + our passes)": 50,
         "our watches": 30,
         "webhook threads": 15,
         "leader election": 5,
+        "our API calls (kube threads)": 2,
     }
-    assert s["by_thread"][0]["share"] == 0.5
+    assert s["by_thread"][0]["share"] == round(50 / 102, 4)
     self_mod = {r["name"]: r["samples"] for r in s["self_by_module"]}
-    assert self_mod["tpuslice (ours)"] == 35 and self_mod["kopf"] == 20
+    assert self_mod["tpuslice (ours)"] == 37 and self_mod["kopf"] == 20
     assert self_mod["json"] == 40 and self_mod["urllib3"] == 5
     inclusive = {r["name"]: r["samples"] for r in s["inclusive_by_module"]}
-    assert inclusive["kopf"] == 50 and inclusive["tpuslice (ours)"] == 80
+    assert inclusive["kopf"] == 50 and inclusive["tpuslice (ours)"] == 82
     assert inclusive["asyncio"] == 50
-    assert s["json_decode_share"] == 0.3 and s["json_encode_share"] == 0.1
-    assert s["top_self"][0] == {
-        "name": "plan (tpuslice/reservation.py)",
-        "samples": 30,
-        "share": 0.3,
-    }
+    assert s["json_decode_share"] == round(30 / 102, 4)
+    assert s["json_encode_share"] == round(10 / 102, 4)
+    assert s["top_self"][0]["name"] == "plan (tpuslice/reservation.py)"
+    assert s["top_self"][0]["samples"] == 30
     watch_mods = {r["name"]: r["samples"] for r in s["by_thread_module"]["our watches"]}
     assert watch_mods == {"json": 25, "tpuslice (ours)": 5}
 
@@ -226,8 +226,9 @@ def test_profile_report_names_every_section() -> None:
     text = bs.profile_report(bs.profile_summary(RAW.splitlines(), rate_hz=100))
     for heading in ("by thread", "self time by module", "inclusive", "top functions, self"):
         assert heading in text
-    assert " 50.0%  kopf loop (kopf + our passes)" in text
-    assert " 30.0%  JSON decoding" in text
+    assert " 49.0%  kopf loop (kopf + our passes)" in text
+    assert "  2.0%  our API calls (kube threads)" in text
+    assert " 29.4%  JSON decoding" in text
 
 
 # ---------------------------------------------------------------- the scaling plot
@@ -301,6 +302,8 @@ def test_load_results_sorted_by_scale_skipping_junk(tmp_path: Path) -> None:
     (tmp_path / "results-broken.json").write_text("{not json")
     (tmp_path / "results-empty.json").write_text(json.dumps({"scale": "x"}))
     (tmp_path / "other.json").write_text(json.dumps(_result("medium", 200)))
+    profiled = {**_result("small", 25), "profiled": True}
+    (tmp_path / "results-small-profiled.json").write_text(json.dumps(profiled))
     assert [r["scale"] for r in bs.load_results(tmp_path)] == ["small", "large"]
 
 

@@ -262,12 +262,14 @@ def module_of(path: str) -> str:
 
 
 def thread_group(name: str, frames: Sequence[str]) -> str:
-    """The operator's threads (named in tpuslice.app, follow, webhook, election, health);
+    """The operator's threads (named in tpuslice.app, follow, kube, webhook, election);
     the webhook's per-request threads are http.server's, known by their stack."""
     if name == "kopf":
         return "kopf loop (kopf + our passes)"
     if name.startswith("watch-"):
         return "our watches"
+    if name.startswith("kube_"):  # tpuslice.kube's executor: every API call of a pass
+        return "our API calls (kube threads)"
     if name == "identity-webhook" or any("process_request_thread" in f for f in frames):
         return "webhook threads"
     if name.startswith("lease-"):
@@ -520,14 +522,17 @@ def _dig(data: Any, path: Sequence[str]) -> float | None:
 
 
 def load_results(directory: Path) -> list[dict[str, Any]]:
-    """The results-<scale>.json files present, smallest first (unreadable ones skipped)."""
+    """The results-<scale>.json files present, smallest first (unreadable ones and
+    profiled runs, whose timings the sampler moved, skipped)."""
     out = []
     for path in directory.glob("results-*.json"):
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if isinstance(data, dict) and isinstance(data.get("clusters"), int) and data["clusters"]:
+        if not isinstance(data, dict) or data.get("profiled"):
+            continue
+        if isinstance(data.get("clusters"), int) and data["clusters"] > 0:
             out.append(data)
     return sorted(out, key=lambda r: (r["clusters"], str(r.get("scale"))))
 
