@@ -1343,7 +1343,7 @@ def main() -> int:
         print()
         print(table(result))
         print()
-        print("timeline per cluster (at: since created; step: since the previous row)")
+        print("timeline per cluster (at: since created; step: since the latest row above it)")
         print(
             benchstats.timeline_table(
                 result.get("operator", {}).get("timeline") or [],

@@ -110,8 +110,9 @@ def timeline_summary(
     timelines: Mapping[str, Mapping[str, float]], milestones: Sequence[Milestone]
 ) -> list[dict[str, Any]]:
     """Per milestone: how many clusters reached it, p50/p99 of its time since the
-    cluster's ``created`` ("at") and since the cluster's previous milestone it reached
-    ("step"; negative when it came first, e.g. a reservation before the last pod)."""
+    cluster's ``created`` ("at") and since the latest of the cluster's earlier
+    milestones ("step": how long it came after everything listed before it; negative
+    when it came first, e.g. a reservation claimed before the last pod was seen)."""
     at: dict[str, list[float]] = {m.key: [] for m in milestones}
     step: dict[str, list[float]] = {m.key: [] for m in milestones}
     for times in timelines.values():
@@ -125,7 +126,7 @@ def timeline_summary(
                 continue
             at[m.key].append(t - start)
             step[m.key].append(t - previous)
-            previous = t
+            previous = max(previous, t)
     return [
         {
             "key": m.key,
