@@ -784,15 +784,13 @@ def apiserver_webhook_buckets(api: Any) -> dict[float, float]:
             headers={"Accept": "text/plain"},
             _request_timeout=(10, 60),
         )
+        if response.status != 200:
+            return {}
         text = response.read().decode()
     except Exception:
         return {}
     return benchstats.histogram_buckets(
-        (
-            (s.name, s.labels, s.value)
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-        ),
+        benchstats.text_samples(text, APISERVER_WEBHOOK_HISTOGRAM),
         APISERVER_WEBHOOK_HISTOGRAM,
         where={"name": f"identity.{c.GROUP}", "type": "admit"},
     )

@@ -129,6 +129,35 @@ def test_histogram_buckets_of_some_labels_only() -> None:
     assert bs.histogram_buckets(scrape, "w")[math.inf] == 54.0
 
 
+def test_text_samples_reads_one_metric_out_of_a_scrape() -> None:
+    text = "\n".join(
+        [
+            "# HELP w_seconds [STABLE] Webhook latency",
+            "# TYPE w_seconds histogram",
+            'w_seconds_bucket{name="identity.tpuslice.dev",operation="CREATE",le="0.005"} 7',
+            'w_seconds_bucket{name="identity.tpuslice.dev",operation="CREATE",le="+Inf"} 9',
+            'w_seconds_sum{name="identity.tpuslice.dev",operation="CREATE"} 0.25',
+            "w_seconds_count 9",
+            'other_metric{a="b"} 1',
+            "w_seconds_bucket{broken 1",
+            'w_seconds_bucket{le="1"} not-a-number',
+        ]
+    )
+    samples = bs.text_samples(text, "w_seconds")
+    assert samples[0] == (
+        "w_seconds_bucket",
+        {"name": "identity.tpuslice.dev", "operation": "CREATE", "le": "0.005"},
+        7.0,
+    )
+    assert [s[0] for s in samples] == [
+        "w_seconds_bucket",
+        "w_seconds_bucket",
+        "w_seconds_sum",
+        "w_seconds_count",
+    ]
+    assert bs.histogram_buckets(samples, "w_seconds") == {0.005: 7.0, math.inf: 9.0}
+
+
 def test_bucket_quantile_interpolates_like_prometheus() -> None:
     buckets = {0.005: 90.0, 0.01: 98.0, 0.025: 100.0, math.inf: 100.0}
     p99 = bs.bucket_quantile(buckets, 0.99)

@@ -48,6 +48,7 @@ __all__ = [
     "profile_summary",
     "ratio",
     "summary",
+    "text_samples",
     "timeline_summary",
     "timeline_table",
     "write_plot",
@@ -191,6 +192,30 @@ def histogram_buckets(
         le = float(labels["le"])  # "+Inf" -> inf
         out[le] = out.get(le, 0.0) + value
     return dict(sorted(out.items()))
+
+
+_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][\w:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def text_samples(text: str, prefix: str) -> list[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) of the samples in a Prometheus text scrape whose name starts
+    with ``prefix``; a few lines of one metric out of a large scrape (the API server's,
+    megabytes), without the strictness of a full parser: other lines are not read."""
+    out = []
+    for line in text.splitlines():
+        if not line.startswith(prefix):
+            continue
+        m = _SAMPLE.match(line)
+        if m is None:
+            continue
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        labels = {k: v.replace('\\"', '"') for k, v in _LABEL.findall(m.group("labels") or "")}
+        out.append((m.group("name"), labels, value))
+    return out
 
 
 def histogram_delta(
