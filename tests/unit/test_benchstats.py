@@ -241,6 +241,30 @@ def test_profile_summary_splits_by_thread_module_and_json() -> None:
     assert watch_mods == {"json": 25, "tpuslice (ours)": 5}
 
 
+def test_profile_summary_leaves_blocking_calls_out_as_waiting() -> None:
+    """--nonblocking samples also catch threads blocked in a read, a selector, a wait."""
+    lines = [
+        "thread (1): kopf;run_forever (asyncio/base_events.py:1);"
+        "EpollSelector.select (selectors.py:468) 40",
+        "thread (2): kube_0;_worker (concurrent/futures/thread.py:81) 30",
+        "thread (2): kube_0;call (tpuslice/kube.py:1);SSLSocket.read (ssl.py:1134) 20",
+        "thread (2): kube_0;call (tpuslice/kube.py:1);SSLSocket.send (ssl.py:1200) 6",
+        "thread (3): kopf;deepcopy (copy.py:128) 4",
+    ]
+    s = bs.profile_summary(lines, rate_hz=100)
+    assert s["samples"] == 10 and s["waiting_samples"] == 90 and s["waiting_share"] == 0.9
+    assert s["cpu_seconds_est"] == 0.1
+    waiting = {r["name"]: r["samples"] for r in s["waiting_by_thread"]}
+    assert waiting == {"kopf loop (kopf + our passes)": 40, "our API calls (kube threads)": 50}
+    assert {r["name"]: r["samples"] for r in s["self_by_module"]} == {
+        "sockets + TLS": 6,
+        "copy (deepcopy)": 4,
+    }
+    assert "left out as waiting in a blocking call: 90 (90.0% of all samples)" in (
+        bs.profile_report(s)
+    )
+
+
 def test_profile_summary_of_full_filenames_and_of_nothing() -> None:
     line = (
         "thread (1): watch-nodes;run (/work/x/operator/tpuslice/follow.py:1);"

@@ -270,6 +270,7 @@ MODULE_GROUPS = (
     ("/jsonschema", "jsonschema"),
     ("/yaml/", "yaml"),
     ("/logging/", "logging"),
+    ("/copy.py", "copy (deepcopy)"),
     ("/ssl.py", "sockets + TLS"),
     ("/socket.py", "sockets + TLS"),
     ("/selectors.py", "sockets + TLS"),
@@ -322,8 +323,13 @@ def profile_summary(
 ) -> dict[str, Any]:
     """Summarise py-spy's raw output (``--format raw --threads``: one line per stack,
     frames ``func (file:line)`` separated by ``;`` after a ``thread (id): name`` frame,
-    then a count). py-spy samples only threads that are running, so samples / rate is
+    then a count). py-spy leaves out threads it finds idle, but with ``--nonblocking``
+    many stacks still end in a blocking call (a socket read, a selector, a queue or
+    condition wait): those are counted as ``waiting`` (per thread group) and left out
+    of every other split, so the rest is about the CPU time; samples / rate of it is
     about CPU seconds."""
+    waiting = 0
+    waiting_by_thread: Counter[str] = Counter()
     total = 0
     by_thread: Counter[str] = Counter()
     by_thread_module: dict[str, Counter[str]] = {}
@@ -348,8 +354,12 @@ def profile_summary(
             fm = _FRAME.match(f)
             func, path = (fm.group("func"), fm.group("file")) if fm else (f, "")
             parsed_frames.append((func, path))
-        total += n
         group = thread_group(name, frames)
+        if parsed_frames and _waits(*parsed_frames[-1]):
+            waiting += n
+            waiting_by_thread[group] += n
+            continue
+        total += n
         by_thread[group] += n
         leaf_module = module_of(parsed_frames[-1][1]) if parsed_frames else "other"
         by_thread_module.setdefault(group, Counter())[leaf_module] += n
@@ -372,8 +382,15 @@ def profile_summary(
             for k, v in counter.most_common()
         ]
 
+    everything = total + waiting
     return {
         "samples": total,
+        "waiting_samples": waiting,
+        "waiting_share": round(waiting / everything, 4) if everything else 0.0,
+        "waiting_by_thread": [
+            {"name": k, "samples": v, "share": round(v / everything, 4)}
+            for k, v in waiting_by_thread.most_common()
+        ],
         "rate_hz": rate_hz,
         "cpu_seconds_est": round(total / rate_hz, 2) if rate_hz else None,
         "by_thread": share(by_thread),
@@ -388,6 +405,29 @@ def profile_summary(
         "top_self": share(self_func)[:top],
         "top_inclusive": share(inclusive_func)[:top],
     }
+
+
+#: Innermost frames that block (the last part of the function's name, and the file):
+#: a thread sampled there waits for the network, a lock, a queue or a timer.
+_WAITS = {
+    ("select", "selectors.py"),
+    ("poll", "selectors.py"),
+    ("read", "ssl.py"),
+    ("recv", "ssl.py"),
+    ("recv_into", "ssl.py"),
+    ("readinto", "socket.py"),
+    ("accept", "socket.py"),
+    ("wait", "threading.py"),
+    ("_wait_for_tstate_lock", "threading.py"),
+    ("_worker", "concurrent/futures/thread.py"),  # idle executor thread: queue.get
+    ("get", "queue.py"),
+    ("sleep", ""),
+}
+
+
+def _waits(func: str, path: str) -> bool:
+    name, p = func.rsplit(".", 1)[-1], path.replace("\\", "/")
+    return any(name == w and p.endswith(f) for w, f in _WAITS)
 
 
 def _in_json(frames: Sequence[tuple[str, str]], module: str, entries: tuple[str, ...]) -> bool:
@@ -418,10 +458,12 @@ def profile_report(s: Mapping[str, Any]) -> str:
         return f"{100 * x:5.1f}%"
 
     out = [
-        f"samples: {s['samples']} at {s['rate_hz']:.0f} Hz (~{s['cpu_seconds_est']} CPU s)",
-        "",
-        "by thread (and the innermost frame's module):",
+        f"samples on CPU: {s['samples']} at {s['rate_hz']:.0f} Hz (~{s['cpu_seconds_est']} CPU s);"
+        f" left out as waiting in a blocking call: {s['waiting_samples']}"
+        f" ({pct(s['waiting_share']).strip()} of all samples)",
     ]
+    out += [f"  waiting {pct(r['share'])}  {r['name']}" for r in s["waiting_by_thread"]]
+    out += ["", "on CPU, by thread (and the innermost frame's module):"]
     for row in s["by_thread"]:
         out.append(f"  {pct(row['share'])}  {row['name']}")
         for mod in s["by_thread_module"].get(row["name"], []):
