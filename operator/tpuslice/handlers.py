@@ -32,6 +32,7 @@ from tpuslice.health import Health
 from tpuslice.kube import ClusterApi, Kube
 from tpuslice.kube import credentials as kube_credentials
 from tpuslice.metrics import Metrics
+from tpuslice.provisioner import provisioning_view
 from tpuslice.reconcile import Reconciler, SnapshotReader, spec_shape
 from tpuslice.reconcile_job import JobReconciler
 from tpuslice.records import (
@@ -111,6 +112,13 @@ def make_reader(
                     other_key = (meta.get("namespace", ""), meta.get("name", ""))
                     members.append(ShapeMember(other, watches.pods_of(other_key, member_kind)))
         owned = None if kind == c.KIND_CLUSTER else watches.ray_owner(kind, key)
+        owner = (kind, *key)
+        provisioning = provisioning_view(
+            watches.requests_of(owner),
+            watches.templates_of(owner),
+            watches.every_request(),
+            owner,
+        )
         return Snapshot(
             cluster=cluster,
             pods=watches.pods_of(key, kind),
@@ -120,6 +128,7 @@ def make_reader(
             owned=owned,
             rayclusters={} if kind == c.KIND_CLUSTER else watches.owned_clusters(kind, key),
             shape_members=members,
+            provisioning=provisioning,
         )
 
     return read
@@ -213,6 +222,7 @@ async def configure(
         on_nodes=on_nodes,
         on_rayclusters=lambda changes: reconciler.kick_soon({ch.key for ch in changes}),
         on_owned=lambda changes, _kind: kick_owners(memo, owned_cluster_kicks(changes)),
+        on_requests=lambda changes: kick_owners(memo, {ch.record.owner for ch in changes}),
     )
     logger.info(
         "listed %d TPU nodes, %d pods and %d RayClusters of TPUSliceClusters",

@@ -32,6 +32,7 @@ from tpuslice.kicks import Backoff, Failure, KickQueue
 from tpuslice.kube import ApiError, ClusterApi
 from tpuslice.metrics import Metrics
 from tpuslice.pending import PendingWrites
+from tpuslice.provisioner import Provisioner
 from tpuslice.recorder import Recorder
 from tpuslice.records import ClusterKey, ClusterRef, Shape, SlicePlan, SliceState, Snapshot
 from tpuslice.render import render_raycluster
@@ -150,6 +151,9 @@ class Reconciler:
         self.actuator = SliceActuator(
             self.kube, self.pending, self.recorder, self.metrics, self.pool_indexes
         )
+        self.actuator.provisioner = Provisioner(
+            self.kube, self.recorder, self.pending, kick_soon=self.queue.kick_soon
+        )
         self.status = StatusWriter(
             self.kube,
             self.recorder,
@@ -256,7 +260,8 @@ class Reconciler:
         shape = shape_of(spec)
         waiting = self._waiting.setdefault(shape, set())
         label = shape_name(shape)
-        if plan.stalled or any(s.state == SliceState.WAITING_FOR_CAPACITY for s in plan.slices):
+        waits = (SliceState.WAITING_FOR_CAPACITY, SliceState.PROVISIONING)
+        if plan.stalled or any(s.state in waits for s in plan.slices):
             waiting.add(key)
             self._waiting_since.setdefault(key, time.monotonic())
         else:

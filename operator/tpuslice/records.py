@@ -35,6 +35,7 @@ __all__ = [
     "ProvisioningDecision",
     "ProvisioningMode",
     "ProvisioningRequestInfo",
+    "ProvisioningView",
     "QueueDecision",
     "RequestCondition",
     "ReservationInfo",
@@ -287,6 +288,8 @@ class Snapshot:
     # The node versions (``PoolIndexCache``) when ``nodes`` was read, so a pool index
     # built from these nodes is cached under the version they belong to, never a newer one.
     node_versions: Mapping[Shape, int] = field(default_factory=dict)
+    # Capacity on demand: its ProvisioningRequests and PodTemplates, others' promised pools.
+    provisioning: ProvisioningView | None = None
 
 
 # ------------------------------------------------------------------ the queue per shape
@@ -405,6 +408,17 @@ class ProvisioningRequestInfo:
     def node_pool(self) -> str | None:
         """The node pool GKE's queued class made for it (provisioningClassDetails)."""
         return self.details.get("NodePoolName") or None
+
+
+@dataclass(frozen=True)
+class ProvisioningView:
+    """What a snapshot holds of capacity on demand for one TPUSlice object: its own
+    ProvisioningRequests and PodTemplates (``provisioner.podtemplate_record``), and the
+    node pools live requests of *other* objects name (``provisioning.promised_pools``)."""
+
+    requests: Sequence[ProvisioningRequestInfo] = ()
+    templates: Sequence[Mapping[str, Any]] = ()
+    promised_elsewhere: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
