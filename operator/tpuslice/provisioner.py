@@ -51,7 +51,7 @@ from tpuslice import constants as c
 from tpuslice import events
 from tpuslice.convert import provisioning_request_info, timestamp
 from tpuslice.kube import ApiError, ClusterApi
-from tpuslice.pending import PendingWrites
+from tpuslice.pending import TTL_SECONDS, PendingWrites
 from tpuslice.provisioning import (
     consume_annotations,
     decide,
@@ -60,7 +60,6 @@ from tpuslice.provisioning import (
     podtemplate_body,
     podtemplate_owner_references,
     pool_matches_selector,
-    promised_pools,
     request_body,
     slices_to_provision,
     worker_template_of,
@@ -158,12 +157,16 @@ def podtemplate_record(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def promised_elsewhere(records: Iterable[OwnedRequest], owner: OwnerKey) -> frozenset[str]:
-    """Pools a live provisioned request of another object names (``promised_pools``)."""
-    mine: list[ProvisioningRequestInfo] = []
-    others: list[ProvisioningRequestInfo] = []
+    """Pools a live request of another object names: ``promised_pools`` (provisioned), and
+    a pool named by a request whose Provisioned the watch has not shown yet (GKE names it
+    in provisioningClassDetails; its nodes may be seen first)."""
+    mine: set[str] = set()
+    others: set[str] = set()
     for record in records:
-        (mine if record.owner == owner else others).append(record.info)
-    return frozenset(promised_pools(others)) - frozenset(promised_pools(mine))
+        info = record.info
+        if info.node_pool and not info.deleting and not _lapsed(info):
+            (mine if record.owner == owner else others).add(info.node_pool)
+    return frozenset(others - mine)
 
 
 def provisioning_view(
@@ -194,6 +197,38 @@ class Provisioner:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     _missing_until: float = 0.0
     _timers: dict[ClusterKey, asyncio.TimerHandle] = field(default_factory=dict)
+    #: our writes the watch has not shown yet (as PendingWrites does for reservations):
+    #: requests created, (namespace, name) -> (owner, record, when); requests deleted
+    _made: dict[tuple[str, str], tuple[OwnerKey, ProvisioningRequestInfo, float]] = field(
+        default_factory=dict
+    )
+    _gone: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def made(self, owner: OwnerKey, obj: Mapping[str, Any]) -> None:
+        info = provisioning_request_info(obj)
+        self._made[(info.namespace, info.name)] = (owner, info, time.monotonic())
+        self._gone.pop((info.namespace, info.name), None)
+
+    def deleted(self, namespace: str, name: str) -> None:
+        self._gone[(namespace, name)] = time.monotonic()
+        self._made.pop((namespace, name), None)
+
+    def _expected(self, view: ProvisioningView, owner: OwnerKey) -> ProvisioningView:
+        """``view`` as it will be once the watch shows our own writes: a request we just
+        created is there, one we just deleted is not (each for up to TTL_SECONDS)."""
+        now = time.monotonic()
+        shown = {(r.namespace, r.name) for r in view.requests}
+        for key, (_, _, at) in list(self._made.items()):
+            if key in shown or now - at > TTL_SECONDS:
+                del self._made[key]
+        for key, at in list(self._gone.items()):
+            if key not in shown or now - at > TTL_SECONDS:
+                del self._gone[key]
+        if not self._made and not self._gone:
+            return view
+        requests = [r for r in view.requests if (r.namespace, r.name) not in self._gone]
+        requests += [info for o, info, _ in self._made.values() if o == owner]
+        return replace(view, requests=tuple(requests))
 
     def kick_later(self, key: ClusterKey, delay: float) -> None:
         """One pass of ``key`` after ``delay`` seconds, unless one is due sooner (unlike
@@ -223,7 +258,7 @@ class Provisioner:
     ) -> ProvisioningPass | None:
         """This pass's work for ``ref``, or None when there is none (no provisioning in
         the spec and no request or PodTemplate of ours)."""
-        view = snap.provisioning or ProvisioningView()
+        view = self._expected(snap.provisioning or ProvisioningView(), _key(ref))
         prov = spec.provisioning
         wanted = prov is not None and prov.enabled
         if not wanted and not view.requests and not view.templates:
@@ -369,17 +404,21 @@ class ProvisioningPass:
         eligible = eligible_pools(index, hosts=hosts, chips_per_host=spec.shape.chips_per_host)
         taken = {r.pool for r in reservations} | set(claimed.values())
         free = {p for p in eligible if p not in taken}
-        # capacity of this object's own live provisioned requests does not serve the others
+        # Free pools that serve slices without asking: not the capacity of this object's
+        # own outstanding requests. Queued pools are named; a best-effort pool is not, and
+        # may show up before its request's Provisioned does (two watches), so each
+        # outstanding request counts one free pool as its own.
+        outstanding = [r for r in self.newest.values() if not _lapsed(r) and not r.deleting]
         live = {
             k: r
             for k, r in self.newest.items()
             if r.is_true(c.PROVREQ_PROVISIONED) and not _lapsed(r) and not r.deleting
         }
         if prov is not None and prov.mode == ProvisioningMode.QUEUED:
-            own = {r.node_pool for r in live.values() if r.node_pool}
+            own = {r.node_pool for r in outstanding if r.node_pool}
             free_existing = len(free - own)
         else:
-            free_existing = max(0, len(free) - len(live))
+            free_existing = max(0, len(free) - len(outstanding))
         desired = sum(1 for s in plan.slices if s.state != SliceState.RELEASING)
         holding = set(held) | set(claimed)
         gang_short = (
@@ -473,6 +512,11 @@ class ProvisioningPass:
         message: str = "",
     ) -> None:
         deleted = await self.p.kube.delete_provisioning_request(namespace, name, uid or None)
+        self.p.deleted(namespace, name)
+        if deleted:
+            log.info(
+                "deleted ProvisioningRequest %s/%s: %s", namespace, name, message or "leftover"
+            )
         if deleted and reason:
             await self.p.recorder.normal(ref, reason, message)
         # its PodTemplate goes with it (controller owner); delete it ourselves too, in
@@ -531,6 +575,7 @@ class ProvisioningPass:
                 await self.p.kube.delete_podtemplate(namespace, name)
                 raise
             return  # made by an earlier pass; the watch shows it soon, and its owner is fixed
+        self.p.made(_key(ref), created)
         uid = str((created.get("metadata") or {}).get("uid") or "")
         if uid:
             await self.p.kube.patch_podtemplate(
@@ -623,3 +668,7 @@ def _pods_by_replica(pods: Iterable[PodInfo]) -> dict[str, list[PodInfo]]:
         if pod.replica_name:
             out.setdefault(pod.replica_name, []).append(pod)
     return out
+
+
+def _key(ref: ClusterRef) -> OwnerKey:
+    return ref.kind, ref.namespace, ref.name
