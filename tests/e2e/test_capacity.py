@@ -41,16 +41,18 @@ from tests.e2e.operator_support import (
     wait_condition,
 )
 from tpusim import kube
-from tpusim.nodepools import POOL_ANNOTATION
+from tpusim.nodepools import POOL_ANNOTATION, TPUPool
 from tpusim.operator_process import OperatorProcess
 from tpusim.provisioner import (
     CONFIG_MAP,
     FakeProvisioner,
     ProvisionerSettings,
+    install_crd,
+    uninstall_crd,
 )
 from tpusim.provreq import GROUP as PR_GROUP
 from tpusim.provreq import PLURAL as PR_PLURAL
-from tpusim.provreq import Timings
+from tpusim.provreq import Fault, FaultRule, Timings
 
 ACCELERATOR, TOPOLOGY, HOSTS = "tpu-v6e-slice", "2x4", 2
 NODEPOOL = "cloud.google.com/gke-nodepool"
@@ -248,14 +250,26 @@ def test_a_two_slice_gang_from_zero_pools_becomes_ready(
     assert watch.violations == [], watch.violations
     made = requests(cluster, namespace)
     assert sorted(made) == ["gang-s0-1", "gang-s1-1"]
-    for request in made.values():
-        spec = request["spec"]
-        assert len(spec["podSets"]) == 1 and spec["podSets"][0]["count"] == HOSTS
-        at = provisioned_at(request)
-        assert at is not None
-        record(f"capacity {mode}: request Provisioned -> cluster Ready", released - at.timestamp())
     consumers = check_consumers(cluster, namespace, "gang")
     assert sorted(consumers.values()) == ["gang-s0-1", "gang-s1-1"]
+    for replica, name in consumers.items():
+        spec = made[name]["spec"]
+        assert len(spec["podSets"]) == 1 and spec["podSets"][0]["count"] == HOSTS
+        at = provisioned_at(made[name])
+        assert at is not None
+        # Provisioned -> the slice's last pod bound (both stamps have 1 s resolution)
+        scheduled = [
+            c.last_transition_time
+            for p in slice_pods(cluster, namespace, "gang")
+            if (p.metadata.labels or {}).get("ray.io/worker-group-replica-name") == replica
+            for c in p.status.conditions or []
+            if c.type == "PodScheduled" and c.status == "True"
+        ]
+        assert len(scheduled) == HOSTS
+        record(
+            f"capacity {mode}: Provisioned -> slice bound", (max(scheduled) - at).total_seconds()
+        )
+        record(f"capacity {mode}: Provisioned -> cluster Ready seen", released - at.timestamp())
     pools = set(held_by(cluster, namespace, "gang").values())
     assert len(pools) == 2 and pools <= set(capacity.pools())
     entries = slices_of(obj)
@@ -268,3 +282,271 @@ def test_a_two_slice_gang_from_zero_pools_becomes_ready(
             assert entry["nodePool"] == details["NodePoolName"], (entry, named)
     reasons = event_reasons(cluster, namespace)
     assert {"ProvisioningRequested", "SliceReserved", "Ready"} <= reasons, reasons
+
+
+# ---------------------------------------------------------------- existing pools first
+def add_pool(cluster: E2ECluster, name: str) -> None:
+    pool = TPUPool(name, "v6e", TOPOLOGY, nodes=HOSTS)
+    kube.wait_nodes_ready(cluster.api, kube.create_pool(cluster.api, pool))
+
+
+def test_an_existing_pool_is_taken_without_asking(
+    cluster: E2ECluster, namespace: str, capacity: FakeProvisioner
+) -> None:
+    """A free pool of the shape exists: the slice takes it and no request is ever made."""
+    add_pool(cluster, "v6e-2x4-have")
+    with InvariantWatch(cluster, namespace) as watch:
+        apply(cluster, namespace, capacity_tsc("have", slices=1))
+        obj = wait_condition(cluster, namespace, "have", "Ready", "True", timeout_s=WAIT_S)
+    assert watch.violations == []
+    assert held_by(cluster, namespace, "have") == {slices_of(obj)[0]["replica"]: "v6e-2x4-have"}
+    assert requests(cluster, namespace) == {}
+    assert "ProvisioningRequested" not in event_reasons(cluster, namespace)
+    assert "provisioning" not in slices_of(obj)[0]
+
+
+def test_a_pool_appearing_while_a_request_waits_wins_and_the_request_is_deleted(
+    cluster: E2ECluster, namespace: str, capacity: FakeProvisioner
+) -> None:
+    """The autoscaler never provisions; someone adds a pool: the slice takes it (existing
+    pools first) and its request is deleted."""
+    capacity.configure(faults=[FaultRule(Fault("never"), namespace=namespace)])
+    with InvariantWatch(cluster, namespace) as watch:
+        apply(cluster, namespace, capacity_tsc("late", slices=1))
+        waiting = wait_slices(
+            cluster,
+            namespace,
+            "late",
+            lambda o: states(o) == ["Provisioning"] and len(requests(cluster, namespace)) == 1,
+            "slice Provisioning with its request",
+        )
+        assert "late-s0-1" in slices_of(waiting)[0]["message"], slices_of(waiting)
+        add_pool(cluster, "v6e-2x4-late")
+        wait_condition(cluster, namespace, "late", "Ready", "True", timeout_s=WAIT_S)
+        kube.wait_for(
+            lambda: not requests(cluster, namespace),
+            timeout_s=60,
+            what="the waiting request deleted",
+        )
+    assert watch.violations == []
+    assert set(held_by(cluster, namespace, "late").values()) == {"v6e-2x4-late"}
+    assert "ProvisioningRequestDeleted" in event_reasons(cluster, namespace)
+
+
+# ---------------------------------------------------------------- failures
+def test_a_failed_request_is_retried_after_backoff(
+    cluster: E2ECluster, namespace: str, capacity: FakeProvisioner
+) -> None:
+    """Failed (a stock-out, not a configuration error): the next attempt after the
+    backoff, counted in status.slices[].provisioning; then Ready."""
+    capacity.configure(
+        faults=[
+            FaultRule(Fault("fail", reason="ResourcePoolExhausted"), namespace=namespace, times=1)
+        ]
+    )
+    with InvariantWatch(cluster, namespace) as watch:
+        apply(cluster, namespace, capacity_tsc("retry", slices=1))
+        obj = wait_condition(cluster, namespace, "retry", "Ready", "True", timeout_s=WAIT_S)
+    assert watch.violations == []
+    assert list(requests(cluster, namespace)) == ["retry-s0-2"]
+    assert slices_of(obj)[0]["provisioning"] == {
+        "request": "retry-s0-2",
+        "attempt": 2,
+        "failures": 1,
+    }
+    assert "ProvisioningRetry" in event_reasons(cluster, namespace)
+
+
+def test_a_configuration_error_stalls_and_recovers_once_fixed(
+    cluster: E2ECluster, namespace: str, capacity: FakeProvisioner
+) -> None:
+    """GKE refuses the request as configured (no queued-provisioning pool): Stalled with
+    the autoscaler's message, the retry limit not spent; tried again every
+    maxBackoffSeconds, so once GKE accepts (the fault used up) the slice comes."""
+    refusal = Fault(
+        "fail",
+        reason="NoQueuedNodepoolAvailable",
+        message="No nodepool with QueuedProvisioning enabled is available for scale up",
+        at="validate",
+    )
+    capacity.configure(faults=[FaultRule(refusal, namespace=namespace, times=1)])
+    body = capacity_tsc(
+        "config",
+        "QueuedProvisioning",
+        slices=1,
+        retry={"limit": 1, "baseBackoffSeconds": 1, "maxBackoffSeconds": 20},
+    )
+    with InvariantWatch(cluster, namespace) as watch:
+        apply(cluster, namespace, body)
+        stalled = wait_condition(
+            cluster, namespace, "config", "Stalled", "True", "ProvisioningFailed", timeout_s=WAIT_S
+        )
+        assert "NoQueuedNodepoolAvailable" in condition(stalled, "Stalled")["message"]
+        obj = wait_condition(cluster, namespace, "config", "Ready", "True", timeout_s=WAIT_S)
+    assert watch.violations == []
+    assert condition(obj, "Stalled")["status"] == "False"
+    assert slices_of(obj)[0]["provisioning"]["attempt"] == 2
+    assert slices_of(obj)[0]["provisioning"]["failures"] == 0  # not counted against the limit
+
+
+def test_booking_expired_before_the_slice_is_bound_asks_again(
+    cluster: E2ECluster, namespace: str, capacity: FakeProvisioner
+) -> None:
+    """The pool comes with a NotReady node, so it never becomes eligible and the
+    booking lapses: the slice asks again (a failure) and runs on the next pool."""
+    capacity.configure(
+        faults=[FaultRule(Fault("not-ready-node"), namespace=namespace, times=1)],
+        bookingSeconds=8,
+    )
+    with InvariantWatch(cluster, namespace) as watch:
+        apply(cluster, namespace, capacity_tsc("expire", "QueuedProvisioning", slices=1))
+        obj = wait_condition(cluster, namespace, "expire", "Ready", "True", timeout_s=WAIT_S)
+    assert watch.violations == []
+    entry = slices_of(obj)[0]
+    assert entry["provisioning"]["attempt"] == 2 and entry["provisioning"]["failures"] == 1
+    assert "ProvisioningRetry" in event_reasons(
+        cluster, namespace
+    )  # "expire-s0-1 lapsed (BookingExpired ...)"
+    second = requests(cluster, namespace)["expire-s0-2"]
+    assert entry["nodePool"] == second["status"]["provisioningClassDetails"]["NodePoolName"]
+
+
+def test_revoked_capacity_replaces_the_slice_which_asks_again(
+    cluster: E2ECluster, namespace: str, capacity: FakeProvisioner
+) -> None:
+    """GKE takes the VMs back under a running slice (CapacityRevoked): the slice is
+    replaced (KubeRay makes a new replica), which asks again and runs on a new pool."""
+    with InvariantWatch(cluster, namespace) as watch:
+        apply(cluster, namespace, capacity_tsc("revoke", "QueuedProvisioning", slices=1))
+        first = wait_condition(cluster, namespace, "revoke", "Ready", "True", timeout_s=WAIT_S)
+        before = slices_of(first)[0]
+        capacity.revoke(namespace, before["provisioning"]["request"])
+        obj = wait_slices(
+            cluster,
+            namespace,
+            "revoke",
+            lambda o: (
+                ready(o)
+                and slices_of(o)[0].get("replica") != before["replica"]
+                and slices_of(o)[0].get("nodePool") not in (None, before["nodePool"])
+            ),
+            "Ready again on a new replica and pool",
+        )
+    assert watch.violations == []
+    after = slices_of(obj)[0]
+    assert after["provisioning"]["attempt"] == 2
+    assert list(requests(cluster, namespace)) == [after["provisioning"]["request"]]
+    assert "CapacityRevoked" in event_reasons(cluster, namespace)
+
+
+def test_a_request_deleted_by_someone_is_recreated(
+    cluster: E2ECluster, namespace: str, capacity: FakeProvisioner
+) -> None:
+    """Someone deletes the request of a slice that holds no pool: the next attempt is
+    made (the count goes on from status), and the slice comes."""
+    capacity.configure(faults=[FaultRule(Fault("never"), namespace=namespace, times=1)])
+    with InvariantWatch(cluster, namespace) as watch:
+        apply(cluster, namespace, capacity_tsc("gone", slices=1))
+        kube.wait_for(
+            lambda: "gone-s0-1" in requests(cluster, namespace),
+            timeout_s=WAIT_S,
+            what="the first request",
+        )
+        kubectl(
+            cluster,
+            "delete",
+            "provisioningrequests.autoscaling.x-k8s.io",
+            "-n",
+            namespace,
+            "gone-s0-1",
+            "--wait=true",
+        )
+        obj = wait_condition(cluster, namespace, "gone", "Ready", "True", timeout_s=WAIT_S)
+    assert watch.violations == []
+    assert list(requests(cluster, namespace)) == ["gone-s0-2"]
+    assert slices_of(obj)[0]["provisioning"]["attempt"] == 2
+
+
+def test_operator_sigkilled_while_requests_wait(
+    cluster: E2ECluster, namespace: str, capacity: FakeProvisioner, operator: OperatorProcess
+) -> None:
+    """SIGKILL while both requests of a gang wait; the capacity comes while no operator
+    runs; the restarted operator goes on from the API server alone: the same requests
+    (no second attempt), the gang Ready, nothing released early."""
+    capacity.configure(provisionDelaySeconds=15)
+    with InvariantWatch(cluster, namespace) as watch:
+        apply(cluster, namespace, capacity_tsc("crash", "QueuedProvisioning"))
+        kube.wait_for(
+            lambda: len(requests(cluster, namespace)) == 2,
+            timeout_s=WAIT_S,
+            what="both requests",
+        )
+        operator.kill()
+        kube.wait_for(
+            lambda: (
+                all(provisioned_at(r) for r in requests(cluster, namespace).values())
+                and len(shape_pools(cluster)) == 2
+            ),
+            timeout_s=WAIT_S,
+            what="both provisioned while the operator is down",
+        )
+        operator.start()
+        obj = wait_condition(cluster, namespace, "crash", "Ready", "True", timeout_s=WAIT_S)
+    assert watch.violations == []
+    assert sorted(requests(cluster, namespace)) == ["crash-s0-1", "crash-s1-1"]
+    assert [s["provisioning"]["attempt"] for s in slices_of(obj)] == [1, 1]
+    check_consumers(cluster, namespace, "crash")
+
+
+def test_scaling_down_deletes_the_request_of_the_removed_slice(
+    cluster: E2ECluster, namespace: str, capacity: FakeProvisioner
+) -> None:
+    """Two PerSlice slices on requested capacity, then one: the removed slice's request
+    goes with its pool; the other keeps its own."""
+    body = capacity_tsc("shrink")
+    body["spec"]["reservation"]["gang"] = "PerSlice"
+    with InvariantWatch(cluster, namespace) as watch:
+        apply(cluster, namespace, body)
+        wait_condition(cluster, namespace, "shrink", "Ready", "True", timeout_s=WAIT_S)
+        body["spec"]["tpu"]["slices"] = 1
+        apply(cluster, namespace, body)
+        obj = wait_slices(
+            cluster,
+            namespace,
+            "shrink",
+            lambda o: (
+                ready(o) and len(slices_of(o)) == 1 and len(requests(cluster, namespace)) == 1
+            ),
+            "one slice, one request",
+        )
+    assert watch.violations == []
+    assert list(requests(cluster, namespace)) == [slices_of(obj)[0]["provisioning"]["request"]]
+
+
+def test_a_missing_crd_stalls_and_recovers_by_itself(
+    cluster: E2ECluster, namespace: str, capacity: FakeProvisioner
+) -> None:
+    """No ProvisioningRequest CRD: Stalled ProvisioningRequestNotInstalled; once it is
+    installed the operator finds it by itself and the slice comes. (Last: it deletes
+    the CRD, and every request with it.)"""
+    capacity.stop()
+    try:
+        uninstall_crd(cluster.api)
+        apply(cluster, namespace, capacity_tsc("nocrd", slices=1))
+        wait_condition(
+            cluster,
+            namespace,
+            "nocrd",
+            "Stalled",
+            "True",
+            "ProvisioningRequestNotInstalled",
+            timeout_s=WAIT_S,
+        )
+        assert templates(cluster, namespace) == []
+    finally:
+        capacity.start()  # installs the CRD again
+    with InvariantWatch(cluster, namespace) as watch:
+        obj = wait_condition(cluster, namespace, "nocrd", "Ready", "True", timeout_s=WAIT_S)
+    assert watch.violations == []
+    assert condition(obj, "Stalled")["status"] == "False"
+    install_crd(cluster.api)
