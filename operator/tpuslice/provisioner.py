@@ -375,7 +375,7 @@ class ProvisioningPass:
             await self._carry_out(ref, spec, decision, replicas, by_replica, index)
         for request in self.extra:  # older attempts, requests without our labels
             await self._delete(ref, request.namespace, request.name, request.uid, "")
-        await self._templates(ref)
+        await self._templates(ref, index)
         for index_, decision in self.decisions.items():
             request = self.newest.get((facts[index_].raycluster, index_))
             replica = replicas.get(index_)
@@ -596,7 +596,7 @@ class ProvisioningPass:
         )
         self.p.kick_later((ref.namespace, ref.name), MISSING_CRD_RETRY_SECONDS + 1)
 
-    async def _templates(self, ref: ClusterRef) -> None:
+    async def _templates(self, ref: ClusterRef, index: PoolIndex) -> None:
         """Leftover PodTemplates: with no request of their name, deleted once old enough;
         with a request that is not yet their owner, given it. A live, not yet
         provisioned best-effort request's template is refreshed (the pools to keep the
@@ -611,6 +611,7 @@ class ProvisioningPass:
                 if age >= LEFTOVER_TEMPLATE_SECONDS:
                     await self.p.kube.delete_podtemplate(template["namespace"], name)
                 continue
+            await self._refresh(template, request, index)
             if request.uid and template.get("controller") != request.uid and self.spec:
                 await self.p.kube.patch_podtemplate(
                     template["namespace"],
@@ -623,6 +624,36 @@ class ProvisioningPass:
                         }
                     },
                 )
+
+    async def _refresh(
+        self, template: Mapping[str, Any], request: ProvisioningRequestInfo, index: PoolIndex
+    ) -> None:
+        """A best-effort request not yet provisioned: its template's ``gke-nodepool NotIn``
+        follows the pools that have nodes now (the autoscaler re-reads templates every
+        loop). Only the affinity is compared: the API server defaults the rest."""
+        spec = self.spec
+        prov = spec.provisioning if spec is not None else None
+        if spec is None or prov is None or prov.queued or request.slice_index is None:
+            return
+        if request.is_true(c.PROVREQ_PROVISIONED) or _lapsed(request) or request.deleting:
+            return
+        worker = worker_template_of(render_ray_cluster_spec(spec)) or {}
+        wanted = podtemplate_body(
+            spec,
+            raycluster=request.raycluster or spec.name,
+            index=request.slice_index,
+            attempt=request.attempt,
+            worker_template=worker,
+            exclude_pools=sorted(index.pools),
+        )["template"]
+        affinity = wanted["spec"].get("affinity")
+        if ((template.get("template") or {}).get("spec") or {}).get("affinity") == affinity:
+            return
+        await self.p.kube.patch_podtemplate(
+            template["namespace"],
+            template["name"],
+            {"template": {"spec": {"affinity": affinity}}},  # null removes it
+        )
 
     # ---------------------------------------------------------------- the release
     def releases(self, releases: Sequence[Any]) -> list[Any]:

@@ -17,8 +17,11 @@ its slice's release is recorded (``operator-timings.txt``, docs/performance.md).
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -168,6 +171,64 @@ def check_consumers(cluster: E2ECluster, namespace: str, name: str) -> dict[str,
     return by_replica
 
 
+@dataclass
+class ReleaseClock:
+    """Samples requests and pods every ``interval_s``: when each request was first seen
+    Provisioned, and when each slice's pods were first all released (ungated) and all
+    bound. Timestamps have the sampling's resolution (plus one list's latency), not the
+    1 s of the API's condition times."""
+
+    cluster: E2ECluster
+    namespace: str
+    interval_s: float = 0.1
+    provisioned: dict[str, float] = field(default_factory=dict)  # request -> first seen
+    released: dict[str, float] = field(default_factory=dict)  # request -> pods ungated
+    bound: dict[str, float] = field(default_factory=dict)  # request -> pods bound
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> ReleaseClock:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):  # a list during a restart; sample again
+                self._sample()
+            time.sleep(self.interval_s)
+
+    def _sample(self) -> None:
+        now = time.monotonic()
+        for name, req in requests(self.cluster, self.namespace).items():
+            if provisioned_at(req) is not None:
+                self.provisioned.setdefault(name, now)
+        by_request: dict[str, list[Any]] = {}
+        for pod in self.cluster.core.list_namespaced_pod(
+            self.namespace, label_selector="ray.io/node-type=worker"
+        ).items:
+            consumed = (pod.metadata.annotations or {}).get(CONSUME)
+            if consumed:
+                by_request.setdefault(consumed, []).append(pod)
+        for name, members in by_request.items():
+            if len(members) < HOSTS:
+                continue
+            gated = any(
+                g.name == "tpuslice.dev/slice-reservation"
+                for p in members
+                for g in p.spec.scheduling_gates or []
+            )
+            if not gated:
+                self.released.setdefault(name, now)
+            if all(p.spec.node_name for p in members):
+                self.bound.setdefault(name, now)
+
+
 # ---------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
 def fake(cluster: E2ECluster, operator: OperatorProcess) -> Iterator[FakeProvisioner]:
@@ -236,7 +297,7 @@ def test_a_two_slice_gang_from_zero_pools_becomes_ready(
     """No pool of the shape exists: each slice asks for one, both pools come, the gang
     claims both, every pod is released with its own request's consume annotations and
     the cluster is Ready. The requests stay while the slices run."""
-    with InvariantWatch(cluster, namespace) as watch:
+    with InvariantWatch(cluster, namespace) as watch, ReleaseClock(cluster, namespace) as clock:
         apply(cluster, namespace, capacity_tsc("gang", mode))
         wait_slices(
             cluster,
@@ -252,23 +313,23 @@ def test_a_two_slice_gang_from_zero_pools_becomes_ready(
     assert sorted(made) == ["gang-s0-1", "gang-s1-1"]
     consumers = check_consumers(cluster, namespace, "gang")
     assert sorted(consumers.values()) == ["gang-s0-1", "gang-s1-1"]
-    for replica, name in consumers.items():
+    for name in consumers.values():
         spec = made[name]["spec"]
         assert len(spec["podSets"]) == 1 and spec["podSets"][0]["count"] == HOSTS
         at = provisioned_at(made[name])
         assert at is not None
-        # Provisioned -> the slice's last pod bound (both stamps have 1 s resolution)
-        scheduled = [
-            c.last_transition_time
-            for p in slice_pods(cluster, namespace, "gang")
-            if (p.metadata.labels or {}).get("ray.io/worker-group-replica-name") == replica
-            for c in p.status.conditions or []
-            if c.type == "PodScheduled" and c.status == "True"
-        ]
-        assert len(scheduled) == HOSTS
-        record(
-            f"capacity {mode}: Provisioned -> slice bound", (max(scheduled) - at).total_seconds()
-        )
+        # sampled every 0.1 s: request first seen Provisioned -> its slice's pods all
+        # released (ungated, consume annotations on) and all bound to nodes
+        if name in clock.provisioned and name in clock.released:
+            record(
+                f"capacity {mode}: Provisioned seen -> slice released",
+                clock.released[name] - clock.provisioned[name],
+            )
+        if name in clock.provisioned and name in clock.bound:
+            record(
+                f"capacity {mode}: Provisioned seen -> slice bound",
+                clock.bound[name] - clock.provisioned[name],
+            )
         record(f"capacity {mode}: Provisioned -> cluster Ready seen", released - at.timestamp())
     pools = set(held_by(cluster, namespace, "gang").values())
     assert len(pools) == 2 and pools <= set(capacity.pools())

@@ -282,3 +282,24 @@ def test_an_object_without_provisioning_makes_no_capacity_calls() -> None:
     kube = FakeKube()
     run(kube, Snapshot(plain_body(), pods(), [], [], None, provisioning=ProvisioningView()))
     assert not [x for x in kube.calls if "request" in x[0] or "podtemplate" in x[0]]
+
+
+def test_a_waiting_best_effort_template_follows_the_pools_that_have_nodes() -> None:
+    owner = ("TPUSliceCluster", "ml", "llm")
+    stored = {
+        "owner": owner,
+        "namespace": "ml",
+        "name": "llm-s0-1",
+        "created": "",
+        "controller": "uid-llm-s0-1",
+        "template": {"spec": {"nodeSelector": {}}},
+    }
+    kube = FakeKube()
+    kube.podtemplates[("ml", "llm-s0-1")] = {"metadata": {"name": "llm-s0-1"}, "template": {}}
+    spec = body(nodeSelector={"cloud.google.com/gke-spot": "true"})
+    view = ProvisioningView(requests=(request(),), templates=(stored,))
+    run(kube, Snapshot(spec, pods(), nodes("busy"), [], None, provisioning=view))
+    assert ("patch-podtemplate", "llm-s0-1") in kube.calls
+    patched = kube.podtemplates[("ml", "llm-s0-1")]["template"]["spec"]["affinity"]
+    term = patched["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["busy"]
