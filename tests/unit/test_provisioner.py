@@ -25,7 +25,6 @@ from tpuslice.records import (
 )
 
 UID = "uid-llm"
-NOW = datetime.now(UTC)
 
 
 def body(mode: str = "BestEffortAtomic", **provisioning: Any) -> dict[str, Any]:
@@ -69,10 +68,11 @@ def request(
     cls: str = c.PROVREQ_CLASS_BEST_EFFORT_ATOMIC,
     owner: str = "llm",
 ) -> ProvisioningRequestInfo:
-    conditions = {"Accepted": RequestCondition("Accepted", "True", "Accepted", "", NOW)}
+    now = datetime.now(UTC)  # the pass reads the clock too
+    conditions = {"Accepted": RequestCondition("Accepted", "True", "Accepted", "", now)}
     if provisioned:
         conditions["Provisioned"] = RequestCondition(
-            "Provisioned", "True", "Provisioned", "", NOW - timedelta(seconds=5)
+            "Provisioned", "True", "Provisioned", "", now - timedelta(seconds=5)
         )
     return ProvisioningRequestInfo(
         namespace="ml",
@@ -84,7 +84,7 @@ def request(
         class_name=cls,
         conditions=conditions,
         details={"NodePoolName": pool} if pool else {},
-        created=NOW - timedelta(seconds=10),
+        created=now - timedelta(seconds=10),
     )
 
 
@@ -175,7 +175,7 @@ def test_a_missing_crd_stalls_removes_the_template_and_is_not_asked_again_at_onc
 
 
 def test_leftover_templates_are_deleted_and_a_request_becomes_its_templates_owner() -> None:
-    old = (NOW - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    old = (datetime.now(UTC) - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
     owner = ("TPUSliceCluster", "ml", "llm")
     leftover = {
         "owner": owner,
@@ -185,7 +185,8 @@ def test_leftover_templates_are_deleted_and_a_request_becomes_its_templates_owne
         "controller": "",
         "template": {},
     }
-    young = {**leftover, "name": "llm-s0-8", "created": NOW.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    just_now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    young = {**leftover, "name": "llm-s0-8", "created": just_now}
     unowned = {**leftover, "name": "llm-s0-1"}
     kube = FakeKube()
     kube.podtemplates[("ml", "llm-s0-1")] = {"metadata": {"name": "llm-s0-1"}}
