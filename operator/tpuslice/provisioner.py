@@ -202,15 +202,15 @@ class Provisioner:
     _made: dict[tuple[str, str], tuple[OwnerKey, ProvisioningRequestInfo, float]] = field(
         default_factory=dict
     )
-    _gone: dict[tuple[str, str], float] = field(default_factory=dict)
+    _gone: dict[tuple[str, str], tuple[OwnerKey, float]] = field(default_factory=dict)
 
     def made(self, owner: OwnerKey, obj: Mapping[str, Any]) -> None:
         info = provisioning_request_info(obj)
         self._made[(info.namespace, info.name)] = (owner, info, time.monotonic())
         self._gone.pop((info.namespace, info.name), None)
 
-    def deleted(self, namespace: str, name: str) -> None:
-        self._gone[(namespace, name)] = time.monotonic()
+    def deleted(self, owner: OwnerKey, namespace: str, name: str) -> None:
+        self._gone[(namespace, name)] = (owner, time.monotonic())
         self._made.pop((namespace, name), None)
 
     def _expected(self, view: ProvisioningView, owner: OwnerKey) -> ProvisioningView:
@@ -221,8 +221,8 @@ class Provisioner:
         for key, (_, _, at) in list(self._made.items()):
             if key in shown or now - at > TTL_SECONDS:
                 del self._made[key]
-        for key, at in list(self._gone.items()):
-            if key not in shown or now - at > TTL_SECONDS:
+        for key, (gone_owner, at) in list(self._gone.items()):
+            if (gone_owner == owner and key not in shown) or now - at > TTL_SECONDS:
                 del self._gone[key]
         if not self._made and not self._gone:
             return view
@@ -512,7 +512,7 @@ class ProvisioningPass:
         message: str = "",
     ) -> None:
         deleted = await self.p.kube.delete_provisioning_request(namespace, name, uid or None)
-        self.p.deleted(namespace, name)
+        self.p.deleted(_key(ref), namespace, name)
         if deleted:
             log.info(
                 "deleted ProvisioningRequest %s/%s: %s", namespace, name, message or "leftover"
