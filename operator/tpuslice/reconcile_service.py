@@ -94,7 +94,7 @@ class ServiceReconciler(Reconciler):
             return
         applied = await self.applier.apply(rendered, snap.owned)
         self.pending.expire(time.monotonic())
-        clusters, plan_stall = await self._act(meta, spec, snap, previous)
+        clusters, plan_stall = await self._act(meta, spec, snap)
         await self._give_back_gone(meta, snap, set(clusters))
         ray_status = (snap.owned or {}).get("status") if snap.owned is not None else None
         observed = ServiceObserved(
@@ -120,7 +120,6 @@ class ServiceReconciler(Reconciler):
         meta: Mapping[str, Any],
         spec: SliceServiceSpec,
         snap: Snapshot,
-        previous: Mapping[str, Any],
     ) -> tuple[dict[str, ClusterSlices], Stall | None]:
         """Each RayCluster's slices planned and acted on apart; what each shows."""
         clusters: dict[str, ClusterSlices] = {}
