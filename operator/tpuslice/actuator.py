@@ -187,7 +187,8 @@ def queue_admission(
         by_holder.setdefault(r.holder.uid, []).append(r)
     if desired is None:
         desired = desired_of(snap.cluster, spec)
-    own = _request(ref, spec, snap.cluster, pods, by_holder.get(ref.uid, []), desired)
+    own_reservations = [r for r in reservations if ref.holds(r.holder)]
+    own = _request(ref, spec, snap.cluster, pods, own_reservations, desired)
     exist = len(index.matching)
     members: list[
         tuple[ClusterRef, SliceClusterSpec, Mapping[str, Any], Sequence[PodInfo], int]

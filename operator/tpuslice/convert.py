@@ -160,6 +160,7 @@ def reservation_info(obj: Mapping[str, Any]) -> ReservationInfo:
             replica_name=holder.get("replicaName", ""),
             replica_index=_int(holder.get("replicaIndex")),
             kind=holder.get("kind") or c.KIND_CLUSTER,
+            ray_cluster=holder.get("rayCluster") or "",
         ),
         phase=(obj.get("status") or {}).get("phase"),
         uid=str((obj.get("metadata") or {}).get("uid") or ""),
@@ -185,6 +186,8 @@ def holder_spec(holder: Holder) -> dict[str, Any]:
         spec["replicaIndex"] = holder.replica_index
     if holder.kind != c.KIND_CLUSTER:
         spec["kind"] = holder.kind
+    if holder.ray_cluster:
+        spec["rayCluster"] = holder.ray_cluster
     return spec
 
 
@@ -234,6 +237,7 @@ def raycluster_info(obj: Mapping[str, Any]) -> dict[str, Any]:
         "namespace": meta.get("namespace", ""),
         "ownsSuspend": _owns_suspend(meta),
         "uid": meta.get("uid"),
+        "deleting": bool(meta.get("deletionTimestamp")),
         "labels": dict(meta.get("labels") or {}),
         "annotations": dict(meta.get("annotations") or {}),
         "ownerReferences": list(meta.get("ownerReferences") or []),

@@ -35,6 +35,7 @@ from tpuslice.metrics import Metrics
 from tpuslice.provisioner import provisioning_view
 from tpuslice.reconcile import Reconciler, SnapshotReader, spec_shape
 from tpuslice.reconcile_job import JobReconciler
+from tpuslice.reconcile_service import ServiceReconciler
 from tpuslice.records import (
     ClusterKey,
     Holder,
@@ -64,6 +65,7 @@ TEARDOWN_WAIT_SECONDS = 60.0
 
 TSC = (c.GROUP, c.VERSION, c.PLURAL_CLUSTER)
 TSJ = (c.GROUP, c.VERSION, c.PLURAL_JOB)
+TSS = (c.GROUP, c.VERSION, c.PLURAL_SERVICE)
 #: plural -> kind, for handlers registered on more than one of our kinds.
 KIND_OF_PLURAL = {plural: kind for kind, plural in c.PLURALS.items()}
 RESERVATIONS = (c.GROUP, c.VERSION, c.PLURAL_RESERVATION)
@@ -77,7 +79,7 @@ def _first(store: Iterable[Any] | None) -> Any:
 
 # ------------------------------------------------------------ the snapshot reader
 #: kind -> the prefix of its kopf indexes (``<prefix>_index``, ``<prefix>_shape_index``).
-INDEX_PREFIX = {c.KIND_CLUSTER: "tsc", c.KIND_JOB: "tsj"}
+INDEX_PREFIX = {c.KIND_CLUSTER: "tsc", c.KIND_JOB: "tsj", c.KIND_SERVICE: "tss"}
 
 
 def make_reader(
@@ -199,8 +201,16 @@ async def configure(
         pool_indexes=reconciler.pool_indexes,
         schema=reconciler.templates,
     )
+    services = ServiceReconciler(
+        kube,
+        make_reader(indices, watches, c.KIND_SERVICE),
+        metrics=metrics,
+        pending=reconciler.pending,
+        pool_indexes=reconciler.pool_indexes,
+        schema=reconciler.templates,
+    )
     memo.watches, memo.reconciler = watches, reconciler
-    memo.reconcilers = {c.KIND_CLUSTER: reconciler, c.KIND_JOB: jobs}
+    memo.reconcilers = {c.KIND_CLUSTER: reconciler, c.KIND_JOB: jobs, c.KIND_SERVICE: services}
     memo.indexed = asyncio.Event()
     for each in memo.reconcilers.values():
         each.hold_until_indexed()
@@ -307,8 +317,8 @@ async def object_changed(
     resource: kopf.Resource,
     **_: Any,
 ) -> None:
-    """A TPUSliceCluster or TPUSliceJob changed: a pass for it; added or deleted, the
-    shape's queue changed and its waiting move on."""
+    """A TPUSliceCluster, TPUSliceJob or TPUSliceService changed: a pass for it; added
+    or deleted, the shape's queue changed and its waiting move on."""
     _indexed(memo)
     kind = KIND_OF_PLURAL[resource.plural]
     key = (namespace or "", name)
@@ -387,8 +397,8 @@ async def on_delete(
     resource: kopf.Resource,
     **indices: Any,
 ) -> None:
-    """The finalizer of a TPUSliceCluster or TPUSliceJob: ``tear_down``, retried by kopf
-    while pods remain."""
+    """The finalizer of a TPUSliceCluster, TPUSliceJob or TPUSliceService: ``tear_down``,
+    retried by kopf while pods remain."""
     kind = KIND_OF_PLURAL[resource.plural]
     key = (namespace or "", name)
     remaining = await tear_down(
@@ -465,7 +475,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     kopf.on.login(**reg)(login)
     kopf.on.startup(**reg)(configure)
     kopf.on.cleanup(**reg)(stop)
-    for resource, prefix in ((TSC, "tsc"), (TSJ, "tsj")):
+    for resource, prefix in ((TSC, "tsc"), (TSJ, "tsj"), (TSS, "tss")):
         kopf.index(*resource, id=f"{prefix}_index", **reg)(tsc_index)
         kopf.index(*resource, id=f"{prefix}_shape_index", **reg)(tsc_shape_index)
         kopf.on.event(*resource, **reg)(object_changed)

@@ -148,6 +148,7 @@ def podtemplate_record(obj: Mapping[str, Any]) -> dict[str, Any]:
     )
     return {
         "owner": _owner_of(meta),
+        "raycluster": str((meta.get("labels") or {}).get(c.LABEL_RAYCLUSTER) or ""),
         "namespace": str(meta.get("namespace") or ""),
         "name": str(meta.get("name") or ""),
         "created": str(meta.get("creationTimestamp") or ""),
@@ -259,6 +260,8 @@ class Provisioner:
         """This pass's work for ``ref``, or None when there is none (no provisioning in
         the spec and no request or PodTemplate of ours)."""
         view = self._expected(snap.provisioning or ProvisioningView(), _key(ref))
+        if ref.ray_cluster:
+            view = _one_cluster(view, ref.ray_cluster, snap)
         prov = spec.provisioning
         wanted = prov is not None and prov.enabled
         if not wanted and not view.requests and not view.templates:
@@ -398,7 +401,7 @@ class ProvisioningPass:
         spec, ref = self.spec, self.ref
         prov = spec.provisioning
         hosts = spec.shape.hosts
-        held = {r.holder.replica_name: r.pool for r in reservations if r.holder.uid == ref.uid}
+        held = {r.holder.replica_name: r.pool for r in reservations if ref.holds(r.holder)}
         claimed = {cl.holder.replica_name: cl.pool for cl in plan.claims}
         by_replica = _pods_by_replica(pods)
         eligible = eligible_pools(index, hosts=hosts, chips_per_host=spec.shape.chips_per_host)
@@ -479,7 +482,7 @@ class ProvisioningPass:
                     for r in self.p.pending.reservations(
                         self.snap.reservations if self.snap else ()
                     )
-                    if r.holder.uid == ref.uid and r.holder.replica_name == replica
+                    if ref.holds(r.holder) and r.holder.replica_name == replica
                 ),
                 None,
             )
@@ -703,3 +706,19 @@ def _pods_by_replica(pods: Iterable[PodInfo]) -> dict[str, list[PodInfo]]:
 
 def _key(ref: ClusterRef) -> OwnerKey:
     return ref.kind, ref.namespace, ref.name
+
+
+def _one_cluster(view: ProvisioningView, name: str, snap: Snapshot) -> ProvisioningView:
+    """A TPUSliceService's pass plans one RayCluster (``ClusterRef.ray_cluster``): its own
+    requests and templates, and those of RayClusters the service no longer has (KubeRay
+    deleted them after an upgrade; deleting is idempotent, so every cluster's pass may)."""
+    live = {n for n, rc in snap.rayclusters.items() if not rc.get("deleting")}
+
+    def mine(raycluster: str) -> bool:
+        return raycluster == name or (bool(raycluster) and raycluster not in live)
+
+    return replace(
+        view,
+        requests=tuple(r for r in view.requests if mine(r.raycluster)),
+        templates=tuple(t for t in view.templates if mine(str(t.get("raycluster") or ""))),
+    )

@@ -111,6 +111,16 @@ def stalled_observation(body: Mapping[str, Any], stall: Stall) -> Observed:
     )
 
 
+#: Slice states that wait for a pool of the shape (kicked when its pools change): a
+#: Provisioning slice claims the pool its request brings once the nodes are Ready.
+WAITING_STATES = (SliceState.WAITING_FOR_CAPACITY, SliceState.PROVISIONING)
+
+
+def waiting_for_capacity(plan: SlicePlan) -> bool:
+    """A plan with a slice waiting for a pool of its shape (or NotEnoughPools)."""
+    return bool(plan.stalled) or any(s.state in WAITING_STATES for s in plan.slices)
+
+
 def failure_message(failure: Failure) -> str:
     count = failure.count
     return truncate(
@@ -242,7 +252,7 @@ class Reconciler:
         self._count_creation(key, body, snap, applied)
         self.pending.expire(time.monotonic())
         plan, plan_stall = await self.actuator.act(ref, spec, snap, previous)
-        self._track_waiting(key, spec, plan)
+        self._track_waiting(key, spec, waiting_for_capacity(plan))
         self.metrics.cluster_slices(key, (str(s.state) for s in plan.slices))
         observed = observed_of(spec, body, snap, plan, applied, applied.stall or plan_stall)
         await self.status.write(body, previous, observed)
@@ -255,13 +265,12 @@ class Reconciler:
             created = (body.get("metadata") or {}).get("creationTimestamp", "")
             self.metrics.raycluster_created(created, time.time())
 
-    def _track_waiting(self, key: ClusterKey, spec: SliceClusterSpec, plan: SlicePlan) -> None:
+    def _track_waiting(self, key: ClusterKey, spec: SliceClusterSpec, waits: bool) -> None:
         """Who waits for each shape (kicked when its pools change), and the queue metrics."""
         shape = shape_of(spec)
         waiting = self._waiting.setdefault(shape, set())
         label = shape_name(shape)
-        waits = (SliceState.WAITING_FOR_CAPACITY, SliceState.PROVISIONING)
-        if plan.stalled or any(s.state in waits for s in plan.slices):
+        if waits:
             waiting.add(key)
             self._waiting_since.setdefault(key, time.monotonic())
         else:

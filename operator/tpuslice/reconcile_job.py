@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from tpuslice import constants as c
 from tpuslice import events
 from tpuslice.job_status import JobObserved, compute_job_status, job_ended
-from tpuslice.reconcile import Reconciler
+from tpuslice.reconcile import Reconciler, waiting_for_capacity
 from tpuslice.records import ClusterKey, ClusterRef, SlicePlan, Snapshot
 from tpuslice.render import render_rayjob
 from tpuslice.spec import SliceJobSpec, SpecError, parse_job
@@ -130,7 +130,7 @@ class JobReconciler(Reconciler):
         plan, plan_stall = await self.actuator.act(
             ref, spec.cluster, snap, previous, desired_slices=desired, keep_pools=wants
         )
-        self._track_waiting(key, spec.cluster, plan)
+        self._track_waiting(key, spec.cluster, waiting_for_capacity(plan))
         self.metrics.cluster_slices(key, (str(s.state) for s in plan.slices))
         observed = job_observed(
             spec, body, snap, plan, desired, applied.ok, applied.stall or plan_stall

@@ -101,9 +101,17 @@ class ClusterRef:
     name: str
     uid: str
     kind: str = KIND_CLUSTER
+    #: A TPUSliceService plans the slices of each of its RayClusters apart (the active
+    #: one and an upgrade's pending one): the RayCluster this pass plans for; "" for a
+    #: TPUSliceCluster or TPUSliceJob, whose slices are one set.
+    ray_cluster: str = ""
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    def holds(self, holder: Holder) -> bool:
+        """Whether a reservation of ``holder`` is one of this pass's own."""
+        return holder.uid == self.uid and holder.ray_cluster == self.ray_cluster
 
 
 @dataclass(frozen=True)
@@ -155,6 +163,7 @@ class Holder:
     replica_name: str
     replica_index: int | None = None
     kind: str = KIND_CLUSTER  # of the holding object
+    ray_cluster: str = ""  # a TPUSliceService's: the RayCluster the slice belongs to
 
     def describe(self) -> str:
         what = "" if self.kind == KIND_CLUSTER else f"{self.kind} "

@@ -370,8 +370,8 @@ def plan_slices(
     wanted = _Wanted(accelerator, topology, hosts, chips_per_host)
     replicas, unindexed = _group_replicas(pods, hosts)
     all_reservations = list(reservations)
-    ours = {r.holder.replica_name: r for r in all_reservations if r.holder.uid == cluster.uid}
-    held_by_others = {r.pool: r.holder for r in all_reservations if r.holder.uid != cluster.uid}
+    ours = {r.holder.replica_name: r for r in all_reservations if cluster.holds(r.holder)}
+    held_by_others = {r.pool: r.holder for r in all_reservations if not cluster.holds(r.holder)}
     held_by_ours = {r.pool: r.holder for r in ours.values()}
     inventory = inventory or pool_index(nodes, accelerator, topology)
     pools, matching = inventory.pools, inventory.matching
@@ -527,6 +527,7 @@ def plan_slices(
                         replica.name,
                         replica.index,
                         kind=cluster.kind,
+                        ray_cluster=cluster.ray_cluster,
                     ),
                 )
             )
@@ -660,7 +661,7 @@ def pool_request(
     one, ``idle`` = held pools whose slice has no pod released yet. The shell builds one
     per gated TSC of the shape, from its pods and reservations (the same snapshot)."""
     replicas, _ = _group_replicas(pods, hosts)
-    ours = {r.holder.replica_name: r for r in reservations if r.holder.uid == cluster.uid}
+    ours = {r.holder.replica_name: r for r in reservations if cluster.holds(r.holder)}
     live = [r for r in replicas.values() if r.live]
     holding = [r for r in live if r.name in ours]
     return PoolRequest(

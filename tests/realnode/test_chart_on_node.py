@@ -533,3 +533,121 @@ def test_ray_head_runs_for_real_on_the_node(node_cluster: NodeCluster, workload_
         return False
 
     kube.wait_for(head_gone, timeout_s=120, what="the Ray head pod gone with its RayCluster")
+
+
+def test_a_tpuslicejob_runs_its_entrypoint_on_a_real_ray_head(
+    node_cluster: NodeCluster,
+    workload_ns: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A TPUSliceJob from the chart's operator ends ``Complete``: KubeRay makes the job's
+    RayCluster (its head from the local Ray image on the real node; its TPU workers on
+    the fake pools, released onto the slice the operator reserved), submits the
+    entrypoint through the dashboard (HTTPMode, through the API server's proxy: the
+    real node's DNS resolves no Service names), Ray runs it on the head, and the job's
+    pools are given back once the cluster is gone."""
+    cluster = node_cluster
+    namespace = "tpuslice-jobs"
+    restricted_namespace(cluster, namespace)
+    values = values_file(
+        cluster, tmp_path_factory.mktemp("values-job") / "values.yaml", replicaCount=1
+    )
+    helm(
+        cluster,
+        "install",
+        RELEASE,
+        str(CHART),
+        "-n",
+        namespace,
+        "-f",
+        str(values),
+        "--wait",
+        "--timeout=3m",
+    )
+    try:
+        wait_operator_ready(cluster, namespace, replicas=1)
+        head_resources = {"cpu": "500m", "memory": "1Gi"}
+        body = tsc("hello", slices=1)
+        body["kind"] = "TPUSliceJob"
+        body["spec"]["ray"] = {
+            "version": cluster.ray_image.tag.split("-")[0],
+            "image": cluster.ray_image.ref,
+        }
+        body["spec"]["head"] = {
+            "resources": head_resources,
+            "rayStartParams": {"num-cpus": "1", "dashboard-host": "0.0.0.0"},
+            "template": {
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": cluster.node_name},
+                    "tolerations": [REAL_TOLERATION],
+                    "containers": [{"name": "ray-head", "imagePullPolicy": "Never"}],
+                }
+            },
+        }
+        body["spec"]["job"] = {
+            "entrypoint": "python -c \"import ray; ray.init(); print('tpuslice says hello')\"",
+            "submissionMode": "HTTPMode",
+            "backoffLimit": 0,
+        }
+        apply(cluster, workload_ns, body)
+
+        def job() -> dict[str, Any]:
+            obj: dict[str, Any] = cluster.custom.get_namespaced_custom_object(
+                "tpuslice.dev", "v1alpha1", workload_ns, "tpuslicejobs", "hello"
+            )
+            return obj
+
+        def conditions() -> dict[str, str]:
+            return {
+                c["type"]: c["status"] for c in (job().get("status") or {}).get("conditions") or []
+            }
+
+        def held() -> list[str]:
+            return [
+                r["metadata"]["name"]
+                for r in cluster.custom.list_cluster_custom_object(
+                    "tpuslice.dev", "v1alpha1", "slicereservations"
+                )["items"]
+                if r["spec"]["holder"].get("kind") == "TPUSliceJob"
+                and r["spec"]["holder"]["namespace"] == workload_ns
+            ]
+
+        seen_held: list[str] = []
+
+        def complete() -> bool:
+            seen_held.extend(p for p in held() if p not in seen_held)
+            return conditions().get("Complete") == "True"
+
+        kube.wait_for(
+            complete,
+            timeout_s=300,
+            what="TPUSliceJob hello Complete",
+            describe=lambda: {
+                "status": job().get("status"),
+                "pods": kubectl(
+                    cluster, "get", "pods", "-n", workload_ns, "-o", "wide", check=False
+                ).stdout,
+            },
+        )
+        status = job()["status"]
+        assert status["jobStatus"] == "SUCCEEDED" and status["jobDeploymentStatus"] == "Complete"
+        assert conditions()["Failed"] == "False" and conditions()["Stalled"] == "False"
+        assert seen_held, "the job's slice never held a node pool"
+        # the job is over: KubeRay deletes its cluster, the operator gives the pool back
+        kube.wait_for(lambda: not held(), timeout_s=180, what="the job's pool given back")
+        kubectl(
+            cluster, "delete", "tsj", "hello", "-n", workload_ns, "--wait=true", "--timeout=120s"
+        )
+        assert not cluster.custom.list_namespaced_custom_object(
+            "ray.io", "v1", workload_ns, "rayjobs"
+        )["items"]
+    finally:
+        helm(cluster, "uninstall", RELEASE, "-n", namespace, "--wait", "--timeout=2m", check=False)
+        kubectl(
+            cluster,
+            "delete",
+            "mutatingwebhookconfiguration",
+            WEBHOOK_CONFIG,
+            "--ignore-not-found",
+            check=False,
+        )

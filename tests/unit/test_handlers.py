@@ -197,6 +197,8 @@ def test_register_wires_no_timer_or_finalizer_on_reservations() -> None:
     assert sorted(needing_finalizer) == [
         ("resync", "tpusliceclusters"),
         ("resync", "tpuslicejobs"),
+        ("resync", "tpusliceservices"),
         ("tear_down", "tpusliceclusters"),
         ("tear_down", "tpuslicejobs"),
+        ("tear_down", "tpusliceservices"),
     ]

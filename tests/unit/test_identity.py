@@ -483,3 +483,31 @@ def test_after_gke_webhook_stand_in(slices_env: bool) -> None:
     assert Note("", "spec.subdomain") in result.replaced
     assert Note("ray-worker", "TPU_WORKER_HOSTNAMES") in result.kept
     assert truncated in env_of(result.pod)["TPU_WORKER_HOSTNAMES"]
+
+
+def test_a_jobs_cluster_pods_use_kuberays_cluster_name_for_peers_and_coordinator() -> None:
+    """A TPUSliceJob's RayCluster is ``<job>-<random>`` (KubeRay names it per attempt):
+    hostnames, peers and the MEGASCALE coordinator go through that cluster's headless
+    Service, never one named after the TPUSliceJob."""
+    from tpuslice.render import render_job
+
+    job = render_job(
+        {
+            "apiVersion": c.API_VERSION,
+            "kind": c.KIND_JOB,
+            "metadata": {"name": "train", "namespace": "ml"},
+            "spec": {
+                "tpu": {"type": "v6e", "topology": "4x4", "slices": 2},
+                "ray": {"version": "2.54.0"},
+                "job": {"entrypoint": "python train.py"},
+            },
+        }
+    )
+    group = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
+    pod = kuberay_pod(group["template"], int(group["numOfHosts"]), 1, 0, cluster="train-x7k2p")
+    assert pod["metadata"]["labels"][c.LABEL_OWNER_KIND] == c.KIND_JOB
+    result = mutate_pod(pod)
+    assert result.pod["spec"]["subdomain"] == "train-x7k2p-headless"
+    env = env_of(result.pod)
+    assert env["MEGASCALE_COORDINATOR_ADDRESS"] == "tpu-0-0.train-x7k2p-headless"
+    assert env["TPU_WORKER_HOSTNAMES"].split(",")[0] == "tpu-1-0.train-x7k2p-headless"

@@ -1,0 +1,295 @@
+"""Passes of TPUSliceJobs and TPUSliceServices against a fake API, and the pure rules of
+a job keeping its pools between attempts (``reservation.handovers``, ``kept_frees``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tests.support.fake_kube import FakeKube
+from tpuslice.convert import ray_owner_info
+from tpuslice.reconcile_job import JobReconciler
+from tpuslice.reconcile_service import ServiceReconciler, service_clusters
+from tpuslice.records import ClusterRef, Holder, NodeInfo, PodInfo, ReservationInfo, Snapshot
+from tpuslice.reservation import handovers, kept_frees
+
+JOB_UID, SVC_UID = "uid-train", "uid-serve"
+JOB = ClusterRef("ml", "train", JOB_UID, kind="TPUSliceJob")
+
+
+def job_body(**job: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "tpuslice.dev/v1alpha1",
+        "kind": "TPUSliceJob",
+        "metadata": {"name": "train", "namespace": "ml", "uid": JOB_UID, "generation": 1},
+        "spec": {
+            "tpu": {"type": "v6e", "topology": "4x4", "slices": 1},
+            "ray": {"version": "2.54.0"},
+            "job": {"entrypoint": "python train.py", "backoffLimit": 2, **job},
+        },
+    }
+
+
+def service_body() -> dict[str, Any]:
+    return {
+        "apiVersion": "tpuslice.dev/v1alpha1",
+        "kind": "TPUSliceService",
+        "metadata": {"name": "serve", "namespace": "ml", "uid": SVC_UID, "generation": 1},
+        "spec": {
+            "tpu": {"type": "v6e", "topology": "4x4", "slices": 1},
+            "ray": {"version": "2.54.0"},
+            "serve": {"serveConfigV2": "applications: []\n"},
+        },
+    }
+
+
+def nodes(*pools: str) -> list[NodeInfo]:
+    return [
+        NodeInfo(f"{pool}-{i}", pool, "tpu-v6e-slice", "4x4", 4, True, True)
+        for pool in pools
+        for i in range(4)
+    ]
+
+
+def worker_pods(
+    owner: str,
+    kind: str,
+    replica: str,
+    ray_cluster: str,
+    *,
+    index: int = 0,
+    gated: bool = True,
+    pool: str | None = None,
+    deleting: bool = False,
+) -> list[PodInfo]:
+    return [
+        PodInfo(
+            "ml",
+            f"{replica}-w{i}",
+            owner,
+            replica,
+            index,
+            i,
+            gated,
+            pool,
+            None,
+            not gated,
+            deleting,
+            owner_kind=kind,
+            ray_cluster=ray_cluster,
+        )
+        for i in range(4)
+    ]
+
+
+def held(
+    pool: str, replica: str, *, index: int = 0, uid: str = JOB_UID, **holder: Any
+) -> ReservationInfo:
+    kind = holder.pop("kind", "TPUSliceJob")
+    name = holder.pop("name", "train")
+    return ReservationInfo(
+        pool,
+        Holder("ml", name, uid, replica, index, kind=kind, **holder),
+        "Bound",
+        uid=f"r-{pool}",
+        resource_version="7",
+    )
+
+
+def owned(uid: str, status: dict[str, Any]) -> dict[str, Any]:
+    """A RayJob / RayService as the watch shows it: ours (controlled by ``uid``)."""
+    return ray_owner_info(
+        {
+            "metadata": {
+                "name": "x",
+                "namespace": "ml",
+                "uid": "ray-uid",
+                "ownerReferences": [{"uid": uid, "controller": True}],
+            },
+            "status": status,
+        }
+    )
+
+
+def run(reconciler: Any, key: tuple[str, str]) -> None:
+    asyncio.run(reconciler.kick(key))
+
+
+# ---------------------------------------------------------------- the pure rules
+def test_a_new_attempts_slices_get_the_pools_of_the_old_ones_by_index() -> None:
+    pods = worker_pods("train", "TPUSliceJob", "new-1", "train-b", index=1) + worker_pods(
+        "train", "TPUSliceJob", "new-0", "train-b", index=0
+    )
+    reservations = [held("pool-a", "old-0", index=0), held("pool-b", "old-1", index=1)]
+    given = handovers(JOB, hosts=4, pods=pods, reservations=reservations)
+    assert [(h.pool, h.holder.replica_name, h.holder.replica_index) for h in given] == [
+        ("pool-a", "new-0", 0),
+        ("pool-b", "new-1", 1),
+    ]
+    assert all(h.holder.kind == "TPUSliceJob" and h.holder.uid == JOB_UID for h in given)
+
+
+def test_no_handover_while_the_old_slice_has_pods_or_to_a_released_slice() -> None:
+    terminating = worker_pods("train", "TPUSliceJob", "old-0", "train-a", deleting=True)
+    new = worker_pods("train", "TPUSliceJob", "new-0", "train-b")
+    assert (
+        handovers(JOB, hosts=4, pods=terminating + new, reservations=[held("pool-a", "old-0")])
+        == ()
+    )
+    released = worker_pods("train", "TPUSliceJob", "new-0", "train-b", gated=False, pool="pool-x")
+    assert handovers(JOB, hosts=4, pods=released, reservations=[held("pool-a", "old-0")]) == ()
+    # another holder's pool is never handed over
+    other = held("pool-a", "old-0", uid="someone-else")
+    assert handovers(JOB, hosts=4, pods=new, reservations=[other]) == ()
+
+
+def test_a_job_keeps_what_it_wants_and_gives_back_the_excess() -> None:
+    reservations = [held("pool-a", "old-0"), held("pool-b", "old-1", index=1)]
+    assert kept_frees(["pool-a", "pool-b"], JOB, desired_slices=2, reservations=reservations) == ()
+    assert kept_frees(["pool-a", "pool-b"], JOB, desired_slices=1, reservations=reservations) == (
+        "pool-a",
+    )
+    assert kept_frees(["pool-a", "pool-b"], JOB, desired_slices=0, reservations=reservations) == (
+        "pool-a",
+        "pool-b",
+    )
+
+
+# ---------------------------------------------------------------- TPUSliceJob passes
+def test_a_retry_hands_the_pool_over_and_releases_the_new_slice_without_a_claim() -> None:
+    kube = FakeKube()
+    snap = Snapshot(
+        job_body(),
+        worker_pods("train", "TPUSliceJob", "new-0", "train-b"),
+        nodes("pool-a", "pool-b"),
+        [held("pool-a", "old-0")],
+        None,
+        owned=owned(JOB_UID, {"jobDeploymentStatus": "Running", "rayClusterName": "train-b"}),
+    )
+    run(JobReconciler(kube, lambda key: snap), ("ml", "train"))
+    assert ("handover", "pool-a", "new-0") in kube.calls
+    assert not [c for c in kube.calls if c[0] == "claim"]
+    assert sorted(c for c in kube.calls if c[0] == "release") == [
+        ("release", f"new-0-w{i}", "pool-a") for i in range(4)
+    ]
+    assert kube.status is not None and kube.status["rayCluster"] == "train-b"
+    assert kube.status["slices"][0]["nodePool"] == "pool-a"
+
+
+def test_between_attempts_the_job_keeps_its_pool_and_claims_nothing() -> None:
+    kube = FakeKube()
+    snap = Snapshot(
+        job_body(),
+        [],
+        nodes("pool-a", "pool-b"),
+        [held("pool-a", "old-0")],
+        None,
+        owned=owned(JOB_UID, {"jobDeploymentStatus": "Retrying", "failed": 1}),
+    )
+    run(JobReconciler(kube, lambda key: snap), ("ml", "train"))
+    assert not [c for c in kube.calls if c[0] in ("free", "claim", "handover")], kube.calls
+    assert kube.status is not None and kube.status["attempts"] == 1
+
+
+def test_an_ended_job_gives_its_pools_back_once_its_pods_are_gone() -> None:
+    kube = FakeKube()
+    snap = Snapshot(
+        job_body(),
+        [],
+        nodes("pool-a"),
+        [held("pool-a", "old-0")],
+        None,
+        owned=owned(JOB_UID, {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}),
+    )
+    run(JobReconciler(kube, lambda key: snap), ("ml", "train"))
+    assert ("free", "pool-a") in kube.calls
+    assert kube.status is not None
+    complete = next(c for c in kube.status["conditions"] if c["type"] == "Complete")
+    assert complete["status"] == "True"
+
+
+def test_the_rayjob_is_applied_with_the_jobs_labels() -> None:
+    kube = FakeKube()
+    snap = Snapshot(job_body(), [], nodes("pool-a"), [], None)
+    run(JobReconciler(kube, lambda key: snap), ("ml", "train"))
+    (rayjob,) = kube.applied
+    assert rayjob["kind"] == "RayJob"
+    assert rayjob["metadata"]["labels"]["tpuslice.dev/job"] == "train"
+    assert rayjob["metadata"]["ownerReferences"][0]["kind"] == "TPUSliceJob"
+
+
+# ---------------------------------------------------------------- TPUSliceService passes
+def test_each_cluster_of_a_service_is_planned_apart_and_the_serving_pool_is_kept() -> None:
+    kube = FakeKube()
+    active = worker_pods("serve", "TPUSliceService", "act-0", "serve-a", gated=False, pool="pool-a")
+    upgrade = worker_pods("serve", "TPUSliceService", "new-0", "serve-b")
+    serving = held(
+        "pool-a", "act-0", uid=SVC_UID, kind="TPUSliceService", name="serve", ray_cluster="serve-a"
+    )
+    snap = Snapshot(
+        service_body(),
+        active + upgrade,
+        nodes("pool-a", "pool-b"),
+        [serving],
+        None,
+        owned=owned(
+            SVC_UID,
+            {
+                "activeServiceStatus": {"rayClusterName": "serve-a"},
+                "pendingServiceStatus": {"rayClusterName": "serve-b"},
+            },
+        ),
+        rayclusters={"serve-a": {"state": "ready"}, "serve-b": {"state": None}},
+    )
+    assert service_clusters(snap) == ["serve-a", "serve-b"]
+    run(ServiceReconciler(kube, lambda key: snap), ("ml", "serve"))
+    assert [c for c in kube.calls if c[0] == "claim"] == [("claim", "pool-b")]
+    assert not [c for c in kube.calls if c[0] == "free"]
+    assert sorted(c for c in kube.calls if c[0] == "release") == [
+        ("release", f"new-0-w{i}", "pool-b") for i in range(4)
+    ]
+
+
+def test_an_upgrade_without_a_spare_pool_waits_and_says_so() -> None:
+    kube = FakeKube()
+    active = worker_pods("serve", "TPUSliceService", "act-0", "serve-a", gated=False, pool="pool-a")
+    upgrade = worker_pods("serve", "TPUSliceService", "new-0", "serve-b")
+    serving = held(
+        "pool-a", "act-0", uid=SVC_UID, kind="TPUSliceService", name="serve", ray_cluster="serve-a"
+    )
+    snap = Snapshot(
+        service_body(),
+        active + upgrade,
+        nodes("pool-a"),
+        [serving],
+        None,
+        owned=owned(
+            SVC_UID,
+            {
+                "activeServiceStatus": {"rayClusterName": "serve-a"},
+                "pendingServiceStatus": {"rayClusterName": "serve-b"},
+                "serviceStatus": "Running",
+            },
+        ),
+        rayclusters={"serve-a": {"state": "ready"}, "serve-b": {"state": None}},
+    )
+    run(ServiceReconciler(kube, lambda key: snap), ("ml", "serve"))
+    assert not [c for c in kube.calls if c[0] in ("claim", "free", "release")], kube.calls
+    assert kube.status is not None
+    reasons = {c["type"]: c["reason"] for c in kube.status["conditions"]}
+    assert "UpgradeWaitingForCapacity" in reasons.values(), kube.status["conditions"]
+
+
+def test_the_pool_of_a_cluster_kuberay_deleted_is_given_back_once_its_pods_are_gone() -> None:
+    kube = FakeKube()
+    old = held(
+        "pool-a",
+        "old-0",
+        uid=SVC_UID,
+        kind="TPUSliceService",
+        name="serve",
+        ray_cluster="serve-old",
+    )
+    snap = Snapshot(service_body(), [], nodes("pool-a"), [old], None, owned=owned(SVC_UID, {}))
+    run(ServiceReconciler(kube, lambda key: snap), ("ml", "serve"))
+    assert ("free", "pool-a") in kube.calls
