@@ -304,3 +304,28 @@ def test_a_waiting_best_effort_template_follows_the_pools_that_have_nodes() -> N
     patched = kube.podtemplates[("ml", "llm-s0-1")]["template"]["spec"]["affinity"]
     term = patched["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["busy"]
+
+
+def test_a_services_pass_for_one_raycluster_sees_only_its_requests() -> None:
+    """A TPUSliceService plans each RayCluster apart: the pass for ``svc-a`` decides
+    svc-a's requests and those of RayClusters the service no longer has, never the
+    pending upgrade cluster's."""
+    from tpuslice.pending import PendingWrites
+    from tpuslice.provisioner import Provisioner
+    from tpuslice.recorder import Recorder
+    from tpuslice.records import ClusterRef
+    from tpuslice.spec import parse_slice_parts
+
+    kube = FakeKube()
+    provisioner = Provisioner(kube, Recorder(kube), PendingWrites())
+    mine = request("svc-a-s0-1", owner="svc-a")
+    upgrade = request("svc-b-s0-1", owner="svc-b")
+    dead = request("svc-old-s0-1", owner="svc-old")
+    view = ProvisioningView(requests=(mine, upgrade, dead))
+    snap = Snapshot(
+        body(), [], [], [], None, rayclusters={"svc-a": {}, "svc-b": {}}, provisioning=view
+    )
+    ref = ClusterRef("ml", "svc", "uid-svc", kind="TPUSliceService", ray_cluster="svc-a")
+    work = provisioner.begin(ref, parse_slice_parts(body()), snap, {})
+    assert work is not None
+    assert {r.name for r in work.view.requests} == {"svc-a-s0-1", "svc-old-s0-1"}
