@@ -401,9 +401,15 @@ class FakeProvisioner:
         return rule.fault
 
     def _annotate(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
-        self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"annotations": annotations}}
-        )
+        try:
+            self.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"annotations": annotations}}
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            # deleted since this pass listed it (its owner gave it up): nothing to do
+            self.events.append(f"{namespace}/{name}: gone before it could be annotated")
 
     def _apply(self, req: Request, d: Decision) -> list[str]:
         where = f"{req.namespace}/{req.name}"
