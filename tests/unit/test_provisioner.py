@@ -329,3 +329,62 @@ def test_a_services_pass_for_one_raycluster_sees_only_its_requests() -> None:
     work = provisioner.begin(ref, parse_slice_parts(body()), snap, {})
     assert work is not None
     assert {r.name for r in work.view.requests} == {"svc-a-s0-1", "svc-old-s0-1"}
+
+
+# ---------------------------------------------------------------- the other kinds
+def test_a_job_asks_for_its_current_rayclusters_slice_by_that_rayclusters_name() -> None:
+    """A TPUSliceJob goes through the same actuator: the request is named by the
+    attempt's RayCluster (``<job>-<random>``) and labelled with the owner kind."""
+    from tpuslice.convert import ray_owner_info
+    from tpuslice.reconcile_job import JobReconciler
+
+    job = {
+        "apiVersion": "tpuslice.dev/v1alpha1",
+        "kind": "TPUSliceJob",
+        "metadata": {"name": "train", "namespace": "ml", "uid": "uid-train", "generation": 1},
+        "spec": {
+            "tpu": {"type": "v6e", "topology": "4x4", "slices": 1},
+            "ray": {"version": "2.54.0"},
+            "job": {"entrypoint": "python train.py"},
+            "reservation": {"provisioning": {"mode": "QueuedProvisioning"}},
+        },
+    }
+    workers = [
+        PodInfo(
+            "ml",
+            f"w{i}",
+            "train",
+            "tpu-bbbbb",
+            0,
+            i,
+            True,
+            None,
+            None,
+            False,
+            False,
+            owner_kind="TPUSliceJob",
+            ray_cluster="train-x7k2p",
+        )
+        for i in range(4)
+    ]
+    rayjob = ray_owner_info(
+        {
+            "metadata": {
+                "name": "train",
+                "namespace": "ml",
+                "uid": "ray-uid",
+                "ownerReferences": [{"uid": "uid-train", "controller": True}],
+            },
+            "status": {"jobDeploymentStatus": "Initializing", "rayClusterName": "train-x7k2p"},
+        }
+    )
+    snap = Snapshot(job, workers, [], [], None, owned=rayjob, provisioning=ProvisioningView())
+    kube = FakeKube()
+    asyncio.run(JobReconciler(kube, lambda key: snap).kick(("ml", "train")))
+    made = kube.requests[("ml", "train-x7k2p-s0-1")]
+    assert made["metadata"]["labels"][c.LABEL_OWNER_KIND] == "TPUSliceJob"
+    assert made["metadata"]["labels"][c.LABEL_RAYCLUSTER] == "train-x7k2p"
+    assert made["metadata"]["ownerReferences"][0]["kind"] == "TPUSliceJob"
+    assert made["spec"]["provisioningClassName"] == c.PROVREQ_CLASS_QUEUED
+    template = kube.podtemplates[("ml", "train-x7k2p-s0-1")]["template"]["spec"]
+    assert any(t.get("key") == c.QUEUED_TAINT_KEY for t in template["tolerations"])
