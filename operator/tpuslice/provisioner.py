@@ -408,9 +408,10 @@ class ProvisioningPass:
         taken = {r.pool for r in reservations} | set(claimed.values())
         free = {p for p in eligible if p not in taken}
         # Free pools that serve slices without asking: not the capacity of this object's
-        # own outstanding requests. Queued pools are named; a best-effort pool is not, and
-        # may show up before its request's Provisioned does (two watches), so each
-        # outstanding request counts one free pool as its own.
+        # own live requests. Queued pools are named (even before Provisioned); a
+        # best-effort pool is not, so each provisioned request counts one free pool as
+        # its own. Which waiting slices the rest serve is by index, so it stays put while
+        # a request waits (slices_to_provision).
         outstanding = [r for r in self.newest.values() if not _lapsed(r) and not r.deleting]
         live = {
             k: r
@@ -421,7 +422,7 @@ class ProvisioningPass:
             own = {r.node_pool for r in outstanding if r.node_pool}
             free_existing = len(free - own)
         else:
-            free_existing = max(0, len(free) - len(outstanding))
+            free_existing = max(0, len(free) - len(live))
         desired = sum(1 for s in plan.slices if s.state != SliceState.RELEASING)
         holding = set(held) | set(claimed)
         gang_short = (

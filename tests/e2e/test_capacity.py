@@ -394,6 +394,23 @@ def test_a_pool_appearing_while_a_request_waits_wins_and_the_request_is_deleted(
     assert "ProvisioningRequestDeleted" in event_reasons(cluster, namespace)
 
 
+def test_a_gang_asks_only_for_the_pools_it_lacks(
+    cluster: E2ECluster, namespace: str, capacity: FakeProvisioner
+) -> None:
+    """One free pool and a gang of two: one slice is left to the existing pool, only the
+    other asks; the gang claims both pools at once when the second comes."""
+    add_pool(cluster, "v6e-2x4-one")
+    with InvariantWatch(cluster, namespace) as watch:
+        apply(cluster, namespace, capacity_tsc("mixed"))
+        obj = wait_condition(cluster, namespace, "mixed", "Ready", "True", timeout_s=WAIT_S)
+    assert watch.violations == []
+    made = requests(cluster, namespace)
+    assert list(made) == ["mixed-s1-1"], list(made)
+    pools = set(held_by(cluster, namespace, "mixed").values())
+    assert "v6e-2x4-one" in pools and len(pools) == 2
+    assert [bool(s.get("provisioning")) for s in slices_of(obj)] == [False, True]
+
+
 # ---------------------------------------------------------------- failures
 def test_a_failed_request_is_retried_after_backoff(
     cluster: E2ECluster, namespace: str, capacity: FakeProvisioner

@@ -7,6 +7,7 @@ and in which order, what the planner may claim, and what the status says.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -152,9 +153,8 @@ def test_provisioned_capacity_is_claimed_and_released_with_the_consume_annotatio
 
 
 def test_a_free_pool_while_the_request_waits_wins_and_the_request_goes() -> None:
-    """One outstanding request counts one free pool as its own (it may be the request's
-    capacity seen before its Provisioned), so the planner's claim decides: the pool is
-    claimed, the unprovisioned request deleted, the pods released without annotations."""
+    """A request not provisioned yet does not own a free pool: the pool is claimed, the
+    request deleted, the pods released without consume annotations."""
     kube = FakeKube()
     view = ProvisioningView(requests=(request(),))
     run(kube, Snapshot(body(), pods(), nodes("have"), [], None, provisioning=view))
@@ -388,3 +388,22 @@ def test_a_job_asks_for_its_current_rayclusters_slice_by_that_rayclusters_name()
     assert made["spec"]["provisioningClassName"] == c.PROVREQ_CLASS_QUEUED
     template = kube.podtemplates[("ml", "train-x7k2p-s0-1")]["template"]["spec"]
     assert any(t.get("key") == c.QUEUED_TAINT_KEY for t in template["tolerations"])
+
+
+def test_a_gang_leaves_the_first_slices_to_free_pools_and_asks_for_the_rest() -> None:
+    spec = body()
+    spec["spec"]["tpu"]["slices"] = 2
+    two = pods() + [
+        PodInfo("ml", f"v{i}", "llm", "tpu-bbbbb", 1, i, True, None, None, False, False)
+        for i in range(4)
+    ]
+    kube = FakeKube()
+    run(kube, Snapshot(spec, two, nodes("have"), [], None, provisioning=ProvisioningView()))
+    assert [x for x in kube.calls if x[0] == "create-request"] == [("create-request", "llm-s1-1")]
+    assert "claim" not in [x[0] for x in kube.calls]  # the gang needs both pools at once
+    # the next pass, the request waiting: slice 0 still left to the free pool
+    waiting = replace(request("llm-s1-1"), slice_index=1)
+    again = FakeKube()
+    view = ProvisioningView(requests=(waiting,))
+    run(again, Snapshot(spec, two, nodes("have"), [], None, provisioning=view))
+    assert not [x for x in again.calls if x[0] in ("create-request", "delete-request")]
