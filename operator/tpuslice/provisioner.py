@@ -594,9 +594,9 @@ class ProvisioningPass:
         self.stall = Stall(
             events.PROVISIONING_NOT_INSTALLED,
             "the ProvisioningRequest CRD (provisioningrequests.autoscaling.x-k8s.io) is not "
-            "installed, so no capacity can be asked for; GKE installs it with the cluster "
-            "autoscaler (GKE >= 1.30), elsewhere install the cluster autoscaler's CRD; "
-            "tried again every 30 s",
+            "installed, so no capacity can be asked for; GKE serves it in versions with "
+            "ProvisioningRequest support, elsewhere install the cluster autoscaler's CRD; "
+            "looked for again every 30 s",
         )
         self.p.kick_later((ref.namespace, ref.name), MISSING_CRD_RETRY_SECONDS + 1)
 
