@@ -44,7 +44,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tpuslice import constants as c
@@ -81,6 +81,7 @@ from tpuslice.records import (
     SliceFacts,
     SlicePlan,
     SliceState,
+    SliceStatus,
     Snapshot,
 )
 from tpuslice.render import render_ray_cluster_spec
@@ -89,6 +90,7 @@ from tpuslice.spec import SliceClusterSpec
 from tpuslice.status import Stall
 
 __all__ = [
+    "FRESH_HOLD_SECONDS",
     "LEFTOVER_TEMPLATE_SECONDS",
     "MISSING_CRD_RETRY_SECONDS",
     "OwnedRequest",
@@ -107,6 +109,9 @@ MISSING_CRD_RETRY_SECONDS = 30.0
 #: A PodTemplate of ours with no request of its name is deleted once this old (younger
 #: ones may be this very pass's, or a create whose request the watch has not shown yet).
 LEFTOVER_TEMPLATE_SECONDS = 30.0
+#: How long a best-effort slice holding a pool newer than its waiting request waits for
+#: the request's Provisioned before the pool counts as an existing one.
+FRESH_HOLD_SECONDS = 30.0
 
 KickSoon = Callable[[Iterable[ClusterKey]], None]
 
@@ -300,6 +305,7 @@ class ProvisioningPass:
         self.now = now or datetime.now(UTC)
         self.promised = self.view.promised_elsewhere
         self.facts: dict[int, SliceFacts] = {}
+        self._plan_slices: Sequence[SliceStatus] = ()
         self.active = spec is not None
         self.decisions: dict[int, ProvisioningDecision] = {}
         self.annotations: dict[str, dict[str, str]] = {}  # replica name -> consume annotations
@@ -359,13 +365,16 @@ class ProvisioningPass:
             return
         assert self.spec is not None and self.ref is not None
         spec, ref = self.spec, self.ref
+        self._plan_slices = plan.slices
         facts = self.facts = self._facts(plan, pods, reservations, index)
         history = history_from_status(self.previous)
         for fact in facts.values():
             request = self.newest.get((fact.raycluster, fact.index))
-            self.decisions[fact.index] = decide(
-                fact, request, spec, now=self.now, history=history.get(fact.index)
-            )
+            decision = decide(fact, request, spec, now=self.now, history=history.get(fact.index))
+            held = self._fresh_hold(fact, request, index)
+            if held is not None and decision.action == ProvisioningAction.DELETE:
+                decision = held
+            self.decisions[fact.index] = decision
         gone: list[ProvisioningDecision] = []
         keys = {(f.raycluster, f.index) for f in facts.values()}
         for key, request in self.newest.items():
@@ -390,6 +399,41 @@ class ProvisioningPass:
             ):
                 self.annotations[replica] = consume_annotations(request.name, request.class_name)
 
+    def _fresh_hold(
+        self, fact: SliceFacts, request: ProvisioningRequestInfo | None, index: PoolIndex
+    ) -> ProvisioningDecision | None:
+        """A best-effort slice holding (not yet released) a pool whose nodes are younger
+        than its waiting request and younger than FRESH_HOLD_SECONDS: the pool is most
+        likely the request's capacity, seen before the request's Provisioned (two
+        watches). The release waits for that, so the pods carry the consume annotations;
+        after FRESH_HOLD_SECONDS the pool counts as any existing one."""
+        spec = self.spec
+        prov = spec.provisioning if spec is not None else None
+        if prov is None or prov.queued or request is None or fact.pool is None:
+            return None
+        if fact.released or request.is_true(c.PROVREQ_PROVISIONED) or _lapsed(request):
+            return None
+        if fact.pool not in _fresh_pools([fact.pool], index, [request]):
+            return None
+        stamps = [timestamp(n.created) for n in index.pools.get(fact.pool, ())]
+        newest = max(t for t in stamps if t is not None)
+        left = FRESH_HOLD_SECONDS - (self.now - newest).total_seconds()
+        if left <= 0:
+            return None
+        replica = next((s.replica for s in self._plan_slices if s.index == fact.index), None)
+        if replica:
+            self.skip_release.add(replica)
+        return ProvisioningDecision(
+            ProvisioningAction.WAIT,
+            index=fact.index,
+            request=request.name,
+            attempt=request.attempt,
+            failures=request.failures,
+            retry_at=self.now + timedelta(seconds=left),
+            message=f"holds node pool {fact.pool}, new since ProvisioningRequest "
+            f"{request.name}: waiting for the request to say Provisioned before the release",
+        )
+
     def _facts(
         self,
         plan: SlicePlan,
@@ -408,10 +452,11 @@ class ProvisioningPass:
         taken = {r.pool for r in reservations} | set(claimed.values())
         free = {p for p in eligible if p not in taken}
         # Free pools that serve slices without asking: not the capacity of this object's
-        # own live requests. Queued pools are named (even before Provisioned); a
-        # best-effort pool is not, so each provisioned request counts one free pool as
-        # its own. Which waiting slices the rest serve is by index, so it stays put while
-        # a request waits (slices_to_provision).
+        # own outstanding requests. Queued pools are named (even before Provisioned). A
+        # best-effort pool is not: a free pool whose nodes are all younger than the
+        # oldest outstanding request counts as a request's (it may even be seen before
+        # the request's Provisioned: two watches). The rest serve the waiting slices by
+        # index (slices_to_provision), so which slices ask stays put while they wait.
         outstanding = [r for r in self.newest.values() if not _lapsed(r) and not r.deleting]
         live = {
             k: r
@@ -419,10 +464,10 @@ class ProvisioningPass:
             if r.is_true(c.PROVREQ_PROVISIONED) and not _lapsed(r) and not r.deleting
         }
         if prov is not None and prov.mode == ProvisioningMode.QUEUED:
-            own = {r.node_pool for r in outstanding if r.node_pool}
-            free_existing = len(free - own)
+            capacity = {r.node_pool for r in outstanding if r.node_pool}
         else:
-            free_existing = max(0, len(free) - len(live))
+            capacity = _fresh_pools(free, index, outstanding)
+        free_existing = len(free - capacity)
         desired = sum(1 for s in plan.slices if s.state != SliceState.RELEASING)
         holding = set(held) | set(claimed)
         gang_short = (
@@ -566,7 +611,7 @@ class ProvisioningPass:
             if not exc.already_exists:
                 raise
             # ours from a pass that did not get to the request: make it this body
-            await self.p.kube.patch_podtemplate(namespace, name, {"template": template["template"]})
+            await self._patch_template(namespace, name, {"template": template["template"]})
         try:
             created = await self.p.kube.create_provisioning_request(body)
         except ApiError as exc:
@@ -582,7 +627,7 @@ class ProvisioningPass:
         self.p.made(_key(ref), created)
         uid = str((created.get("metadata") or {}).get("uid") or "")
         if uid:
-            await self.p.kube.patch_podtemplate(
+            await self._patch_template(
                 namespace,
                 name,
                 {"metadata": {"ownerReferences": podtemplate_owner_references(spec, name, uid)}},
@@ -599,6 +644,15 @@ class ProvisioningPass:
             "looked for again every 30 s",
         )
         self.p.kick_later((ref.namespace, ref.name), MISSING_CRD_RETRY_SECONDS + 1)
+
+    async def _patch_template(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        """A patch of one of our templates; one deleted meanwhile (with its request, or
+        by us this pass) is no failure."""
+        try:
+            await self.p.kube.patch_podtemplate(namespace, name, patch)
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
 
     async def _templates(self, ref: ClusterRef, index: PoolIndex) -> None:
         """Leftover PodTemplates: with no request of their name, deleted once old enough;
@@ -617,7 +671,7 @@ class ProvisioningPass:
                 continue
             await self._refresh(template, request, index)
             if request.uid and template.get("controller") != request.uid and self.spec:
-                await self.p.kube.patch_podtemplate(
+                await self._patch_template(
                     template["namespace"],
                     name,
                     {
@@ -648,12 +702,12 @@ class ProvisioningPass:
             index=request.slice_index,
             attempt=request.attempt,
             worker_template=worker,
-            exclude_pools=sorted(index.pools),
+            exclude_pools=sorted(set(index.pools) - _fresh_pools(index.pools, index, [request])),
         )["template"]
         affinity = wanted["spec"].get("affinity")
         if ((template.get("template") or {}).get("spec") or {}).get("affinity") == affinity:
             return
-        await self.p.kube.patch_podtemplate(
+        await self._patch_template(
             template["namespace"],
             template["name"],
             {"template": {"spec": {"affinity": affinity}}},  # null removes it
@@ -723,3 +777,19 @@ def _one_cluster(view: ProvisioningView, name: str, snap: Snapshot) -> Provision
         requests=tuple(r for r in view.requests if mine(r.raycluster)),
         templates=tuple(t for t in view.templates if mine(str(t.get("raycluster") or ""))),
     )
+
+
+def _fresh_pools(
+    free: Iterable[str], index: PoolIndex, outstanding: Sequence[ProvisioningRequestInfo]
+) -> set[str]:
+    """Free pools whose every node was created after the oldest outstanding request."""
+    since = [r.created for r in outstanding if r.created is not None]
+    if not since:
+        return set()
+    oldest = min(since)
+    out = set()
+    for pool in free:
+        stamps = [timestamp(n.created) for n in index.pools.get(pool, ())]
+        if stamps and all(t is not None and t >= oldest for t in stamps):
+            out.add(pool)
+    return out

@@ -153,6 +153,9 @@ class NodeInfo:
     subblock: str | None = None
     # its labels of constants.CAPACITY_SELECTOR_KEYS (spec.reservation.provisioning.nodeSelector)
     capacity_labels: Mapping[str, str] = field(default_factory=dict)
+    # metadata.creationTimestamp (RFC 3339): a pool whose nodes are all younger than a
+    # best-effort ProvisioningRequest may be its capacity (no name says so)
+    created: str = ""
 
 
 @dataclass(frozen=True)

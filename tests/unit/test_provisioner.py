@@ -407,3 +407,25 @@ def test_a_gang_leaves_the_first_slices_to_free_pools_and_asks_for_the_rest() ->
     view = ProvisioningView(requests=(waiting,))
     run(again, Snapshot(spec, two, nodes("have"), [], None, provisioning=view))
     assert not [x for x in again.calls if x[0] in ("create-request", "delete-request")]
+
+
+def test_a_pool_newer_than_the_waiting_request_waits_for_its_provisioned_before_release() -> None:
+    """Best-effort: the slice holds a pool whose nodes came after its request, and the
+    watch has not shown the request's Provisioned yet: the release waits (so the pods
+    carry the consume annotations), for at most FRESH_HOLD_SECONDS of the nodes' age."""
+    now = datetime.now(UTC)
+
+    def fresh(pool: str, age: float) -> list[NodeInfo]:
+        stamp = (now - timedelta(seconds=age)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return [replace(n, created=stamp) for n in nodes(pool)]
+
+    held = ReservationInfo("auto-a", Holder("ml", "llm", UID, "tpu-aaaaa", 0))
+    waiting = replace(request(), created=now - timedelta(seconds=120))
+    view = ProvisioningView(requests=(waiting,))
+    kube = FakeKube()
+    run(kube, Snapshot(body(), pods(), fresh("auto-a", 2), [held], None, provisioning=view))
+    assert not [x for x in kube.calls if x[0] in ("release", "delete-request")], kube.calls
+    late = FakeKube()
+    run(late, Snapshot(body(), pods(), fresh("auto-a", 60), [held], None, provisioning=view))
+    assert ("delete-request", "llm-s0-1") in late.calls
+    assert {x[1] for x in late.calls if x[0] == "release"} == {f"w{i}" for i in range(4)}
