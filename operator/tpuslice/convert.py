@@ -300,4 +300,5 @@ def provisioning_request_info(obj: Mapping[str, Any]) -> ProvisioningRequestInfo
         else {},
         created=timestamp(meta.get("creationTimestamp")),
         deleting=bool(meta.get("deletionTimestamp")),
+        revoked_pool=str(annotations.get(c.ANNOTATION_REVOKED_POOL) or "") or None,
     )

@@ -217,7 +217,10 @@ async def configure(
     shape_index = indices["reservation_shape_index"]
 
     def holders_of(shape: Shape, pool: str) -> set[OwnerKey]:
-        return {r.holder.owner for r in shape_index.get(shape, ()) if r.pool == pool}
+        """The pool's holder, and the owner of a revoked request kept for the pool (it
+        deletes the request once the pool has no nodes)."""
+        held = {r.holder.owner for r in shape_index.get(shape, ()) if r.pool == pool}
+        return held | {r.owner for r in watches.every_request() if r.info.lost_pool == pool}
 
     def on_nodes(changes: list[Any]) -> None:
         shapes, keys = node_kicks(changes, lambda shape: waiting_for(memo, shape), holders_of)

@@ -103,6 +103,10 @@ class ClusterApi(Protocol):
 
     async def create_provisioning_request(self, body: Mapping[str, Any]) -> Any: ...
 
+    async def annotate_provisioning_request(
+        self, namespace: str, name: str, annotations: Mapping[str, str]
+    ) -> bool: ...
+
     async def delete_provisioning_request(
         self, namespace: str, name: str, uid: str | None = None
     ) -> bool: ...
@@ -509,6 +513,25 @@ class Kube:
             resource="provisioningrequests",
             body=body,
         )
+
+    async def annotate_provisioning_request(
+        self, namespace: str, name: str, annotations: Mapping[str, str]
+    ) -> bool:
+        """Merge-patch annotations onto a request of ours (its spec is immutable, its
+        metadata is not); False if it is gone."""
+        try:
+            await self.call(
+                "PATCH",
+                api_path(c.PROVREQ_GROUP, c.PROVREQ_VERSION, c.PROVREQ_PLURAL, name, namespace),
+                resource="provisioningrequests",
+                body={"metadata": {"annotations": dict(annotations)}},
+                content_type=MERGE,
+            )
+        except ApiError as exc:
+            if exc.not_found:
+                return False
+            raise
+        return True
 
     async def delete_provisioning_request(
         self, namespace: str, name: str, uid: str | None = None

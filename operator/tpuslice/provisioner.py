@@ -80,6 +80,7 @@ from tpuslice.records import (
     ReservationInfo,
     SliceFacts,
     SlicePlan,
+    SliceProvisioning,
     SliceState,
     SliceStatus,
     Snapshot,
@@ -182,10 +183,12 @@ def provisioning_view(
     owner: OwnerKey,
 ) -> ProvisioningView:
     """The snapshot's part for one object (``handlers.make_reader``)."""
+    every = list(every_request)
     return ProvisioningView(
         requests=tuple(r.info for r in requests),
         templates=tuple(templates),
-        promised_elsewhere=promised_elsewhere(every_request, owner),
+        promised_elsewhere=promised_elsewhere(every, owner),
+        revoked_pools=frozenset(p for r in every if (p := r.info.lost_pool)),
     )
 
 
@@ -209,11 +212,16 @@ class Provisioner:
         default_factory=dict
     )
     _gone: dict[tuple[str, str], tuple[OwnerKey, float]] = field(default_factory=dict)
+    #: requests we marked retired (revoked-node-pool) before the watch shows it
+    _retired: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
 
     def made(self, owner: OwnerKey, obj: Mapping[str, Any]) -> None:
         info = provisioning_request_info(obj)
         self._made[(info.namespace, info.name)] = (owner, info, time.monotonic())
         self._gone.pop((info.namespace, info.name), None)
+
+    def retired(self, namespace: str, name: str, pool: str) -> None:
+        self._retired[(namespace, name)] = (pool, time.monotonic())
 
     def deleted(self, owner: OwnerKey, namespace: str, name: str) -> None:
         self._gone[(namespace, name)] = (owner, time.monotonic())
@@ -230,9 +238,20 @@ class Provisioner:
         for key, (gone_owner, at) in list(self._gone.items()):
             if (gone_owner == owner and key not in shown) or now - at > TTL_SECONDS:
                 del self._gone[key]
-        if not self._made and not self._gone:
+        for key, (_, at) in list(self._retired.items()):
+            if now - at > TTL_SECONDS or any(
+                (r.namespace, r.name) == key and r.retired for r in view.requests
+            ):
+                del self._retired[key]
+        if not self._made and not self._gone and not self._retired:
             return view
-        requests = [r for r in view.requests if (r.namespace, r.name) not in self._gone]
+        requests = [
+            replace(r, revoked_pool=self._retired[(r.namespace, r.name)][0])
+            if (r.namespace, r.name) in self._retired and not r.retired
+            else r
+            for r in view.requests
+            if (r.namespace, r.name) not in self._gone
+        ]
         requests += [info for o, info, _ in self._made.values() if o == owner]
         return replace(view, requests=tuple(requests))
 
@@ -270,7 +289,7 @@ class Provisioner:
         prov = spec.provisioning
         wanted = prov is not None and prov.enabled
         if not wanted and not view.requests and not view.templates:
-            if not view.promised_elsewhere:
+            if not view.promised_elsewhere and not view.revoked_pools:
                 return None
             # asks for nothing: only keep other objects' promised pools out of its way
             return ProvisioningPass(self, None, None, None, view, previous, None)
@@ -303,7 +322,7 @@ class ProvisioningPass:
         self.view = view or ProvisioningView()
         self.previous = previous
         self.now = now or datetime.now(UTC)
-        self.promised = self.view.promised_elsewhere
+        self.promised = self.view.promised_elsewhere | self.view.revoked_pools
         self.facts: dict[int, SliceFacts] = {}
         self._plan_slices: Sequence[SliceStatus] = ()
         self.active = spec is not None
@@ -324,7 +343,8 @@ class ProvisioningPass:
 
     def restrict(self, index: PoolIndex) -> PoolIndex:
         """The pool index this object plans over: without pools that lack the capacity
-        labels it selects, and without pools promised to other objects' requests."""
+        labels it selects, without pools promised to other objects' requests, and without
+        pools whose capacity GKE revoked (their nodes are about to be deleted)."""
         selector = self._selector
         if not selector and not (self.promised & set(index.matching)):
             return index
@@ -367,7 +387,7 @@ class ProvisioningPass:
         spec, ref = self.spec, self.ref
         self._plan_slices = plan.slices
         facts = self.facts = self._facts(plan, pods, reservations, index)
-        history = history_from_status(self.previous)
+        history = _with_retired(history_from_status(self.previous), self.extra)
         for fact in facts.values():
             request = self.newest.get((fact.raycluster, fact.index))
             decision = decide(fact, request, spec, now=self.now, history=history.get(fact.index))
@@ -385,8 +405,9 @@ class ProvisioningPass:
         by_replica = _pods_by_replica(pods)
         for decision in [*self.decisions.values(), *gone]:
             await self._carry_out(ref, spec, decision, replicas, by_replica, index)
-        for request in self.extra:  # older attempts, requests without our labels
-            await self._delete(ref, request.namespace, request.name, request.uid, "")
+        for request in self.extra:  # older attempts, retired ones, requests without labels
+            if not await self._retire(request, None, index):
+                await self._delete(ref, request.namespace, request.name, request.uid, "")
         await self._templates(ref, index)
         for index_, decision in self.decisions.items():
             request = self.newest.get((facts[index_].raycluster, index_))
@@ -547,9 +568,38 @@ class ProvisioningPass:
             uid = request.uid if request is not None else ""
             posted = d.reason if d.create_attempt is None and not d.replace_slice else ""
             posted = "" if d.give_back else posted
-            await self._delete(ref, ref.namespace, d.delete, uid, posted, d.message)
+            fact = self.facts.get(d.index)
+            if not await self._retire(request, fact.pool if fact else None, index):
+                await self._delete(ref, ref.namespace, d.delete, uid, posted, d.message)
         if d.create_attempt is not None:
             await self._create(ref, spec, d, replica, index)
+
+    async def _retire(
+        self, request: ProvisioningRequestInfo | None, pool: str | None, index: PoolIndex
+    ) -> bool:
+        """Keep a CapacityRevoked request instead of deleting it while the pool it ran on
+        (``pool``: the one its slice held) still has nodes, marked retired with that pool:
+        GKE deletes the VMs after CapacityRevoked, and while the request exists no object
+        may claim the pool (``restrict``). True when kept; once the pool has no nodes it
+        is deleted like any other."""
+        if request is None or not request.is_true(c.PROVREQ_CAPACITY_REVOKED):
+            return False
+        lost = request.lost_pool or pool
+        if not lost or not index.pools.get(lost):
+            return False
+        if request.revoked_pool == lost:
+            return True
+        if await self.p.kube.annotate_provisioning_request(
+            request.namespace, request.name, {c.ANNOTATION_REVOKED_POOL: lost}
+        ):
+            self.p.retired(request.namespace, request.name, lost)
+            log.info(
+                "kept ProvisioningRequest %s/%s (CapacityRevoked) until node pool %s has no nodes",
+                request.namespace,
+                request.name,
+                lost,
+            )
+        return True
 
     async def _delete(
         self,
@@ -742,6 +792,22 @@ class ProvisioningPass:
                 updated = replace(updated, state=d.state, message=d.message or status.message)
             slices.append(updated)
         return replace(plan, slices=tuple(slices)), stall or self.stall
+
+
+def _with_retired(
+    history: dict[int, SliceProvisioning], extra: Iterable[ProvisioningRequestInfo]
+) -> dict[int, SliceProvisioning]:
+    """A retired request still there counts in its slice's history: the next attempt is
+    numbered after it even if status lost the count (the names never collide)."""
+    for request in extra:
+        index = request.slice_index
+        if not request.retired or index is None:
+            continue
+        known = history.get(index)
+        if known is None or known.attempt < request.attempt:
+            failures = max(request.failures, known.failures if known else 0)
+            history[index] = SliceProvisioning(request.name, request.attempt, failures)
+    return history
 
 
 def _lapsed(request: ProvisioningRequestInfo) -> bool:

@@ -385,12 +385,14 @@ def group_requests(
 ) -> tuple[dict[tuple[str, int], ProvisioningRequestInfo], list[ProvisioningRequestInfo]]:
     """Our requests of one TPUSlice object by slice, (raycluster, slice index) -> the
     newest attempt (the one ``decide`` is about), and the rest: older attempts of a
-    slice and requests without our labels, which the shell deletes. A key with no live
-    slice is decided with ``SliceFacts(index, raycluster, exists=False)``."""
+    slice, retired requests (``ProvisioningRequestInfo.retired``) and requests without
+    our labels, which the shell deletes (a retired one once its pool has no nodes). A
+    key with no live slice is decided with ``SliceFacts(index, raycluster,
+    exists=False)``."""
     newest: dict[tuple[str, int], ProvisioningRequestInfo] = {}
     extra: list[ProvisioningRequestInfo] = []
     for request in sorted(requests, key=lambda r: (r.attempt, r.name)):
-        if request.slice_index is None or not request.raycluster:
+        if request.slice_index is None or not request.raycluster or request.retired:
             extra.append(request)
             continue
         key = (request.raycluster, request.slice_index)

@@ -15,7 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from tpuslice.constants import KIND_CLUSTER
+from tpuslice.constants import KIND_CLUSTER, PROVREQ_CAPACITY_REVOKED
 
 __all__ = [
     "Admission",
@@ -408,6 +408,7 @@ class ProvisioningRequestInfo:
     details: Mapping[str, str] = field(default_factory=dict)  # provisioningClassDetails
     created: datetime | None = None
     deleting: bool = False
+    revoked_pool: str | None = None  # tpuslice.dev/revoked-node-pool: its slice was replaced
 
     def condition(self, kind: str) -> RequestCondition | None:
         return self.conditions.get(kind)
@@ -421,6 +422,20 @@ class ProvisioningRequestInfo:
         """The node pool GKE's queued class made for it (provisioningClassDetails)."""
         return self.details.get("NodePoolName") or None
 
+    @property
+    def retired(self) -> bool:
+        """Its slice was replaced after CapacityRevoked: no longer any slice's request,
+        kept only to keep its pool from every object while the pool has nodes."""
+        return self.revoked_pool is not None
+
+    @property
+    def lost_pool(self) -> str | None:
+        """The node pool whose capacity GKE revoked under this request, if known: the one
+        we recorded when we replaced its slice, else the pool its queued class named."""
+        if self.revoked_pool:
+            return self.revoked_pool
+        return self.node_pool if self.is_true(PROVREQ_CAPACITY_REVOKED) else None
+
 
 @dataclass(frozen=True)
 class ProvisioningView:
@@ -431,6 +446,8 @@ class ProvisioningView:
     requests: Sequence[ProvisioningRequestInfo] = ()
     templates: Sequence[Mapping[str, Any]] = ()
     promised_elsewhere: frozenset[str] = frozenset()
+    #: pools of CapacityRevoked requests of *any* object (``lost_pool``): kept from all
+    revoked_pools: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

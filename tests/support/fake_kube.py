@@ -138,6 +138,17 @@ class FakeKube:
         self.requests[key] = created
         return created
 
+    async def annotate_provisioning_request(
+        self, namespace: str, name: str, annotations: Mapping[str, str]
+    ) -> bool:
+        self.calls.append(("annotate-request", name, dict(annotations)))
+        current = self.requests.get((namespace, name))
+        if current is None:
+            return False
+        meta = current.setdefault("metadata", {})
+        meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+        return True
+
     async def delete_provisioning_request(
         self, namespace: str, name: str, uid: str | None = None
     ) -> bool:

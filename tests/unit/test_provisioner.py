@@ -429,3 +429,54 @@ def test_a_pool_newer_than_the_waiting_request_waits_for_its_provisioned_before_
     run(late, Snapshot(body(), pods(), fresh("auto-a", 60), [held], None, provisioning=view))
     assert ("delete-request", "llm-s0-1") in late.calls
     assert {x[1] for x in late.calls if x[0] == "release"} == {f"w{i}" for i in range(4)}
+
+
+def revoked(info: ProvisioningRequestInfo, **changes: Any) -> ProvisioningRequestInfo:
+    now = datetime.now(UTC)
+    conditions = {
+        **info.conditions,
+        "BookingExpired": RequestCondition("BookingExpired", "True", "BookingExpired", "", now),
+        "CapacityRevoked": RequestCondition("CapacityRevoked", "True", "Revoked", "", now),
+    }
+    return replace(info, conditions=conditions, **changes)
+
+
+def test_revoked_capacity_keeps_its_request_and_its_pool_from_everyone_until_the_nodes_go() -> None:
+    """GKE deletes the VMs after CapacityRevoked, but their nodes linger: the slice is
+    replaced, and its request is kept (marked with the pool) so that no slice, the
+    replacement included, claims the pool before its nodes are gone."""
+    held = ReservationInfo("auto-a", Holder("ml", "llm", UID, "tpu-aaaaa", 0), "Bound")
+    running = [replace(p, node_name=f"auto-a-{p.host_index}") for p in pods(False, "auto-a")]
+    lost = revoked(request(provisioned=True))
+    kube = FakeKube()
+    kube.requests[("ml", "llm-s0-1")] = {"metadata": {"name": "llm-s0-1"}}
+    view = ProvisioningView(requests=(lost,))
+    run(kube, Snapshot(body(), running, nodes("auto-a"), [held], None, provisioning=view))
+    assert {x[1] for x in kube.calls if x[0] == "delete-pod"} == {f"w{i}" for i in range(4)}
+    assert ("annotate-request", "llm-s0-1", {c.ANNOTATION_REVOKED_POOL: "auto-a"}) in kube.calls
+    assert not [x for x in kube.calls if x[0] == "delete-request"]
+
+    # KubeRay's new replica, the pool's nodes still there: it asks again, claims nothing
+    retired = replace(lost, revoked_pool="auto-a")
+    view = ProvisioningView(requests=(retired,), revoked_pools=frozenset({"auto-a"}))
+    new = [replace(p, replica_name="tpu-bbbbb", name=f"n{p.host_index}") for p in pods()]
+    kube = FakeKube()
+    run(kube, Snapshot(body(), new, nodes("auto-a"), [], None, provisioning=view))
+    assert "claim" not in [x[0] for x in kube.calls]
+    assert ("create-request", "llm-s0-2") in kube.calls
+    assert not [x for x in kube.calls if x[0] == "delete-request"]
+    assert slice_status(kube)["provisioning"]["attempt"] == 2
+
+    # another object does not claim it either
+    other = FakeKube()
+    run(other, Snapshot(plain_body(), pods(), nodes("auto-a"), [], None, provisioning=view))
+    assert "claim" not in [x[0] for x in other.calls]
+
+    # the nodes are gone: the retired request goes
+    kube = FakeKube()
+    view = ProvisioningView(
+        requests=(retired, request("llm-s0-2")), revoked_pools=view.revoked_pools
+    )
+    run(kube, Snapshot(body(), new, [], [], None, provisioning=view))
+    assert ("delete-request", "llm-s0-1") in kube.calls
+    assert ("delete-request", "llm-s0-2") not in kube.calls
