@@ -22,7 +22,7 @@ fi
 
 step "installing the TPUSliceCluster and SliceReservation CRDs from crds/"
 k apply --server-side --force-conflicts -f crds/
-k wait --for=condition=Established --timeout=60s -f crds/ >/dev/null
+k wait --for=condition=Established --timeout=60s $(printf -- "-f %s " crds/*.yaml) >/dev/null  # not -f crds/: wait reads crds/parts too
 
 step "starting the operator (log: $state/operator.log)"
 if [[ -f $state/operator.pid ]] && kill -0 "$(cat $state/operator.pid)" 2>/dev/null; then
