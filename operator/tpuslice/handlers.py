@@ -326,7 +326,7 @@ async def object_changed(
     kind = KIND_OF_PLURAL[resource.plural]
     key = (namespace or "", name)
     if type in ("ADDED", "DELETED"):
-        shape = spec_shape(cluster_record(body))
+        shape = spec_shape(body)
         if shape is not None:
             kick_owners(memo, waiting_for(memo, shape) - {(kind, *key)})
     reconciler = memo.reconcilers[kind]

@@ -41,7 +41,7 @@ from tpuslice.spec import SliceClusterSpec, SpecError, parse_cluster, parse_slic
 from tpuslice.status import MAX_MESSAGE, Observed, Stall, truncate
 from tpuslice.statuswriter import PROGRESS_WRITE_SECONDS, StatusWriter, generation
 
-__all__ = ["Reconciler", "SnapshotReader", "error_text", "spec_shape"]
+__all__ = ["Reconciler", "SnapshotReader", "error_text", "spec_shape", "unparsed_slices"]
 
 log = logging.getLogger(__name__)
 
@@ -90,18 +90,24 @@ def observed_of(
     )
 
 
-def stalled_observation(body: Mapping[str, Any], stall: Stall) -> Observed:
-    """For a spec that cannot be parsed: no shape is known, only the stall."""
+def unparsed_slices(body: Mapping[str, Any]) -> int:
+    """``spec.tpu.slices`` of an object whose spec cannot be parsed, when it is a count,
+    else 1: what the status of any kind reports as desired next to the stall."""
     spec = body.get("spec")
     tpu = spec.get("tpu") if isinstance(spec, Mapping) else None
     slices = tpu.get("slices") if isinstance(tpu, Mapping) else None
+    return slices if isinstance(slices, int) and slices >= 0 else 1
+
+
+def stalled_observation(body: Mapping[str, Any], stall: Stall) -> Observed:
+    """For a spec that cannot be parsed: no shape is known, only the stall."""
     return Observed(
         generation=generation(body),
         accelerator_type="",
         hosts_per_slice=0,
         chips_per_host=0,
         ray_cluster=str((body.get("metadata") or {}).get("name", "")),
-        desired_slices=slices if isinstance(slices, int) and slices >= 0 else 1,
+        desired_slices=unparsed_slices(body),
         slices=(),
         ray_cluster_ready=False,
         suspended=False,

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 from tpuslice import constants as c
 from tpuslice import events
-from tpuslice.reconcile import Reconciler, waiting_for_capacity
+from tpuslice.reconcile import Reconciler, unparsed_slices, waiting_for_capacity
 from tpuslice.records import ClusterKey, ClusterRef, Snapshot
 from tpuslice.render import render_rayservice
 from tpuslice.service_status import ServiceObserved, compute_service_status
@@ -53,15 +53,13 @@ def _cluster_snapshot(snap: Snapshot, name: str) -> Snapshot:
 
 
 def _invalid(body: Mapping[str, Any], stall: Stall) -> ServiceObserved:
-    tpu = (body.get("spec") or {}).get("tpu")
-    slices = tpu.get("slices") if isinstance(tpu, Mapping) else None
     return ServiceObserved(
         generation=generation(body),
         accelerator_type="",
         hosts_per_slice=0,
         chips_per_host=0,
         ray_service=str((body.get("metadata") or {}).get("name", "")),
-        desired_slices=slices if isinstance(slices, int) and slices >= 0 else 1,
+        desired_slices=unparsed_slices(body),
         ray_service_status=None,
         clusters={},
         gated=False,
