@@ -115,12 +115,16 @@ bench-plot: $(STAMP) ## Plot the figures against scale from the .bench/results-*
 	$(PY) -P hack/bench.py --plot $(BENCH_PLOT)
 
 # ---------------------------------------------------------------- demo
-.PHONY: demo demo-down
+.PHONY: demo demo-capacity demo-down
 demo: tools $(STAMP) ## Local GKE TPU cluster + operator + a 2-slice TPUSliceCluster becoming Ready
 	bash hack/demo.sh
 
+demo-capacity: tools $(STAMP) ## The same from zero TPU nodes: the fake GKE provisioner makes a pool per slice
+	bash hack/demo.sh capacity
+
 demo-down: $(STAMP) ## Stop the demo's operator and local cluster
 	-@test -f $(DEV_CLUSTER)/operator.pid && kill "$$(cat $(DEV_CLUSTER)/operator.pid)" 2>/dev/null; rm -f $(DEV_CLUSTER)/operator.pid
+	-@test -f $(DEV_CLUSTER)/provisioner.pid && kill "$$(cat $(DEV_CLUSTER)/provisioner.pid)" 2>/dev/null; rm -f $(DEV_CLUSTER)/provisioner.pid
 	$(PY) -m tpusim --dir $(DEV_CLUSTER) down
 
 # ---------------------------------------------------------------- kind on a laptop (needs Docker; not run in CI)

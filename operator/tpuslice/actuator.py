@@ -26,6 +26,7 @@ from tpuslice.convert import holder_spec, reservation_body, reservation_info
 from tpuslice.kube import ApiError, ClusterApi
 from tpuslice.metrics import Metrics, slice_last_created
 from tpuslice.pending import PendingWrites
+from tpuslice.provisioner import Provisioner, ProvisioningPass
 from tpuslice.recorder import Recorder
 from tpuslice.records import (
     Admission,
@@ -270,6 +271,8 @@ class SliceActuator:
     metrics: Metrics
     pool_indexes: PoolIndexCache
     specs: SpecCache = field(default_factory=SpecCache)
+    #: capacity on demand (provisioner.py); None: never asks for capacity
+    provisioner: Provisioner | None = None
 
     async def act(
         self,
@@ -294,6 +297,12 @@ class SliceActuator:
         desired = desired_of(snap.cluster, spec) if desired_slices is None else desired_slices
         if keep_pools:
             await self._hand_over(ref, spec, snap)
+        prov = self.provisioner.begin(ref, spec, snap, previous) if self.provisioner else None
+        if prov is not None:
+            index = prov.restrict(index)
+        preferred = previous_pools(previous)
+        if prov is not None:
+            preferred = prov.prefer(preferred)
 
         def plan() -> SlicePlan:
             pods = self.pending.pods(snap.pods)
@@ -307,6 +316,8 @@ class SliceActuator:
                 )
             else:
                 admission = None
+            if prov is not None:
+                admission = prov.admit(admission)
             planned = plan_slices(
                 ref,
                 accelerator=spec.shape.generation.gke_accelerator,
@@ -318,7 +329,7 @@ class SliceActuator:
                 pods=pods,
                 nodes=snap.nodes,
                 reservations=reservations,
-                previous_pools=previous_pools(previous),
+                previous_pools=preferred,
                 inventory=index,
                 gang=spec.gang,
                 admission=admission,
@@ -335,6 +346,9 @@ class SliceActuator:
         stall = None
         if current.unindexed_pods:
             stall = Stall(events.MULTIHOST_INDEXING_DISABLED, MULTIHOST_HINT)
+        if prov is not None:
+            pods_now = self.pending.pods(snap.pods)
+            await prov.act(current, pods_now, self.pending.reservations(snap.reservations), index)
         acted = await self._free(ref, current.frees, snap)
         held, lost = await self._claim(ref, spec, current)
         for _ in range(CLAIM_REPLANS):
@@ -358,8 +372,10 @@ class SliceActuator:
         releases = [r for r in current.releases if r.replica_name in holding]
         if current.all_or_nothing and lost:
             releases = []  # the gang is not complete: nothing of it may schedule
+        if prov is not None:
+            releases = prov.releases(releases)
         if releases:
-            await self._release(releases)
+            await self._release(releases, prov)
             self.metrics.slices_released(
                 slice_last_created(snap.pods, {r.replica_name for r in releases}), time.time()
             )
@@ -368,6 +384,8 @@ class SliceActuator:
         final = plan() if acted else current
         if final.stalled and stall is None:
             stall = Stall(events.NOT_ENOUGH_POOLS, final.stalled)
+        if prov is not None:
+            final, stall = prov.report(final, stall)
         return final, stall
 
     async def _hand_over(self, ref: ClusterRef, spec: SliceClusterSpec, snap: Snapshot) -> None:
@@ -456,12 +474,16 @@ class SliceActuator:
             )
         return held, lost
 
-    async def _release(self, releases: Sequence[PodRelease]) -> None:
-        """Patch every pod of the slice(s) at once: the partly-released window is one RTT."""
+    async def _release(
+        self, releases: Sequence[PodRelease], prov: ProvisioningPass | None = None
+    ) -> None:
+        """Patch every pod of the slice(s) at once: the partly-released window is one RTT.
+        A slice on a ProvisioningRequest's capacity gets its consume annotations too."""
 
         async def one(release: PodRelease) -> None:
+            notes = prov.release_annotations(release.replica_name) if prov else None
             try:
-                await self.kube.release_pod(release.namespace, release.name, release.pool)
+                await self.kube.release_pod(release.namespace, release.name, release.pool, notes)
             except ApiError as exc:
                 if exc.not_found:
                     return  # KubeRay deleted it; the slice is being replaced

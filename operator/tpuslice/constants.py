@@ -142,6 +142,11 @@ LABEL_PROVISIONING_ATTEMPT: Final = f"{GROUP}/provisioning-attempt"
 # count survives restarts in the API server), and a digest of the immutable spec.
 ANNOTATION_PROVISIONING_FAILURES: Final = f"{GROUP}/provisioning-failures"
 ANNOTATION_PROVREQ_HASH: Final = f"{GROUP}/request-hash"
+# On a CapacityRevoked request of ours whose slice was replaced: the node pool it ran on.
+# The request is kept (and the pool kept from every object) until the pool has no nodes:
+# GKE deletes the VMs after CapacityRevoked, so a slice that claimed the pool meanwhile
+# would be pinned to nodes about to vanish.
+ANNOTATION_REVOKED_POOL: Final = f"{GROUP}/revoked-node-pool"
 
 # --- KubeRay -----------------------------------------------------------------
 RAY_GROUP: Final = "ray.io"

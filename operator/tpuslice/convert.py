@@ -145,6 +145,7 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
         block=labels.get(c.NODE_LABEL_TOPOLOGY_BLOCK) or None,
         subblock=labels.get(c.NODE_LABEL_TOPOLOGY_SUBBLOCK) or None,
         capacity_labels={k: labels[k] for k in c.CAPACITY_SELECTOR_KEYS if k in labels},
+        created=str(meta.get("creationTimestamp") or ""),
     )
 
 
@@ -299,4 +300,5 @@ def provisioning_request_info(obj: Mapping[str, Any]) -> ProvisioningRequestInfo
         else {},
         created=timestamp(meta.get("creationTimestamp")),
         deleting=bool(meta.get("deletionTimestamp")),
+        revoked_pool=str(annotations.get(c.ANNOTATION_REVOKED_POOL) or "") or None,
     )

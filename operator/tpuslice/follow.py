@@ -32,6 +32,7 @@ from typing import Any, Generic, TypeVar
 from tpuslice import constants as c
 from tpuslice.convert import node_info, pod_info, ray_owner_info, raycluster_info
 from tpuslice.kube import ApiError, Kube, api_path
+from tpuslice.provisioner import OwnedRequest, owned_request, podtemplate_record
 from tpuslice.records import ClusterKey, NodeInfo, OwnerKey, PodInfo, Shape
 
 __all__ = [
@@ -99,6 +100,9 @@ class RecordStore(Generic[R]):
 
     def get(self, key: ObjectKey) -> R | None:
         return self._records.get(key)
+
+    def values(self) -> list[R]:
+        return list(self._records.values())
 
     def group(self, group: Hashable) -> list[R]:
         return list(self._groups.get(group, {}).values())
@@ -202,6 +206,14 @@ def _no_group(_: Any) -> None:
     return None
 
 
+def _request_group(record: OwnedRequest) -> OwnerKey:
+    return record.owner
+
+
+def _template_group(record: Mapping[str, Any]) -> OwnerKey:
+    return record["owner"]  # type: ignore[no-any-return]
+
+
 def apply(
     store: RecordStore[Any],
     event: str | None,
@@ -270,6 +282,8 @@ def followed_kinds(namespaces: Iterable[str]) -> list[Followed]:
     TPU nodes; the pods labelled with a TPUSlice object; the RayClusters of
     TPUSliceClusters; the RayJobs and RayServices of TPUSliceJobs and TPUSliceServices and
     the RayClusters KubeRay makes for them (labelled by KubeRay with the owner's labels);
+    our ProvisioningRequests and their PodTemplates (labelled with their object; a missing
+    ProvisioningRequest CRD is an empty store, looked for again every 30 s);
     per namespace when the operator is namespace-scoped."""
     kinds = [Followed("", "v1", "nodes", node_info, c.NODE_LABEL_ACCELERATOR)]
     ray = (c.RAY_GROUP, c.RAY_VERSION)
@@ -281,6 +295,15 @@ def followed_kinds(namespaces: Iterable[str]) -> list[Followed]:
             Followed(*ray, c.RAY_PLURAL_CLUSTER, raycluster_info, c.LABEL_SERVICE, ns),
             Followed(*ray, c.RAY_PLURAL_JOB, ray_owner_info, c.LABEL_JOB, ns),
             Followed(*ray, c.RAY_PLURAL_SERVICE, ray_owner_info, c.LABEL_SERVICE, ns),
+            Followed(
+                c.PROVREQ_GROUP,
+                c.PROVREQ_VERSION,
+                c.PROVREQ_PLURAL,
+                owned_request,
+                c.LABEL_CLUSTER,
+                ns,
+            ),
+            Followed("", "v1", c.PODTEMPLATE_PLURAL, podtemplate_record, c.LABEL_CLUSTER, ns),
         ]
     return kinds
 
@@ -309,6 +332,12 @@ class Watches:
     service_clusters: RecordStore[dict[str, Any]] = field(
         default_factory=lambda: RecordStore(_service_cluster_group)
     )
+    provisioningrequests: RecordStore[OwnedRequest] = field(
+        default_factory=lambda: RecordStore(_request_group)
+    )
+    podtemplates: RecordStore[dict[str, Any]] = field(
+        default_factory=lambda: RecordStore(_template_group)
+    )
     _stops: list[threading.Event] = field(default_factory=list)
 
     def pods_of(self, key: ClusterKey, kind: str = c.KIND_CLUSTER) -> list[PodInfo]:
@@ -329,6 +358,16 @@ class Watches:
         while self.pods_of(key, kind) and loop.time() < deadline:
             await asyncio.sleep(poll)
         return self.pods_of(key, kind)
+
+    def requests_of(self, owner: OwnerKey) -> list[OwnedRequest]:
+        """The ProvisioningRequests of one TPUSlice object (kind, namespace, name)."""
+        return self.provisioningrequests.group(owner)
+
+    def templates_of(self, owner: OwnerKey) -> list[dict[str, Any]]:
+        return self.podtemplates.group(owner)
+
+    def every_request(self) -> list[OwnedRequest]:
+        return self.provisioningrequests.values()
 
     def nodes_of(self, shape: Shape) -> list[NodeInfo]:
         return self.nodes.group(shape)
@@ -356,6 +395,7 @@ class Watches:
         on_nodes: Callable[[list[Change[NodeInfo]]], None],
         on_rayclusters: Callable[[list[Change[dict[str, Any]]]], None],
         on_owned: Callable[[list[Change[dict[str, Any]]], str], None] | None = None,
+        on_requests: Callable[[list[Change[OwnedRequest]]], None] | None = None,
     ) -> None:
         """Follow every kind (per namespace when the operator is namespace-scoped); return
         when each has been listed once. ``on_owned`` gets the changes of RayJobs,
@@ -372,6 +412,8 @@ class Watches:
             "job_clusters": owned(c.KIND_JOB),
             c.RAY_PLURAL_SERVICE: owned(c.KIND_SERVICE),
             "service_clusters": owned(c.KIND_SERVICE),
+            c.PROVREQ_PLURAL: on_requests or (lambda _: None),
+            c.PODTEMPLATE_PLURAL: lambda _: None,
         }
         for kind in followed_kinds(namespaces):
             name = _store_name(kind)

@@ -32,6 +32,7 @@ from tpuslice.health import Health
 from tpuslice.kube import ClusterApi, Kube
 from tpuslice.kube import credentials as kube_credentials
 from tpuslice.metrics import Metrics
+from tpuslice.provisioner import provisioning_view
 from tpuslice.reconcile import Reconciler, SnapshotReader, spec_shape
 from tpuslice.reconcile_job import JobReconciler
 from tpuslice.reconcile_service import ServiceReconciler
@@ -113,6 +114,13 @@ def make_reader(
                     other_key = (meta.get("namespace", ""), meta.get("name", ""))
                     members.append(ShapeMember(other, watches.pods_of(other_key, member_kind)))
         owned = None if kind == c.KIND_CLUSTER else watches.ray_owner(kind, key)
+        owner = (kind, *key)
+        provisioning = provisioning_view(
+            watches.requests_of(owner),
+            watches.templates_of(owner),
+            watches.every_request(),
+            owner,
+        )
         return Snapshot(
             cluster=cluster,
             pods=watches.pods_of(key, kind),
@@ -122,6 +130,7 @@ def make_reader(
             owned=owned,
             rayclusters={} if kind == c.KIND_CLUSTER else watches.owned_clusters(kind, key),
             shape_members=members,
+            provisioning=provisioning,
         )
 
     return read
@@ -208,7 +217,10 @@ async def configure(
     shape_index = indices["reservation_shape_index"]
 
     def holders_of(shape: Shape, pool: str) -> set[OwnerKey]:
-        return {r.holder.owner for r in shape_index.get(shape, ()) if r.pool == pool}
+        """The pool's holder, and the owner of a revoked request kept for the pool (it
+        deletes the request once the pool has no nodes)."""
+        held = {r.holder.owner for r in shape_index.get(shape, ()) if r.pool == pool}
+        return held | {r.owner for r in watches.every_request() if r.info.lost_pool == pool}
 
     def on_nodes(changes: list[Any]) -> None:
         shapes, keys = node_kicks(changes, lambda shape: waiting_for(memo, shape), holders_of)
@@ -223,6 +235,7 @@ async def configure(
         on_nodes=on_nodes,
         on_rayclusters=lambda changes: reconciler.kick_soon({ch.key for ch in changes}),
         on_owned=lambda changes, _kind: kick_owners(memo, owned_cluster_kicks(changes)),
+        on_requests=lambda changes: kick_owners(memo, {ch.record.owner for ch in changes}),
     )
     logger.info(
         "listed %d TPU nodes, %d pods and %d RayClusters of TPUSliceClusters",
@@ -313,7 +326,7 @@ async def object_changed(
     kind = KIND_OF_PLURAL[resource.plural]
     key = (namespace or "", name)
     if type in ("ADDED", "DELETED"):
-        shape = spec_shape(cluster_record(body))
+        shape = spec_shape(body)
         if shape is not None:
             kick_owners(memo, waiting_for(memo, shape) - {(kind, *key)})
     reconciler = memo.reconcilers[kind]

@@ -83,7 +83,33 @@ class ClusterApi(Protocol):
 
     async def set_reservation_phase(self, name: str, phase: str, message: str) -> None: ...
 
-    async def release_pod(self, namespace: str, name: str, pool: str) -> None: ...
+    async def release_pod(
+        self,
+        namespace: str,
+        name: str,
+        pool: str,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None: ...
+
+    async def delete_pod(self, namespace: str, name: str) -> bool: ...
+
+    async def create_podtemplate(self, body: Mapping[str, Any]) -> Any: ...
+
+    async def patch_podtemplate(
+        self, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> Any: ...
+
+    async def delete_podtemplate(self, namespace: str, name: str) -> bool: ...
+
+    async def create_provisioning_request(self, body: Mapping[str, Any]) -> Any: ...
+
+    async def annotate_provisioning_request(
+        self, namespace: str, name: str, annotations: Mapping[str, str]
+    ) -> bool: ...
+
+    async def delete_provisioning_request(
+        self, namespace: str, name: str, uid: str | None = None
+    ) -> bool: ...
 
     async def hand_over_reservation(
         self, name: str, holder: Mapping[str, Any], resource_version: str
@@ -399,20 +425,134 @@ class Kube:
         )
 
     # ------------------------------------------------------------ pods
-    async def release_pod(self, namespace: str, name: str, pool: str) -> None:
-        """ONE patch: pin to the pool and remove our gate (other gates stay)."""
+    async def release_pod(
+        self,
+        namespace: str,
+        name: str,
+        pool: str,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
+        """ONE patch: pin to the pool and remove our gate (other gates stay); with
+        ``annotations`` (a ProvisioningRequest's consume annotations) in the same patch."""
+        body: dict[str, Any] = {
+            "spec": {
+                "nodeSelector": {c.NODE_LABEL_NODEPOOL: pool},
+                "schedulingGates": [{"$patch": "delete", "name": c.SCHEDULING_GATE}],
+            }
+        }
+        if annotations:
+            body["metadata"] = {"annotations": dict(annotations)}
         await self.call(
             "PATCH",
             api_path("", "v1", "pods", name, namespace),
             resource="pods",
-            body={
-                "spec": {
-                    "nodeSelector": {c.NODE_LABEL_NODEPOOL: pool},
-                    "schedulingGates": [{"$patch": "delete", "name": c.SCHEDULING_GATE}],
-                }
-            },
+            body=body,
             content_type=STRATEGIC,
         )
+
+    async def delete_pod(self, namespace: str, name: str) -> bool:
+        """Delete a worker pod (a slice whose capacity was revoked: KubeRay replaces the
+        whole replica); False if already gone."""
+        try:
+            await self.call(
+                "DELETE",
+                api_path("", "v1", "pods", name, namespace),
+                resource="pods",
+                body={"propagationPolicy": "Background"},
+            )
+        except ApiError as exc:
+            if exc.not_found:
+                return False
+            raise
+        return True
+
+    # ------------------------------------------------------------ capacity on demand
+    async def create_podtemplate(self, body: Mapping[str, Any]) -> Any:
+        """The PodTemplate a ProvisioningRequest points at (created before the request)."""
+        meta = body["metadata"]
+        return await self.call(
+            "POST",
+            api_path("", "v1", c.PODTEMPLATE_PLURAL, namespace=meta["namespace"]),
+            resource="podtemplates",
+            body=body,
+        )
+
+    async def patch_podtemplate(self, namespace: str, name: str, patch: Mapping[str, Any]) -> Any:
+        """Merge-patch a PodTemplate of ours (its request as controller owner, a refreshed
+        template)."""
+        return await self.call(
+            "PATCH",
+            api_path("", "v1", c.PODTEMPLATE_PLURAL, name, namespace),
+            resource="podtemplates",
+            body=patch,
+            content_type=MERGE,
+        )
+
+    async def delete_podtemplate(self, namespace: str, name: str) -> bool:
+        try:
+            await self.call(
+                "DELETE",
+                api_path("", "v1", c.PODTEMPLATE_PLURAL, name, namespace),
+                resource="podtemplates",
+                body={"propagationPolicy": "Background"},
+            )
+        except ApiError as exc:
+            if exc.not_found:
+                return False
+            raise
+        return True
+
+    async def create_provisioning_request(self, body: Mapping[str, Any]) -> Any:
+        """Raises ApiError(not_found) when the ProvisioningRequest CRD is not installed."""
+        meta = body["metadata"]
+        return await self.call(
+            "POST",
+            api_path(
+                c.PROVREQ_GROUP, c.PROVREQ_VERSION, c.PROVREQ_PLURAL, namespace=meta["namespace"]
+            ),
+            resource="provisioningrequests",
+            body=body,
+        )
+
+    async def annotate_provisioning_request(
+        self, namespace: str, name: str, annotations: Mapping[str, str]
+    ) -> bool:
+        """Merge-patch annotations onto a request of ours (its spec is immutable, its
+        metadata is not); False if it is gone."""
+        try:
+            await self.call(
+                "PATCH",
+                api_path(c.PROVREQ_GROUP, c.PROVREQ_VERSION, c.PROVREQ_PLURAL, name, namespace),
+                resource="provisioningrequests",
+                body={"metadata": {"annotations": dict(annotations)}},
+                content_type=MERGE,
+            )
+        except ApiError as exc:
+            if exc.not_found:
+                return False
+            raise
+        return True
+
+    async def delete_provisioning_request(
+        self, namespace: str, name: str, uid: str | None = None
+    ) -> bool:
+        """Delete (only the request with ``uid`` when given); False if already gone. Its
+        PodTemplate goes with it (the request is its controller owner)."""
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            await self.call(
+                "DELETE",
+                api_path(c.PROVREQ_GROUP, c.PROVREQ_VERSION, c.PROVREQ_PLURAL, name, namespace),
+                resource="provisioningrequests",
+                body=body,
+            )
+        except ApiError as exc:
+            if exc.not_found or exc.conflict:
+                return False
+            raise
+        return True
 
     async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         result = await self.call(

@@ -79,6 +79,8 @@ __all__ = [
 #: after Provisioned=True without a claim, the request is given back and asked again
 #: (3 minutes left for the release patch, scheduling and the image pull to begin).
 CLAIM_WITHIN_SECONDS = 420
+#: BookingExpired's reason when the request's pods were bound (OSS autoscaler).
+BOOKING_CONSUMED = "CapacityBookingConsumed"
 #: A request no autoscaler has accepted after this long gets a hint in the message.
 ACCEPT_HINT_SECONDS = 120
 #: Longest request (and PodTemplate) name: a label value, so it can be selected on.
@@ -383,12 +385,14 @@ def group_requests(
 ) -> tuple[dict[tuple[str, int], ProvisioningRequestInfo], list[ProvisioningRequestInfo]]:
     """Our requests of one TPUSlice object by slice, (raycluster, slice index) -> the
     newest attempt (the one ``decide`` is about), and the rest: older attempts of a
-    slice and requests without our labels, which the shell deletes. A key with no live
-    slice is decided with ``SliceFacts(index, raycluster, exists=False)``."""
+    slice, retired requests (``ProvisioningRequestInfo.retired``) and requests without
+    our labels, which the shell deletes (a retired one once its pool has no nodes). A
+    key with no live slice is decided with ``SliceFacts(index, raycluster,
+    exists=False)``."""
     newest: dict[tuple[str, int], ProvisioningRequestInfo] = {}
     extra: list[ProvisioningRequestInfo] = []
     for request in sorted(requests, key=lambda r: (r.attempt, r.name)):
-        if request.slice_index is None or not request.raycluster:
+        if request.slice_index is None or not request.raycluster or request.retired:
             extra.append(request)
             continue
         key = (request.raycluster, request.slice_index)
@@ -607,6 +611,10 @@ def decide(
     is_expired = expired is not None and expired.true
     is_revoked = revoked is not None and revoked.true
     is_provisioned = provisioned is not None and provisioned.true
+    # The OSS autoscaler ends a booking as soon as the request's pods are bound
+    # (processors/provreq/processor.go: BookingExpired reason CapacityBookingConsumed):
+    # the capacity is in use, never lost; our pod store may show the binding later.
+    consumed = is_expired and expired is not None and expired.reason == BOOKING_CONSUMED
 
     # Whether the pool the slice holds is the request's capacity: it was provisioned, and
     # (queued) it is the pool the request names. Otherwise the slice took an existing
@@ -631,7 +639,7 @@ def decide(
         reason = ""
         if is_revoked:
             lost, reason = revoked, events.CAPACITY_REVOKED
-        elif not slice_.bound and is_expired:
+        elif not slice_.bound and is_expired and not consumed:
             lost, reason = expired, events.BOOKING_EXPIRED
         elif not slice_.bound and is_failed:
             lost, reason = failed, events.PROVISIONING_RETRY

@@ -32,6 +32,7 @@ from tpuslice.kicks import Backoff, Failure, KickQueue
 from tpuslice.kube import ApiError, ClusterApi
 from tpuslice.metrics import Metrics
 from tpuslice.pending import PendingWrites
+from tpuslice.provisioner import Provisioner
 from tpuslice.recorder import Recorder
 from tpuslice.records import ClusterKey, ClusterRef, Shape, SlicePlan, SliceState, Snapshot
 from tpuslice.render import render_raycluster
@@ -40,7 +41,7 @@ from tpuslice.spec import SliceClusterSpec, SpecError, parse_cluster, parse_slic
 from tpuslice.status import MAX_MESSAGE, Observed, Stall, truncate
 from tpuslice.statuswriter import PROGRESS_WRITE_SECONDS, StatusWriter, generation
 
-__all__ = ["Reconciler", "SnapshotReader", "error_text", "spec_shape"]
+__all__ = ["Reconciler", "SnapshotReader", "error_text", "spec_shape", "unparsed_slices"]
 
 log = logging.getLogger(__name__)
 
@@ -89,18 +90,24 @@ def observed_of(
     )
 
 
-def stalled_observation(body: Mapping[str, Any], stall: Stall) -> Observed:
-    """For a spec that cannot be parsed: no shape is known, only the stall."""
+def unparsed_slices(body: Mapping[str, Any]) -> int:
+    """``spec.tpu.slices`` of an object whose spec cannot be parsed, when it is a count,
+    else 1: what the status of any kind reports as desired next to the stall."""
     spec = body.get("spec")
     tpu = spec.get("tpu") if isinstance(spec, Mapping) else None
     slices = tpu.get("slices") if isinstance(tpu, Mapping) else None
+    return slices if isinstance(slices, int) and slices >= 0 else 1
+
+
+def stalled_observation(body: Mapping[str, Any], stall: Stall) -> Observed:
+    """For a spec that cannot be parsed: no shape is known, only the stall."""
     return Observed(
         generation=generation(body),
         accelerator_type="",
         hosts_per_slice=0,
         chips_per_host=0,
         ray_cluster=str((body.get("metadata") or {}).get("name", "")),
-        desired_slices=slices if isinstance(slices, int) and slices >= 0 else 1,
+        desired_slices=unparsed_slices(body),
         slices=(),
         ray_cluster_ready=False,
         suspended=False,
@@ -110,11 +117,14 @@ def stalled_observation(body: Mapping[str, Any], stall: Stall) -> Observed:
     )
 
 
+#: Slice states that wait for a pool of the shape (kicked when its pools change): a
+#: Provisioning slice claims the pool its request brings once the nodes are Ready.
+WAITING_STATES = (SliceState.WAITING_FOR_CAPACITY, SliceState.PROVISIONING)
+
+
 def waiting_for_capacity(plan: SlicePlan) -> bool:
     """A plan with a slice waiting for a pool of its shape (or NotEnoughPools)."""
-    return bool(plan.stalled) or any(
-        s.state == SliceState.WAITING_FOR_CAPACITY for s in plan.slices
-    )
+    return bool(plan.stalled) or any(s.state in WAITING_STATES for s in plan.slices)
 
 
 def failure_message(failure: Failure) -> str:
@@ -156,6 +166,9 @@ class Reconciler:
         self.applier = KubeRayApplier(self.kube, self.pending, self.templates)
         self.actuator = SliceActuator(
             self.kube, self.pending, self.recorder, self.metrics, self.pool_indexes
+        )
+        self.actuator.provisioner = Provisioner(
+            self.kube, self.recorder, self.pending, kick_soon=self.queue.kick_soon
         )
         self.status = StatusWriter(
             self.kube,

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from tpuslice import constants as c
 from tpuslice import events
 from tpuslice.job_status import JobObserved, compute_job_status, job_ended
-from tpuslice.reconcile import Reconciler, waiting_for_capacity
+from tpuslice.reconcile import Reconciler, unparsed_slices, waiting_for_capacity
 from tpuslice.records import ClusterKey, ClusterRef, SlicePlan, Snapshot
 from tpuslice.render import render_rayjob
 from tpuslice.spec import SliceJobSpec, SpecError, parse_job
@@ -78,15 +78,13 @@ def job_observed(
 
 def _invalid(body: Mapping[str, Any], stall: Stall) -> JobObserved:
     """For a spec that cannot be parsed: no shape is known, only the stall."""
-    tpu = (body.get("spec") or {}).get("tpu")
-    slices = tpu.get("slices") if isinstance(tpu, Mapping) else None
     return JobObserved(
         generation=generation(body),
         accelerator_type="",
         hosts_per_slice=0,
         chips_per_host=0,
         ray_job=str((body.get("metadata") or {}).get("name", "")),
-        desired_slices=slices if isinstance(slices, int) and slices >= 0 else 1,
+        desired_slices=unparsed_slices(body),
         ray_job_status=None,
         cluster=None,
         suspend=False,

@@ -29,8 +29,8 @@ from typing import Any, ClassVar
 
 from tpuslice import constants as c
 from tpuslice import events
-from tpuslice.reconcile import Reconciler
-from tpuslice.records import ClusterKey, ClusterRef, SliceState, Snapshot
+from tpuslice.reconcile import Reconciler, unparsed_slices, waiting_for_capacity
+from tpuslice.records import ClusterKey, ClusterRef, Snapshot
 from tpuslice.render import render_rayservice
 from tpuslice.service_status import ServiceObserved, compute_service_status
 from tpuslice.spec import SliceServiceSpec, SpecError, parse_service
@@ -53,15 +53,13 @@ def _cluster_snapshot(snap: Snapshot, name: str) -> Snapshot:
 
 
 def _invalid(body: Mapping[str, Any], stall: Stall) -> ServiceObserved:
-    tpu = (body.get("spec") or {}).get("tpu")
-    slices = tpu.get("slices") if isinstance(tpu, Mapping) else None
     return ServiceObserved(
         generation=generation(body),
         accelerator_type="",
         hosts_per_slice=0,
         chips_per_host=0,
         ray_service=str((body.get("metadata") or {}).get("name", "")),
-        desired_slices=slices if isinstance(slices, int) and slices >= 0 else 1,
+        desired_slices=unparsed_slices(body),
         ray_service_status=None,
         clusters={},
         gated=False,
@@ -94,7 +92,7 @@ class ServiceReconciler(Reconciler):
             return
         applied = await self.applier.apply(rendered, snap.owned)
         self.pending.expire(time.monotonic())
-        clusters, plan_stall = await self._act(meta, spec, snap, previous)
+        clusters, plan_stall = await self._act(meta, spec, snap)
         await self._give_back_gone(meta, snap, set(clusters))
         ray_status = (snap.owned or {}).get("status") if snap.owned is not None else None
         observed = ServiceObserved(
@@ -120,7 +118,6 @@ class ServiceReconciler(Reconciler):
         meta: Mapping[str, Any],
         spec: SliceServiceSpec,
         snap: Snapshot,
-        previous: Mapping[str, Any],
     ) -> tuple[dict[str, ClusterSlices], Stall | None]:
         """Each RayCluster's slices planned and acted on apart; what each shows."""
         clusters: dict[str, ClusterSlices] = {}
@@ -145,11 +142,7 @@ class ServiceReconciler(Reconciler):
                 plan.slices,
                 ray_cluster_ready=bool(found and found.get("state") == "ready"),
             )
-            waiting = (
-                waiting
-                or bool(plan.stalled)
-                or any(s.state == SliceState.WAITING_FOR_CAPACITY for s in plan.slices)
-            )
+            waiting = waiting or waiting_for_capacity(plan)
         key = (meta.get("namespace", ""), meta.get("name", ""))
         self._track_waiting(key, spec.cluster, waiting)
         return clusters, stall

@@ -15,7 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from tpuslice.constants import KIND_CLUSTER
+from tpuslice.constants import KIND_CLUSTER, PROVREQ_CAPACITY_REVOKED
 
 __all__ = [
     "Admission",
@@ -35,6 +35,7 @@ __all__ = [
     "ProvisioningDecision",
     "ProvisioningMode",
     "ProvisioningRequestInfo",
+    "ProvisioningView",
     "QueueDecision",
     "RequestCondition",
     "ReservationInfo",
@@ -152,6 +153,9 @@ class NodeInfo:
     subblock: str | None = None
     # its labels of constants.CAPACITY_SELECTOR_KEYS (spec.reservation.provisioning.nodeSelector)
     capacity_labels: Mapping[str, str] = field(default_factory=dict)
+    # metadata.creationTimestamp (RFC 3339): a pool whose nodes are all younger than a
+    # best-effort ProvisioningRequest may be its capacity (no name says so)
+    created: str = ""
 
 
 @dataclass(frozen=True)
@@ -296,6 +300,8 @@ class Snapshot:
     # The node versions (``PoolIndexCache``) when ``nodes`` was read, so a pool index
     # built from these nodes is cached under the version they belong to, never a newer one.
     node_versions: Mapping[Shape, int] = field(default_factory=dict)
+    # Capacity on demand: its ProvisioningRequests and PodTemplates, others' promised pools.
+    provisioning: ProvisioningView | None = None
 
 
 # ------------------------------------------------------------------ the queue per shape
@@ -402,6 +408,7 @@ class ProvisioningRequestInfo:
     details: Mapping[str, str] = field(default_factory=dict)  # provisioningClassDetails
     created: datetime | None = None
     deleting: bool = False
+    revoked_pool: str | None = None  # tpuslice.dev/revoked-node-pool: its slice was replaced
 
     def condition(self, kind: str) -> RequestCondition | None:
         return self.conditions.get(kind)
@@ -414,6 +421,33 @@ class ProvisioningRequestInfo:
     def node_pool(self) -> str | None:
         """The node pool GKE's queued class made for it (provisioningClassDetails)."""
         return self.details.get("NodePoolName") or None
+
+    @property
+    def retired(self) -> bool:
+        """Its slice was replaced after CapacityRevoked: no longer any slice's request,
+        kept only to keep its pool from every object while the pool has nodes."""
+        return self.revoked_pool is not None
+
+    @property
+    def lost_pool(self) -> str | None:
+        """The node pool whose capacity GKE revoked under this request, if known: the one
+        we recorded when we replaced its slice, else the pool its queued class named."""
+        if self.revoked_pool:
+            return self.revoked_pool
+        return self.node_pool if self.is_true(PROVREQ_CAPACITY_REVOKED) else None
+
+
+@dataclass(frozen=True)
+class ProvisioningView:
+    """What a snapshot holds of capacity on demand for one TPUSlice object: its own
+    ProvisioningRequests and PodTemplates (``provisioner.podtemplate_record``), and the
+    node pools live requests of *other* objects name (``provisioning.promised_pools``)."""
+
+    requests: Sequence[ProvisioningRequestInfo] = ()
+    templates: Sequence[Mapping[str, Any]] = ()
+    promised_elsewhere: frozenset[str] = frozenset()
+    #: pools of CapacityRevoked requests of *any* object (``lost_pool``): kept from all
+    revoked_pools: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

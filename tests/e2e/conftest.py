@@ -40,14 +40,20 @@ RUN_DIR_KEY = pytest.StashKey[Path]()
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Everything under tests/e2e is the e2e tier, marked or not.
 
-    test_chart.py runs last: it needs the session `operator` (which it stops and
-    restarts around its own), and tests that expect no operator yet (test_fidelity
-    edits objects it would also be writing) must come before it starts.
+    test_fidelity.py runs first: it expects no operator yet (it edits objects the
+    operator would also be writing), and the session `operator` starts with the first
+    test that uses it (test_capacity.py sorts before it). test_chart.py runs last: it
+    needs the session `operator` (which it stops and restarts around its own).
     """
     for item in items:
         if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
             item.add_marker(pytest.mark.e2e)
-    items.sort(key=lambda item: Path(str(item.fspath)).name == "test_chart.py")
+
+    def order(item: pytest.Item) -> tuple[bool, bool]:
+        name = Path(str(item.fspath)).name
+        return name == "test_chart.py", name != "test_fidelity.py"
+
+    items.sort(key=order)
 
 
 @pytest.fixture(scope="session")

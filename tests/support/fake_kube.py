@@ -31,6 +31,12 @@ class FakeKube:
         #: RayClusters that exist but are not in the watch's store (unlabelled ones).
         self.rayclusters: dict[tuple[str, str], Any] = {}
         self.raycluster_reads: list[tuple[str, str]] = []
+        #: capacity on demand: what was created (by (namespace, name)), and the CRD
+        self.podtemplates: dict[tuple[str, str], dict[str, Any]] = {}
+        self.requests: dict[tuple[str, str], dict[str, Any]] = {}
+        self.provreq_installed = True
+        #: pod name -> the annotations its release patch added
+        self.annotations: dict[str, dict[str, str]] = {}
 
     async def get_ray(self, plural: str, namespace: str, name: str) -> Any:
         self.raycluster_reads.append((namespace, name))
@@ -79,8 +85,75 @@ class FakeKube:
     async def set_reservation_phase(self, name: str, phase: str, message: str) -> None:
         self.calls.append(("phase", name, phase))
 
-    async def release_pod(self, namespace: str, name: str, pool: str) -> None:
+    async def release_pod(
+        self,
+        namespace: str,
+        name: str,
+        pool: str,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
         self.calls.append(("release", name, pool))
+        if annotations:
+            self.annotations[name] = dict(annotations)
+
+    async def delete_pod(self, namespace: str, name: str) -> bool:
+        self.calls.append(("delete-pod", name))
+        return True
+
+    # ------------------------------------------------ capacity on demand
+    async def create_podtemplate(self, body: Mapping[str, Any]) -> Any:
+        name = body["metadata"]["name"]
+        self.calls.append(("create-podtemplate", name))
+        key = (body["metadata"]["namespace"], name)
+        if key in self.podtemplates:
+            raise ApiError(409, "AlreadyExists", f"podtemplates {name} already exists")
+        self.podtemplates[key] = dict(body)
+        return body
+
+    async def patch_podtemplate(self, namespace: str, name: str, patch: Mapping[str, Any]) -> Any:
+        self.calls.append(("patch-podtemplate", name))
+        current = self.podtemplates.get((namespace, name))
+        if current is None:
+            raise ApiError(404, "NotFound", f"podtemplates {name} not found")
+        for key, value in patch.items():
+            if key == "metadata":
+                current["metadata"] = {**current.get("metadata", {}), **value}
+            else:
+                current[key] = value
+        return current
+
+    async def delete_podtemplate(self, namespace: str, name: str) -> bool:
+        self.calls.append(("delete-podtemplate", name))
+        return self.podtemplates.pop((namespace, name), None) is not None
+
+    async def create_provisioning_request(self, body: Mapping[str, Any]) -> Any:
+        name = body["metadata"]["name"]
+        self.calls.append(("create-request", name))
+        if not self.provreq_installed:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        key = (body["metadata"]["namespace"], name)
+        if key in self.requests:
+            raise ApiError(409, "AlreadyExists", f"provisioningrequests {name} already exists")
+        created = {**body, "metadata": {**body["metadata"], "uid": f"uid-{name}"}}
+        self.requests[key] = created
+        return created
+
+    async def annotate_provisioning_request(
+        self, namespace: str, name: str, annotations: Mapping[str, str]
+    ) -> bool:
+        self.calls.append(("annotate-request", name, dict(annotations)))
+        current = self.requests.get((namespace, name))
+        if current is None:
+            return False
+        meta = current.setdefault("metadata", {})
+        meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
+        return True
+
+    async def delete_provisioning_request(
+        self, namespace: str, name: str, uid: str | None = None
+    ) -> bool:
+        self.calls.append(("delete-request", name))
+        return self.requests.pop((namespace, name), None) is not None
 
     async def hand_over_reservation(
         self, name: str, holder: Mapping[str, Any], resource_version: str

@@ -1011,3 +1011,19 @@ def test_a_provisioning_slice_explains_ready_false_and_posts_an_event() -> None:
     assert "slice 1: queued: expected in 2h" in ready["message"]
     (event,) = [e for e in slice_events([], slices) if e[1] == events.PROVISIONING_CAPACITY]
     assert event[0] == "Normal" and "queued: expected in 2h" in event[2]
+
+
+def test_a_booking_the_pods_consumed_never_replaces_the_slice() -> None:
+    """The OSS autoscaler sets BookingExpired with reason CapacityBookingConsumed as soon
+    as the request's pods are bound; our pod store may show the binding later, so a
+    released slice that looks unbound keeps its request (no replacement)."""
+    consumed = req(
+        cond(c.PROVREQ_PROVISIONED),
+        cond(c.PROVREQ_BOOKING_EXPIRED, reason="CapacityBookingConsumed", ago=1),
+    )
+    assert decide(RELEASED_UNBOUND, consumed, QUEUED, now=NOW).action == ProvisioningAction.KEEP
+    lapsed = req(
+        cond(c.PROVREQ_PROVISIONED),
+        cond(c.PROVREQ_BOOKING_EXPIRED, reason="CapacityReservationTimeExpired", ago=1),
+    )
+    assert decide(RELEASED_UNBOUND, lapsed, QUEUED, now=NOW).action == ProvisioningAction.REPLACE

@@ -401,16 +401,23 @@ class FakeProvisioner:
         return rule.fault
 
     def _annotate(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
-        self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"annotations": annotations}}
-        )
+        try:
+            self.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, {"metadata": {"annotations": annotations}}
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            # deleted since this pass listed it (its owner gave it up): nothing to do
+            self.events.append(f"{namespace}/{name}: gone before it could be annotated")
 
     def _apply(self, req: Request, d: Decision) -> list[str]:
         where = f"{req.namespace}/{req.name}"
-        for plan in d.create:
-            self._create_pool(req, plan)
         if d.annotations:
             self._annotate(req.namespace, req.name, d.annotations)
+        # The status before the nodes, as on GKE: Provisioned=True is written when the
+        # scale-up is requested (OSS best-effort-atomic) or its Resize Request succeeds
+        # (queued), before any Node registers (capacity-facts.md, section 1).
         if d.conditions or d.details is not None:
             try:
                 self._write_status(req, d.conditions, d.details)
@@ -418,6 +425,8 @@ class FakeProvisioner:
                 if exc.status not in (404, 409):
                     raise
                 return [f"{where}: status not written ({exc.status}), next pass"]
+        for plan in d.create:
+            self._create_pool(req, plan)
         for name in d.delete:
             self._delete_pool(name)
         return [f"{where}: {line}" for line in d.log]
