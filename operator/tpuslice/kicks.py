@@ -101,7 +101,7 @@ class KickQueue:
     run: Callable[[ClusterKey], Awaitable[None]]
     _running: set[ClusterKey] = field(default_factory=set)
     _dirty: set[ClusterKey] = field(default_factory=set)
-    _later: set[ClusterKey] = field(default_factory=set)
+    _later: dict[ClusterKey, asyncio.TimerHandle] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     # Kicks held back until kopf has filled its indexes (see ``hold_until_indexed``).
     _held: set[ClusterKey] | None = None
@@ -142,17 +142,20 @@ class KickQueue:
             self._spawn(self.kick(key))
 
     def kick_later(self, key: ClusterKey, delay: float) -> None:
-        """One more pass after ``delay`` (at most one such pass pending per cluster)."""
-        if key in self._later:
-            return
-        self._later.add(key)
+        """One more pass after ``delay``: at most one such pass pending per cluster, at
+        the earliest time asked for (a sooner one replaces a later one; that pass asks
+        again for what it still waits for, as every pass decides from scratch)."""
+        loop = asyncio.get_running_loop()
+        current = self._later.get(key)
+        if current is not None:
+            if current.when() <= loop.time() + delay:
+                return
+            current.cancel()
+        self._later[key] = loop.call_later(delay, self._fire_later, key)
 
-        async def later() -> None:
-            await asyncio.sleep(delay)
-            self._later.discard(key)
-            await self.kick(key)
-
-        self._spawn(later())
+    def _fire_later(self, key: ClusterKey) -> None:
+        self._later.pop(key, None)
+        self._spawn(self.kick(key))
 
     def pending_later(self, key: ClusterKey) -> bool:
         return key in self._later
@@ -163,6 +166,9 @@ class KickQueue:
         task.add_done_callback(self._tasks.discard)
 
     async def drain(self) -> None:
-        """Wait for every spawned pass (tests)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks))
+        """Wait for every spawned and every pending later pass (tests)."""
+        while self._tasks or self._later:
+            if self._tasks:
+                await asyncio.gather(*list(self._tasks))
+            else:
+                await asyncio.sleep(0.005)

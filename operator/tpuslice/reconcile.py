@@ -39,7 +39,7 @@ from tpuslice.render import render_raycluster
 from tpuslice.slicequeue import shape_name
 from tpuslice.spec import SliceClusterSpec, SpecError, parse_cluster, parse_slice_parts
 from tpuslice.status import MAX_MESSAGE, Observed, Stall, truncate
-from tpuslice.statuswriter import PROGRESS_WRITE_SECONDS, StatusWriter, generation
+from tpuslice.statuswriter import StatusWriter, generation
 
 __all__ = ["Reconciler", "SnapshotReader", "error_text", "spec_shape", "unparsed_slices"]
 
@@ -148,7 +148,6 @@ class Reconciler:
     kube: ClusterApi
     read: SnapshotReader
     metrics: Metrics = field(default_factory=Metrics)
-    progress_write_seconds: float = PROGRESS_WRITE_SECONDS
     pending: PendingWrites = field(default_factory=PendingWrites)
     pool_indexes: PoolIndexCache = field(default_factory=PoolIndexCache)
     backoff: Backoff = field(default_factory=Backoff)
@@ -174,7 +173,6 @@ class Reconciler:
             self.kube,
             self.recorder,
             self.queue.kick_later,
-            self.progress_write_seconds,
             kind=self.kind,
         )
 

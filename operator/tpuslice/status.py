@@ -26,7 +26,7 @@ __all__ = [
     "failure_status",
     "index_ranges",
     "merge_conditions",
-    "progress_only",
+    "may_fold",
     "slice_events",
     "status_head",
     "truncate",
@@ -350,11 +350,21 @@ def _without_progress(status: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def progress_only(previous: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
-    """True when ``status`` differs from ``previous`` only in counts and messages (pods
-    created, hosts ready): no state, condition status or reason changed. Such a write
-    may wait a moment to be folded with the next one; a state change may not."""
-    return previous != status and _without_progress(previous) == _without_progress(status)
+def _verdict(status: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (
+        status.get("observedGeneration"),
+        tuple(sorted((c_.get("type"), c_.get("status")) for c_ in status.get("conditions") or [])),
+    )
+
+
+def may_fold(previous: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """True when ``status`` changes nothing a reader acts on: the same observedGeneration
+    and every condition with the same status (True/False/Unknown), so kstatus, Argo CD
+    and ``kubectl wait`` read it as before; only slice states, counts, reasons and
+    messages moved. Such a write may wait a moment to fold with the next one (a slice
+    going Reserved -> Scheduled -> Ready within a second is one write, not three); a
+    flipped condition or a new generation is written at once."""
+    return previous != status and bool(previous) and _verdict(previous) == _verdict(status)
 
 
 # ------------------------------------------- shared with job_status and service_status

@@ -3,16 +3,20 @@
 ``status.py`` (``job_status.py``, ``service_status.py``) computes the status
 (pure); this part decides whether to send it (one writer per kind). A status
 equal to what we last wrote, or to what the object shows, is not written. A
-change that is only progress (N of 4 pods created, hosts ready) is written at
-most once per ``progress_seconds`` per object and folded into the next write:
-the counts of a slice coming up arrive within a second or two, and each used
-to be a write of its own. Events are posted on transitions (slice states,
-Stalled, Ready, Complete), once, with the write that made them true.
+change that flips no condition and keeps observedGeneration (``status.may_fold``:
+slice states, counts, messages) is held until the status has been quiet for
+``fold_quiet_seconds``, at most ``fold_max_seconds`` after the first held change,
+and written then (a pass is asked for at that time): a slice goes Reserved ->
+Scheduled -> Ready within a second, and each step used to be a write of its own
+(issue 17: status patches per cluster on the way to Ready). A flipped condition
+or a new generation is written at once, with whatever was held. Events are posted
+on transitions (slice states, Stalled, Ready, Complete), once, with the write that
+made them true (a state held and passed within the fold posts no event).
+The times held are memory only: a restart writes at its first pass.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,12 +28,14 @@ from tpuslice import events
 from tpuslice.kube import ClusterApi
 from tpuslice.recorder import Recorder
 from tpuslice.records import ClusterKey, ClusterRef, SliceStatus
-from tpuslice.status import Observed, compute_status, failure_status, progress_only, slice_events
+from tpuslice.status import Observed, compute_status, failure_status, may_fold, slice_events
 
-__all__ = ["PROGRESS_WRITE_SECONDS", "StatusWriter", "generation"]
+__all__ = ["FOLD_MAX_SECONDS", "FOLD_QUIET_SECONDS", "StatusWriter", "generation"]
 
-#: A status change that is only progress is written at most this often per cluster.
-PROGRESS_WRITE_SECONDS = 1.0
+#: A foldable status change is written once the status stayed the same this long...
+FOLD_QUIET_SECONDS = 0.5
+#: ... and at most this long after the first change held.
+FOLD_MAX_SECONDS = 2.0
 
 
 def _now() -> str:
@@ -54,12 +60,14 @@ def _condition(stanza: Mapping[str, Any], kind: str) -> tuple[str, str]:
 class StatusWriter:
     kube: ClusterApi
     recorder: Recorder
-    #: Asks for one more pass after a delay (a progress write held back).
+    #: Asks for one more pass after a delay (a foldable write held back).
     kick_later: Callable[[ClusterKey, float], None]
-    progress_seconds: float = PROGRESS_WRITE_SECONDS
+    fold_quiet_seconds: float = FOLD_QUIET_SECONDS
+    fold_max_seconds: float = FOLD_MAX_SECONDS
     kind: str = c.KIND_CLUSTER  # of the objects this writer writes
     _written: dict[ClusterKey, dict[str, Any]] = field(default_factory=dict)
-    _last_write: dict[ClusterKey, float] = field(default_factory=dict)
+    #: a held status: (the status, when the first change was held, when it last changed)
+    _held: dict[ClusterKey, tuple[dict[str, Any], float, float]] = field(default_factory=dict)
 
     def previous(self, key: ClusterKey, body: Mapping[str, Any]) -> dict[str, Any]:
         """The status this pass starts from: what we last wrote (the watch may not have
@@ -90,15 +98,21 @@ class StatusWriter:
         key = (meta["namespace"], meta["name"])
         if status == previous or status == dict(body.get("status") or {}):
             self._written[key] = status
+            self._held.pop(key, None)
             return
         now = time.monotonic()
-        wait = self._last_write.get(key, -math.inf) + self.progress_seconds - now
-        if wait > 0 and progress_only(previous, status):
-            self.kick_later(key, wait)  # folded into the next write, or written then
-            return
+        if may_fold(previous, status):
+            held = self._held.get(key)
+            first = held[1] if held else now
+            changed = held[2] if held and held[0] == status else now
+            due = min(changed + self.fold_quiet_seconds, first + self.fold_max_seconds)
+            if now < due:
+                self._held[key] = (status, first, changed)
+                self.kick_later(key, due - now)  # written then, or folded into a flip
+                return
         await self.kube.patch_status(c.PLURALS[self.kind], meta["namespace"], meta["name"], status)
         self._written[key] = status
-        self._last_write[key] = now
+        self._held.pop(key, None)
         ref = ClusterRef(meta["namespace"], meta["name"], meta.get("uid", ""), kind=self.kind)
         for kind, reason, message in slice_events(previous.get("slices") or [], slices):
             if reason != events.SLICE_RESERVED:  # posted with the claim itself
@@ -120,11 +134,11 @@ class StatusWriter:
             c.PLURALS[self.kind], key[0], key[1], {"conditions": status["conditions"]}
         )
         self._written[key] = status
-        self._last_write[key] = time.monotonic()
+        self._held.pop(key, None)
 
     def forget(self, key: ClusterKey) -> None:
         self._written.pop(key, None)
-        self._last_write.pop(key, None)
+        self._held.pop(key, None)
 
     async def _condition_events(
         self, ref: ClusterRef, previous: Mapping[str, Any], status: Mapping[str, Any]

@@ -100,3 +100,24 @@ def test_kick_later_keeps_at_most_one_pending_pass() -> None:
 
     asyncio.run(scenario())
     assert runs == [KEY]
+
+
+def test_a_sooner_kick_later_replaces_a_later_one() -> None:
+    """A status held back for 0.05 s is not kept waiting by a retry pass set for 60 s."""
+    runs: list[float] = []
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+
+        async def run(key: tuple[str, str]) -> None:
+            runs.append(loop.time() - start)
+
+        queue = KickQueue(run)
+        queue.kick_later(KEY, 60.0)
+        queue.kick_later(KEY, 0.05)
+        queue.kick_later(KEY, 30.0)  # later than the pending one: no change
+        await queue.drain()
+
+    asyncio.run(scenario())
+    assert len(runs) == 1 and runs[0] < 5.0

@@ -279,9 +279,10 @@ def test_nodes_read_before_a_node_change_are_not_cached_as_current() -> None:
     assert current is not None and list(current.matching) == ["pool-new"]
 
 
-def test_progress_only_status_changes_are_written_at_most_once_a_window() -> None:
-    """Hosts coming up one by one: the first count is written, the next waits for the
-    window (a pass is scheduled for then), a state change is written at once."""
+def test_a_foldable_status_change_is_held_until_quiet_and_a_flip_is_written_at_once() -> None:
+    """Hosts coming up one by one: the first status is written, the next count is held
+    (a pass is scheduled for when it is due) and written once due; the Ready flip is
+    written at once."""
     from dataclasses import replace as with_
 
     released = pods(gated=False, pool="pool-a")
@@ -307,10 +308,21 @@ def test_progress_only_status_changes_are_written_at_most_once_a_window() -> Non
         await reconciler.kick(("ml", "llm"))
         assert kinds(kube).count("status") == writes  # held: only a count changed
         assert reconciler.queue.pending_later(("ml", "llm"))
-        reconciler.status.progress_seconds = 0.0
+        reconciler.status.fold_quiet_seconds = 0.0
         await reconciler.kick(("ml", "llm"))
         assert kinds(kube).count("status") == writes + 1
         assert kube.status["slices"][0]["readyHosts"] == 1
+        reconciler.status.fold_quiet_seconds = 60.0
+        rendered = render_cluster(cluster_body())
+        rendered["metadata"]["annotations"] = {"tpuslice.dev/applied-hash": applied_hash(rendered)}
+        snaps[0] = with_(
+            snaps[1],
+            pods=[with_(p, running_ready=True) for p in released],
+            raycluster=raycluster_info({**rendered, "status": {"state": "ready"}}),
+        )
+        await reconciler.kick(("ml", "llm"))
+        assert kinds(kube).count("status") == writes + 2  # Ready flipped: not held
+        assert conditions_of(kube.status)["Ready"][0] == "True"
 
     asyncio.run(scenario())
 

@@ -130,20 +130,22 @@ def test_slice_events_on_transitions_only() -> None:
     ]
 
 
-def test_progress_only_is_counts_and_messages_never_a_state_or_condition_change() -> None:
+def test_may_fold_is_anything_but_a_condition_flip_or_a_new_generation() -> None:
     from dataclasses import replace
 
-    from tpuslice.status import progress_only
+    from tpuslice.status import may_fold
 
     scheduled = observed(SliceState.SCHEDULED)
     before = compute_status(scheduled, None, T0)
     one_up = replace(scheduled, slices=[replace(scheduled.slices[0], ready_hosts=1)])
-    assert progress_only(before, compute_status(one_up, before, T1))
-    pending = observed(SliceState.PENDING)
-    assert not progress_only(before, compute_status(pending, before, T1))  # a state change
+    assert may_fold(before, compute_status(one_up, before, T1))  # a count
+    reserved = observed(SliceState.RESERVED)
+    assert may_fold(before, compute_status(reserved, before, T1))  # a slice state
     ready = observed(SliceState.READY)
-    assert not progress_only(before, compute_status(ready, before, T1))  # Ready flips
-    assert not progress_only(before, before)  # no change at all is not "progress"
+    assert not may_fold(before, compute_status(ready, before, T1))  # Ready flips
+    assert not may_fold(before, {**before, "observedGeneration": 7})  # a new generation
+    assert not may_fold(before, before)  # no change at all
+    assert not may_fold({}, before)  # the first status is never held
 
 
 def test_thousands_of_blocked_slices_give_a_bounded_summary_the_crd_accepts() -> None:
