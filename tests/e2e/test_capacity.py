@@ -525,10 +525,12 @@ def test_a_request_deleted_by_someone_is_recreated(
     capacity.configure(faults=[FaultRule(Fault("never"), namespace=namespace, times=1)])
     with InvariantWatch(cluster, namespace) as watch:
         apply(cluster, namespace, capacity_tsc("gone", slices=1))
+        # seen by the fake GKE (its fault chosen) before it is deleted: deleted sooner,
+        # the fault would go to the next request, which would then never provision
         kube.wait_for(
-            lambda: "gone-s0-1" in requests(cluster, namespace),
+            lambda: bool(conditions_of(requests(cluster, namespace).get("gone-s0-1") or {})),
             timeout_s=WAIT_S,
-            what="the first request",
+            what="the first request, accepted by the fake GKE",
         )
         kubectl(
             cluster,
