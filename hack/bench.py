@@ -464,7 +464,7 @@ def wait_watching(core: Any, custom: Any, timeout_s: float = 120) -> float:
         try:
             custom.get_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL_CLUSTER, name)
         except ApiException as exc:
-            return exc.status == 404
+            return bool(exc.status == 404)
         return False
 
     kube.wait_for(gone, timeout_s=timeout_s, what="the canary TSC gone")
