@@ -354,6 +354,11 @@ def _verdict(status: Mapping[str, Any]) -> tuple[Any, ...]:
     return (
         status.get("observedGeneration"),
         tuple(sorted((c_.get("type"), c_.get("status")) for c_ in status.get("conditions") or [])),
+        tuple(
+            (s.get("index"), repr(s.get("provisioning")))
+            for s in status.get("slices") or []
+            if s.get("provisioning") is not None
+        ),
     )
 
 
@@ -363,7 +368,10 @@ def may_fold(previous: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
     and ``kubectl wait`` read it as before; only slice states, counts, reasons and
     messages moved. Such a write may wait a moment to fold with the next one (a slice
     going Reserved -> Scheduled -> Ready within a second is one write, not three); a
-    flipped condition or a new generation is written at once."""
+    flipped condition or a new generation is written at once. So is a change of any
+    ``slices[].provisioning``: the operator reads the attempt and failure counts back
+    from status (a request deleted by someone is followed by the next attempt, not a
+    second attempt 1), so they are written with the request they describe."""
     return previous != status and bool(previous) and _verdict(previous) == _verdict(status)
 
 

@@ -480,3 +480,22 @@ def test_revoked_capacity_keeps_its_request_and_its_pool_from_everyone_until_the
     run(kube, Snapshot(body(), new, [], [], None, provisioning=view))
     assert ("delete-request", "llm-s0-1") in kube.calls
     assert ("delete-request", "llm-s0-2") not in kube.calls
+
+
+def test_the_attempt_count_is_written_with_the_request_it_describes() -> None:
+    """The attempt and failure counts are read back from status (a request deleted by
+    someone is followed by attempt 2, not a second attempt 1): a status that changes
+    them is written at once, never held to fold with the next change."""
+    kube = FakeKube()
+    snaps = [Snapshot(body(), pods()[:3], [], [], None, provisioning=ProvisioningView())]
+    reconciler = Reconciler(kube, lambda key: snaps[0])
+
+    async def scenario() -> None:
+        await reconciler.kick(("ml", "llm"))  # 3 of 4 pods: the first status, no request
+        assert kube.status is not None and "provisioning" not in kube.status["slices"][0]
+        snaps[0] = replace(snaps[0], pods=pods())
+        await reconciler.kick(("ml", "llm"))  # all pods: the request, and its count
+        assert ("create-request", "llm-s0-1") in kube.calls
+        assert kube.status["slices"][0]["provisioning"]["attempt"] == 1
+
+    asyncio.run(scenario())

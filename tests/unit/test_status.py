@@ -146,6 +146,10 @@ def test_may_fold_is_anything_but_a_condition_flip_or_a_new_generation() -> None
     assert not may_fold(before, {**before, "observedGeneration": 7})  # a new generation
     assert not may_fold(before, before)  # no change at all
     assert not may_fold({}, before)  # the first status is never held
+    asked = {**before, "slices": [{**before["slices"][0], "provisioning": {"attempt": 1}}]}
+    assert not may_fold(before, asked)  # the attempt count is read back: never held
+    moved = {**asked, "slices": [{**asked["slices"][0], "readyHosts": 3}]}
+    assert may_fold(asked, moved)
 
 
 def test_thousands_of_blocked_slices_give_a_bounded_summary_the_crd_accepts() -> None:
