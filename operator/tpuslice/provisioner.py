@@ -39,7 +39,6 @@ when the ProvisioningRequest CRD was last found missing (not asked again for
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -114,7 +113,11 @@ LEFTOVER_TEMPLATE_SECONDS = 30.0
 #: the request's Provisioned before the pool counts as an existing one.
 FRESH_HOLD_SECONDS = 30.0
 
-KickSoon = Callable[[Iterable[ClusterKey]], None]
+KickLater = Callable[[ClusterKey, float], None]
+
+
+def _no_kick(key: ClusterKey, delay: float) -> None:
+    """No queue to ask (unit tests that drive passes themselves)."""
 
 
 # ------------------------------------------------------------------ records (follow.py)
@@ -196,16 +199,16 @@ def provisioning_view(
 @dataclass
 class Provisioner:
     """Carries out ``provisioning.decide`` for every object whose spec asks for capacity
-    (or that still has requests of ours). ``kick_soon`` is its reconciler's queue: an
-    object is passed again at the earliest time a decision asks for (``kick_later``)."""
+    (or that still has requests of ours). ``kick_later`` is its reconciler's queue's
+    (``KickQueue.kick_later``, earliest time wins): an object is passed again at the
+    earliest time a decision asks for."""
 
     kube: ClusterApi
     recorder: Recorder
     pending: PendingWrites
-    kick_soon: KickSoon | None = None
+    kick_later: KickLater = _no_kick
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     _missing_until: float = 0.0
-    _timers: dict[ClusterKey, asyncio.TimerHandle] = field(default_factory=dict)
     #: our writes the watch has not shown yet (as PendingWrites does for reservations):
     #: requests created, (namespace, name) -> (owner, record, when); requests deleted
     _made: dict[tuple[str, str], tuple[OwnerKey, ProvisioningRequestInfo, float]] = field(
@@ -254,25 +257,6 @@ class Provisioner:
         ]
         requests += [info for o, info, _ in self._made.values() if o == owner]
         return replace(view, requests=tuple(requests))
-
-    def kick_later(self, key: ClusterKey, delay: float) -> None:
-        """One pass of ``key`` after ``delay`` seconds, unless one is due sooner (unlike
-        the queue's kick_later, an earlier time replaces a later one)."""
-        if self.kick_soon is None:
-            return
-        loop = asyncio.get_running_loop()
-        when = loop.time() + delay
-        current = self._timers.get(key)
-        if current is not None and current.when() <= when + 0.5:
-            return
-        if current is not None:
-            current.cancel()
-        self._timers[key] = loop.call_later(delay, self._fire, key)
-
-    def _fire(self, key: ClusterKey) -> None:
-        self._timers.pop(key, None)
-        if self.kick_soon is not None:
-            self.kick_soon([key])
 
     def begin(
         self,

@@ -167,7 +167,7 @@ class Reconciler:
             self.kube, self.pending, self.recorder, self.metrics, self.pool_indexes
         )
         self.actuator.provisioner = Provisioner(
-            self.kube, self.recorder, self.pending, kick_soon=self.queue.kick_soon
+            self.kube, self.recorder, self.pending, kick_later=self.queue.kick_later
         )
         self.status = StatusWriter(
             self.kube,
