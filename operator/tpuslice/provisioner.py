@@ -832,7 +832,12 @@ def _one_cluster(view: ProvisioningView, name: str, snap: Snapshot) -> Provision
 def _fresh_pools(
     free: Iterable[str], index: PoolIndex, outstanding: Sequence[ProvisioningRequestInfo]
 ) -> set[str]:
-    """Free pools whose every node was created after the oldest outstanding request."""
+    """Free pools whose every node was created after the oldest outstanding request.
+
+    Creation timestamps have whole seconds: a node stamped in the same second as the
+    request may be older than it (a pool added just before the slice asked; seen in CI
+    as a gang of two asking twice, its one existing pool taken for a request's). Such a
+    node counts as existing: a request's own capacity takes longer than that to come."""
     since = [r.created for r in outstanding if r.created is not None]
     if not since:
         return set()
@@ -840,6 +845,6 @@ def _fresh_pools(
     out = set()
     for pool in free:
         stamps = [timestamp(n.created) for n in index.pools.get(pool, ())]
-        if stamps and all(t is not None and t >= oldest for t in stamps):
+        if stamps and all(t is not None and t > oldest for t in stamps):
             out.add(pool)
     return out

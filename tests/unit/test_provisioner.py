@@ -409,6 +409,25 @@ def test_a_gang_leaves_the_first_slices_to_free_pools_and_asks_for_the_rest() ->
     assert not [x for x in again.calls if x[0] in ("create-request", "delete-request")]
 
 
+def test_a_pool_stamped_in_the_requests_second_is_an_existing_pool() -> None:
+    """Timestamps have whole seconds: a free pool whose nodes carry the same second as
+    the gang's one request is not that request's capacity (seen in CI: the pool had been
+    added just before, and slice 0 asked too). Slice 0 stays left to it."""
+    spec = body()
+    spec["spec"]["tpu"]["slices"] = 2
+    two = pods() + [
+        PodInfo("ml", f"v{i}", "llm", "tpu-bbbbb", 1, i, True, None, None, False, False)
+        for i in range(4)
+    ]
+    second = datetime.now(UTC).replace(microsecond=0)
+    same = [replace(n, created=second.strftime("%Y-%m-%dT%H:%M:%SZ")) for n in nodes("have")]
+    waiting = replace(request("llm-s1-1"), slice_index=1, created=second)
+    kube = FakeKube()
+    view = ProvisioningView(requests=(waiting,))
+    run(kube, Snapshot(spec, two, same, [], None, provisioning=view))
+    assert not [x for x in kube.calls if x[0] in ("create-request", "delete-request")], kube.calls
+
+
 def test_a_pool_newer_than_the_waiting_request_waits_for_its_provisioned_before_release() -> None:
     """Best-effort: the slice holds a pool whose nodes came after its request, and the
     watch has not shown the request's Provisioned yet: the release waits (so the pods
