@@ -296,7 +296,7 @@ class SliceActuator:
         index = self.pool_indexes.index(shape, snap) or pool_index(snap.nodes, *shape)
         desired = desired_of(snap.cluster, spec) if desired_slices is None else desired_slices
         if keep_pools:
-            await self._hand_over(ref, spec, snap)
+            await self._hand_over(ref, spec, snap, desired)
         prov = self.provisioner.begin(ref, spec, snap, previous) if self.provisioner else None
         if prov is not None:
             index = prov.restrict(index)
@@ -388,7 +388,9 @@ class SliceActuator:
             final, stall = prov.report(final, stall)
         return final, stall
 
-    async def _hand_over(self, ref: ClusterRef, spec: SliceClusterSpec, snap: Snapshot) -> None:
+    async def _hand_over(
+        self, ref: ClusterRef, spec: SliceClusterSpec, snap: Snapshot, desired: int
+    ) -> None:
         """Give the pools of slices without pods to the job's new slices: one conditional
         patch of each reservation's holder. A conflict (the reservation changed) is left
         to the next pass, which reads it again."""
@@ -397,6 +399,7 @@ class SliceActuator:
         for handover in handovers(
             ref,
             hosts=spec.shape.hosts,
+            desired_slices=desired,
             pods=self.pending.pods(snap.pods),
             reservations=reservations,
         ):

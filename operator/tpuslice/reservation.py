@@ -683,6 +683,7 @@ def handovers(
     cluster: ClusterRef,
     *,
     hosts: int,
+    desired_slices: int,
     pods: Iterable[PodInfo],
     reservations: Iterable[ReservationInfo],
 ) -> tuple[Handover, ...]:
@@ -690,11 +691,15 @@ def handovers(
 
     A retry makes a new RayCluster whose slices have new replica names. Each pool the
     job holds for a slice with no pods left (the old attempt's, gone) goes to a live
-    slice of the job that holds no pool and has released no pod: first to the slice
-    of the same replica index (the same pools for the same slices, so ``TPU_WORKER_ID``
-    order and topology stay as they were), then the rest in index order. What no slice
-    takes now stays held for the next (``kept_frees``): a retry never waits in the
-    queue for capacity it had."""
+    slice of the job that holds no pool and has released no pod: to the slice of the
+    same replica index (the same pools for the same slices, so ``TPU_WORKER_ID`` order
+    and topology stay as they were). A pool whose old index the new attempt will have
+    (below ``desired_slices``) waits for that slice, even when another slice wants a
+    pool now: KubeRay creates the slices one by one and the old attempt's pods go one
+    by one, so handing it to whoever is first would swap the pools (seen in CI). Only
+    pools of an index the new attempt has no slice for (or none recorded) go to the
+    rest, in index order. What no slice takes now stays held for the next
+    (``kept_frees``): a retry never waits in the queue for capacity it had."""
     replicas, _ = _group_replicas(pods, hosts)
     ours = [r for r in reservations if r.holder.uid == cluster.uid]
     holding = {r.holder.replica_name for r in ours}
@@ -723,7 +728,13 @@ def handovers(
         if same is not None:
             given[same.pool] = rep
     rest = [rep for rep in wanting if rep not in given.values()]
-    for r, rep in zip((r for r in idle if r.pool not in given), rest, strict=False):
+    unclaimed = (
+        r
+        for r in idle
+        if r.pool not in given
+        and (r.holder.replica_index is None or r.holder.replica_index >= desired_slices)
+    )
+    for r, rep in zip(unclaimed, rest, strict=False):
         given[r.pool] = rep
     return tuple(
         Handover(

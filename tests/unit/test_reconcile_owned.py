@@ -121,7 +121,7 @@ def test_a_new_attempts_slices_get_the_pools_of_the_old_ones_by_index() -> None:
         "train", "TPUSliceJob", "new-0", "train-b", index=0
     )
     reservations = [held("pool-a", "old-0", index=0), held("pool-b", "old-1", index=1)]
-    given = handovers(JOB, hosts=4, pods=pods, reservations=reservations)
+    given = handovers(JOB, hosts=4, desired_slices=2, pods=pods, reservations=reservations)
     assert [(h.pool, h.holder.replica_name, h.holder.replica_index) for h in given] == [
         ("pool-a", "new-0", 0),
         ("pool-b", "new-1", 1),
@@ -129,18 +129,44 @@ def test_a_new_attempts_slices_get_the_pools_of_the_old_ones_by_index() -> None:
     assert all(h.holder.kind == "TPUSliceJob" and h.holder.uid == JOB_UID for h in given)
 
 
+def test_a_pool_waits_for_the_new_slice_of_its_own_index() -> None:
+    """KubeRay made the new slice 1 first, and the old slice 1 still has pods: the old
+    slice 0's pool is not given to the new slice 1 (that swapped the pools in CI); it
+    waits for the new slice 0. A pool of an index the new attempt has no slice for goes
+    to whoever wants one."""
+    old_1 = worker_pods("train", "TPUSliceJob", "old-1", "train-a", index=1, pool="pool-b")
+    new_1 = worker_pods("train", "TPUSliceJob", "new-1", "train-b", index=1)
+    reservations = [held("pool-a", "old-0", index=0), held("pool-b", "old-1", index=1)]
+    given = handovers(JOB, hosts=4, desired_slices=2, pods=old_1 + new_1, reservations=reservations)
+    assert given == ()
+    spare = [held("pool-a", "old-0", index=0), held("pool-c", "old-2", index=2)]
+    given = handovers(JOB, hosts=4, desired_slices=2, pods=old_1 + new_1, reservations=spare)
+    assert [(h.pool, h.holder.replica_name) for h in given] == [("pool-c", "new-1")]
+
+
 def test_no_handover_while_the_old_slice_has_pods_or_to_a_released_slice() -> None:
     terminating = worker_pods("train", "TPUSliceJob", "old-0", "train-a", deleting=True)
     new = worker_pods("train", "TPUSliceJob", "new-0", "train-b")
     assert (
-        handovers(JOB, hosts=4, pods=terminating + new, reservations=[held("pool-a", "old-0")])
+        handovers(
+            JOB,
+            hosts=4,
+            desired_slices=1,
+            pods=terminating + new,
+            reservations=[held("pool-a", "old-0")],
+        )
         == ()
     )
     released = worker_pods("train", "TPUSliceJob", "new-0", "train-b", gated=False, pool="pool-x")
-    assert handovers(JOB, hosts=4, pods=released, reservations=[held("pool-a", "old-0")]) == ()
+    assert (
+        handovers(
+            JOB, hosts=4, desired_slices=1, pods=released, reservations=[held("pool-a", "old-0")]
+        )
+        == ()
+    )
     # another holder's pool is never handed over
     other = held("pool-a", "old-0", uid="someone-else")
-    assert handovers(JOB, hosts=4, pods=new, reservations=[other]) == ()
+    assert handovers(JOB, hosts=4, desired_slices=1, pods=new, reservations=[other]) == ()
 
 
 def test_a_job_keeps_what_it_wants_and_gives_back_the_excess() -> None:
