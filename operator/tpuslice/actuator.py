@@ -460,6 +460,7 @@ class SliceActuator:
                     held.append(claim.holder.replica_name)  # ours, from an earlier pass
                     continue
                 lost.append(claim.pool)
+                self.metrics.claims_lost.inc()
                 await self.recorder.normal(
                     ref,
                     events.RESERVATION_LOST,

@@ -143,6 +143,13 @@ class Metrics:
             ["verb", "resource"],
             registry=r,
         )
+        self.claims_lost = Counter(
+            "tpuslice_claims_lost",
+            "SliceReservation creates answered AlreadyExists with another holder: a claim "
+            "lost to a faster claimant of the same pool (each costs a read of the winner and "
+            "a re-plan). Many per reservation made mean claimants collide on the same pools.",
+            registry=r,
+        )
         self.webhook_seconds = Histogram(
             "tpuslice_webhook_admission_duration_seconds",
             "Time in the TPU identity admission handler, by result (mutated, unchanged, "

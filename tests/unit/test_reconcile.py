@@ -136,10 +136,13 @@ def test_override_conflict_is_stalled_invalid_spec_and_nothing_applied() -> None
 def test_lost_claim_releases_nothing() -> None:
     other = ReservationInfo("pool-a", Holder("ml", "other", "uid-other", "tpu-zzzzz", 0))
     kube = FakeKube(taken={"pool-a": other})
-    run(make(kube, Snapshot(cluster_body(), pods(), nodes("pool-a"), [], None)))
+    reconciler = make(kube, Snapshot(cluster_body(), pods(), nodes("pool-a"), [], None))
+    run(reconciler)
     assert ("claim", "pool-a") in kube.calls
     assert "release" not in kinds(kube)
     assert ("event", "ReservationConflict") in kube.calls
+    # the claim lost to another holder is counted (tpuslice_claims_lost_total)
+    assert reconciler.metrics.claims_lost._value.get() == 1
 
 
 def test_the_loser_of_a_claim_replans_at_once_and_takes_another_free_pool() -> None:

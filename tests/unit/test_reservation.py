@@ -365,3 +365,60 @@ def test_the_sweep_deletes_only_orphans_of_namespaces_it_watches() -> None:
     assert not is_orphan(holder, None, False, ("team-a", "team-b"))
     assert is_orphan(holder, None, False, ("team-a", "ml"))
     assert watches_namespace((), "anything") and not watches_namespace(("a",), "b")
+
+
+def test_clusters_of_one_shape_without_a_queue_start_their_claims_at_different_pools() -> None:
+    """No queue decision (everyone fits): each cluster claims in its own order of the free
+    pools, so clusters planning at once on the same view rarely pick the same pool (by
+    name, all of them went for the first free one and all but one lost the create)."""
+    nodes = [n for i in range(40) for n in pool(f"pool-{i:02d}")]
+    picks = []
+    for i in range(40):
+        ref = ClusterRef("ml", f"c{i}", f"uid-{i}")
+        result = plan_slices(
+            ref,
+            accelerator="tpu-v6e-slice",
+            topology="4x4",
+            hosts=4,
+            chips_per_host=4,
+            desired_slices=1,
+            gated=True,
+            pods=slice_pods("tpu-aaaaa", 0),
+            nodes=nodes,
+            reservations=[],
+        )
+        (claim,) = result.claims
+        picks.append(claim.pool)
+    # 40 independent picks over 40 pools: the same pool for all (name order) was the herd
+    assert len(set(picks)) >= 20
+
+
+def test_a_clusters_claim_order_is_stable_and_skips_only_what_is_taken() -> None:
+    """The same view gives the same pool in every pass, and a pool someone else took moves
+    the cluster to its next pool without changing its order of the rest."""
+    nodes = [n for i in range(8) for n in pool(f"pool-{i}")]
+    first = plan(pods=slice_pods("tpu-aaaaa", 0), nodes=nodes, desired_slices=1).claims[0].pool
+    again = plan(pods=slice_pods("tpu-aaaaa", 0), nodes=nodes, desired_slices=1).claims[0].pool
+    assert first == again
+    taken = ReservationInfo(first, OTHER, "Reserved")
+    second = plan(
+        pods=slice_pods("tpu-aaaaa", 0), nodes=nodes, desired_slices=1, reservations=[taken]
+    ).claims[0]
+    assert second.pool != first
+    third_taken = ReservationInfo(second.pool, Holder("ml", "x", "uid-x", "tpu-x", 0), "Reserved")
+    third = plan(
+        pods=slice_pods("tpu-aaaaa", 0),
+        nodes=nodes,
+        desired_slices=1,
+        reservations=[taken, third_taken],
+    ).claims[0]
+    assert third.pool not in (first, second.pool)
+    # a pool the cluster would not have picked, taken by another, changes nothing
+    elsewhere = next(f"pool-{i}" for i in range(8) if f"pool-{i}" not in (first, second.pool))
+    unchanged = plan(
+        pods=slice_pods("tpu-aaaaa", 0),
+        nodes=nodes,
+        desired_slices=1,
+        reservations=[ReservationInfo(elsewhere, OTHER, "Reserved")],
+    ).claims[0]
+    assert unchanged.pool == first
