@@ -1189,6 +1189,7 @@ def table(r: Mapping[str, Any]) -> str:
     wa = op.get("webhook_admission_apiserver") or {}
     sc = op.get("status_changes_seen_per_cluster") or {}
     md = op.get("tsc_modified_seen_per_cluster") or {}
+    om = op.get("operator_metrics") or {}
     rows = [
         ("scale", f"{r['clusters']} TSCs, {r['nodes']} nodes, {r['clusters'] * HOSTS} workers"),
         (
@@ -1236,6 +1237,11 @@ def table(r: Mapping[str, Any]) -> str:
             f"{fmt(op.get('status_patches_per_cluster'), '')}; status changes "
             f"{fmt(sc.get('p50'), '')}/{fmt(sc.get('max'), '')}, MODIFIED "
             f"{fmt(md.get('p50'), '')}/{fmt(md.get('max'), '')}",
+        ),
+        (
+            "   claims: SliceReservation creates sent / lost to another claimant",
+            f"{fmt(om.get('requests', {}).get('POST slicereservations'), '')} / "
+            f"{fmt(om.get('tpuslice_claims_lost_total'), '')}",
         ),
         (
             "d  operator peak RSS / CPU seconds",
