@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tpuslice.actuator import admission_matters
 from tpuslice.records import (
     Admission,
     CapacityType,
@@ -192,6 +193,10 @@ def one_pass(
                    hosts=HOSTS, chips_per_host=CHIPS))  # fmt: skip
     admission = admission_for(decision, c.key) if queue else None  # None: today's shell
     plan = plan_for(world, c, snapshot, admission)
+    own = next(r for r in requests(world, snapshot) if r.key == c.key)
+    if queue and not admission_matters(own, len(index.matching)):
+        # the shell skips the queue here (actuator.queue_admission): it must not matter
+        assert plan_for(world, c, snapshot, None) == plan, (own, admission)
     if crash_after is not None:
         for claim in plan.claims[:crash_after]:
             world.reservations.setdefault(claim.pool, ReservationInfo(claim.pool, claim.holder))
