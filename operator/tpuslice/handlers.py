@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar, overload
 
 import kopf
 
@@ -55,6 +55,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: How long the API server keeps one of kopf's watch requests open before ending it.
 KOPF_WATCH_SERVER_SECONDS = 290
@@ -82,6 +83,33 @@ def _first(store: Iterable[Any] | None) -> Any:
 INDEX_PREFIX = {c.KIND_CLUSTER: "tsc", c.KIND_JOB: "tsj", c.KIND_SERVICE: "tss"}
 
 
+class _Lazy(Sequence[T]):
+    """A sequence read from the stores only when a pass looks at it: most passes never
+    read the other members of their shape (``actuator.admission_matters``), and listing
+    them costs a store lookup per member (1,000 at a time at scale). Read at the first
+    look, not with the rest of the snapshot: a view at most one pass step newer, which the
+    queue's decisions take as they take any snapshot (level-based, same rules)."""
+
+    def __init__(self, read: Callable[[], list[T]]) -> None:
+        self._read: Callable[[], list[T]] | None = read
+        self._items: list[T] = []
+
+    def _all(self) -> list[T]:
+        if self._read is not None:
+            self._items, self._read = self._read(), None
+        return self._items
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[T]: ...
+    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
+        return self._all()[i]
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
 def make_reader(
     indices: Mapping[str, Any], watches: Watches, kind: str = c.KIND_CLUSTER
 ) -> SnapshotReader:
@@ -106,13 +134,17 @@ def make_reader(
         reservations: dict[str, ReservationInfo] = {}
         for info in list(by_shape.get(shape, ())) + list(by_holder.get(uid, ())):
             reservations[info.pool] = info
-        members = []
-        for member_kind, index in shape_indexes if shape else []:
-            for other in list(index.get(shape, ())):
-                meta = other.get("metadata") or {}
-                if meta.get("uid") != uid:
-                    other_key = (meta.get("namespace", ""), meta.get("name", ""))
-                    members.append(ShapeMember(other, watches.pods_of(other_key, member_kind)))
+
+        def members() -> list[ShapeMember]:
+            out = []
+            for member_kind, index in shape_indexes if shape else []:
+                for other in list(index.get(shape, ())):
+                    meta = other.get("metadata") or {}
+                    if meta.get("uid") != uid:
+                        other_key = (meta.get("namespace", ""), meta.get("name", ""))
+                        out.append(ShapeMember(other, watches.pods_of(other_key, member_kind)))
+            return out
+
         owned = None if kind == c.KIND_CLUSTER else watches.ray_owner(kind, key)
         owner = (kind, *key)
         provisioning = provisioning_view(
@@ -129,7 +161,7 @@ def make_reader(
             raycluster=watches.raycluster(key) if kind == c.KIND_CLUSTER else None,
             owned=owned,
             rayclusters={} if kind == c.KIND_CLUSTER else watches.owned_clusters(kind, key),
-            shape_members=members,
+            shape_members=_Lazy(members),
             provisioning=provisioning,
         )
 

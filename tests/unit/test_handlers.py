@@ -76,7 +76,7 @@ def test_the_reader_gives_the_clusters_pods_nodes_raycluster_and_both_kinds_of_r
     assert [n.name for n in snap.nodes] == ["n0"]
     assert sorted(r.pool for r in snap.reservations) == ["pool-b", "pool-old"]
     assert snap.raycluster is not None and snap.raycluster["uid"] == "rc-uid"
-    assert snap.shape_members == []  # the only cluster of its shape
+    assert list(snap.shape_members) == []  # the only cluster of its shape
 
 
 def test_the_reader_gives_the_other_clusters_of_the_shape_with_their_pods() -> None:
