@@ -655,10 +655,13 @@ def operator_run(
     run_dir: Path,
     result: dict[str, Any],
     profile_rate: int = 0,
+    gated: bool = True,
 ) -> None:
     """Fill ``result`` as figures come in, so an interrupted run still reports them.
     With ``profile_rate`` (Hz) py-spy samples the operator from the first create until
-    every TSC is Ready (or the bound)."""
+    every TSC is Ready (or the bound). ``gated`` False (``--ungated``): the TSCs say
+    ``reservation.policy: None``, so the operator renders and the identity webhook admits,
+    but no gate, no reservation and no pod patch: what the guarantee costs on top."""
     core, custom = kube.core_v1(cluster.api), custom_api(cluster.api)
     ns = "bench-operator"
     make_namespace(core, ns)
@@ -683,7 +686,7 @@ def operator_run(
         print(f"  creating {len(items)} TPUSliceClusters", flush=True)
         began = create_all(
             lambda n: custom.create_namespaced_custom_object(
-                c.GROUP, c.VERSION, ns, c.PLURAL_CLUSTER, tsc(n), _preload_content=False
+                c.GROUP, c.VERSION, ns, c.PLURAL_CLUSTER, tsc(n, gated), _preload_content=False
             ),
             items,
             scale.apply_threads,
@@ -1309,6 +1312,13 @@ def main() -> int:
         "takes CPU from the same cores: a profiled run's timings are not comparable)",
     )
     parser.add_argument(
+        "--ungated",
+        action="store_true",
+        help="the operator run's TSCs with reservation.policy None (rendering and the identity "
+        "webhook, no gate, reservation or pod patch): the reservation's own cost, by "
+        "difference with a normal run; results-<scale>-ungated.json, not plotted",
+    )
+    parser.add_argument(
         "--plot",
         type=Path,
         metavar="PATH",
@@ -1335,6 +1345,7 @@ def main() -> int:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "run_dir": str(run_dir),
         "profiled": bool(args.profile),
+        "ungated": bool(args.ungated),
     }
     began = time.monotonic()
     cluster = LocalCluster(ClusterSettings(tools=ToolPaths.for_repo(REPO), run_dir=run_dir))
@@ -1368,6 +1379,7 @@ def main() -> int:
             run_dir,
             result.setdefault("operator", {}),
             profile_rate=args.profile,
+            gated=not args.ungated,
         )
         if not args.skip_direct:
             print("direct run (no operator)", flush=True)
@@ -1392,7 +1404,7 @@ def main() -> int:
         result.setdefault("nodes", scale.clusters * HOSTS)
         out_dir.mkdir(exist_ok=True)
         # a profiled run's timings are not comparable: it keeps out of the plot's file
-        suffix = "-profiled" if args.profile else ""
+        suffix = ("-profiled" if args.profile else "") + ("-ungated" if args.ungated else "")
         path = out_dir / f"results-{args.scale}{suffix}.json"
         path.write_text(json.dumps(result, indent=2, default=str) + "\n")
         print()
