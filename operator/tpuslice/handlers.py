@@ -383,6 +383,11 @@ async def reservation_changed(type: str, body: kopf.Body, memo: kopf.Memo, **_: 
         metrics.reservation_gone(info.pool)
     else:
         metrics.reservation_seen(info.pool, info.phase)
+    if type is None:
+        # kopf's listing (start-up, or a relist): the holder has a listing event of its
+        # own, which gives it a pass; a kick from each of its reservations too was one
+        # more pass per cluster at start-up
+        return
     if type in ("ADDED", "DELETED"):  # a pool freed or taken: the shape's queue moves
         keys |= waiting_for(memo, reservation_shape(body))
     kick_owners(memo, keys)
@@ -514,7 +519,14 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
         kopf.index(*resource, id=f"{prefix}_index", **reg)(tsc_index)
         kopf.index(*resource, id=f"{prefix}_shape_index", **reg)(tsc_shape_index)
         kopf.on.event(*resource, **reg)(object_changed)
-        kopf.timer(*resource, interval=config.resync_seconds, **reg)(resync)
+        # the first tick after one interval: at start-up each object's listing event
+        # already gives it a pass (a timer firing at once was one more pass per object)
+        kopf.timer(
+            *resource,
+            interval=config.resync_seconds,
+            initial_delay=config.resync_seconds,
+            **reg,
+        )(resync)
         kopf.on.delete(*resource, id="tear_down", **reg)(on_delete)
     kopf.index(*RESERVATIONS, id="reservation_shape_index", **reg)(reservation_shape_index)
     kopf.index(*RESERVATIONS, id="reservation_holder_index", **reg)(reservation_holder_index)

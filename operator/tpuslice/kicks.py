@@ -103,6 +103,9 @@ class KickQueue:
     _dirty: set[ClusterKey] = field(default_factory=set)
     _later: dict[ClusterKey, asyncio.TimerHandle] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    # Keys with a spawned pass that has not started yet: another kick_soon for them is
+    # folded into it (that pass reads the stores when it starts, after this kick's cause).
+    _queued: set[ClusterKey] = field(default_factory=set)
     # Kicks held back until kopf has filled its indexes (see ``hold_until_indexed``).
     _held: set[ClusterKey] | None = None
 
@@ -137,9 +140,19 @@ class KickQueue:
             self._running.discard(key)
 
     def kick_soon(self, keys: Iterable[ClusterKey]) -> None:
-        """Kick clusters without making the caller wait for their passes."""
+        """Kick clusters without making the caller wait for their passes. A key whose
+        spawned pass has not started yet gets no second one: at start-up every cluster is
+        kicked by its own listing, by the held kicks and by its reservations', and each
+        extra pass ran the whole pass again, one after another on the loop."""
         for key in keys:
-            self._spawn(self.kick(key))
+            if key in self._queued:
+                continue
+            self._queued.add(key)
+            self._spawn(self._kick_queued(key))
+
+    async def _kick_queued(self, key: ClusterKey) -> None:
+        self._queued.discard(key)
+        await self.kick(key)
 
     def kick_later(self, key: ClusterKey, delay: float) -> None:
         """One more pass after ``delay``: at most one such pass pending per cluster, at
@@ -155,7 +168,7 @@ class KickQueue:
 
     def _fire_later(self, key: ClusterKey) -> None:
         self._later.pop(key, None)
-        self._spawn(self.kick(key))
+        self.kick_soon((key,))
 
     def pending_later(self, key: ClusterKey) -> bool:
         return key in self._later

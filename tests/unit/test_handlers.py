@@ -11,9 +11,17 @@ import kopf
 from tests.support.fake_kube import FakeKube
 from tests.unit.test_reconcile import cluster_body
 from tpuslice.config import OperatorConfig
-from tpuslice.convert import raycluster_info
+from tpuslice.convert import raycluster_info, reservation_body
 from tpuslice.follow import Watches, apply
-from tpuslice.handlers import make_reader, register, sweep_forever, sweep_once, tear_down
+from tpuslice.handlers import (
+    make_reader,
+    register,
+    reservation_changed,
+    sweep_forever,
+    sweep_once,
+    tear_down,
+)
+from tpuslice.metrics import Metrics
 from tpuslice.records import Holder, NodeInfo, PodInfo, ReservationInfo
 
 UID = "uid-llm"
@@ -202,3 +210,49 @@ def test_register_wires_no_timer_or_finalizer_on_reservations() -> None:
         ("tear_down", "tpuslicejobs"),
         ("tear_down", "tpusliceservices"),
     ]
+
+
+def test_the_resync_timer_first_ticks_after_one_interval() -> None:
+    """At start-up each object's listing event gives it a pass; a timer firing at once was
+    one more pass per object, run one after another on the loop (issue 17's restart)."""
+    registry = kopf.OperatorRegistry()
+    config = OperatorConfig()
+    register(registry, config)
+    timers = [h for h in registry._spawning.get_all_handlers() if h.id == "resync"]
+    assert len(timers) == 3
+    assert all(t.initial_delay == config.resync_seconds for t in timers)  # type: ignore[attr-defined]
+
+
+def test_a_reservation_listing_event_kicks_nobody() -> None:
+    """kopf's listing of reservations (type None) at start-up: each holder has a listing
+    event of its own; kicking it from every reservation too was one more pass each."""
+    kicked: list[object] = []
+
+    class Reconciler:
+        def indexed(self) -> None:
+            pass
+
+        def kick_soon(self, keys: object) -> None:
+            kicked.append(keys)
+
+        def waiting_for(self, shape: object) -> set[tuple[str, str]]:
+            return {("ml", "waiting")}
+
+    memo = kopf.Memo()
+    memo.reconcilers = {"TPUSliceCluster": Reconciler()}
+    memo.metrics = Metrics()
+    memo.indexed = asyncio.Event()
+    body = kopf.Body(
+        reservation_body(
+            "pool-a",
+            Holder("ml", "llm", UID, "tpu-aaaaa", 0),
+            gke_accelerator="tpu-v6e-slice",
+            accelerator_type="v6e-16",
+            topology="4x4",
+            hosts=4,
+        )
+    )
+    asyncio.run(reservation_changed(type=None, body=body, memo=memo))  # type: ignore[arg-type]
+    assert kicked == []
+    asyncio.run(reservation_changed(type="ADDED", body=body, memo=memo))
+    assert kicked and ("ml", "waiting") in kicked[0] and ("ml", "llm") in kicked[0]

@@ -121,3 +121,33 @@ def test_a_sooner_kick_later_replaces_a_later_one() -> None:
 
     asyncio.run(scenario())
     assert len(runs) == 1 and runs[0] < 5.0
+
+
+def test_kicks_soon_before_the_pass_starts_fold_into_that_pass() -> None:
+    """At start-up a cluster is kicked by its listing, the held kicks and its reservations
+    before its pass starts: one pass, not one per kick; a kick after it started still gets
+    one more."""
+    runs: list[tuple[str, str]] = []
+
+    async def scenario() -> None:
+        started, gate = asyncio.Event(), asyncio.Event()
+
+        async def run(key: tuple[str, str]) -> None:
+            runs.append(key)
+            if key == KEY and not gate.is_set():
+                started.set()
+                await gate.wait()
+
+        queue = KickQueue(run)
+        other = ("ml", "other")
+        queue.kick_soon([KEY, other])
+        queue.kick_soon([KEY])
+        queue.kick_soon([KEY, other])
+        await started.wait()
+        assert sorted(runs) == [KEY, other]  # one pass each so far
+        queue.kick_soon([KEY])  # KEY's pass is running: one more after it
+        gate.set()
+        await queue.drain()
+
+    asyncio.run(scenario())
+    assert sorted(runs) == [KEY, KEY, ("ml", "other")]
