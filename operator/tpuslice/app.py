@@ -34,6 +34,7 @@ from tpuslice.config import OperatorConfig
 from tpuslice.election import Elector, KubeLeases
 from tpuslice.handlers import register
 from tpuslice.health import Health, serve_health
+from tpuslice.kopfgate import fold_index_gate_wakeups
 from tpuslice.kube import Kube
 from tpuslice.metrics import Metrics, serve
 from tpuslice.serving import IdentityWebhook, start_identity_webhook
@@ -133,6 +134,7 @@ def _run_kopf(
     it expires, a lease duration after kopf's last chance to act)."""
     registry = kopf.OperatorRegistry()
     register(registry, config)
+    fold_index_gate_wakeups()  # kopf's index gate without its N² wake-ups at start-up
     kopf_stop = threading.Event()
     errors: list[BaseException] = []
 
