@@ -399,7 +399,8 @@ class Watches:
     ) -> None:
         """Follow every kind (per namespace when the operator is namespace-scoped); return
         when each has been listed once. ``on_owned`` gets the changes of RayJobs,
-        RayServices and their RayClusters, with the kind of TPUSlice object they belong to."""
+        RayServices and their RayClusters, with the kind of TPUSlice object they belong to.
+        The kinds are listed concurrently."""
 
         def owned(kind: str) -> Callable[[list[Any]], None]:
             return lambda changes: on_owned(changes, kind) if on_owned else None
@@ -415,10 +416,15 @@ class Watches:
             c.PROVREQ_PLURAL: on_requests or (lambda _: None),
             c.PODTEMPLATE_PLURAL: lambda _: None,
         }
-        for kind in followed_kinds(namespaces):
+
+        def deliver(kind: Followed) -> Deliver:
             name = _store_name(kind)
-            deliver = _deliver_into(getattr(self, name), notify[name], kind.namespace)
-            self._stops.append(await follow(kube, kind, deliver))
+            return _deliver_into(getattr(self, name), notify[name], kind.namespace)
+
+        # every kind listed at once (each on its thread): one after another, the start-up
+        # waited for the sum of the listings (4,000 nodes, then 5,000 pods, ...)
+        kinds = list(followed_kinds(namespaces))
+        self._stops += await asyncio.gather(*(follow(kube, k, deliver(k)) for k in kinds))
 
     def stop(self) -> None:
         for stop in self._stops:
