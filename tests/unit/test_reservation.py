@@ -76,7 +76,7 @@ def ours(
     return ReservationInfo(pool_name, Holder("ml", "llm", "uid-llm", replica, index), phase)
 
 
-def plan(**kw: Any) -> Any:
+def plan(cluster: ClusterRef = CLUSTER, **kw: Any) -> Any:
     args: dict[str, Any] = dict(
         accelerator="tpu-v6e-slice",
         topology="4x4",
@@ -89,7 +89,7 @@ def plan(**kw: Any) -> Any:
         reservations=[],
     )
     args.update(kw)
-    return plan_slices(CLUSTER, **args)
+    return plan_slices(cluster, **args)
 
 
 def test_two_complete_slices_two_free_pools_claim_distinct_pools_and_release_all() -> None:
@@ -375,18 +375,7 @@ def test_clusters_of_one_shape_without_a_queue_start_their_claims_at_different_p
     picks = []
     for i in range(40):
         ref = ClusterRef("ml", f"c{i}", f"uid-{i}")
-        result = plan_slices(
-            ref,
-            accelerator="tpu-v6e-slice",
-            topology="4x4",
-            hosts=4,
-            chips_per_host=4,
-            desired_slices=1,
-            gated=True,
-            pods=slice_pods("tpu-aaaaa", 0),
-            nodes=nodes,
-            reservations=[],
-        )
+        result = plan(ref, pods=slice_pods("tpu-aaaaa", 0), nodes=nodes, desired_slices=1)
         (claim,) = result.claims
         picks.append(claim.pool)
     # 40 independent picks over 40 pools: the same pool for all (name order) was the herd
