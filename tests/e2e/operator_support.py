@@ -9,17 +9,18 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 import yaml
 
 from tests.e2e.helpers import E2ECluster
 from tpusim import kube
+from tpusim.nodepools import POOL_ANNOTATION
 from tpusim.operator_process import OperatorProcess
 
 GROUP, VERSION = "tpuslice.dev", "v1alpha1"
@@ -184,29 +185,48 @@ def pool_of(node_name: str, cluster: E2ECluster) -> str:
 
 
 # ---------------------------------------------------------------- continuous invariants
-@dataclass
-class InvariantWatch:
-    """Samples the cluster every few hundred ms while a scenario runs.
+GATE = "tpuslice.dev/slice-reservation"
+NODEPOOL = "cloud.google.com/gke-nodepool"
+REPLICA = "ray.io/worker-group-replica-name"
+TPU_RESOURCE = "google.com/tpu"
 
-    Two properties must hold at every moment: no two slices (replicas) have
-    live pods pinned to one node pool, and every released (ungated) live pod
-    is pinned to the pool its own slice holds. A sample reads reservations
-    before pods; a finding counts only if it persists for ``persist`` samples
-    in a row, so a list that straddles a legitimate hand-over is not a finding.
-    """
 
-    cluster: E2ECluster
-    namespace: str
-    interval_s: float = 0.2
-    persist: int = 5
-    samples: int = 0
-    violations: list[str] = field(default_factory=list)
-    _streaks: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    _stop: threading.Event = field(default_factory=threading.Event)
+def released(pod: Any) -> bool:
+    return not any(g.name == GATE for g in pod.spec.scheduling_gates or [])
+
+
+def asks_for_tpu(pod: Any) -> bool:
+    return any(
+        TPU_RESOURCE in ((c.resources and c.resources.requests) or {}) for c in pod.spec.containers
+    )
+
+
+def persisted(streaks: dict[str, int], findings: set[str], persist: int) -> list[str]:
+    """Count each finding's run of samples in a row (``streaks``, updated in place) and
+    return those that have just reached ``persist``."""
+    for key in list(streaks):
+        if key not in findings:
+            del streaks[key]
+    reached = []
+    for finding in findings:
+        streaks[finding] = streaks.get(finding, 0) + 1
+        if streaks[finding] == persist:
+            reached.append(finding)
+    return reached
+
+
+class Sampler:
+    """A daemon thread that calls ``tick`` about every ``interval_s`` (a field of each
+    subclass) from ``__enter__`` to ``__exit__``: the shared part of the scenario
+    watches. Not a dataclass itself, so its subclasses keep their own field order."""
+
+    interval_s: float
+    _stop: threading.Event
     _thread: threading.Thread | None = None
 
-    def __enter__(self) -> InvariantWatch:
-        self._thread = threading.Thread(target=self._run, daemon=True)
+    def __enter__(self) -> Self:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=type(self).__name__)
         self._thread.start()
         return self
 
@@ -217,19 +237,46 @@ class InvariantWatch:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
-                findings = self.sample()
-            except Exception:
-                findings = set()
-            self.samples += 1
-            for key in list(self._streaks):
-                if key not in findings:
-                    del self._streaks[key]
-            for finding in findings:
-                self._streaks[finding] += 1
-                if self._streaks[finding] == self.persist:
-                    self.violations.append(finding)
-            time.sleep(self.interval_s)
+            began = time.monotonic()
+            self.tick()
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - began)))
+
+    def tick(self) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class InvariantWatch(Sampler):
+    """Samples the cluster every few hundred ms while a scenario runs.
+
+    Three properties must hold at every moment: no two slices (replicas) have
+    live pods pinned to one node pool; every released (ungated) live pod that is
+    pinned is pinned to the pool its own slice holds; and a TPU pod once seen gated
+    is never released without a pool pin (it could then schedule anywhere). A
+    sample reads reservations before pods; a finding counts only if it persists
+    for ``persist`` samples in a row, so a list that straddles a legitimate
+    hand-over is not a finding. A sample that fails (a list during a restart) is
+    counted in ``errors``; ``check`` fails a watch that mostly did not see.
+    """
+
+    cluster: E2ECluster
+    namespace: str
+    interval_s: float = 0.2
+    persist: int = 5
+    samples: int = 0
+    errors: int = 0
+    violations: list[str] = field(default_factory=list)
+    _streaks: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    _seen_gated: set[str] = field(default_factory=set)
+
+    def tick(self) -> None:
+        try:
+            findings = self.sample()
+        except Exception:
+            self.errors += 1
+            findings = set()
+        self.samples += 1
+        self.violations += persisted(self._streaks, findings, self.persist)
 
     def sample(self) -> set[str]:
         held = {
@@ -244,22 +291,31 @@ class InvariantWatch:
             if pod.metadata.deletion_timestamp:
                 continue
             labels = pod.metadata.labels or {}
-            replica = labels.get("ray.io/worker-group-replica-name", "?")
-            gated = any(
-                g.name == "tpuslice.dev/slice-reservation" for g in pod.spec.scheduling_gates or []
-            )
-            pool = (pod.spec.node_selector or {}).get("cloud.google.com/gke-nodepool")
+            replica = labels.get(REPLICA, "?")
+            pool = (pod.spec.node_selector or {}).get(NODEPOOL)
             if pool:
                 pinned[pool].add(replica)
-            if not gated and pool is not None and held.get(pool) != replica:
+            if not released(pod):
+                self._seen_gated.add(pod.metadata.uid)
+                continue
+            if pool is not None and held.get(pool) != replica:
                 findings.add(
                     f"pod {pod.metadata.name} of slice {replica} released onto {pool} "
                     f"held by {held.get(pool)}"
                 )
+            if pool is None and pod.metadata.uid in self._seen_gated and asks_for_tpu(pod):
+                findings.add(f"pod {pod.metadata.name} of slice {replica} released unpinned")
         for pool, replicas in pinned.items():
             if len(replicas) > 1:
                 findings.add(f"pool {pool} has live pods of slices {sorted(replicas)}")
         return findings
+
+    def check(self, *, min_samples: int = 5) -> None:
+        """The scenario ran under the watch, the watch saw, and nothing it looks for
+        happened."""
+        assert self.samples > min_samples, f"only {self.samples} samples ({self.errors} failed)"
+        assert self.errors < self.samples / 2, f"{self.errors} of {self.samples} samples failed"
+        assert self.violations == [], self.violations
 
 
 TIMINGS: dict[str, list[float]] = {}
@@ -289,3 +345,167 @@ def operator(cluster: E2ECluster, tpuslice_crds: None) -> Iterator[OperatorProce
             for k, v in TIMINGS.items()
         ]
         (logs / "operator-timings.txt").write_text("\n".join(lines) + "\n")
+
+
+# ---------------------------------------------------------------- gangs
+def shape_pools(
+    cluster: E2ECluster, accelerator: str = "tpu-v6e-slice", topology: str = "2x4"
+) -> set[str]:
+    """The simulated pools (tpusim's annotation) of one TPU shape."""
+    selector = (
+        f"cloud.google.com/gke-tpu-accelerator={accelerator},"
+        f"cloud.google.com/gke-tpu-topology={topology}"
+    )
+    return {
+        n.metadata.labels[NODEPOOL]
+        for n in cluster.core.list_node(label_selector=selector).items
+        if POOL_ANNOTATION in (n.metadata.annotations or {})
+    }
+
+
+def tsc_names(cluster: E2ECluster, namespace: str) -> dict[str, dict[str, Any]]:
+    items = cluster.custom.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, "tpusliceclusters"
+    )["items"]
+    return {o["metadata"]["name"]: o for o in items}
+
+
+def desired_and_gang(obj: dict[str, Any]) -> tuple[int, str]:
+    """spec.tpu.slices (0 when suspended) and the gang mode, with the API's default."""
+    spec = obj["spec"]
+    slices = 0 if spec.get("suspend") else int(spec["tpu"].get("slices", 1))
+    default = "AllSlices" if int(spec["tpu"].get("slices", 1)) > 1 else "PerSlice"
+    return slices, (spec.get("reservation") or {}).get("gang") or default
+
+
+@dataclass
+class GangWatch(Sampler):
+    """Samples TSCs, pods and reservations about every ``interval_s`` while a scenario runs.
+
+    Each sample lists the namespace's TSCs, then its pods, then every reservation, then
+    the TSCs again; a finding about a cluster counts only if the cluster was there,
+    unchanged (uid, generation) and not being deleted in both TSC lists, so a deletion
+    that frees pools between two lists is not a finding. Findings:
+
+    - a pod of an ``AllSlices`` cluster released (its gate gone) since the previous
+      sample while the cluster's reservations cover fewer slices than it has
+      (reservations are read after the pods, so they are no older than the release);
+    - two reservations naming one pool;
+    - live pods of two slices pinned to one pool, or a released pod pinned to a pool
+      its slice does not hold (for ``persist`` samples in a row: a list may straddle
+      a legitimate hand-over).
+
+    It also records, per cluster, every pool it ever held (``ever_held``) and the
+    longest time it held some but not all of its pools with no pod released
+    (``longest_partial``).
+    """
+
+    cluster: E2ECluster
+    namespace: str
+    interval_s: float = 0.1
+    persist: int = 3
+    samples: int = 0
+    errors: int = 0
+    violations: list[str] = field(default_factory=list)
+    ever_held: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    longest_partial: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    _partial_since: dict[str, float] = field(default_factory=dict)
+    _released: set[str] = field(default_factory=set)
+    _streaks: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def tick(self) -> None:
+        try:
+            instant, persistent = self.sample()
+        except Exception:
+            self.errors += 1
+            instant, persistent = [], set()
+        self.samples += 1
+        self.violations += instant
+        self.violations += persisted(self._streaks, persistent, self.persist)
+
+    def sample(self) -> tuple[list[str], set[str]]:
+        now = time.monotonic()
+        before = tsc_names(self.cluster, self.namespace)
+        pods = [
+            p
+            for p in self.cluster.core.list_namespaced_pod(
+                self.namespace, label_selector="tpuslice.dev/cluster"
+            ).items
+            if not p.metadata.deletion_timestamp
+        ]
+        all_reservations = reservations(self.cluster)
+        after = tsc_names(self.cluster, self.namespace)
+        stable = {
+            name: obj
+            for name, obj in after.items()
+            if name in before
+            and not obj["metadata"].get("deletionTimestamp")
+            and not before[name]["metadata"].get("deletionTimestamp")
+            and (obj["metadata"]["uid"], obj["metadata"]["generation"])
+            == (before[name]["metadata"]["uid"], before[name]["metadata"]["generation"])
+        }
+        instant: list[str] = []
+        persistent: set[str] = set()
+
+        for pool, n in Counter(r["spec"]["nodePool"] for r in all_reservations).items():
+            if n > 1:
+                instant.append(f"pool {pool} has {n} reservations")
+        holder_of = {r["spec"]["nodePool"]: r["spec"]["holder"] for r in all_reservations}
+        holding: dict[str, set[str]] = defaultdict(set)  # TSC name -> replicas holding
+        for pool, h in holder_of.items():
+            if h["namespace"] == self.namespace:
+                self.ever_held[h["name"]].add(pool)
+                if h["name"] in stable and h["uid"] == stable[h["name"]]["metadata"]["uid"]:
+                    holding[h["name"]].add(h["replicaName"])
+
+        pinned: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        released_now: set[str] = set()
+        released_by: dict[str, int] = defaultdict(int)
+        for pod in pods:
+            name = (pod.metadata.labels or {}).get("tpuslice.dev/cluster", "?")
+            replica = (pod.metadata.labels or {}).get(REPLICA, "?")
+            pool = (pod.spec.node_selector or {}).get(NODEPOOL)
+            if pool:
+                pinned[pool].add((name, replica))
+            if not released(pod):
+                continue
+            released_now.add(pod.metadata.uid)
+            released_by[name] += 1
+            h = holder_of.get(pool or "")
+            mismatch = h is None or (h["name"], h["replicaName"]) != (name, replica)
+            if pool and name in stable and mismatch:
+                persistent.add(
+                    f"released pod {pod.metadata.name} of {name}/{replica} pinned to {pool} "
+                    f"held by {h and (h['name'], h['replicaName'])}"
+                )
+            if pod.metadata.uid in self._released or name not in stable:
+                continue
+            desired, mode = desired_and_gang(stable[name])
+            if mode == "AllSlices" and len(holding[name]) < desired:
+                instant.append(
+                    f"pod {pod.metadata.name} of gang {name} released while the gang holds "
+                    f"{len(holding[name])} of {desired} pools"
+                )
+        for pool, who in pinned.items():
+            if len({w[1] for w in who}) > 1:
+                persistent.add(f"pool {pool} has live pods of slices {sorted(who)}")
+        self._released = released_now
+
+        for name, obj in stable.items():
+            desired, mode = desired_and_gang(obj)
+            partial = 0 < len(holding[name]) < desired and not released_by[name]
+            if mode == "AllSlices" and partial:
+                since = self._partial_since.setdefault(name, now)
+                self.longest_partial[name] = max(self.longest_partial[name], now - since)
+            else:
+                self._partial_since.pop(name, None)
+        return instant, persistent
+
+    def check(self, *, max_partial_s: float | None = 10.0, min_samples: int = 20) -> None:
+        """The scenario ran under the watch and nothing it looks for happened."""
+        assert self.samples > min_samples, f"only {self.samples} samples ({self.errors} failed)"
+        assert self.errors < self.samples / 2, f"{self.errors} of {self.samples} samples failed"
+        assert self.violations == [], self.violations
+        if max_partial_s is not None:
+            longest = {n: round(s, 2) for n, s in self.longest_partial.items() if s > max_partial_s}
+            assert longest == {}, f"gangs holding a partial set longer than {max_partial_s}s"

@@ -18,7 +18,6 @@ its slice's release is recorded (``operator-timings.txt``, docs/performance.md).
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,7 +29,9 @@ from kubernetes.client import ApiException
 
 from tests.e2e.helpers import E2ECluster
 from tests.e2e.operator_support import (
+    GangWatch,
     InvariantWatch,
+    Sampler,
     apply,
     condition,
     describe,
@@ -39,12 +40,13 @@ from tests.e2e.operator_support import (
     held_by,
     kubectl,
     record,
+    shape_pools,
     slice_pods,
     tsc,
     wait_condition,
 )
 from tpusim import kube
-from tpusim.nodepools import POOL_ANNOTATION, TPUPool
+from tpusim.nodepools import TPUPool
 from tpusim.operator_process import OperatorProcess
 from tpusim.provisioner import (
     CONFIG_MAP,
@@ -57,8 +59,7 @@ from tpusim.provreq import GROUP as PR_GROUP
 from tpusim.provreq import PLURAL as PR_PLURAL
 from tpusim.provreq import Fault, FaultRule, Timings
 
-ACCELERATOR, TOPOLOGY, HOSTS = "tpu-v6e-slice", "2x4", 2
-NODEPOOL = "cloud.google.com/gke-nodepool"
+TOPOLOGY, HOSTS = "2x4", 2  # v6e 2x4 on 4-chip hosts (shape_pools' default)
 CONSUME = "autoscaling.x-k8s.io/consume-provisioning-request"
 CLASS = "autoscaling.x-k8s.io/provisioning-class-name"
 WAIT_S = 240  # KubeRay, the scheduler, the operator and the fake share 2 cores
@@ -103,18 +104,6 @@ def templates(cluster: E2ECluster, namespace: str) -> list[str]:
 
 def conditions_of(request: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in (request.get("status") or {}).get("conditions") or []}
-
-
-def shape_pools(cluster: E2ECluster) -> set[str]:
-    selector = (
-        f"cloud.google.com/gke-tpu-accelerator={ACCELERATOR},"
-        f"cloud.google.com/gke-tpu-topology={TOPOLOGY}"
-    )
-    return {
-        n.metadata.labels[NODEPOOL]
-        for n in cluster.core.list_node(label_selector=selector).items
-        if POOL_ANNOTATION in (n.metadata.annotations or {})
-    }
 
 
 def slices_of(obj: dict[str, Any]) -> list[dict[str, Any]]:
@@ -172,7 +161,7 @@ def check_consumers(cluster: E2ECluster, namespace: str, name: str) -> dict[str,
 
 
 @dataclass
-class ReleaseClock:
+class ReleaseClock(Sampler):
     """Samples requests and pods every ``interval_s``: when each request was first seen
     Provisioned, and when each slice's pods were first all released (ungated) and all
     bound. Timestamps have the sampling's resolution (plus one list's latency), not the
@@ -184,24 +173,10 @@ class ReleaseClock:
     provisioned: dict[str, float] = field(default_factory=dict)  # request -> first seen
     released: dict[str, float] = field(default_factory=dict)  # request -> pods ungated
     bound: dict[str, float] = field(default_factory=dict)  # request -> pods bound
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
 
-    def __enter__(self) -> ReleaseClock:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            with contextlib.suppress(Exception):  # a list during a restart; sample again
-                self._sample()
-            time.sleep(self.interval_s)
+    def tick(self) -> None:
+        with contextlib.suppress(Exception):  # a list during a restart; sample again
+            self._sample()
 
     def _sample(self) -> None:
         now = time.monotonic()
@@ -297,7 +272,11 @@ def test_a_two_slice_gang_from_zero_pools_becomes_ready(
     """No pool of the shape exists: each slice asks for one, both pools come, the gang
     claims both, every pod is released with its own request's consume annotations and
     the cluster is Ready. The requests stay while the slices run."""
-    with InvariantWatch(cluster, namespace) as watch, ReleaseClock(cluster, namespace) as clock:
+    with (
+        InvariantWatch(cluster, namespace) as watch,
+        GangWatch(cluster, namespace) as gangs,
+        ReleaseClock(cluster, namespace) as clock,
+    ):
         apply(cluster, namespace, capacity_tsc("gang", mode))
         wait_slices(
             cluster,
@@ -308,7 +287,8 @@ def test_a_two_slice_gang_from_zero_pools_becomes_ready(
         )
         obj = wait_condition(cluster, namespace, "gang", "Ready", "True", timeout_s=WAIT_S)
         released = time.time()
-    assert watch.violations == [], watch.violations
+    watch.check()
+    gangs.check(min_samples=5)
     made = requests(cluster, namespace)
     assert sorted(made) == ["gang-s0-1", "gang-s1-1"]
     consumers = check_consumers(cluster, namespace, "gang")
@@ -359,7 +339,9 @@ def test_an_existing_pool_is_taken_without_asking(
     with InvariantWatch(cluster, namespace) as watch:
         apply(cluster, namespace, capacity_tsc("have", slices=1))
         obj = wait_condition(cluster, namespace, "have", "Ready", "True", timeout_s=WAIT_S)
-    assert watch.violations == []
+        # fast (a second): watch the Ready state long enough for a finding to persist
+        kube.wait_for(lambda: watch.samples > watch.persist, timeout_s=30, what="samples")
+    watch.check()
     assert held_by(cluster, namespace, "have") == {slices_of(obj)[0]["replica"]: "v6e-2x4-have"}
     assert requests(cluster, namespace) == {}
     assert "ProvisioningRequested" not in event_reasons(cluster, namespace)
@@ -389,7 +371,7 @@ def test_a_pool_appearing_while_a_request_waits_wins_and_the_request_is_deleted(
             timeout_s=60,
             what="the waiting request deleted",
         )
-    assert watch.violations == []
+    watch.check()
     assert set(held_by(cluster, namespace, "late").values()) == {"v6e-2x4-late"}
     assert "ProvisioningRequestDeleted" in event_reasons(cluster, namespace)
 
@@ -400,10 +382,11 @@ def test_a_gang_asks_only_for_the_pools_it_lacks(
     """One free pool and a gang of two: one slice is left to the existing pool, only the
     other asks; the gang claims both pools at once when the second comes."""
     add_pool(cluster, "v6e-2x4-one")
-    with InvariantWatch(cluster, namespace) as watch:
+    with InvariantWatch(cluster, namespace) as watch, GangWatch(cluster, namespace) as gangs:
         apply(cluster, namespace, capacity_tsc("mixed"))
         obj = wait_condition(cluster, namespace, "mixed", "Ready", "True", timeout_s=WAIT_S)
-    assert watch.violations == []
+    watch.check()
+    gangs.check(min_samples=5)  # the existing pool is not held alone while the other is provisioned
     made = requests(cluster, namespace)
     assert list(made) == ["mixed-s1-1"], list(made)
     pools = set(held_by(cluster, namespace, "mixed").values())
@@ -425,7 +408,7 @@ def test_a_failed_request_is_retried_after_backoff(
     with InvariantWatch(cluster, namespace) as watch:
         apply(cluster, namespace, capacity_tsc("retry", slices=1))
         obj = wait_condition(cluster, namespace, "retry", "Ready", "True", timeout_s=WAIT_S)
-    assert watch.violations == []
+    watch.check()
     assert list(requests(cluster, namespace)) == ["retry-s0-2"]
     assert slices_of(obj)[0]["provisioning"] == {
         "request": "retry-s0-2",
@@ -433,6 +416,44 @@ def test_a_failed_request_is_retried_after_backoff(
         "failures": 1,
     }
     assert "ProvisioningRetry" in event_reasons(cluster, namespace)
+
+
+def test_a_spent_retry_limit_stalls_until_the_limit_is_raised(
+    cluster: E2ECluster, namespace: str, capacity: FakeProvisioner
+) -> None:
+    """Two stock-outs with retry.limit 1: the retry fails too, so the slice is Stalled
+    (ProvisioningFailed, "retry limit 1 spent") and asks no more; raising the limit is a
+    spec change that makes the third attempt, which provisions."""
+    stockout = Fault("fail", reason="ResourcePoolExhausted")
+    capacity.configure(faults=[FaultRule(stockout, namespace=namespace, times=2)])
+    body = capacity_tsc(
+        "spent", slices=1, retry={"limit": 1, "baseBackoffSeconds": 1, "maxBackoffSeconds": 2}
+    )
+    with InvariantWatch(cluster, namespace) as watch:
+        apply(cluster, namespace, body)
+        stalled = wait_condition(
+            cluster, namespace, "spent", "Stalled", "True", "ProvisioningFailed", timeout_s=WAIT_S
+        )
+        assert "retry.limit 1 spent" in condition(stalled, "Stalled")["message"]
+        # stalled means stalled: no third request while the limit stays spent
+        kube.wait_for(
+            lambda: list(requests(cluster, namespace)) == ["spent-s0-2"],
+            timeout_s=30,
+            what="only the spent attempt's request left",
+        )
+        time.sleep(5)  # more than twice the backoff: a retry would have been made
+        assert list(requests(cluster, namespace)) == ["spent-s0-2"]
+        body["spec"]["reservation"]["provisioning"]["retry"]["limit"] = 3
+        apply(cluster, namespace, body)
+        obj = wait_condition(cluster, namespace, "spent", "Ready", "True", timeout_s=WAIT_S)
+    watch.check()
+    assert condition(obj, "Stalled")["status"] == "False"
+    assert slices_of(obj)[0]["provisioning"] == {
+        "request": "spent-s0-3",
+        "attempt": 3,
+        "failures": 2,
+    }
+    assert list(requests(cluster, namespace)) == ["spent-s0-3"]
 
 
 def test_a_configuration_error_stalls_and_recovers_once_fixed(
@@ -461,7 +482,7 @@ def test_a_configuration_error_stalls_and_recovers_once_fixed(
         )
         assert "NoQueuedNodepoolAvailable" in condition(stalled, "Stalled")["message"]
         obj = wait_condition(cluster, namespace, "config", "Ready", "True", timeout_s=WAIT_S)
-    assert watch.violations == []
+    watch.check()
     assert condition(obj, "Stalled")["status"] == "False"
     assert slices_of(obj)[0]["provisioning"]["attempt"] == 2
     assert slices_of(obj)[0]["provisioning"]["failures"] == 0  # not counted against the limit
@@ -479,7 +500,7 @@ def test_booking_expired_before_the_slice_is_bound_asks_again(
     with InvariantWatch(cluster, namespace) as watch:
         apply(cluster, namespace, capacity_tsc("expire", "QueuedProvisioning", slices=1))
         obj = wait_condition(cluster, namespace, "expire", "Ready", "True", timeout_s=WAIT_S)
-    assert watch.violations == []
+    watch.check()
     entry = slices_of(obj)[0]
     assert entry["provisioning"]["attempt"] == 2 and entry["provisioning"]["failures"] == 1
     assert "ProvisioningRetry" in event_reasons(
@@ -510,7 +531,7 @@ def test_revoked_capacity_replaces_the_slice_which_asks_again(
             ),
             "Ready again on a new replica and pool",
         )
-    assert watch.violations == []
+    watch.check()
     after = slices_of(obj)[0]
     assert after["provisioning"]["attempt"] == 2
     assert list(requests(cluster, namespace)) == [after["provisioning"]["request"]]
@@ -542,7 +563,7 @@ def test_a_request_deleted_by_someone_is_recreated(
             "--wait=true",
         )
         obj = wait_condition(cluster, namespace, "gone", "Ready", "True", timeout_s=WAIT_S)
-    assert watch.violations == []
+    watch.check()
     assert list(requests(cluster, namespace)) == ["gone-s0-2"]
     assert slices_of(obj)[0]["provisioning"]["attempt"] == 2
 
@@ -554,7 +575,7 @@ def test_operator_sigkilled_while_requests_wait(
     runs; the restarted operator goes on from the API server alone: the same requests
     (no second attempt), the gang Ready, nothing released early."""
     capacity.configure(provisionDelaySeconds=15)
-    with InvariantWatch(cluster, namespace) as watch:
+    with InvariantWatch(cluster, namespace) as watch, GangWatch(cluster, namespace) as gangs:
         apply(cluster, namespace, capacity_tsc("crash", "QueuedProvisioning"))
         kube.wait_for(
             lambda: len(requests(cluster, namespace)) == 2,
@@ -572,7 +593,10 @@ def test_operator_sigkilled_while_requests_wait(
         )
         operator.start()
         obj = wait_condition(cluster, namespace, "crash", "Ready", "True", timeout_s=WAIT_S)
-    assert watch.violations == []
+    watch.check()
+    gangs.check(
+        max_partial_s=None, min_samples=5
+    )  # a killed operator may leave a partial set a while
     assert sorted(requests(cluster, namespace)) == ["crash-s0-1", "crash-s1-1"]
     assert [s["provisioning"]["attempt"] for s in slices_of(obj)] == [1, 1]
     check_consumers(cluster, namespace, "crash")
@@ -599,7 +623,7 @@ def test_scaling_down_deletes_the_request_of_the_removed_slice(
             ),
             "one slice, one request",
         )
-    assert watch.violations == []
+    watch.check()
     assert list(requests(cluster, namespace)) == [slices_of(obj)[0]["provisioning"]["request"]]
 
 
@@ -627,6 +651,6 @@ def test_a_missing_crd_stalls_and_recovers_by_itself(
         capacity.start()  # installs the CRD again
     with InvariantWatch(cluster, namespace) as watch:
         obj = wait_condition(cluster, namespace, "nocrd", "Ready", "True", timeout_s=WAIT_S)
-    assert watch.violations == []
+    watch.check()
     assert condition(obj, "Stalled")["status"] == "False"
     install_crd(cluster.api)

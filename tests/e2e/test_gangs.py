@@ -18,9 +18,7 @@ holders, or two slices' pods pinned to one pool.
 
 from __future__ import annotations
 
-import threading
-import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,30 +28,31 @@ import yaml
 
 from tests.e2e.helpers import E2ECluster, holds
 from tests.e2e.operator_support import (
-    GROUP,
-    VERSION,
+    NODEPOOL,
+    GangWatch,
     apply,
     condition,
     delete_tsc,
     describe,
+    desired_and_gang,
     event_reasons,
     get_tsc,
     held_by,
     kubectl,
+    released,
     reservations,
+    shape_pools,
     slice_pods,
     tsc,
+    tsc_names,
     wait_condition,
 )
 from tpusim import kube
-from tpusim.nodepools import POOL_ANNOTATION, TPUPool
+from tpusim.nodepools import TPUPool
 from tpusim.operator_process import OperatorProcess
 
-ACCELERATOR, TOPOLOGY, HOSTS = "tpu-v6e-slice", "2x4", 2
+TOPOLOGY, HOSTS = "2x4", 2  # v6e 2x4 on 4-chip hosts (shape_pools' default)
 SHAPE = "v6e 2x4"  # how the queue names the shape in its messages
-GATE = "tpuslice.dev/slice-reservation"
-NODEPOOL = "cloud.google.com/gke-nodepool"
-REPLICA = "ray.io/worker-group-replica-name"
 READY_S = 180  # KubeRay, the scheduler and the operator share 2 cores with the test
 
 
@@ -91,18 +90,6 @@ class GangPools:
         self.added.remove(name)
 
 
-def shape_pools(cluster: E2ECluster) -> set[str]:
-    selector = (
-        f"cloud.google.com/gke-tpu-accelerator={ACCELERATOR},"
-        f"cloud.google.com/gke-tpu-topology={TOPOLOGY}"
-    )
-    return {
-        n.metadata.labels[NODEPOOL]
-        for n in cluster.core.list_node(label_selector=selector).items
-        if POOL_ANNOTATION in (n.metadata.annotations or {})
-    }
-
-
 @pytest.fixture
 def gang_pools(
     cluster: E2ECluster, namespace: str, operator: OperatorProcess
@@ -127,25 +114,6 @@ def gang_pools(
 
 
 # ---------------------------------------------------------------- reading state
-def tsc_names(cluster: E2ECluster, namespace: str) -> dict[str, dict[str, Any]]:
-    items = cluster.custom.list_namespaced_custom_object(
-        GROUP, VERSION, namespace, "tpusliceclusters"
-    )["items"]
-    return {o["metadata"]["name"]: o for o in items}
-
-
-def desired_and_gang(obj: dict[str, Any]) -> tuple[int, str]:
-    """spec.tpu.slices (0 when suspended) and the gang mode, with the API's default."""
-    spec = obj["spec"]
-    slices = 0 if spec.get("suspend") else int(spec["tpu"].get("slices", 1))
-    default = "AllSlices" if int(spec["tpu"].get("slices", 1)) > 1 else "PerSlice"
-    return slices, (spec.get("reservation") or {}).get("gang") or default
-
-
-def released(pod: Any) -> bool:
-    return not any(g.name == GATE for g in pod.spec.scheduling_gates or [])
-
-
 def ready_with(cluster: E2ECluster, namespace: str, name: str, slices: int) -> bool:
     obj = get_tsc(cluster, namespace, name)
     ready = condition(obj, "Ready")
@@ -240,161 +208,6 @@ def assert_all_or_nothing(cluster: E2ECluster, namespace: str) -> None:
         held = len(held_by(cluster, namespace, name))
         if mode == "AllSlices":
             assert held in (0, desired), (name, held, desired, describe(cluster, namespace, name))
-
-
-# ---------------------------------------------------------------- continuous invariants
-@dataclass
-class GangWatch:
-    """Samples TSCs, pods and reservations about every ``interval_s`` while a scenario runs.
-
-    Each sample lists the namespace's TSCs, then its pods, then every reservation, then
-    the TSCs again; a finding about a cluster counts only if the cluster was there,
-    unchanged (uid, generation) and not being deleted in both TSC lists, so a deletion
-    that frees pools between two lists is not a finding. Findings:
-
-    - a pod of an ``AllSlices`` cluster released (its gate gone) since the previous
-      sample while the cluster's reservations cover fewer slices than it has
-      (reservations are read after the pods, so they are no older than the release);
-    - two reservations naming one pool;
-    - live pods of two slices pinned to one pool, or a released pod pinned to a pool
-      its slice does not hold (for ``persist`` samples in a row: a list may straddle
-      a legitimate hand-over).
-
-    It also records, per cluster, every pool it ever held (``ever_held``) and the
-    longest time it held some but not all of its pools with no pod released
-    (``longest_partial``).
-    """
-
-    cluster: E2ECluster
-    namespace: str
-    interval_s: float = 0.1
-    persist: int = 3
-    samples: int = 0
-    errors: int = 0
-    violations: list[str] = field(default_factory=list)
-    ever_held: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
-    longest_partial: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    _partial_since: dict[str, float] = field(default_factory=dict)
-    _released: set[str] = field(default_factory=set)
-    _streaks: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def __enter__(self) -> GangWatch:
-        self._thread = threading.Thread(target=self._run, daemon=True, name="gang-watch")
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            began = time.monotonic()
-            try:
-                instant, persistent = self.sample()
-            except Exception:
-                self.errors += 1
-                instant, persistent = [], set()
-            self.samples += 1
-            self.violations += instant
-            for key in list(self._streaks):
-                if key not in persistent:
-                    del self._streaks[key]
-            for finding in persistent:
-                self._streaks[finding] += 1
-                if self._streaks[finding] == self.persist:
-                    self.violations.append(finding)
-            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - began)))
-
-    def sample(self) -> tuple[list[str], set[str]]:
-        now = time.monotonic()
-        before = tsc_names(self.cluster, self.namespace)
-        pods = [
-            p
-            for p in self.cluster.core.list_namespaced_pod(
-                self.namespace, label_selector="tpuslice.dev/cluster"
-            ).items
-            if not p.metadata.deletion_timestamp
-        ]
-        all_reservations = reservations(self.cluster)
-        after = tsc_names(self.cluster, self.namespace)
-        stable = {
-            name: obj
-            for name, obj in after.items()
-            if name in before
-            and not obj["metadata"].get("deletionTimestamp")
-            and not before[name]["metadata"].get("deletionTimestamp")
-            and (obj["metadata"]["uid"], obj["metadata"]["generation"])
-            == (before[name]["metadata"]["uid"], before[name]["metadata"]["generation"])
-        }
-        instant: list[str] = []
-        persistent: set[str] = set()
-
-        for pool, n in Counter(r["spec"]["nodePool"] for r in all_reservations).items():
-            if n > 1:
-                instant.append(f"pool {pool} has {n} reservations")
-        holder_of = {r["spec"]["nodePool"]: r["spec"]["holder"] for r in all_reservations}
-        holding: dict[str, set[str]] = defaultdict(set)  # TSC name -> replicas holding
-        for pool, h in holder_of.items():
-            if h["namespace"] == self.namespace:
-                self.ever_held[h["name"]].add(pool)
-                if h["name"] in stable and h["uid"] == stable[h["name"]]["metadata"]["uid"]:
-                    holding[h["name"]].add(h["replicaName"])
-
-        pinned: dict[str, set[tuple[str, str]]] = defaultdict(set)
-        released_now: set[str] = set()
-        released_by: dict[str, int] = defaultdict(int)
-        for pod in pods:
-            name = (pod.metadata.labels or {}).get("tpuslice.dev/cluster", "?")
-            replica = (pod.metadata.labels or {}).get(REPLICA, "?")
-            pool = (pod.spec.node_selector or {}).get(NODEPOOL)
-            if pool:
-                pinned[pool].add((name, replica))
-            if not released(pod):
-                continue
-            released_now.add(pod.metadata.uid)
-            released_by[name] += 1
-            h = holder_of.get(pool or "")
-            mismatch = h is None or (h["name"], h["replicaName"]) != (name, replica)
-            if pool and name in stable and mismatch:
-                persistent.add(
-                    f"released pod {pod.metadata.name} of {name}/{replica} pinned to {pool} "
-                    f"held by {h and (h['name'], h['replicaName'])}"
-                )
-            if pod.metadata.uid in self._released or name not in stable:
-                continue
-            desired, mode = desired_and_gang(stable[name])
-            if mode == "AllSlices" and len(holding[name]) < desired:
-                instant.append(
-                    f"pod {pod.metadata.name} of gang {name} released while the gang holds "
-                    f"{len(holding[name])} of {desired} pools"
-                )
-        for pool, who in pinned.items():
-            if len({w[1] for w in who}) > 1:
-                persistent.add(f"pool {pool} has live pods of slices {sorted(who)}")
-        self._released = released_now
-
-        for name, obj in stable.items():
-            desired, mode = desired_and_gang(obj)
-            partial = 0 < len(holding[name]) < desired and not released_by[name]
-            if mode == "AllSlices" and partial:
-                since = self._partial_since.setdefault(name, now)
-                self.longest_partial[name] = max(self.longest_partial[name], now - since)
-            else:
-                self._partial_since.pop(name, None)
-        return instant, persistent
-
-    def check(self, *, max_partial_s: float | None = 10.0) -> None:
-        """The scenario ran under the watch and nothing it looks for happened."""
-        assert self.samples > 20, f"only {self.samples} samples ({self.errors} failed)"
-        assert self.errors < self.samples / 2, f"{self.errors} of {self.samples} samples failed"
-        assert self.violations == [], self.violations
-        if max_partial_s is not None:
-            longest = {n: round(s, 2) for n, s in self.longest_partial.items() if s > max_partial_s}
-            assert longest == {}, f"gangs holding a partial set longer than {max_partial_s}s"
 
 
 def exactly_one(

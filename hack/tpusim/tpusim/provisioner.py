@@ -417,7 +417,7 @@ class FakeProvisioner:
             self._annotate(req.namespace, req.name, d.annotations)
         # The status before the nodes, as on GKE: Provisioned=True is written when the
         # scale-up is requested (OSS best-effort-atomic) or its Resize Request succeeds
-        # (queued), before any Node registers (capacity-facts.md, section 1).
+        # (queued), before any Node registers (provreq's sources [gke-state], [gke-finalizer]).
         if d.conditions or d.details is not None:
             try:
                 self._write_status(req, d.conditions, d.details)

@@ -262,13 +262,22 @@ class Fault:
     """A scripted misbehaviour of the fake GKE for one request.
 
     - ``fail``: ``Failed=True`` with ``reason``/``message`` (default a stock-out) when
-      the capacity would have come (``at="provision"``), or at once without
-      ``Accepted`` (``at="validate"``, like a configuration error);
-    - ``never``: accepted, never provisioned (a queue that does not move);
-    - ``not-ready-node``: the pool comes, node ``node`` (default the last) NotReady;
+      the capacity would have come (``at="provision"``; [gke-state]'s failed state),
+      or at once without ``Accepted`` (``at="validate"``, like a configuration
+      error: [gke-guard] ``MultiplePodSetsUnsupported``; GKE fails
+      ``NoQueuedNodepoolAvailable`` only after [gke-scaleup]'s 2 min of retries
+      (``Timings.pending_retry_s``), the fault at once);
+    - ``never``: accepted, never provisioned (a queue that does not move: [gke-doc],
+      requests wait in the queue until capacity is found, [gke-state]
+      ``SuccessfullyQueued``);
+    - ``not-ready-node``: the pool comes, node ``node`` (default the last) NotReady
+      (nothing GKE documents as a request state; a VM or device plugin that does not
+      come up, seen by the operator only through the Node);
     - ``late-nodes``: ``Provisioned=True`` first, the nodes ``seconds`` later (GKE sets
-      Provisioned when the Resize Request succeeds, before the Nodes register);
-    - ``revoke-after``: ``CapacityRevoked`` ``seconds`` after ``Provisioned``, nodes deleted.
+      Provisioned when the Resize Request succeeds, before the Nodes register:
+      [gke-state], [gke-finalizer]);
+    - ``revoke-after``: ``CapacityRevoked`` ``seconds`` after ``Provisioned``, nodes
+      deleted ([gke-finalizer]: after ``maxRunDurationSeconds``; here sooner, on demand).
     """
 
     kind: str = "none"
