@@ -332,6 +332,14 @@ def test_plot_series_points_per_scale_and_gaps() -> None:
     assert targets["webhook admission during the burst (ms)"] == 10.0
 
 
+def test_plot_series_leaves_out_all_ready_of_a_run_that_hit_its_bound() -> None:
+    bounded = _result("large", 1000, all_ready=False, ready=2)
+    points = _panel(
+        bs.plot_series([_result("small", 25, all_ready=True), bounded]), "c. all Ready (s)"
+    )
+    assert points["operator"] == [(25, 2.5)]
+
+
 def test_plot_series_reads_older_results_by_their_keys() -> None:
     """A results file from before the per-cluster figure: the run's PATCH count / clusters."""
     old = _result(
@@ -359,6 +367,8 @@ def test_load_results_sorted_by_scale_skipping_junk(tmp_path: Path) -> None:
     (tmp_path / "other.json").write_text(json.dumps(_result("medium", 200)))
     profiled = {**_result("small", 25), "profiled": True}
     (tmp_path / "results-small-profiled.json").write_text(json.dumps(profiled))
+    ungated = {**_result("medium", 200), "ungated": True}
+    (tmp_path / "results-medium-ungated.json").write_text(json.dumps(ungated))
     assert [r["scale"] for r in bs.load_results(tmp_path)] == ["small", "large"]
 
 

@@ -590,15 +590,16 @@ def _dig(data: Any, path: Sequence[str]) -> float | None:
 
 
 def load_results(directory: Path) -> list[dict[str, Any]]:
-    """The results-<scale>.json files present, smallest first (unreadable ones and
-    profiled runs, whose timings the sampler moved, skipped)."""
+    """The results-<scale>.json files present, smallest first (unreadable ones,
+    profiled runs, whose timings the sampler moved, and ``--ungated`` runs, which
+    measure another workload, skipped)."""
     out = []
     for path in directory.glob("results-*.json"):
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if not isinstance(data, dict) or data.get("profiled"):
+        if not isinstance(data, dict) or data.get("profiled") or data.get("ungated"):
             continue
         if isinstance(data.get("clusters"), int) and data["clusters"] > 0:
             out.append(data)
@@ -607,6 +608,13 @@ def load_results(directory: Path) -> list[dict[str, Any]]:
 
 def _value(result: Mapping[str, Any], paths: Sequence[Sequence[str]]) -> float | None:
     for i, path in enumerate(paths):
+        run = result.get(path[0]) if len(path) == 2 else None
+        if (
+            path[-1] == "ready_seconds"
+            and isinstance(run, Mapping)
+            and run.get("all_ready") is False
+        ):
+            continue  # "all Ready" of a run that hit its bound: the last of a few, not of all
         v = _dig(result, path)
         if v is not None:
             # a fallback path names a run's total where the figure is per cluster
