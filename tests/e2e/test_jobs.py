@@ -16,9 +16,9 @@ every job here runs two real attempts and ends ``Failed``. What is checked on th
   are gone; the waiting cluster then gets them;
 - a TPUSliceJob deleted while running leaves nothing behind.
 
-Pools of a shape no other e2e test uses (v5e 2x4 on 4-chip hosts: two nodes a pool)
-are added and removed by the ``job_pools`` fixture; ``InvariantWatch`` samples pods and
-reservations throughout.
+Two pools of v5e 2x4 (4-chip hosts: two nodes a pool) are added and removed by the
+``job_pools`` fixture, which cordons the default pool of that shape meanwhile;
+``InvariantWatch`` samples pods and reservations throughout.
 """
 
 from __future__ import annotations
@@ -107,6 +107,22 @@ def slices_ready_on(obj: dict[str, Any], cluster_name: str) -> dict[int, str] | 
 
 @pytest.fixture
 def job_pools(cluster: E2ECluster, namespace: str, operator: OperatorProcess) -> Iterator[None]:
+    """The test's own two pools; every other node of the shape (the default pool
+    ``v5e-2x4``) cordoned meanwhile, which makes its pool ineligible. Free pools of a
+    shape are taken in each cluster's own hash order, so a third free pool would be
+    taken as often as these."""
+    selector = (
+        f"cloud.google.com/gke-tpu-accelerator={ACCELERATOR},"
+        f"cloud.google.com/gke-tpu-topology={TOPOLOGY}"
+    )
+    others = [
+        n.metadata.name
+        for n in cluster.core.list_node(label_selector=selector).items
+        if (n.metadata.labels or {}).get("cloud.google.com/gke-nodepool") not in POOLS
+        and not n.spec.unschedulable
+    ]
+    for node in others:
+        kube.cordon(cluster.api, node)
     for name in POOLS:
         pool = TPUPool(name, TYPE, TOPOLOGY, nodes=HOSTS)
         kube.wait_nodes_ready(cluster.api, kube.create_pool(cluster.api, pool))
@@ -130,6 +146,8 @@ def job_pools(cluster: E2ECluster, namespace: str, operator: OperatorProcess) ->
     )
     for name in POOLS:
         kube.delete_pool(cluster.api, name)
+    for node in others:
+        kube.cordon(cluster.api, node, unschedulable=False)
 
 
 def wait_job(cluster: E2ECluster, namespace: str, name: str, check: Any, what: str) -> Any:
