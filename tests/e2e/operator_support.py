@@ -20,7 +20,7 @@ import yaml
 
 from tests.e2e.helpers import E2ECluster
 from tpusim import kube
-from tpusim.nodepools import POOL_ANNOTATION
+from tpusim.nodepools import TPU_RESOURCE
 from tpusim.operator_process import OperatorProcess
 
 GROUP, VERSION = "tpuslice.dev", "v1alpha1"
@@ -188,7 +188,6 @@ def pool_of(node_name: str, cluster: E2ECluster) -> str:
 GATE = "tpuslice.dev/slice-reservation"
 NODEPOOL = "cloud.google.com/gke-nodepool"
 REPLICA = "ray.io/worker-group-replica-name"
-TPU_RESOURCE = "google.com/tpu"
 
 
 def released(pod: Any) -> bool:
@@ -199,20 +198,6 @@ def asks_for_tpu(pod: Any) -> bool:
     return any(
         TPU_RESOURCE in ((c.resources and c.resources.requests) or {}) for c in pod.spec.containers
     )
-
-
-def persisted(streaks: dict[str, int], findings: set[str], persist: int) -> list[str]:
-    """Count each finding's run of samples in a row (``streaks``, updated in place) and
-    return those that have just reached ``persist``."""
-    for key in list(streaks):
-        if key not in findings:
-            del streaks[key]
-    reached = []
-    for finding in findings:
-        streaks[finding] = streaks.get(finding, 0) + 1
-        if streaks[finding] == persist:
-            reached.append(finding)
-    return reached
 
 
 class Sampler:
@@ -246,18 +231,11 @@ class Sampler:
 
 
 @dataclass
-class InvariantWatch(Sampler):
-    """Samples the cluster every few hundred ms while a scenario runs.
-
-    Three properties must hold at every moment: no two slices (replicas) have
-    live pods pinned to one node pool; every released (ungated) live pod that is
-    pinned is pinned to the pool its own slice holds; and a TPU pod once seen gated
-    is never released without a pool pin (it could then schedule anywhere). A
-    sample reads reservations before pods; a finding counts only if it persists
-    for ``persist`` samples in a row, so a list that straddles a legitimate
-    hand-over is not a finding. A sample that fails (a list during a restart) is
-    counted in ``errors``; ``check`` fails a watch that mostly did not see.
-    """
+class Watch(Sampler):
+    """What the scenario watches share: ``sample`` returns findings that count at once
+    and findings that count only once they persist for ``persist`` samples in a row (a
+    list may straddle a legitimate hand-over); a sample that fails (a list during a
+    restart) is counted in ``errors``; ``check`` fails a watch that did not see."""
 
     cluster: E2ECluster
     namespace: str
@@ -266,19 +244,44 @@ class InvariantWatch(Sampler):
     samples: int = 0
     errors: int = 0
     violations: list[str] = field(default_factory=list)
-    _streaks: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    _seen_gated: set[str] = field(default_factory=set)
+    _streaks: dict[str, int] = field(default_factory=dict)
+
+    def sample(self) -> tuple[list[str], set[str]]:
+        raise NotImplementedError
 
     def tick(self) -> None:
         try:
-            findings = self.sample()
+            instant, persistent = self.sample()
         except Exception:
             self.errors += 1
-            findings = set()
+            instant, persistent = [], set()
         self.samples += 1
-        self.violations += persisted(self._streaks, findings, self.persist)
+        self.violations += instant
+        self._streaks = {f: self._streaks.get(f, 0) + 1 for f in persistent}
+        self.violations += [f for f, n in self._streaks.items() if n == self.persist]
 
-    def sample(self) -> set[str]:
+    def check(self, *, min_samples: int = 5) -> None:
+        """The scenario ran under the watch, the watch saw, and nothing it looks for
+        happened."""
+        assert self.samples > min_samples, f"only {self.samples} samples ({self.errors} failed)"
+        assert self.errors < self.samples / 2, f"{self.errors} of {self.samples} samples failed"
+        assert self.violations == [], self.violations
+
+
+@dataclass
+class InvariantWatch(Watch):
+    """Samples the cluster every few hundred ms while a scenario runs.
+
+    Three properties must hold at every moment: no two slices (replicas) have
+    live pods pinned to one node pool; every released (ungated) live pod that is
+    pinned is pinned to the pool its own slice holds; and a TPU pod once seen gated
+    is never released without a pool pin (it could then schedule anywhere). A
+    sample reads reservations before pods; every finding must persist (``Watch``).
+    """
+
+    _seen_gated: set[str] = field(default_factory=set)
+
+    def sample(self) -> tuple[list[str], set[str]]:
         held = {
             r["spec"]["nodePool"]: r["spec"]["holder"]["replicaName"]
             for r in reservations(self.cluster)
@@ -308,14 +311,7 @@ class InvariantWatch(Sampler):
         for pool, replicas in pinned.items():
             if len(replicas) > 1:
                 findings.add(f"pool {pool} has live pods of slices {sorted(replicas)}")
-        return findings
-
-    def check(self, *, min_samples: int = 5) -> None:
-        """The scenario ran under the watch, the watch saw, and nothing it looks for
-        happened."""
-        assert self.samples > min_samples, f"only {self.samples} samples ({self.errors} failed)"
-        assert self.errors < self.samples / 2, f"{self.errors} of {self.samples} samples failed"
-        assert self.violations == [], self.violations
+        return [], findings
 
 
 TIMINGS: dict[str, list[float]] = {}
@@ -348,19 +344,26 @@ def operator(cluster: E2ECluster, tpuslice_crds: None) -> Iterator[OperatorProce
 
 
 # ---------------------------------------------------------------- gangs
+def shape_nodes(
+    cluster: E2ECluster, accelerator: str = "tpu-v6e-slice", topology: str = "2x4"
+) -> list[Any]:
+    """The harness's nodes (``kube.harness_nodes``) of one TPU shape."""
+    shape = {
+        "cloud.google.com/gke-tpu-accelerator": accelerator,
+        "cloud.google.com/gke-tpu-topology": topology,
+    }
+    return [
+        n
+        for n in kube.harness_nodes(cluster.api)
+        if shape.items() <= (n.metadata.labels or {}).items()
+    ]
+
+
 def shape_pools(
     cluster: E2ECluster, accelerator: str = "tpu-v6e-slice", topology: str = "2x4"
 ) -> set[str]:
-    """The simulated pools (tpusim's annotation) of one TPU shape."""
-    selector = (
-        f"cloud.google.com/gke-tpu-accelerator={accelerator},"
-        f"cloud.google.com/gke-tpu-topology={topology}"
-    )
-    return {
-        n.metadata.labels[NODEPOOL]
-        for n in cluster.core.list_node(label_selector=selector).items
-        if POOL_ANNOTATION in (n.metadata.annotations or {})
-    }
+    """The harness's pools of one TPU shape."""
+    return {n.metadata.labels[NODEPOOL] for n in shape_nodes(cluster, accelerator, topology)}
 
 
 def tsc_names(cluster: E2ECluster, namespace: str) -> dict[str, dict[str, Any]]:
@@ -379,7 +382,7 @@ def desired_and_gang(obj: dict[str, Any]) -> tuple[int, str]:
 
 
 @dataclass
-class GangWatch(Sampler):
+class GangWatch(Watch):
     """Samples TSCs, pods and reservations about every ``interval_s`` while a scenario runs.
 
     Each sample lists the namespace's TSCs, then its pods, then every reservation, then
@@ -400,28 +403,12 @@ class GangWatch(Sampler):
     (``longest_partial``).
     """
 
-    cluster: E2ECluster
-    namespace: str
     interval_s: float = 0.1
     persist: int = 3
-    samples: int = 0
-    errors: int = 0
-    violations: list[str] = field(default_factory=list)
     ever_held: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     longest_partial: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     _partial_since: dict[str, float] = field(default_factory=dict)
     _released: set[str] = field(default_factory=set)
-    _streaks: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-
-    def tick(self) -> None:
-        try:
-            instant, persistent = self.sample()
-        except Exception:
-            self.errors += 1
-            instant, persistent = [], set()
-        self.samples += 1
-        self.violations += instant
-        self.violations += persisted(self._streaks, persistent, self.persist)
 
     def sample(self) -> tuple[list[str], set[str]]:
         now = time.monotonic()
@@ -502,10 +489,8 @@ class GangWatch(Sampler):
         return instant, persistent
 
     def check(self, *, max_partial_s: float | None = 10.0, min_samples: int = 20) -> None:
-        """The scenario ran under the watch and nothing it looks for happened."""
-        assert self.samples > min_samples, f"only {self.samples} samples ({self.errors} failed)"
-        assert self.errors < self.samples / 2, f"{self.errors} of {self.samples} samples failed"
-        assert self.violations == [], self.violations
+        """``Watch.check``, and no gang held a partial set longer than ``max_partial_s``."""
+        super().check(min_samples=min_samples)
         if max_partial_s is not None:
             longest = {n: round(s, 2) for n, s in self.longest_partial.items() if s > max_partial_s}
             assert longest == {}, f"gangs holding a partial set longer than {max_partial_s}s"

@@ -40,6 +40,7 @@ from tests.e2e.operator_support import (
     held_by,
     kubectl,
     record,
+    released,
     shape_pools,
     slice_pods,
     tsc,
@@ -193,12 +194,7 @@ class ReleaseClock(Sampler):
         for name, members in by_request.items():
             if len(members) < HOSTS:
                 continue
-            gated = any(
-                g.name == "tpuslice.dev/slice-reservation"
-                for p in members
-                for g in p.spec.scheduling_gates or []
-            )
-            if not gated:
+            if all(released(p) for p in members):
                 self.released.setdefault(name, now)
             if all(p.spec.node_name for p in members):
                 self.bound.setdefault(name, now)
@@ -286,7 +282,7 @@ def test_a_two_slice_gang_from_zero_pools_becomes_ready(
             "two ProvisioningRequests",
         )
         obj = wait_condition(cluster, namespace, "gang", "Ready", "True", timeout_s=WAIT_S)
-        released = time.time()
+        ready_seen = time.time()
     watch.check()
     gangs.check(min_samples=5)
     made = requests(cluster, namespace)
@@ -310,7 +306,7 @@ def test_a_two_slice_gang_from_zero_pools_becomes_ready(
                 f"capacity {mode}: Provisioned seen -> slice bound",
                 clock.bound[name] - clock.provisioned[name],
             )
-        record(f"capacity {mode}: Provisioned -> cluster Ready seen", released - at.timestamp())
+        record(f"capacity {mode}: Provisioned -> cluster Ready seen", ready_seen - at.timestamp())
     pools = set(held_by(cluster, namespace, "gang").values())
     assert len(pools) == 2 and pools <= set(capacity.pools())
     entries = slices_of(obj)

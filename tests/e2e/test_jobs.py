@@ -33,6 +33,7 @@ from kubernetes import client
 from tests.e2e.helpers import E2ECluster
 from tests.e2e.operator_support import (
     GROUP,
+    NODEPOOL,
     VERSION,
     InvariantWatch,
     apply,
@@ -40,6 +41,7 @@ from tests.e2e.operator_support import (
     event_reasons,
     kubectl,
     reservations,
+    shape_nodes,
     tsc,
 )
 from tests.support.gitops import argocd_health, kstatus
@@ -111,15 +113,10 @@ def job_pools(cluster: E2ECluster, namespace: str, operator: OperatorProcess) ->
     ``v5e-2x4``) cordoned meanwhile, which makes its pool ineligible. Free pools of a
     shape are taken in each cluster's own hash order, so a third free pool would be
     taken as often as these."""
-    selector = (
-        f"cloud.google.com/gke-tpu-accelerator={ACCELERATOR},"
-        f"cloud.google.com/gke-tpu-topology={TOPOLOGY}"
-    )
     others = [
         n.metadata.name
-        for n in cluster.core.list_node(label_selector=selector).items
-        if (n.metadata.labels or {}).get("cloud.google.com/gke-nodepool") not in POOLS
-        and not n.spec.unschedulable
+        for n in shape_nodes(cluster, ACCELERATOR, TOPOLOGY)
+        if n.metadata.labels[NODEPOOL] not in POOLS and not n.spec.unschedulable
     ]
     for node in others:
         kube.cordon(cluster.api, node)

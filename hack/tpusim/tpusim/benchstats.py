@@ -494,6 +494,9 @@ class Panel:
     series: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]
     factor: float = 1.0  # unit of the plot: 1000 for milliseconds
     target: float | None = None  # issue 17's target, drawn as a dashed line
+    #: a figure about every cluster of a run (all Ready): no point for a run that hit
+    #: its bound, where it would be the time of the few that got there
+    every_cluster: bool = False
 
 
 PANELS = (
@@ -503,6 +506,7 @@ PANELS = (
             ("operator", (("operator", "ready_seconds"),)),
             ("direct", (("direct", "ready_seconds"),)),
         ),
+        every_cluster=True,
     ),
     Panel(
         "operator run / direct run",
@@ -608,18 +612,17 @@ def load_results(directory: Path) -> list[dict[str, Any]]:
 
 def _value(result: Mapping[str, Any], paths: Sequence[Sequence[str]]) -> float | None:
     for i, path in enumerate(paths):
-        run = result.get(path[0]) if len(path) == 2 else None
-        if (
-            path[-1] == "ready_seconds"
-            and isinstance(run, Mapping)
-            and run.get("all_ready") is False
-        ):
-            continue  # "all Ready" of a run that hit its bound: the last of a few, not of all
         v = _dig(result, path)
         if v is not None:
             # a fallback path names a run's total where the figure is per cluster
             return v / result["clusters"] if i and path[-1].startswith("PATCH ") else v
     return None
+
+
+def _hit_bound(result: Mapping[str, Any], run: str) -> bool:
+    """The run (``operator``, ``direct``) ended at its bound with some cluster not Ready."""
+    data = result.get(run)
+    return isinstance(data, Mapping) and data.get("all_ready") is False
 
 
 def plot_series(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -633,7 +636,8 @@ def plot_series(results: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             points = [
                 (int(r["clusters"]), v * panel.factor)
                 for r in results
-                if (v := _value(r, paths)) is not None
+                if not (panel.every_cluster and _hit_bound(r, paths[0][0]))
+                and (v := _value(r, paths)) is not None
             ]
             lines.append({"label": label, "points": points})
         panels.append({"title": panel.title, "series": lines, "target": panel.target})
