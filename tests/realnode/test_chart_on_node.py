@@ -111,6 +111,60 @@ def worker_creation_failures(cluster: NodeCluster, namespace: str) -> list[str]:
     return [e.message for e in events if e.reason == "FailedToCreateWorkerPod"]
 
 
+def wait_webhook_routed(cluster: NodeCluster, namespace: str, timeout_s: float = 60) -> None:
+    """Until the API server reaches the identity webhook through its Service.
+
+    A Ready replica is not yet a routed one: the EndpointSlice controller and
+    kube-proxy (one sync a second at most) follow readiness, and until they have,
+    the Service's ClusterIP refuses the connection (kube-proxy's REJECT for a
+    Service without a ready endpoint). Right after an install that is KubeRay's
+    ``FailedToCreateWorkerPod ... connection refused``, retried (the README's
+    troubleshooting row). The probe is a server-side dry run of a TPU pod that
+    the webhook itself refuses (our label without KubeRay's), so an answer in our
+    words proves the call went through the Service to a replica.
+    """
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "webhook-routed",
+            "labels": {"tpuslice.dev/cluster": "webhook-routed"},
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "probe",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"limits": {"google.com/tpu": "4"}},
+                }
+            ]
+        },
+    }
+    seen: list[str] = []
+
+    def answered() -> bool:
+        done = kubectl(
+            cluster,
+            "create",
+            "--dry-run=server",
+            "-n",
+            namespace,
+            "-f",
+            "-",
+            stdin=yaml.safe_dump(probe),
+            check=False,
+        )
+        seen.append(done.stderr.strip())
+        return done.returncode != 0 and "must be created by KubeRay" in done.stderr
+
+    kube.wait_for(
+        answered,
+        timeout_s=timeout_s,
+        what="the identity webhook answering through its Service",
+        describe=lambda: seen[-1] if seen else "",
+    )
+
+
 def describe_operator(cluster: NodeCluster, namespace: str) -> str:
     out = kubectl(cluster, "describe", "pods", "-n", namespace, check=False).stdout
     logs = kubectl(
@@ -283,6 +337,7 @@ def test_helm_install_runs_the_operator_in_a_real_pod(
         "path": service["path"],
         "port": 443,
     }
+    wait_webhook_routed(cluster, workload_ns)
     two_slices_ready(cluster, workload_ns, "llm")
     # The metrics Service answers; the replicas' own figures show the 8 workers were
     # mutated by their webhooks (the API server called them through the webhook Service,
@@ -429,7 +484,9 @@ def test_manifests_with_kubectl_apply_k_give_the_same_operator(
         wait_operator_ready(cluster, namespace["name"])
         _, service = webhook_ca_and_service(cluster)
         assert service["namespace"] == namespace["name"]
+        wait_webhook_routed(cluster, workload_ns)
         two_slices_ready(cluster, workload_ns, "from-manifests")
+        assert not worker_creation_failures(cluster, workload_ns)
         delete_tsc(cluster, workload_ns, "from-manifests")
     finally:
         kubectl(
