@@ -35,7 +35,8 @@ from tests.e2e.operator_support import (
     wait_condition,
 )
 from tests.realnode.conftest import REAL_TOLERATION, NodeCluster
-from tpusim import kube
+from tpusim import PAUSE_IMAGE, kube
+from tpusim.nodepools import TPU_RESOURCE
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "tpuslice-operator"
@@ -134,8 +135,8 @@ def wait_webhook_routed(cluster: NodeCluster, namespace: str, timeout_s: float =
             "containers": [
                 {
                     "name": "probe",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"limits": {"google.com/tpu": "4"}},
+                    "image": PAUSE_IMAGE,
+                    "resources": {"limits": {TPU_RESOURCE: "4"}},
                 }
             ]
         },
