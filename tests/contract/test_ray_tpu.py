@@ -43,10 +43,10 @@ from ray._private.accelerators import tpu as ray_tpu
 from ray._private.resource_and_label_spec import ResourceAndLabelSpec
 
 from tests.unit.test_identity import kuberay_pod, render_worker_template
-from tpuslice import constants as c
-from tpuslice.identity import mutate_pod
-from tpuslice.render import ray_node_labels
-from tpuslice.topology import SliceShape, slice_shape
+from tpuslice.model import constants as c
+from tpuslice.model.topology import SliceShape, slice_shape
+from tpuslice.render.identity import mutate_pod
+from tpuslice.render.kuberay import ray_node_labels
 
 pytestmark = pytest.mark.contract
 

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tests.support.kuberay import raycluster_crd
-from tpuslice.kube import ApiError, ClusterApi
-from tpuslice.records import ReservationInfo
+from tpuslice.model.records import ReservationInfo
+from tpuslice.runtime.kube import ApiError, ClusterApi
 
 __all__ = ["FakeKube"]
 

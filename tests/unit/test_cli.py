@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tpuslice.cli import main
+from tpuslice.main.cli import main
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -173,7 +173,7 @@ def test_help_on_every_command(capsys: pytest.CaptureFixture[str], argv: list[st
 def test_console_script_reads_stdin() -> None:
     """The installed entry point, end to end, with the README's pipe."""
     result = subprocess.run(
-        [sys.executable, "-m", "tpuslice.cli", "render", "-f", "-"],
+        [sys.executable, "-m", "tpuslice.main.cli", "render", "-f", "-"],
         input=(EXAMPLES / "v6e-4x4-two-slices.yaml").read_text(),
         capture_output=True,
         text=True,
@@ -186,7 +186,7 @@ def test_console_script_reads_stdin() -> None:
 def test_lease_namespace_flag_then_pod_then_service_account_then_context(
     tmp_path: Path,
 ) -> None:
-    from tpuslice.cli import lease_namespace
+    from tpuslice.main.cli import lease_namespace
 
     sa = tmp_path / "namespace"
     kubeconfig = tmp_path / "kubeconfig"
@@ -214,10 +214,10 @@ def test_lease_namespace_flag_then_pod_then_service_account_then_context(
 
 
 def test_run_flags_reach_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    import tpuslice.app
+    import tpuslice.main.app
 
     seen: list[Any] = []
-    monkeypatch.setattr(tpuslice.app, "run_operator", seen.append)
+    monkeypatch.setattr(tpuslice.main.app, "run_operator", seen.append)
     monkeypatch.setenv("POD_NAMESPACE", "ops")
     assert main(["run", "--webhook-secret=certs", "--sweep-seconds=2"]) == 0
     (config,) = seen

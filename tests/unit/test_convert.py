@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tpuslice.applier import is_subset
-from tpuslice.convert import cluster_record, node_info, pod_info, raycluster_info
+from tpuslice.controller.applier import is_subset
+from tpuslice.model.convert import cluster_record, node_info, pod_info, raycluster_info
 
 
 def test_pod_record_reads_kuberay_labels_gate_and_pin() -> None:
@@ -110,7 +110,7 @@ def test_is_subset_ignores_extra_fields_but_not_changed_or_missing_ones() -> Non
 
 
 def test_node_record_reads_capacity_type_and_topology_block() -> None:
-    from tpuslice.records import CapacityType
+    from tpuslice.model.records import CapacityType
 
     def node(**labels: str) -> dict[str, object]:
         return {"metadata": {"name": "n", "labels": labels}, "status": {}}

@@ -1,6 +1,6 @@
 """The CRDs judged offline: schema (unknown fields rejected) and every CEL rule.
 
-The CEL rules repeat tpuslice.topology's rules in another language, so a grid
+The CEL rules repeat tpuslice.model.topology's rules in another language, so a grid
 test proves they agree: for every generation and many shapes, the API server
 accepts exactly what the operator can render.
 """
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.support.crd import failing_rules, load_crd, rules_at, validate
-from tpuslice.topology import (
+from tpuslice.model.topology import (
     GENERATIONS,
     TopologyError,
     generation_names,

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from tpuslice.election import Conflict, Elector
-from tpuslice.health import Health
-from tpuslice.kube import ApiError
-from tpuslice.leader import Timings
-from tpuslice.metrics import Metrics
+from tpuslice.runtime.election import Conflict, Elector
+from tpuslice.runtime.election_rules import Timings
+from tpuslice.runtime.health import Health
+from tpuslice.runtime.kube import ApiError
+from tpuslice.runtime.metrics import Metrics
 
 
 class Clock:
@@ -253,7 +253,7 @@ def test_standby_is_logged_once_per_holder(caplog: pytest.LogCaptureFixture) -> 
     store, clock = FakeLeases(), Clock()
     a, b = elector(store, "a", clock), elector(store, "b", clock)
     assert a.attempt()
-    with caplog.at_level(logging.INFO, logger="tpuslice.election"):
+    with caplog.at_level(logging.INFO, logger="tpuslice.runtime.election"):
         for _ in range(3):
             clock.now += 2
             assert a.attempt() and not b.attempt()

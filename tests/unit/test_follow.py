@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from tpuslice.convert import node_info
-from tpuslice.follow import (
+from tpuslice.controller.reconciler import Reconciler
+from tpuslice.model.convert import node_info
+from tpuslice.model.records import NodeInfo, PodInfo, Snapshot
+from tpuslice.runtime.informers import (
     Followed,
     RecordStore,
     apply,
@@ -17,8 +19,6 @@ from tpuslice.follow import (
     object_key,
     pod_kicks,
 )
-from tpuslice.reconcile import Reconciler
-from tpuslice.records import NodeInfo, PodInfo, Snapshot
 
 
 def node(name: str, pool: str, ready: bool = True, topology: str = "4x4") -> NodeInfo:
@@ -204,7 +204,7 @@ def test_follow_lists_in_pages_watches_and_relists_after_410() -> None:
     import json
     import threading
 
-    from tpuslice.kube import Kube
+    from tpuslice.runtime.kube import Kube
 
     def page(items: list[object], rv: str, token: str = "") -> FakeResponse:
         meta = {"resourceVersion": rv, **({"continue": token} if token else {})}
@@ -247,7 +247,7 @@ def test_follow_lists_in_pages_watches_and_relists_after_410() -> None:
 def test_follow_of_a_kind_whose_crd_is_missing_reports_an_empty_listing() -> None:
     import threading
 
-    from tpuslice.kube import Kube
+    from tpuslice.runtime.kube import Kube
 
     api = FakeApi([FakeResponse(404, b'{"reason":"NotFound","message":"no such kind"}')])
     kube = Kube(api=api, executor=None)  # type: ignore[arg-type]
@@ -266,8 +266,8 @@ def test_follow_tells_readiness_when_the_api_server_fails_and_when_it_answers_ag
     import json
     import threading
 
-    from tpuslice.health import Health
-    from tpuslice.kube import Kube
+    from tpuslice.runtime.health import Health
+    from tpuslice.runtime.kube import Kube
 
     class Recording(Health):
         def __init__(self) -> None:
@@ -300,7 +300,7 @@ def test_follow_tells_readiness_when_the_api_server_fails_and_when_it_answers_ag
 
 
 def test_pods_gone_waits_on_the_store_and_reports_what_is_left() -> None:
-    from tpuslice.follow import Watches
+    from tpuslice.runtime.informers import Watches
 
     async def scenario() -> None:
         w = Watches()

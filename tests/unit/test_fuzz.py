@@ -4,7 +4,7 @@ Spec parsing, pod-template overrides and rendering, over arbitrary input and
 over mostly well-formed input with faults at every depth (strategies in
 tests/support/fuzz.py). The oracle for "KubeRay accepts" is KubeRay's own CRD
 schema through jsonschema (tests/support/crd.py), not the operator's own
-validator, so a hole in ``tpuslice.schema`` fails here.
+validator, so a hole in ``tpuslice.spec.schema`` fails here.
 
 Deterministic in CI: the ``ci`` profile derandomizes (the same examples every
 run) with a bounded count, a few seconds in all. For a deeper, random search:
@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 from tests.support.crd import served_schema, to_jsonschema, validate
 from tests.support.fuzz import BASES, base_cluster, from_schema, json_values, mutations
 from tests.support.kuberay import raycluster_crd
-from tpuslice.render import render_cluster
-from tpuslice.schema import template_schema
-from tpuslice.spec import SpecError
+from tpuslice.render.kuberay import render_cluster
+from tpuslice.spec.parse import SpecError
+from tpuslice.spec.schema import template_schema
 
 settings.register_profile(
     "ci",

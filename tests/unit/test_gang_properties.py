@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tpuslice.actuator import admission_matters
-from tpuslice.records import (
+from tpuslice.controller.actuator import admission_matters
+from tpuslice.model.records import (
     Admission,
     CapacityType,
     ClusterRef,
@@ -30,14 +30,14 @@ from tpuslice.records import (
     ShapePool,
     SlicePlan,
 )
-from tpuslice.reservation import (
+from tpuslice.planning.pools import (
     plan_slices,
     pool_index,
     pool_request,
     prefer_pools,
     shape_pools,
 )
-from tpuslice.slicequeue import admission_for, decide_queue, queue_order
+from tpuslice.planning.queue import admission_for, decide_queue, queue_order
 
 # Per-test settings (a profile loaded here would change test_fuzz's too). Deterministic
 # in CI; GANG_EXAMPLES=3000 for a deeper, random search.
@@ -281,7 +281,7 @@ def check_world(world: World) -> None:
 
 
 def check_decision(decision: object, reqs: list[PoolRequest], pools: list[ShapePool]) -> None:
-    from tpuslice.records import QueueDecision
+    from tpuslice.model.records import QueueDecision
 
     assert isinstance(decision, QueueDecision)
     exist = len(pools)

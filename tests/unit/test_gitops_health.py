@@ -98,7 +98,7 @@ def _job_object(
     deployment: str, job: str = "", suspend: bool = False, **extra: Any
 ) -> dict[str, Any]:
     from tests.unit.test_job_status import READY, as_object, observed, ray_status
-    from tpuslice.job_status import compute_job_status
+    from tpuslice.status.job import compute_job_status
 
     ray = ray_status(deployment, job, **extra) if deployment != "-" else None
     cluster = READY if deployment in ("Initializing", "Running") else None
@@ -141,7 +141,7 @@ def test_job_health_waits_for_the_current_generation() -> None:
 
 def _service_object(name: str) -> dict[str, Any]:
     from tests.unit.test_service_status import CASES, as_object
-    from tpuslice.service_status import compute_service_status
+    from tpuslice.status.service import compute_service_status
 
     obs = next(case[1] for case in CASES if case[0] == name)
     return as_object(compute_service_status(obs, None, "2026-12-01T00:00:00Z"))

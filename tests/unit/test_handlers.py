@@ -10,10 +10,7 @@ import kopf
 
 from tests.support.fake_kube import FakeKube
 from tests.unit.test_reconcile import cluster_body
-from tpuslice.config import OperatorConfig
-from tpuslice.convert import raycluster_info, reservation_body
-from tpuslice.follow import Watches, apply
-from tpuslice.handlers import (
+from tpuslice.controller.handlers import (
     make_reader,
     register,
     reservation_changed,
@@ -21,8 +18,11 @@ from tpuslice.handlers import (
     sweep_once,
     tear_down,
 )
-from tpuslice.metrics import Metrics
-from tpuslice.records import Holder, NodeInfo, PodInfo, ReservationInfo
+from tpuslice.model.convert import raycluster_info, reservation_body
+from tpuslice.model.records import Holder, NodeInfo, PodInfo, ReservationInfo
+from tpuslice.runtime.config import OperatorConfig
+from tpuslice.runtime.informers import Watches, apply
+from tpuslice.runtime.metrics import Metrics
 
 UID = "uid-llm"
 OURS = Holder("ml", "llm", UID, "tpu-aaaaa", 0)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from tpuslice.cli import instance_identity
-from tpuslice.health import Health, serve_health
-from tpuslice.kube import credentials
+from tpuslice.main.cli import instance_identity
+from tpuslice.runtime.health import Health, serve_health
+from tpuslice.runtime.kube import credentials
 
 
 class Clock:
@@ -201,7 +201,7 @@ def test_a_failing_watch_is_readiness_business_never_liveness() -> None:
 def test_watch_ages_are_exported_at_scrape_time() -> None:
     from prometheus_client import generate_latest
 
-    from tpuslice.metrics import Metrics
+    from tpuslice.runtime.metrics import Metrics
 
     clock = Clock()
     health = Health(clock=clock)

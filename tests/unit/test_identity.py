@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from tpuslice import constants as c
-from tpuslice.identity import IdentityError, Note, mutate_pod, read_identity
-from tpuslice.render import render_cluster
-from tpuslice.topology import slice_shape
+from tpuslice.model import constants as c
+from tpuslice.model.topology import slice_shape
+from tpuslice.render.identity import IdentityError, Note, mutate_pod, read_identity
+from tpuslice.render.kuberay import render_cluster
 
 HOST_IP_ENV = {
     "name": "TPU_DEVICE_PLUGIN_HOST_IP",
@@ -489,7 +489,7 @@ def test_a_jobs_cluster_pods_use_kuberays_cluster_name_for_peers_and_coordinator
     """A TPUSliceJob's RayCluster is ``<job>-<random>`` (KubeRay names it per attempt):
     hostnames, peers and the MEGASCALE coordinator go through that cluster's headless
     Service, never one named after the TPUSliceJob."""
-    from tpuslice.render import render_job
+    from tpuslice.render.kuberay import render_job
 
     job = render_job(
         {

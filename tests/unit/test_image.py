@@ -81,7 +81,7 @@ def test_wheel_ships_only_the_operator(tmp_path: Path) -> None:
     packages = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert packages == {"tpuslice"}, packages
     assert not [n for n in names if "devcluster" in n or "tpusim" in n]
-    assert "tpuslice/cli.py" in names
+    assert "tpuslice/main/cli.py" in names
 
 
 def test_dev_cluster_never_imports_operator_tables() -> None:
@@ -94,12 +94,12 @@ def test_dev_cluster_never_imports_operator_tables() -> None:
                 imported.add(node.module)
             elif isinstance(node, ast.Import):
                 imported.update(alias.name for alias in node.names)
-    assert {m for m in imported if m.split(".")[0] == "tpuslice"} <= {"tpuslice"}
+    assert {m for m in imported if m.split(".")[0] == "tpuslice"} <= {"tpuslice.webhook"}
     pki_only = [
         alias.name
         for source in sim.glob("*.py")
         for node in ast.walk(ast.parse(source.read_text()))
-        if isinstance(node, ast.ImportFrom) and node.module == "tpuslice"
+        if isinstance(node, ast.ImportFrom) and node.module == "tpuslice.webhook"
         for alias in node.names
     ]
     assert set(pki_only) <= {"pki"}, pki_only

@@ -135,7 +135,7 @@ def test_context_files_of_this_repo_are_small() -> None:
     """Walks only what .dockerignore admits (not .git or .venv)."""
     rules = images.parse_dockerignore((ROOT / ".dockerignore").read_text())
     files = images.context_files(ROOT, rules)
-    assert "pyproject.toml" in files and "operator/tpuslice/cli.py" in files
+    assert "pyproject.toml" in files and "operator/tpuslice/main/cli.py" in files
     assert {f.split("/")[0] for f in files} <= {"pyproject.toml", "README.md", "operator"}
     assert not [f for f in files if "__pycache__" in f]
 

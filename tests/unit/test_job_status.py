@@ -10,9 +10,9 @@ import pytest
 
 from tests.support.crd import validate
 from tests.support.gitops import kstatus
-from tpuslice.job_status import JobObserved, attempts, compute_job_status
-from tpuslice.records import SliceState, SliceStatus
-from tpuslice.status import ClusterSlices, Stall
+from tpuslice.model.records import SliceState, SliceStatus
+from tpuslice.status.conditions import ClusterSlices, Stall
+from tpuslice.status.job import JobObserved, attempts, compute_job_status
 
 NOW = "2026-12-01T00:00:00Z"
 READY = [SliceStatus(i, SliceState.READY, f"tpu-{i}", f"pool-{i}", 4) for i in range(2)]

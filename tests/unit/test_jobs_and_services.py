@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from tpuslice import constants as c
-from tpuslice.render import (
+from tpuslice.model import constants as c
+from tpuslice.render.kuberay import (
     render,
     render_cluster,
     render_job,
     render_ray_cluster_spec,
     render_service,
 )
-from tpuslice.spec import SpecError, parse_cluster, parse_job, parse_service
+from tpuslice.spec.parse import SpecError, parse_cluster, parse_job, parse_service
 
 PARTS: dict[str, Any] = {
     "tpu": {"type": "v6e", "topology": "4x4", "slices": 2},
@@ -283,7 +283,7 @@ def test_identity_of_a_job_pod_names_kuberays_cluster_not_the_job() -> None:
     """A RayJob's RayCluster is <job>-<random>: the webhook reads ray.io/cluster, so the
     hostnames and the MEGASCALE coordinator name the real headless Service."""
     from tests.unit.test_identity import kuberay_pod
-    from tpuslice.identity import mutate_pod
+    from tpuslice.render.identity import mutate_pod
 
     group = render_job(job())["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
     pod = kuberay_pod(group["template"], group["numOfHosts"], 1, 2, cluster="train-x7k2p")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tpuslice.kicks import Backoff, KickQueue, backoff_seconds
+from tpuslice.controller.queue import Backoff, KickQueue, backoff_seconds
 
 KEY = ("ml", "llm")
 

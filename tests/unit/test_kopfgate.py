@@ -1,4 +1,4 @@
-"""kopf's index gate with wake-ups only when its state flips (tpuslice.kopfgate)."""
+"""kopf's index gate with wake-ups only when its state flips (tpuslice.runtime.kopfgate)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 from kopf._cogs.aiokits import aiotoggles
 
-from tpuslice.kopfgate import fold_index_gate_wakeups
+from tpuslice.runtime.kopfgate import fold_index_gate_wakeups
 
 
 def test_the_installed_kopf_is_one_the_fold_was_checked_against() -> None:

@@ -1,4 +1,4 @@
-"""The leader-election state machine (tpuslice.leader) on a fake clock: no sleeps, no API."""
+"""The leader-election state machine (``runtime.election_rules``) on a fake clock: no sleeps."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tpuslice.leader import (
+from tpuslice.runtime.election_rules import (
     Candidate,
     Kind,
     Record,

@@ -14,13 +14,13 @@ import pytest
 
 from tests.support.fake_kube import FakeKube
 from tests.unit.test_reconcile import cluster_body, nodes, pods
-from tpuslice import constants as c
-from tpuslice import webhook
-from tpuslice.identity import IdentityError, MutationResult
-from tpuslice.kube import ApiError, Kube
-from tpuslice.metrics import Metrics, parse_timestamp, serve, slice_last_created
-from tpuslice.reconcile import Reconciler
-from tpuslice.records import Snapshot
+from tpuslice.controller.reconciler import Reconciler
+from tpuslice.model import constants as c
+from tpuslice.model.records import Snapshot
+from tpuslice.render.identity import IdentityError, MutationResult
+from tpuslice.runtime.kube import ApiError, Kube
+from tpuslice.runtime.metrics import Metrics, parse_timestamp, serve, slice_last_created
+from tpuslice.webhook import admission as webhook
 
 
 def value(m: Metrics, name: str, **labels: str) -> float:

@@ -16,9 +16,9 @@ import pytest
 
 from tests.support.crd import served_schema, to_jsonschema
 from tests.support.kuberay import raycluster_crd
-from tpuslice.render import render_cluster
-from tpuslice.schema import compact, schema_errors, template_schema
-from tpuslice.spec import SpecError
+from tpuslice.render.kuberay import render_cluster
+from tpuslice.spec.parse import SpecError
+from tpuslice.spec.schema import compact, schema_errors, template_schema
 
 
 def cluster(group: str = "worker", template: Any = None) -> dict[str, Any]:

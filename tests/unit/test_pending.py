@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tpuslice.pending import TTL_SECONDS, PendingWrites
-from tpuslice.records import Holder, PodInfo, ReservationInfo
+from tpuslice.controller.expectations import TTL_SECONDS, PendingWrites
+from tpuslice.model.records import Holder, PodInfo, ReservationInfo
 
 OURS = Holder("ml", "llm", "uid-llm", "tpu-aaaaa", 0)
 THEIRS = Holder("ml", "other", "uid-other", "tpu-zzzzz", 0)

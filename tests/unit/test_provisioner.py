@@ -12,9 +12,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from tests.support.fake_kube import FakeKube
-from tpuslice import constants as c
-from tpuslice.reconcile import Reconciler
-from tpuslice.records import (
+from tpuslice.controller.reconciler import Reconciler
+from tpuslice.model import constants as c
+from tpuslice.model.records import (
     Holder,
     NodeInfo,
     PodInfo,
@@ -310,11 +310,11 @@ def test_a_services_pass_for_one_raycluster_sees_only_its_requests() -> None:
     """A TPUSliceService plans each RayCluster apart: the pass for ``svc-a`` decides
     svc-a's requests and those of RayClusters the service no longer has, never the
     pending upgrade cluster's."""
-    from tpuslice.pending import PendingWrites
-    from tpuslice.provisioner import Provisioner
-    from tpuslice.recorder import Recorder
-    from tpuslice.records import ClusterRef
-    from tpuslice.spec import parse_slice_parts
+    from tpuslice.controller.expectations import PendingWrites
+    from tpuslice.controller.provisioner import Provisioner
+    from tpuslice.controller.recorder import Recorder
+    from tpuslice.model.records import ClusterRef
+    from tpuslice.spec.parse import parse_slice_parts
 
     kube = FakeKube()
     provisioner = Provisioner(kube, Recorder(kube), PendingWrites())
@@ -335,8 +335,8 @@ def test_a_services_pass_for_one_raycluster_sees_only_its_requests() -> None:
 def test_a_job_asks_for_its_current_rayclusters_slice_by_that_rayclusters_name() -> None:
     """A TPUSliceJob goes through the same actuator: the request is named by the
     attempt's RayCluster (``<job>-<random>``) and labelled with the owner kind."""
-    from tpuslice.convert import ray_owner_info
-    from tpuslice.reconcile_job import JobReconciler
+    from tpuslice.controller.job import JobReconciler
+    from tpuslice.model.convert import ray_owner_info
 
     job = {
         "apiVersion": "tpuslice.dev/v1alpha1",

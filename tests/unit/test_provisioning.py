@@ -11,10 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tpuslice import constants as c
-from tpuslice import events
-from tpuslice.convert import node_info, provisioning_request_info
-from tpuslice.provisioning import (
+from tpuslice.capacity.requests import (
     CLAIM_WITHIN_SECONDS,
     backoff_seconds,
     config_error,
@@ -33,7 +30,10 @@ from tpuslice.provisioning import (
     slices_to_provision,
     worker_template_of,
 )
-from tpuslice.records import (
+from tpuslice.model import constants as c
+from tpuslice.model import events
+from tpuslice.model.convert import node_info, provisioning_request_info
+from tpuslice.model.records import (
     NodeInfo,
     ProvisioningAction,
     ProvisioningRequestInfo,
@@ -43,8 +43,8 @@ from tpuslice.records import (
     SliceState,
     SliceStatus,
 )
-from tpuslice.render import render_ray_cluster_spec
-from tpuslice.spec import RetryPolicy, SliceClusterSpec, parse_cluster, parse_job
+from tpuslice.render.kuberay import render_ray_cluster_spec
+from tpuslice.spec.parse import RetryPolicy, SliceClusterSpec, parse_cluster, parse_job
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -237,7 +237,7 @@ def test_the_pods_carry_what_the_template_asks_for() -> None:
 
 
 def test_a_user_override_of_a_capacity_key_is_refused() -> None:
-    from tpuslice.spec import SpecError
+    from tpuslice.spec.parse import SpecError
 
     spec = spec_of(
         {"mode": "BestEffortAtomic", "nodeSelector": {c.NODE_LABEL_SPOT: "true"}},
@@ -981,7 +981,7 @@ def test_a_slice_on_an_existing_pool_drops_a_leftover_request() -> None:
 
 
 def test_a_provisioning_slice_explains_ready_false_and_posts_an_event() -> None:
-    from tpuslice.status import Observed, desired_conditions, slice_events
+    from tpuslice.status.conditions import Observed, desired_conditions, slice_events
 
     slices = [
         SliceStatus(0, SliceState.READY, "tpu-a", "pool-a", 4),

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from tests.support.crd import apply_defaults, load_crd, served_schema, validate
-from tpuslice import constants as c
-from tpuslice.records import ProvisioningMode
-from tpuslice.spec import RetryPolicy, SpecError, parse_cluster, parse_job, parse_service
+from tpuslice.model import constants as c
+from tpuslice.model.records import ProvisioningMode
+from tpuslice.spec.parse import RetryPolicy, SpecError, parse_cluster, parse_job, parse_service
 
 TSC = "tpuslice.dev_tpusliceclusters.yaml"
 TSJ = "tpuslice.dev_tpuslicejobs.yaml"

@@ -7,12 +7,12 @@ import time
 from typing import Any
 
 from tests.support.fake_kube import FakeKube
-from tpuslice.applier import applied_hash
-from tpuslice.convert import raycluster_info
-from tpuslice.kube import ApiError
-from tpuslice.reconcile import Reconciler
-from tpuslice.records import Holder, NodeInfo, PodInfo, ReservationInfo, Snapshot
-from tpuslice.render import render_cluster
+from tpuslice.controller.applier import applied_hash
+from tpuslice.controller.reconciler import Reconciler
+from tpuslice.model.convert import raycluster_info
+from tpuslice.model.records import Holder, NodeInfo, PodInfo, ReservationInfo, Snapshot
+from tpuslice.render.kuberay import render_cluster
+from tpuslice.runtime.kube import ApiError
 
 UID = "uid-llm"
 
@@ -480,7 +480,7 @@ def test_success_forgets_the_failures(caplog: Any) -> None:
     key = ("ml", "llm")
 
     async def scenario() -> None:
-        with caplog.at_level(logging.WARNING, logger="tpuslice.reconcile"):
+        with caplog.at_level(logging.WARNING, logger="tpuslice.controller.reconciler"):
             for _ in range(3):
                 await reconciler.kick(key)
                 reconciler.backoff._failing[key].retry_at = 0
@@ -497,7 +497,7 @@ def test_success_forgets_the_failures(caplog: Any) -> None:
 
 
 def test_failure_keeps_the_rest_of_the_status() -> None:
-    from tpuslice.status import failure_status
+    from tpuslice.status.conditions import failure_status
 
     previous = {
         "observedGeneration": 3,

@@ -7,11 +7,11 @@ import asyncio
 from typing import Any
 
 from tests.support.fake_kube import FakeKube
-from tpuslice.convert import ray_owner_info
-from tpuslice.reconcile_job import JobReconciler
-from tpuslice.reconcile_service import ServiceReconciler, service_clusters
-from tpuslice.records import ClusterRef, Holder, NodeInfo, PodInfo, ReservationInfo, Snapshot
-from tpuslice.reservation import handovers, kept_frees
+from tpuslice.controller.job import JobReconciler
+from tpuslice.controller.service import ServiceReconciler, service_clusters
+from tpuslice.model.convert import ray_owner_info
+from tpuslice.model.records import ClusterRef, Holder, NodeInfo, PodInfo, ReservationInfo, Snapshot
+from tpuslice.planning.pools import handovers, kept_frees
 
 JOB_UID, SVC_UID = "uid-train", "uid-serve"
 JOB = ClusterRef("ml", "train", JOB_UID, kind="TPUSliceJob")

@@ -7,8 +7,15 @@ from typing import Any
 
 from tests.support.fake_kube import FakeKube
 from tests.unit.test_reconcile import UID, cluster_body, conditions_of, kinds, nodes
-from tpuslice.reconcile import Reconciler
-from tpuslice.records import ClusterRef, Holder, PodInfo, ReservationInfo, ShapeMember, Snapshot
+from tpuslice.controller.reconciler import Reconciler
+from tpuslice.model.records import (
+    ClusterRef,
+    Holder,
+    PodInfo,
+    ReservationInfo,
+    ShapeMember,
+    Snapshot,
+)
 
 
 def gang_pods(cluster: str = "llm", replicas: int = 2) -> list[PodInfo]:
@@ -157,7 +164,7 @@ def test_a_gang_that_loses_a_claim_completes_with_another_free_pool() -> None:
 
 def test_queue_metrics_count_the_waiting_and_time_the_wait() -> None:
     from tests.unit.test_metrics import value
-    from tpuslice.metrics import Metrics
+    from tpuslice.runtime.metrics import Metrics
 
     b = body()
     b["spec"] = two_slices()
@@ -179,9 +186,9 @@ def test_queue_metrics_count_the_waiting_and_time_the_wait() -> None:
 def test_without_competition_the_queue_is_not_decided_at_all() -> None:
     """Every member's missing pools fit in the free ones: no order to keep (the cheap
     path); one more wanting member than free pools: the queue decides."""
-    from tpuslice.actuator import SpecCache, queue_admission
-    from tpuslice.reservation import pool_index
-    from tpuslice.spec import parse_cluster
+    from tpuslice.controller.actuator import SpecCache, queue_admission
+    from tpuslice.planning.pools import pool_index
+    from tpuslice.spec.parse import parse_cluster
 
     me = body("me", "uid-me", "2026-01-02T00:00:00Z")
     other = body("other", "uid-other", "2026-01-01T00:00:00Z")

@@ -18,9 +18,9 @@ import yaml
 
 from tests.support.crd import served_schema, to_jsonschema
 from tests.support.kuberay import kuberay_crd, raycluster_crd
-from tpuslice import constants as c
-from tpuslice.render import render, render_cluster
-from tpuslice.spec import SpecError
+from tpuslice.model import constants as c
+from tpuslice.render.kuberay import render, render_cluster
+from tpuslice.spec.parse import SpecError
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = sorted(p.name.removesuffix(".in.yaml") for p in GOLDEN.glob("*.in.yaml"))

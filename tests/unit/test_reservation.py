@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpuslice.records import (
+from tpuslice.model.records import (
     ClusterRef,
     Holder,
     NodeInfo,
@@ -12,7 +12,7 @@ from tpuslice.records import (
     ReservationInfo,
     SliceState,
 )
-from tpuslice.reservation import plan_slices
+from tpuslice.planning.pools import plan_slices
 
 CLUSTER = ClusterRef("ml", "llm", "uid-llm")
 OTHER = Holder("ml", "other", "uid-other", "tpu-zzzzz", 0)
@@ -350,7 +350,7 @@ def test_a_held_slice_with_a_pod_terminating_on_a_dead_node_keeps_its_pool_and_s
 
 
 def test_the_sweep_deletes_only_orphans_of_namespaces_it_watches() -> None:
-    from tpuslice.sweep import is_orphan, watches_namespace
+    from tpuslice.planning.sweep import is_orphan, watches_namespace
 
     holder = Holder("ml", "llm", "uid-1", "tpu-abc")
     # a cluster-wide instance: the holder is gone and its pods too -> orphan

@@ -11,9 +11,9 @@ import pytest
 
 from tests.support.crd import validate
 from tests.support.gitops import kstatus
-from tpuslice.records import SliceState, SliceStatus
-from tpuslice.service_status import ServiceObserved, compute_service_status, serving
-from tpuslice.status import ClusterSlices, Stall
+from tpuslice.model.records import SliceState, SliceStatus
+from tpuslice.status.conditions import ClusterSlices, Stall
+from tpuslice.status.service import ServiceObserved, compute_service_status, serving
 
 NOW = "2026-12-01T00:00:00Z"
 ACTIVE, PENDING = "llm-a1b2c", "llm-d3e4f"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.unit.test_reservation import CLUSTER, ours, plan, pool, slice_pods
-from tpuslice.records import (
+from tpuslice.model.records import (
     Admission,
     CapacityType,
     ClusterRef,
@@ -17,8 +17,8 @@ from tpuslice.records import (
     ShapePool,
     SliceState,
 )
-from tpuslice.reservation import pool_index, pool_request, prefer_pools, shape_pools
-from tpuslice.slicequeue import (
+from tpuslice.planning.pools import pool_index, pool_request, prefer_pools, shape_pools
+from tpuslice.planning.queue import (
     admission_for,
     decide_queue,
     holders_summary,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tpuslice.spec import SpecError, parse_cluster
+from tpuslice.spec.parse import SpecError, parse_cluster
 
 
 def obj(**spec: Any) -> dict[str, Any]:

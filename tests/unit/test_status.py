@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpuslice.records import SliceState, SliceStatus
-from tpuslice.status import Observed, Stall, compute_status, slice_events
+from tpuslice.model.records import SliceState, SliceStatus
+from tpuslice.status.conditions import Observed, Stall, compute_status, slice_events
 
 T0, T1 = "2026-11-30T00:00:00Z", "2026-11-30T00:01:00Z"
 
@@ -133,7 +133,7 @@ def test_slice_events_on_transitions_only() -> None:
 def test_may_fold_is_anything_but_a_condition_flip_or_a_new_generation() -> None:
     from dataclasses import replace
 
-    from tpuslice.status import may_fold
+    from tpuslice.status.conditions import may_fold
 
     scheduled = observed(SliceState.SCHEDULED)
     before = compute_status(scheduled, None, T0)
@@ -158,7 +158,7 @@ def test_thousands_of_blocked_slices_give_a_bounded_summary_the_crd_accepts() ->
     import json
 
     from tests.support.crd import validate
-    from tpuslice.status import MAX_MESSAGE
+    from tpuslice.status.conditions import MAX_MESSAGE
 
     capacity = "needs a free node pool of 4 ready nodes with tpu-v6e-slice/4x4; " + "x" * 900
     slices = [
@@ -198,7 +198,7 @@ def test_blocked_slices_with_one_message_are_one_group() -> None:
 
 
 def test_a_huge_stall_message_is_cut_and_says_so() -> None:
-    from tpuslice.status import MAX_MESSAGE, truncate
+    from tpuslice.status.conditions import MAX_MESSAGE, truncate
 
     status = compute_status(observed(stall=Stall("RayClusterRejected", "y" * 100_000)), None, T0)
     stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
@@ -208,7 +208,7 @@ def test_a_huge_stall_message_is_cut_and_says_so() -> None:
 
 
 def test_index_ranges_are_bounded() -> None:
-    from tpuslice.status import index_ranges
+    from tpuslice.status.conditions import index_ranges
 
     assert index_ranges([3, 0, 1, 2, 7, 9, 10]) == "0-3, 7, 9-10"
     text = index_ranges(range(0, 8192, 2), limit=100)

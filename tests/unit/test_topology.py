@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tpuslice.topology import GENERATIONS, TopologyError, resolve_generation, slice_shape
+from tpuslice.model.topology import GENERATIONS, TopologyError, resolve_generation, slice_shape
 
 # type, topology, chipsPerHost, gke label, chips, chips/host, hosts, accelerator type
 SHAPES = [

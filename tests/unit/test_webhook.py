@@ -38,10 +38,10 @@ from tests.unit.test_identity import (
     kuberay_pod,
     render_worker_template,
 )
-from tpuslice import constants as c
-from tpuslice import webhook
-from tpuslice.identity import mutate_pod
-from tpuslice.metrics import Metrics
+from tpuslice.model import constants as c
+from tpuslice.render.identity import mutate_pod
+from tpuslice.runtime.metrics import Metrics
+from tpuslice.webhook import admission as webhook
 
 CA = base64.b64encode(b"ca-pem").decode()
 

@@ -13,10 +13,10 @@ from typing import Any, cast
 import pytest
 from cryptography import x509
 
-from tpuslice import webhook
-from tpuslice.kube import ApiError
-from tpuslice.serving import IdentityWebhook, SharedSecret
-from tpuslice.webhookcerts import Action, plan, secret_with, stored_bundle
+from tpuslice.runtime.kube import ApiError
+from tpuslice.webhook import admission as webhook
+from tpuslice.webhook.certificates import Action, plan, secret_with, stored_bundle
+from tpuslice.webhook.serving import IdentityWebhook, SharedSecret
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 HOSTS = webhook.service_hosts("rel-tpuslice-operator-webhook", "ops")

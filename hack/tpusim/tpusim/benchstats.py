@@ -289,13 +289,13 @@ def module_of(path: str) -> str:
 
 
 def thread_group(name: str, frames: Sequence[str]) -> str:
-    """The operator's threads (named in tpuslice.app, follow, kube, webhook, election);
+    """The operator's threads (named in tpuslice.main.app, follow, kube, webhook, election);
     the webhook's per-request threads are http.server's, known by their stack."""
     if name == "kopf":
         return "kopf loop (kopf + our passes)"
     if name.startswith("watch-"):
         return "our watches"
-    if name.startswith("kube_"):  # tpuslice.kube's executor: every API call of a pass
+    if name.startswith("kube_"):  # tpuslice.runtime.kube's executor: every API call of a pass
         return "our API calls (kube threads)"
     if name == "identity-webhook" or any("process_request_thread" in f for f in frames):
         return "webhook threads"

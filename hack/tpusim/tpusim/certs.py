@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from tpuslice import pki
+from tpuslice.webhook import pki
 
 __all__ = ["PKI", "issue_client_cert", "make_pki", "write_client_kubeconfig", "write_kubeconfig"]
 

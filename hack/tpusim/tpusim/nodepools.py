@@ -8,7 +8,7 @@ out, so the GKE shape of a node is unit-tested without a cluster.
 The TPU type table is deliberately local and written from GKE's documentation
 ("About TPUs in GKE", "Plan TPUs in GKE": machine types, the
 ``cloud.google.com/gke-tpu-accelerator`` values, chips per host), never imported
-from the operator: a fake GKE that took its labels from ``tpuslice.topology``
+from the operator: a fake GKE that took its labels from ``tpuslice.model.topology``
 would mirror a wrong label there and every e2e scenario would still pass.
 
 How GKE provisioned a pool's VMs shows in node labels, also written from GKE's

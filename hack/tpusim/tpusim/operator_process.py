@@ -65,7 +65,7 @@ class OperatorProcess:
                 [
                     sys.executable,
                     "-m",
-                    "tpuslice.cli",
+                    "tpuslice.main.cli",
                     "run",
                     f"--kubeconfig={self.kubeconfig}",
                     f"--liveness-port={self.health_port}",

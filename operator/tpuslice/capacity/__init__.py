@@ -1,0 +1,3 @@
+"""Capacity on demand, the pure half: ProvisioningRequests per slice and the decision what
+to ask GKE for; ``controller.provisioner`` carries it out.
+"""

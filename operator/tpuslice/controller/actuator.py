@@ -1,0 +1,542 @@
+"""The slice actuator: carry out the planner's decisions for one cluster's slices.
+
+``reservation.plan_slices`` decides (pure); this part acts, in the order that
+keeps the guarantee: give back pools no longer needed, claim pools (creating a
+SliceReservation is the atomic claim; AlreadyExists means another was first,
+and the pass re-plans at once with the winner's reservation known), release
+whole slices whose claim held (every pod of the slice in one burst of
+patches), and mark fully pinned reservations Bound. Each write is recorded in
+``PendingWrites`` until the watches show it.
+
+``PoolIndexCache`` keeps each shape's pool index between passes; it is rebuilt
+only when a node of the shape changed in a way the decisions see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tpuslice.controller.expectations import PendingWrites
+from tpuslice.controller.provisioner import Provisioner, ProvisioningPass
+from tpuslice.controller.recorder import Recorder
+from tpuslice.model import constants as c
+from tpuslice.model import events
+from tpuslice.model.convert import holder_spec, reservation_body, reservation_info
+from tpuslice.model.records import (
+    Admission,
+    ClusterRef,
+    PodInfo,
+    PodRelease,
+    PoolRequest,
+    ReservationInfo,
+    Shape,
+    SlicePlan,
+    Snapshot,
+)
+from tpuslice.planning.pools import (
+    PoolIndex,
+    eligible_pools,
+    handovers,
+    kept_frees,
+    plan_slices,
+    pool_index,
+    pool_request,
+    shape_pools,
+)
+from tpuslice.planning.queue import admission_for, decide_queue
+from tpuslice.runtime.kube import ApiError, ClusterApi
+from tpuslice.runtime.metrics import Metrics, slice_last_created
+from tpuslice.spec.parse import SliceClusterSpec, SpecError, parse_slice_parts
+from tpuslice.status.conditions import Stall
+
+__all__ = [
+    "PoolIndexCache",
+    "SliceActuator",
+    "SpecCache",
+    "admission_matters",
+    "decide_admission",
+    "desired_of",
+    "queue_admission",
+    "queue_key",
+    "shape_of",
+]
+
+#: Re-plans within one pass after a lost claim (each may lose again to a faster holder).
+CLAIM_REPLANS = 2
+
+MULTIHOST_HINT = (
+    "KubeRay created worker pods without the ray.io/worker-group-replica-name and "
+    "ray.io/replica-host-index labels, so slices cannot be told apart: turn on KubeRay's "
+    "multi-host indexing (ray-operator --feature-gates=RayMultiHostIndexing=true on KubeRay "
+    "1.5; on by default from 1.6) and delete the RayCluster's worker pods"
+)
+
+
+#: Why a job's new slice waits while the pools it keeps are still in use.
+KEPT_MESSAGE = (
+    "waiting for the previous attempt's pods to leave the node pools this job keeps "
+    "(no new claim: a retry gets the job's own pools)"
+)
+
+
+def shape_of(spec: SliceClusterSpec) -> Shape:
+    return spec.shape.generation.gke_accelerator, spec.shape.topology
+
+
+def previous_pools(status: Mapping[str, Any]) -> dict[int, str]:
+    """Slice index -> the pool it held, as the status last said (a preference)."""
+    return {
+        int(s["index"]): s["nodePool"]
+        for s in status.get("slices") or []
+        if s.get("nodePool") and s.get("index") is not None
+    }
+
+
+@dataclass
+class SpecCache:
+    """Parsed specs of the shape's other clusters, by (uid, generation): every pass reads
+    the whole queue of its shape, and parsing each member's spec every time would cost a
+    parse per member per pass."""
+
+    _specs: dict[tuple[str, int], SliceClusterSpec | None] = field(default_factory=dict)
+
+    def parse(self, cluster: Mapping[str, Any]) -> SliceClusterSpec | None:
+        meta = cluster.get("metadata") or {}
+        key = (str(meta.get("uid") or ""), int(meta.get("generation") or 0))
+        if key not in self._specs:
+            self.forget(key[0])  # an older generation's
+            try:
+                self._specs[key] = parse_slice_parts(cluster)
+            except SpecError:
+                self._specs[key] = None
+        return self._specs[key]
+
+    def forget(self, uid: str) -> None:
+        for key in [k for k in self._specs if k[0] == uid]:
+            del self._specs[key]
+
+
+def desired_of(cluster: Mapping[str, Any], spec: SliceClusterSpec) -> int:
+    """How many slices an object wants now: none when suspended, or when it is a
+    TPUSliceJob that has ended (its status says Complete or Failed)."""
+    if spec.suspend:
+        return 0
+    for cond in (cluster.get("status") or {}).get("conditions") or []:
+        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+            return 0
+    return spec.slices
+
+
+def queue_key(ref: ClusterRef) -> tuple[str, str]:
+    """The key of an object in its shape's queue: a TPUSliceJob and a TPUSliceCluster of
+    one name in one namespace are two entries."""
+    if ref.kind == c.KIND_CLUSTER:
+        return ref.namespace, ref.name
+    return ref.namespace, f"{ref.kind}/{ref.name}"
+
+
+def _request(
+    ref: ClusterRef,
+    spec: SliceClusterSpec,
+    cluster: Mapping[str, Any],
+    pods: Sequence[PodInfo],
+    reservations: Sequence[ReservationInfo],
+    desired: int,
+) -> PoolRequest:
+    request = pool_request(
+        ref,
+        hosts=spec.shape.hosts,
+        desired_slices=desired,
+        pods=pods,
+        reservations=reservations,
+        gang=spec.gang,
+        priority=spec.priority,
+        created=str((cluster.get("metadata") or {}).get("creationTimestamp") or ""),
+        capacity_types=spec.capacity_types,
+        previous_pools=previous_pools(cluster.get("status") or {}),
+    )
+    return replace(request, key=queue_key(ref))
+
+
+def queue_admission(
+    ref: ClusterRef,
+    spec: SliceClusterSpec,
+    snap: Snapshot,
+    pods: Sequence[PodInfo],
+    reservations: Sequence[ReservationInfo],
+    index: PoolIndex,
+    specs: SpecCache,
+    desired: int | None = None,
+) -> Admission | None:
+    """What the shape's queue lets this cluster claim now, decided from the snapshot alone
+    (every member's priority, creationTimestamp, pods and reservations; the shape's
+    pools): every pass of every cluster, and an operator after a restart, computes the
+    same decision. Members being deleted, ungated or with an invalid spec are not queued.
+
+    None when nobody competes: every member's missing pools (counted from its
+    reservations, without reading its pods) fit in the free eligible pools, so the order
+    cannot matter and the planner picks by preference alone; None too when no admission
+    could change this cluster's plan (``admission_matters``). Deciding the whole queue
+    costs a pass over every member's pods and every pool; most passes need none of it."""
+    assert snap.cluster is not None
+    if desired is None:
+        desired = desired_of(snap.cluster, spec)
+    own_reservations = [r for r in reservations if ref.holds(r.holder)]
+    own = _request(ref, spec, snap.cluster, pods, own_reservations, desired)
+    exist = len(index.matching)
+    if not admission_matters(own, exist):
+        return None
+    return decide_admission(ref, spec, snap, own, reservations, index, specs)
+
+
+def admission_matters(own: PoolRequest, exist: int) -> bool:
+    """Whether the queue's word can change this cluster's plan. Not when it has no live
+    slice without a pool (nothing to claim) and either holds all it wants (a running
+    cluster's every resync) or holds nothing and fits the shape (no pods yet, no
+    NotEnoughPools to say): then every admission gives the same plan, and the walk over
+    every member of the shape (~10 ms at 1,000 members) is skipped. Held but short (a
+    gang's partial set) still needs it: contention decides whether it gives back."""
+    if own.claimable:
+        return True
+    return not (own.held >= own.desired or (own.held == 0 and own.desired <= exist))
+
+
+def decide_admission(
+    ref: ClusterRef,
+    spec: SliceClusterSpec,
+    snap: Snapshot,
+    own: PoolRequest,
+    reservations: Sequence[ReservationInfo],
+    index: PoolIndex,
+    specs: SpecCache,
+) -> Admission | None:
+    """``queue_admission`` past the shortcut: every member of the shape walked."""
+    assert snap.cluster is not None
+    shape = shape_of(spec)
+    hosts, chips = spec.shape.hosts, spec.shape.chips_per_host
+    exist = len(index.matching)
+    by_holder: dict[str, list[ReservationInfo]] = {}
+    for r in reservations:
+        by_holder.setdefault(r.holder.uid, []).append(r)
+    members: list[
+        tuple[ClusterRef, SliceClusterSpec, Mapping[str, Any], Sequence[PodInfo], int]
+    ] = []
+    others_missing = 0
+    for member in snap.shape_members:
+        meta = member.cluster.get("metadata") or {}
+        other = specs.parse(member.cluster)
+        if other is None or not other.gated or shape_of(other) != shape:
+            continue
+        if meta.get("deletionTimestamp"):
+            continue
+        other_desired = desired_of(member.cluster, other)
+        held = len(by_holder.get(str(meta.get("uid") or ""), []))
+        if held >= other_desired:
+            # Wants nothing (counted from its reservations, without reading its pods): a
+            # slice it is replacing is counted in its own pass, which frees the old pool
+            # and asks again with its exact request.
+            continue
+        if other_desired <= exist:
+            others_missing += other_desired - held
+        other_ref = ClusterRef(
+            meta.get("namespace", ""),
+            meta.get("name", ""),
+            meta.get("uid", ""),
+            kind=member.cluster.get("kind") or c.KIND_CLUSTER,
+        )
+        members.append((other_ref, other, member.cluster, member.pods, other_desired))
+    eligible = eligible_pools(index, hosts=hosts, chips_per_host=chips)
+    free = len(eligible) - sum(1 for r in reservations if r.pool in eligible)
+    if own.desired <= exist and own.missing + others_missing <= free:
+        return None
+    requests = [own] + [
+        _request(other_ref, other, cluster, member_pods, by_holder.get(other_ref.uid, []), want)
+        for other_ref, other, cluster, member_pods, want in members
+    ]
+    pools = shape_pools(index, reservations, hosts=hosts, chips_per_host=chips)
+    decision = decide_queue(shape, requests, pools)
+    return admission_for(decision, queue_key(ref))
+
+
+@dataclass
+class PoolIndexCache:
+    """Pool indexes per shape, versioned by node changes the decisions see."""
+
+    _versions: dict[Shape, int] = field(default_factory=dict)
+    _indexes: dict[Shape, tuple[int, PoolIndex]] = field(default_factory=dict)
+
+    def nodes_changed(self, shape: Shape) -> None:
+        """A node of ``shape`` changed in a way the decisions see (not a heartbeat)."""
+        self._versions[shape] = self._versions.get(shape, 0) + 1
+
+    def versions(self) -> dict[Shape, int]:
+        """The versions now; read with the snapshot's nodes (no await in between)."""
+        return dict(self._versions)
+
+    def index(self, shape: Shape, snap: Snapshot) -> PoolIndex | None:
+        """The shape's pool index, rebuilt only after ``nodes_changed``; None (the planner
+        builds it) when nothing reports node changes, as in unit tests.
+
+        Keyed by the version the snapshot's nodes were read at: a node event during an
+        earlier await of this pass must not get stale nodes cached as current."""
+        version = snap.node_versions.get(shape)
+        if version is None:
+            return None
+        cached = self._indexes.get(shape)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        index = pool_index(snap.nodes, *shape)
+        if version == self._versions.get(shape):
+            self._indexes[shape] = (version, index)
+        return index
+
+
+@dataclass
+class SliceActuator:
+    kube: ClusterApi
+    pending: PendingWrites
+    recorder: Recorder
+    metrics: Metrics
+    pool_indexes: PoolIndexCache
+    specs: SpecCache = field(default_factory=SpecCache)
+    #: capacity on demand (provisioner.py); None: never asks for capacity
+    provisioner: Provisioner | None = None
+
+    async def act(
+        self,
+        ref: ClusterRef,
+        spec: SliceClusterSpec,
+        snap: Snapshot,
+        previous: Mapping[str, Any],
+        *,
+        desired_slices: int | None = None,
+        keep_pools: bool = False,
+    ) -> tuple[SlicePlan, Stall | None]:
+        """Plan and act on every slice of ``ref``; the plan as it stands after acting, and
+        a stall the plan revealed (pods KubeRay did not index, NotEnoughPools).
+
+        ``desired_slices`` overrides the spec's count (a TPUSliceJob that ended wants
+        none). ``keep_pools`` (a TPUSliceJob between attempts): pools of slices whose
+        pods are gone stay held and go to the new attempt's slices (``handovers``), and
+        while the job holds as many pools as it wants it claims none."""
+        assert snap.cluster is not None
+        shape = shape_of(spec)
+        index = self.pool_indexes.index(shape, snap) or pool_index(snap.nodes, *shape)
+        desired = desired_of(snap.cluster, spec) if desired_slices is None else desired_slices
+        if keep_pools:
+            await self._hand_over(ref, spec, snap, desired)
+        prov = self.provisioner.begin(ref, spec, snap, previous) if self.provisioner else None
+        if prov is not None:
+            index = prov.restrict(index)
+        preferred = previous_pools(previous)
+        if prov is not None:
+            preferred = prov.prefer(preferred)
+
+        def plan() -> SlicePlan:
+            pods = self.pending.pods(snap.pods)
+            reservations = self.pending.reservations(snap.reservations)
+            held = sum(1 for r in reservations if r.holder.uid == ref.uid)
+            if keep_pools and held >= desired:
+                admission: Admission | None = Admission(pools=(), message=KEPT_MESSAGE)
+            elif spec.gated:
+                admission = queue_admission(
+                    ref, spec, snap, pods, reservations, index, self.specs, desired
+                )
+            else:
+                admission = None
+            if prov is not None:
+                admission = prov.admit(admission)
+            planned = plan_slices(
+                ref,
+                accelerator=spec.shape.generation.gke_accelerator,
+                topology=spec.shape.topology,
+                hosts=spec.shape.hosts,
+                chips_per_host=spec.shape.chips_per_host,
+                desired_slices=desired,
+                gated=spec.gated,
+                pods=pods,
+                nodes=snap.nodes,
+                reservations=reservations,
+                previous_pools=preferred,
+                inventory=index,
+                gang=spec.gang,
+                admission=admission,
+                capacity_types=spec.capacity_types,
+            )
+            if keep_pools:
+                frees = kept_frees(
+                    planned.frees, ref, desired_slices=desired, reservations=reservations
+                )
+                planned = replace(planned, frees=frees)
+            return planned
+
+        current = plan()
+        stall = None
+        if current.unindexed_pods:
+            stall = Stall(events.MULTIHOST_INDEXING_DISABLED, MULTIHOST_HINT)
+        if prov is not None:
+            pods_now = self.pending.pods(snap.pods)
+            await prov.act(current, pods_now, self.pending.reservations(snap.reservations), index)
+        acted = await self._free(ref, current.frees, snap)
+        held, lost = await self._claim(ref, spec, current)
+        for _ in range(CLAIM_REPLANS):
+            if not lost:
+                break
+            # Someone else was faster: re-plan at once with the winner's reservation
+            # known (another free pool, or the honest WaitingForCapacity naming the
+            # holder; a gang gives its partial set back), instead of reporting the
+            # winner's pool until the next pass.
+            current = plan()
+            acted = await self._free(ref, current.frees, snap) or acted
+            more, lost = await self._claim(ref, spec, current)
+            held += more
+        acted = acted or bool(held)
+        holding = {
+            r.holder.replica_name
+            for r in self.pending.reservations(snap.reservations)
+            if r.holder.uid == ref.uid
+        }
+        holding |= self.pending.created_by(ref.uid)
+        releases = [r for r in current.releases if r.replica_name in holding]
+        if current.all_or_nothing and lost:
+            releases = []  # the gang is not complete: nothing of it may schedule
+        if prov is not None:
+            releases = prov.releases(releases)
+        if releases:
+            await self._release(releases, prov)
+            self.metrics.slices_released(
+                slice_last_created(snap.pods, {r.replica_name for r in releases}), time.time()
+            )
+            acted = True
+        await self._bind(current.binds)
+        final = plan() if acted else current
+        if final.stalled and stall is None:
+            stall = Stall(events.NOT_ENOUGH_POOLS, final.stalled)
+        if prov is not None:
+            final, stall = prov.report(final, stall)
+        return final, stall
+
+    async def _hand_over(
+        self, ref: ClusterRef, spec: SliceClusterSpec, snap: Snapshot, desired: int
+    ) -> None:
+        """Give the pools of slices without pods to the job's new slices: one conditional
+        patch of each reservation's holder. A conflict (the reservation changed) is left
+        to the next pass, which reads it again."""
+        reservations = self.pending.reservations(snap.reservations)
+        by_pool = {r.pool: r for r in reservations}
+        for handover in handovers(
+            ref,
+            hosts=spec.shape.hosts,
+            desired_slices=desired,
+            pods=self.pending.pods(snap.pods),
+            reservations=reservations,
+        ):
+            old = by_pool[handover.pool]
+            try:
+                updated = await self.kube.hand_over_reservation(
+                    handover.pool, holder_spec(handover.holder), old.resource_version
+                )
+            except ApiError as exc:
+                if exc.conflict or exc.not_found:
+                    continue
+                raise
+            self.pending.reservation_seen(reservation_info(updated), time.monotonic())
+            await self.recorder.normal(
+                ref,
+                events.SLICE_HANDED_OVER,
+                f"node pool {handover.pool} kept for slice {handover.holder.replica_index} "
+                f"({handover.holder.replica_name}; it held {old.holder.replica_name} before)",
+            )
+
+    async def _free(self, ref: ClusterRef, pools: Sequence[str], snap: Snapshot) -> bool:
+        by_pool = {r.pool: r for r in snap.reservations}
+        for pool in pools:
+            if await self.kube.delete_reservation(pool):
+                self.pending.reservation_deleted(pool, time.monotonic())
+                replica = by_pool[pool].holder.replica_name if pool in by_pool else "?"
+                await self.recorder.normal(
+                    ref,
+                    events.SLICE_RELEASED,
+                    f"released node pool {pool} (slice {replica} has no pods left)",
+                )
+        return bool(pools)
+
+    async def _claim(
+        self, ref: ClusterRef, spec: SliceClusterSpec, plan: SlicePlan
+    ) -> tuple[list[str], list[str]]:
+        """Create the plan's reservations: the replicas now holding a pool, and the pools
+        another holder had claimed first (their reservation is recorded as pending)."""
+        held: list[str] = []
+        lost: list[str] = []
+        for claim in plan.claims:
+            body = reservation_body(
+                claim.pool,
+                claim.holder,
+                gke_accelerator=spec.shape.generation.gke_accelerator,
+                accelerator_type=spec.shape.accelerator_type,
+                topology=spec.shape.topology,
+                hosts=spec.shape.hosts,
+            )
+            try:
+                created = await self.kube.create_reservation(body)
+            except ApiError as exc:
+                if not exc.already_exists:
+                    raise
+                existing = reservation_info(await self.kube.get_reservation(claim.pool))
+                self.pending.reservation_seen(existing, time.monotonic())
+                if existing.holder == claim.holder:
+                    held.append(claim.holder.replica_name)  # ours, from an earlier pass
+                    continue
+                lost.append(claim.pool)
+                self.metrics.claims_lost.inc()
+                await self.recorder.normal(
+                    ref,
+                    events.RESERVATION_LOST,
+                    f"node pool {claim.pool} was claimed first by "
+                    f"{existing.holder.describe()}; trying another",
+                )
+                continue
+            self.pending.reservation_created(reservation_info(created), time.monotonic())
+            held.append(claim.holder.replica_name)
+            await self.recorder.normal(
+                ref,
+                events.SLICE_RESERVED,
+                f"slice {claim.holder.replica_index} ({claim.holder.replica_name}) "
+                f"reserved node pool {claim.pool}",
+            )
+        return held, lost
+
+    async def _release(
+        self, releases: Sequence[PodRelease], prov: ProvisioningPass | None = None
+    ) -> None:
+        """Patch every pod of the slice(s) at once: the partly-released window is one RTT.
+        A slice on a ProvisioningRequest's capacity gets its consume annotations too."""
+
+        async def one(release: PodRelease) -> None:
+            notes = prov.release_annotations(release.replica_name) if prov else None
+            try:
+                await self.kube.release_pod(release.namespace, release.name, release.pool, notes)
+            except ApiError as exc:
+                if exc.not_found:
+                    return  # KubeRay deleted it; the slice is being replaced
+                raise
+            self.pending.pod_released(
+                release.namespace, release.name, release.pool, time.monotonic()
+            )
+
+        await asyncio.gather(*(one(r) for r in releases))
+
+    async def _bind(self, pools: Sequence[str]) -> None:
+        for pool in pools:
+            if self.pending.is_bound(pool):
+                continue  # sent by an earlier pass; the watch has not shown it yet
+            try:
+                await self.kube.set_reservation_phase(pool, "Bound", "every pod pinned to the pool")
+            except ApiError as exc:
+                if not exc.not_found:
+                    raise
+            self.pending.reservation_bound(pool, time.monotonic())

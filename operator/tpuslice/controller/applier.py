@@ -1,0 +1,242 @@
+"""The KubeRay applier: server-side apply of the RayCluster, RayJob or RayService that
+``render.py`` made, only when needed.
+
+We own only the fields we send (field manager ``tpuslice-operator``); KubeRay's
+and users' fields stay theirs. An apply is sent when the RayCluster is
+missing, differs in a field we own, or was applied from a different rendering
+(the hash annotation, so SSA also removes fields we no longer send). A
+RayCluster of the same name that we do not control is never touched. The
+API server's refusals become a ``Stall`` that names the TPUSliceCluster field
+at fault.
+
+KubeRay's pod-template schema, read from its CRD, is kept here too: the
+renderer judges overrides by it, and an apply refused for a type error means
+it may be out of date.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import math
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpuslice.controller.expectations import PendingWrites
+from tpuslice.model import constants as c
+from tpuslice.model import events
+from tpuslice.model.convert import raycluster_info
+from tpuslice.runtime.kube import ApiError, ClusterApi
+from tpuslice.spec.schema import template_schema
+from tpuslice.status.conditions import Stall
+
+__all__ = [
+    "Applied",
+    "KubeRayApplier",
+    "TemplateSchema",
+    "applied_hash",
+    "controlled_by",
+    "is_subset",
+    "name_taken_message",
+    "rejection_message",
+]
+
+log = logging.getLogger(__name__)
+
+#: How often to look again for KubeRay's CRD when it is missing, and how long a schema
+#: read from it is used before it is read again (KubeRay upgraded under us).
+SCHEMA_RETRY_SECONDS = 30.0
+SCHEMA_MAX_AGE_SECONDS = 600.0
+RAYCLUSTER_CRD = f"{c.RAY_PLURAL_CLUSTER}.{c.RAY_GROUP}"
+
+KUBERAY_HINT = (
+    "the ray.io/v1 RayCluster CRD is not installed: install KubeRay >= 1.5 (helm install "
+    "kuberay-operator kuberay/kuberay-operator) with multi-host indexing on; the operator "
+    "retries on its own"
+)
+
+
+def applied_hash(rendered: Mapping[str, Any]) -> str:
+    """A digest of everything we send, kept on the RayCluster to notice removed fields."""
+    return hashlib.sha256(json.dumps(rendered, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def controlled_by(owner_references: Sequence[Mapping[str, Any]], uid: str) -> bool:
+    """True when the object's controller owner reference names ``uid``."""
+    return any(o.get("uid") == uid and o.get("controller") for o in owner_references)
+
+
+def name_taken_message(key: tuple[str, str, str], raycluster: Mapping[str, Any]) -> str:
+    """Why a TPUSlice object cannot have its RayCluster (RayJob, RayService), naming the
+    one in the way."""
+    kind, namespace, name = key
+    controller = next((o for o in raycluster["ownerReferences"] if o.get("controller")), None)
+    owner = (
+        f"controlled by {controller.get('kind')} {controller.get('name')}"
+        if controller
+        else "not controlled by any object"
+    )
+    return (
+        f"{kind} {namespace}/{name} already exists and is {owner}; the operator never "
+        f"modifies or deletes it. Rename this object, or delete that {kind} "
+        f"if it is no longer needed"
+    )
+
+
+def is_subset(wanted: Any, actual: Any) -> bool:
+    """True when every field in ``wanted`` has the same value in ``actual`` (SSA is a no-op)."""
+    if isinstance(wanted, Mapping):
+        return isinstance(actual, Mapping) and all(
+            k in actual and is_subset(v, actual[k]) for k, v in wanted.items()
+        )
+    if isinstance(wanted, list):
+        return (
+            isinstance(actual, list)
+            and len(wanted) == len(actual)
+            and all(is_subset(w, a) for w, a in zip(wanted, actual, strict=True))
+        )
+    return bool(wanted == actual)
+
+
+_CLUSTER_SPEC = r"\.?spec\.(?:rayClusterSpec\.|rayClusterConfig\.)?"
+_WORKER_TEMPLATE = re.compile(_CLUSTER_SPEC + r"workerGroupSpecs\[[^\]]*\]\.template")
+_HEAD_TEMPLATE = re.compile(_CLUSTER_SPEC + r"headGroupSpec\.template")
+
+
+def rejection_message(message: str, kind: str = c.RAY_KIND_CLUSTER) -> str:
+    """The API server's reason for refusing our RayCluster (RayJob, RayService), with the
+    cluster's template paths written as the TPUSlice object's fields they come from."""
+    message = _WORKER_TEMPLATE.sub("spec.worker.template", message)
+    message = _HEAD_TEMPLATE.sub("spec.head.template", message)
+    return f"{kind} rejected: {message}"
+
+
+def _typed_patch_error(exc: ApiError) -> bool:
+    """Server-side apply answers 500 when a field has the wrong type for the CRD's schema
+    (an override whose resources is a string): the request's fault, not the server's."""
+    return exc.status == 500 and "failed to create typed patch object" in exc.message
+
+
+def with_resume(rendered: Mapping[str, Any], actual: Mapping[str, Any] | None) -> dict[str, Any]:
+    """KubeRay 1.5 resumes only on an explicit ``suspend: false``; removing the field leaves
+    the cluster suspended. Send false once, for a suspension we made."""
+    if (
+        "suspend" not in rendered["spec"]
+        and actual is not None
+        and actual.get("ownsSuspend")
+        and actual["spec"].get("suspend") is True
+    ):
+        return {**rendered, "spec": {**rendered["spec"], "suspend": False}}
+    return dict(rendered)
+
+
+@dataclass(frozen=True)
+class Applied:
+    """The applier's answer: whether the RayCluster is as rendered (sent or already so),
+    else why not."""
+
+    ok: bool
+    stall: Stall | None = None
+    #: An apply request was sent in this pass.
+    sent: bool = False
+
+
+@dataclass
+class TemplateSchema:
+    """KubeRay's pod-template schema from its CRD in the cluster, read once and again after
+    SCHEMA_MAX_AGE_SECONDS (or SCHEMA_RETRY_SECONDS while it is missing)."""
+
+    kube: ClusterApi
+    _schema: Mapping[str, Any] | None = None
+    _read_at: float = -math.inf
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def get(self) -> Mapping[str, Any] | None:
+        async with self._lock:
+            age = time.monotonic() - self._read_at
+            limit = SCHEMA_RETRY_SECONDS if self._schema is None else SCHEMA_MAX_AGE_SECONDS
+            if age >= limit:
+                self._read_at = time.monotonic()
+                try:
+                    crd = await self.kube.get_crd(RAYCLUSTER_CRD)
+                except ApiError as exc:
+                    if not exc.not_found:
+                        raise
+                    self._schema = None  # KubeRay not installed: the apply says so
+                else:
+                    self._schema = template_schema(crd)
+                    if self._schema is None:
+                        log.warning(
+                            "%s has no pod-template schema where KubeRay 1.5 has it; pod-template "
+                            "overrides are judged by the API server alone",
+                            RAYCLUSTER_CRD,
+                        )
+            return self._schema
+
+    def forget(self) -> None:
+        """Read KubeRay's CRD again on the next use (it may have changed)."""
+        self._read_at = -math.inf
+
+
+@dataclass
+class KubeRayApplier:
+    kube: ClusterApi
+    pending: PendingWrites
+    schema: TemplateSchema
+
+    async def apply(self, rendered: Mapping[str, Any], actual: Mapping[str, Any] | None) -> Applied:
+        """Make the RayCluster, RayJob or RayService what ``rendered`` says, if it is ours
+        to make. ``actual``: what the watch shows of it (``convert.raycluster_info`` or
+        ``ray_owner_info``), None when the watch shows none."""
+        rendered = with_resume(rendered, actual)
+        digest = applied_hash(rendered)
+        rendered = {
+            **rendered,
+            "metadata": {
+                **rendered["metadata"],
+                "annotations": {c.ANNOTATION_APPLIED_HASH: digest},
+            },
+        }
+        kind = str(rendered["kind"])
+        key = (kind, rendered["metadata"].get("namespace", ""), rendered["metadata"]["name"])
+        if actual is not None:
+            self.pending.ray_seen(key)
+        elif self.pending.applied_digest(key) == digest:
+            return Applied(ok=True)  # applied by an earlier pass; the watch has not shown it
+        wanted = {"labels": rendered["metadata"]["labels"], "spec": rendered["spec"]}
+        owner_uid = rendered["metadata"]["ownerReferences"][0]["uid"]
+        if (
+            actual is not None
+            and actual["annotations"].get(c.ANNOTATION_APPLIED_HASH) == digest
+            and is_subset(wanted, actual)
+            and controlled_by(actual["ownerReferences"], owner_uid)
+        ):
+            return Applied(ok=True)
+        # Our watch follows only labelled RayClusters: before the first apply, make sure
+        # the name is not another's (a forced apply would take it over, and the
+        # finalizer later delete it). One GET per cluster creation, not per pass.
+        existing = actual
+        if existing is None:
+            found = await self.kube.get_ray(c.RAY_PLURALS[kind], key[1], key[2])
+            existing = None if found is None else raycluster_info(found)
+        if existing is not None and not controlled_by(existing["ownerReferences"], owner_uid):
+            stall = Stall(events.RAYCLUSTER_NAME_TAKEN, name_taken_message(key, existing))
+            return Applied(ok=False, stall=stall)
+        try:
+            await self.kube.apply_ray(rendered)
+        except ApiError as exc:
+            if exc.not_found:
+                return Applied(ok=False, stall=Stall(events.KUBERAY_NOT_INSTALLED, KUBERAY_HINT))
+            if exc.status in (400, 403, 409, 422) or _typed_patch_error(exc):
+                if _typed_patch_error(exc):
+                    self.schema.forget()  # the schema we judged by may be out of date
+                stall = Stall(events.APPLY_REJECTED, rejection_message(exc.message, kind))
+                return Applied(ok=False, stall=stall)
+            raise
+        self.pending.ray_applied(key, digest, time.monotonic())
+        return Applied(ok=True, sent=True)

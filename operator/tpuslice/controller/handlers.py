@@ -1,0 +1,538 @@
+"""Thin kopf handlers: module-level functions that turn events into kicks, and ``register``.
+
+kopf follows TPUSliceClusters and SliceReservations (indexes of small records,
+the TSC finalizer, the resync timer). Pods, nodes and RayClusters are followed
+by ``follow.py`` into stores. Every decision lives in the pure modules and in
+the parts that ``reconcile.Reconciler`` wires; every API call in ``kube.py``.
+``register`` only wires these functions into a registry the caller owns, with
+intervals from the frozen ``OperatorConfig``; the functions read what they
+need from kopf's memo (``config``, ``health``, ``kube``, made by ``app.py``,
+and ``watches``, ``reconciler``, made by ``configure``).
+
+Reservations carry no kopf finalizer and no timer: one sweep task per process
+(``sweep_forever``) looks at every reservation once per interval, where a kopf
+timer per reservation kept a task, and a finalizer, on each of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar, overload
+
+import kopf
+
+from tpuslice.controller.applier import controlled_by
+from tpuslice.controller.job import JobReconciler
+from tpuslice.controller.provisioner import provisioning_view
+from tpuslice.controller.reconciler import Reconciler, SnapshotReader, spec_shape
+from tpuslice.controller.service import ServiceReconciler
+from tpuslice.model import constants as c
+from tpuslice.model.convert import (
+    cluster_record,
+    raycluster_info,
+    reservation_info,
+    reservation_shape,
+)
+from tpuslice.model.records import (
+    ClusterKey,
+    Holder,
+    OwnerKey,
+    ReservationInfo,
+    Shape,
+    ShapeMember,
+    Snapshot,
+)
+from tpuslice.planning.sweep import orphans
+from tpuslice.runtime.config import OperatorConfig
+from tpuslice.runtime.health import Health
+from tpuslice.runtime.informers import Watches, node_kicks, owned_cluster_kicks, pod_kicks
+from tpuslice.runtime.kube import ClusterApi, Kube
+from tpuslice.runtime.kube import credentials as kube_credentials
+from tpuslice.runtime.metrics import Metrics
+
+__all__ = [
+    "make_reader",
+    "register",
+    "sweep_once",
+    "tear_down",
+]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: How long the API server keeps one of kopf's watch requests open before ending it.
+KOPF_WATCH_SERVER_SECONDS = 290
+#: How often the event loop tells the liveness probe it is turning.
+HEARTBEAT_SECONDS = 1.0
+#: How long one call of the finalizer handler waits for a cluster's pods to be gone.
+TEARDOWN_WAIT_SECONDS = 60.0
+
+TSC = (c.GROUP, c.VERSION, c.PLURAL_CLUSTER)
+TSJ = (c.GROUP, c.VERSION, c.PLURAL_JOB)
+TSS = (c.GROUP, c.VERSION, c.PLURAL_SERVICE)
+#: plural -> kind, for handlers registered on more than one of our kinds.
+KIND_OF_PLURAL = {plural: kind for kind, plural in c.PLURALS.items()}
+RESERVATIONS = (c.GROUP, c.VERSION, c.PLURAL_RESERVATION)
+
+
+def _first(store: Iterable[Any] | None) -> Any:
+    for item in store or ():
+        return item
+    return None
+
+
+# ------------------------------------------------------------ the snapshot reader
+#: kind -> the prefix of its kopf indexes (``<prefix>_index``, ``<prefix>_shape_index``).
+INDEX_PREFIX = {c.KIND_CLUSTER: "tsc", c.KIND_JOB: "tsj", c.KIND_SERVICE: "tss"}
+
+
+class _Lazy(Sequence[T]):
+    """A sequence read from the stores only when a pass looks at it: most passes never
+    read the other members of their shape (``actuator.admission_matters``), and listing
+    them costs a store lookup per member (1,000 at a time at scale). Read at the first
+    look, not with the rest of the snapshot: a view at most one pass step newer, which the
+    queue's decisions take as they take any snapshot (level-based, same rules)."""
+
+    def __init__(self, read: Callable[[], list[T]]) -> None:
+        self._read: Callable[[], list[T]] | None = read
+        self._items: list[T] = []
+
+    def _all(self) -> list[T]:
+        if self._read is not None:
+            self._items, self._read = self._read(), None
+        return self._items
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[T]: ...
+    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
+        return self._all()[i]
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+def make_reader(
+    indices: Mapping[str, Any], watches: Watches, kind: str = c.KIND_CLUSTER
+) -> SnapshotReader:
+    """A snapshot reader for objects of ``kind`` over kopf's live indexes and our stores
+    (the same objects for the whole run): the object, its pods and KubeRay objects, the
+    nodes of its shape, and the reservations of its shape and its own (a spec whose shape
+    changed still sees the pools it holds of the old one). The shape's queue holds the
+    objects of every kind of that shape."""
+    clusters = indices[f"{INDEX_PREFIX[kind]}_index"]
+    shape_indexes = [
+        (member_kind, indices[f"{prefix}_shape_index"])
+        for member_kind, prefix in INDEX_PREFIX.items()
+        if f"{prefix}_shape_index" in indices
+    ]
+    by_shape = indices["reservation_shape_index"]
+    by_holder = indices["reservation_holder_index"]
+
+    def read(key: ClusterKey) -> Snapshot:
+        cluster = _first(clusters.get(key))
+        shape = spec_shape(cluster) if cluster is not None else None
+        uid = (cluster or {}).get("metadata", {}).get("uid", "")
+        reservations: dict[str, ReservationInfo] = {}
+        for info in list(by_shape.get(shape, ())) + list(by_holder.get(uid, ())):
+            reservations[info.pool] = info
+
+        def members() -> list[ShapeMember]:
+            out = []
+            for member_kind, index in shape_indexes if shape else []:
+                for other in list(index.get(shape, ())):
+                    meta = other.get("metadata") or {}
+                    if meta.get("uid") != uid:
+                        other_key = (meta.get("namespace", ""), meta.get("name", ""))
+                        out.append(ShapeMember(other, watches.pods_of(other_key, member_kind)))
+            return out
+
+        owned = None if kind == c.KIND_CLUSTER else watches.ray_owner(kind, key)
+        owner = (kind, *key)
+        provisioning = provisioning_view(
+            watches.requests_of(owner),
+            watches.templates_of(owner),
+            watches.every_request(),
+            owner,
+        )
+        return Snapshot(
+            cluster=cluster,
+            pods=watches.pods_of(key, kind),
+            nodes=watches.nodes_of(shape) if shape else [],
+            reservations=list(reservations.values()),
+            raycluster=watches.raycluster(key) if kind == c.KIND_CLUSTER else None,
+            owned=owned,
+            rayclusters={} if kind == c.KIND_CLUSTER else watches.owned_clusters(kind, key),
+            shape_members=_Lazy(members),
+            provisioning=provisioning,
+        )
+
+    return read
+
+
+# ------------------------------------------------------------ start-up and shut-down
+def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo | None:
+    """In a pod: the service account; elsewhere: --kubeconfig, else $KUBECONFIG.
+
+    Through the kubernetes client's own configuration, as ``Kube`` logs in: in a pod
+    that is the API server's address from ``KUBERNETES_SERVICE_HOST``. kopf's
+    ``login_with_service_account`` dials ``kubernetes.default.svc`` instead, so it needs
+    cluster DNS that ``Kube`` does not, and the operator looked started while kopf could
+    not reach the API server (seen on a real node without DNS)."""
+    config: OperatorConfig = memo.config
+    creds = kube_credentials(config.kubeconfig)
+    return kopf.ConnectionInfo(
+        server=creds.server,
+        ca_path=creds.ca_path,
+        insecure=creds.insecure,
+        scheme=creds.scheme,
+        token=creds.token,
+        certificate_path=creds.certificate_path,
+        private_key_path=creds.private_key_path,
+    )
+
+
+async def _beat(health: Health) -> None:
+    """Tell the liveness probe, once a second, that the event loop is turning."""
+    while True:
+        health.beat()
+        await asyncio.sleep(HEARTBEAT_SECONDS)
+
+
+def _configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
+    settings.persistence.finalizer = config.finalizer
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=c.GROUP, key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    # Bounded watches of TPUSliceClusters and SliceReservations (kopf's default is none):
+    # the server ends each after server_timeout, the client gives up on a silent
+    # connection after client_timeout, so a half-open stream cannot hide.
+    settings.watching.server_timeout = KOPF_WATCH_SERVER_SECONDS
+    settings.watching.client_timeout = KOPF_WATCH_SERVER_SECONDS + 30
+    settings.watching.connect_timeout = 30
+
+
+async def configure(
+    settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **indices: Any
+) -> None:
+    """Start-up: kopf's settings, our watches (listed once before any pass), the
+    reconciler (kicks held until kopf's indexes are filled), the heartbeat and the sweep."""
+    config: OperatorConfig = memo.config
+    metrics: Metrics = memo.metrics
+    _configure_kopf(settings, config)
+    health: Health = memo.health
+    memo.heartbeat = asyncio.get_running_loop().create_task(_beat(health))
+    kube: Kube = memo.kube  # made by app.run_operator, shared with leader election
+    watches = Watches()
+    reconciler = Reconciler(kube, make_reader(indices, watches), metrics=metrics)
+    jobs = JobReconciler(
+        kube,
+        make_reader(indices, watches, c.KIND_JOB),
+        metrics=metrics,
+        pending=reconciler.pending,
+        pool_indexes=reconciler.pool_indexes,
+        schema=reconciler.templates,
+    )
+    services = ServiceReconciler(
+        kube,
+        make_reader(indices, watches, c.KIND_SERVICE),
+        metrics=metrics,
+        pending=reconciler.pending,
+        pool_indexes=reconciler.pool_indexes,
+        schema=reconciler.templates,
+    )
+    memo.watches, memo.reconciler = watches, reconciler
+    memo.reconcilers = {c.KIND_CLUSTER: reconciler, c.KIND_JOB: jobs, c.KIND_SERVICE: services}
+    memo.indexed = asyncio.Event()
+    for each in memo.reconcilers.values():
+        each.hold_until_indexed()
+    shape_index = indices["reservation_shape_index"]
+
+    def holders_of(shape: Shape, pool: str) -> set[OwnerKey]:
+        """The pool's holder, and the owner of a revoked request kept for the pool (it
+        deletes the request once the pool has no nodes)."""
+        held = {r.holder.owner for r in shape_index.get(shape, ()) if r.pool == pool}
+        return held | {r.owner for r in watches.every_request() if r.info.lost_pool == pool}
+
+    def on_nodes(changes: list[Any]) -> None:
+        shapes, keys = node_kicks(changes, lambda shape: waiting_for(memo, shape), holders_of)
+        for shape in shapes:
+            reconciler.nodes_changed(shape)
+        kick_owners(memo, keys)
+
+    await watches.start(
+        kube,
+        config.namespaces,
+        on_pods=lambda changes: kick_owners(memo, pod_kicks(changes)),
+        on_nodes=on_nodes,
+        on_rayclusters=lambda changes: reconciler.kick_soon({ch.key for ch in changes}),
+        on_owned=lambda changes, _kind: kick_owners(memo, owned_cluster_kicks(changes)),
+        on_requests=lambda changes: kick_owners(memo, {ch.record.owner for ch in changes}),
+    )
+    logger.info(
+        "listed %d TPU nodes, %d pods and %d RayClusters of TPUSliceClusters",
+        len(watches.nodes),
+        len(watches.pods),
+        len(watches.rayclusters),
+    )
+    if not await kube.crd_exists(f"{c.RAY_PLURAL_CLUSTER}.{c.RAY_GROUP}"):
+        logger.warning(
+            "KubeRay's RayCluster CRD is not installed; every TPUSliceCluster "
+            "will be Stalled (KubeRayNotInstalled) until it is"
+        )
+    memo.sweeper = asyncio.get_running_loop().create_task(
+        sweep_forever(kube, indices, watches, memo.indexed, config)
+    )
+    health.started()
+
+
+async def stop(memo: kopf.Memo, **_: Any) -> None:
+    if "watches" in memo:
+        memo.watches.stop()
+    for task in ("heartbeat", "sweeper"):
+        if memo.get(task) is not None:
+            memo[task].cancel()
+
+
+# ------------------------------------------------------------ indexes
+def tsc_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """TPUSliceClusters (or TPUSliceJobs: one index per kind) by (namespace, name)."""
+    return {(namespace or "", name): cluster_record(body)}
+
+
+def tsc_shape_index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    """TPUSliceClusters (or TPUSliceJobs) by shape: the members of each shape's queue."""
+    record = cluster_record(body)
+    shape = spec_shape(record)
+    return {shape: record} if shape is not None else {}
+
+
+def reservation_shape_index(body: kopf.Body, **_: Any) -> dict[Any, ReservationInfo]:
+    return {reservation_shape(body): reservation_info(body)}
+
+
+def reservation_holder_index(body: kopf.Body, **_: Any) -> dict[Any, ReservationInfo]:
+    info = reservation_info(body)
+    return {info.holder.uid: info}
+
+
+# ------------------------------------------------------------ triggers
+def _indexed(memo: kopf.Memo) -> None:
+    """kopf calls handlers only once its indexes are filled: release what waited for them."""
+    for reconciler in memo.reconcilers.values():
+        reconciler.indexed()
+    memo.indexed.set()
+
+
+def kick_owners(memo: kopf.Memo, owners: Iterable[OwnerKey]) -> None:
+    """Kick each owner (kind, namespace, name) in the reconciler of its kind."""
+    by_kind: dict[str, set[ClusterKey]] = {}
+    for kind, namespace, name in owners:
+        by_kind.setdefault(kind, set()).add((namespace, name))
+    for kind, keys in by_kind.items():
+        if kind in memo.reconcilers:
+            memo.reconcilers[kind].kick_soon(keys)
+
+
+def waiting_for(memo: kopf.Memo, shape: Shape) -> set[OwnerKey]:
+    """Every object, of any kind, with a slice waiting for capacity of ``shape``."""
+    return {
+        (kind, *key)
+        for kind, reconciler in memo.reconcilers.items()
+        for key in reconciler.waiting_for(shape)
+    }
+
+
+async def object_changed(
+    type: str,
+    namespace: str | None,
+    name: str,
+    body: kopf.Body,
+    memo: kopf.Memo,
+    resource: kopf.Resource,
+    **_: Any,
+) -> None:
+    """A TPUSliceCluster, TPUSliceJob or TPUSliceService changed: a pass for it; added
+    or deleted, the shape's queue changed and its waiting move on."""
+    _indexed(memo)
+    kind = KIND_OF_PLURAL[resource.plural]
+    key = (namespace or "", name)
+    if type in ("ADDED", "DELETED"):
+        shape = spec_shape(body)
+        if shape is not None:
+            kick_owners(memo, waiting_for(memo, shape) - {(kind, *key)})
+    reconciler = memo.reconcilers[kind]
+    if type == "DELETED":
+        reconciler.forget(key, uid=str(body.get("metadata", {}).get("uid") or ""))
+        return
+    await reconciler.kick(key)
+
+
+async def resync(
+    namespace: str | None, name: str, memo: kopf.Memo, resource: kopf.Resource, **_: Any
+) -> None:
+    await memo.reconcilers[KIND_OF_PLURAL[resource.plural]].kick((namespace or "", name))
+
+
+async def reservation_changed(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    _indexed(memo)
+    metrics: Metrics = memo.metrics
+    info = reservation_info(body)
+    keys = {info.holder.owner}
+    if type == "DELETED":
+        metrics.reservation_gone(info.pool)
+    else:
+        metrics.reservation_seen(info.pool, info.phase)
+    if type is None:
+        # kopf's listing (start-up, or a relist): the holder has a listing event of its
+        # own, which gives it a pass; a kick from each of its reservations too was one
+        # more pass per cluster at start-up
+        return
+    if type in ("ADDED", "DELETED"):  # a pool freed or taken: the shape's queue moves
+        keys |= waiting_for(memo, reservation_shape(body))
+    kick_owners(memo, keys)
+
+
+# ------------------------------------------------------------ release
+async def tear_down(
+    kube: ClusterApi,
+    watches: Watches,
+    holder_index: Mapping[str, Iterable[ReservationInfo]],
+    namespace: str,
+    name: str,
+    uid: str,
+    wait_seconds: float = TEARDOWN_WAIT_SECONDS,
+    kind: str = c.KIND_CLUSTER,
+) -> list[str]:
+    """Delete the object's RayCluster (RayJob, RayService; only if this object controls
+    it), wait until its worker pods (which hold chips) are gone, then release every
+    reservation it holds. The pods still there after ``wait_seconds`` (nothing released
+    then).
+
+    The wait is on our pod store, for up to a minute per call: each kopf retry
+    patches the object's progress annotation, and retrying every 2 s while 1,000
+    clusters were torn down sent ~100 patches a second."""
+    plural = c.RAY_PLURALS[c.RAY_KIND_OF[kind]]
+    key = (namespace, name)
+    ours = watches.raycluster(key) if kind == c.KIND_CLUSTER else watches.ray_owner(kind, key)
+    if ours is None:  # not labelled (someone removed our label), or none at all
+        found = await kube.get_ray(plural, namespace, name)
+        ours = None if found is None else raycluster_info(found)
+    if ours is not None and controlled_by(ours["ownerReferences"], uid):
+        await kube.delete_ray(plural, namespace, name, ours["uid"])
+    # else: none, or another's object of that name: never deleted.
+    remaining = await watches.pods_gone(key, wait_seconds, kind=kind)
+    if remaining:
+        return [p.name for p in remaining]
+    for info in list(holder_index.get(uid, ())):
+        await kube.delete_reservation(info.pool)
+    return []
+
+
+async def on_delete(
+    namespace: str | None,
+    name: str,
+    uid: str,
+    memo: kopf.Memo,
+    resource: kopf.Resource,
+    **indices: Any,
+) -> None:
+    """The finalizer of a TPUSliceCluster, TPUSliceJob or TPUSliceService: ``tear_down``,
+    retried by kopf while pods remain."""
+    kind = KIND_OF_PLURAL[resource.plural]
+    key = (namespace or "", name)
+    remaining = await tear_down(
+        memo.kube, memo.watches, indices["reservation_holder_index"], *key, uid, kind=kind
+    )
+    if remaining:
+        raise kopf.TemporaryError(
+            f"waiting for {len(remaining)} worker pods to terminate before releasing node pools",
+            delay=1,
+        )
+    memo.reconcilers[kind].forget(key, uid=uid)
+
+
+# ------------------------------------------------------------ the sweep
+async def sweep_once(
+    kube: ClusterApi,
+    indices: Mapping[str, Any],
+    watches: Watches,
+    namespaces: Iterable[str],
+) -> list[str]:
+    """Delete every reservation whose holder (of any kind) no longer exists and whose
+    pods are gone, if the holder is in a namespace this instance watches; the pools
+    given back. Each delete
+    is conditional on the reservation's uid (a new claim of the pool is never deleted)."""
+    every = [info for infos in list(indices["reservation_holder_index"].values()) for info in infos]
+
+    def live_uid(holder: Holder) -> str | None:
+        prefix = INDEX_PREFIX.get(holder.kind)
+        if prefix is None:  # a kind this version does not reconcile: never swept
+            return holder.uid
+        cluster = _first(indices[f"{prefix}_index"].get((holder.namespace, holder.name)))
+        uid = (cluster or {}).get("metadata", {}).get("uid")
+        return str(uid) if uid else None
+
+    def replica_has_pods(holder: Holder) -> bool:
+        return any(
+            p.replica_name == holder.replica_name
+            for p in watches.pods_of((holder.namespace, holder.name), holder.kind)
+        )
+
+    freed = []
+    for info in orphans(every, live_uid, replica_has_pods, tuple(namespaces)):
+        if await kube.delete_reservation(info.pool, uid=info.uid or None):
+            log.info(
+                "released node pool %s: its holder %s is gone", info.pool, info.holder.describe()
+            )
+            freed.append(info.pool)
+    return freed
+
+
+async def sweep_forever(
+    kube: ClusterApi,
+    indices: Mapping[str, Any],
+    watches: Watches,
+    indexed: asyncio.Event,
+    config: OperatorConfig,
+) -> None:
+    """``sweep_once`` every ``config.sweep_seconds``, never before kopf's indexes are filled
+    (an empty index of clusters would make every holder look gone)."""
+    await indexed.wait()
+    while True:
+        await asyncio.sleep(config.sweep_seconds)
+        try:
+            await sweep_once(kube, indices, watches, config.namespaces)
+        except Exception as exc:  # the next round tries again
+            log.warning("the orphan sweep failed: %s", exc)
+
+
+# ------------------------------------------------------------ wiring
+def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+    """Wire every handler into ``registry``. The memo that ``kopf.run`` gets must hold
+    ``config``, ``health``, ``kube`` and ``metrics`` (``app.py`` makes it)."""
+    reg: dict[str, Any] = {"registry": registry}
+    kopf.on.login(**reg)(login)
+    kopf.on.startup(**reg)(configure)
+    kopf.on.cleanup(**reg)(stop)
+    for resource, prefix in ((TSC, "tsc"), (TSJ, "tsj"), (TSS, "tss")):
+        kopf.index(*resource, id=f"{prefix}_index", **reg)(tsc_index)
+        kopf.index(*resource, id=f"{prefix}_shape_index", **reg)(tsc_shape_index)
+        kopf.on.event(*resource, **reg)(object_changed)
+        # the first tick after one interval: at start-up each object's listing event
+        # already gives it a pass (a timer firing at once was one more pass per object)
+        kopf.timer(
+            *resource,
+            interval=config.resync_seconds,
+            initial_delay=config.resync_seconds,
+            **reg,
+        )(resync)
+        kopf.on.delete(*resource, id="tear_down", **reg)(on_delete)
+    kopf.index(*RESERVATIONS, id="reservation_shape_index", **reg)(reservation_shape_index)
+    kopf.index(*RESERVATIONS, id="reservation_holder_index", **reg)(reservation_holder_index)
+    kopf.on.event(*RESERVATIONS, **reg)(reservation_changed)

@@ -1,0 +1,802 @@
+"""The actuator for capacity on demand: one ProvisioningRequest per waiting slice.
+
+``provisioning.py`` decides (pure, per slice: ``decide``); this part reads the facts
+the decisions need out of a pass's plan and snapshot, and carries them out, inside
+``SliceActuator.act`` (so TPUSliceClusters and TPUSliceJobs get it alike):
+
+- **before planning** (``Provisioner.begin`` -> ``ProvisioningPass``): the pools the
+  object may take are narrowed (``restrict``): a pool whose nodes lack the capacity
+  labels of ``spec.reservation.provisioning.nodeSelector`` is not eligible
+  (``provisioning.pool_matches_selector``), nor a fresh queued pool that a live
+  request of *another* object names (``provisioning.promised_pools``: Kueue met the
+  same race, kubernetes-sigs/kueue#9048). A slice whose request names a pool prefers
+  it (``prefer``), so each slice of a gang claims its own request's pool. The queue's
+  NotEnoughPools does not apply to an object that asks for capacity (``admit``):
+  pools that do not exist yet are what it asks for.
+- **after planning** (``ProvisioningPass.act``): the facts per slice
+  (``records.SliceFacts``) from the plan, the pods and the reservations, a
+  ``decide`` per slice (and per request of a slice that is gone), then the writes in
+  the order ``records.ProvisioningDecision`` gives: free the pool of a slice whose
+  booking lapsed before its release, delete requests, create the PodTemplate then
+  the request, then make the request the PodTemplate's controller owner; replace a
+  slice whose capacity was revoked (delete its pods). Leftover PodTemplates (a crash
+  between the two creates, a failed create) are deleted once they are older than
+  ``LEFTOVER_TEMPLATE_SECONDS``; a template whose request exists but is not its
+  owner yet is given the owner. The releases of the plan that stand get the consume
+  annotations of the slice's request (``release_annotations``).
+- **report** (``ProvisioningPass.report``): each decision's state and message over
+  the planner's slice state, ``status.slices[].provisioning``, a Stalled reason
+  (``ProvisioningFailed``, ``ProvisioningRequestNotInstalled``) and a pass again at
+  the earliest ``retry_at``.
+
+Level-based: every write is decided again from the API server's state in the next
+pass, and the objects' names are fixed by slice and attempt, so a crash at any line
+leaves at worst a PodTemplate without its request (deleted as a leftover) or a
+request whose template is not yet owned by it (given the owner). The only memory is
+when the ProvisioningRequest CRD was last found missing (not asked again for
+``MISSING_CRD_RETRY_SECONDS``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tpuslice.capacity.requests import (
+    consume_annotations,
+    decide,
+    group_requests,
+    history_from_status,
+    podtemplate_body,
+    podtemplate_owner_references,
+    pool_matches_selector,
+    request_body,
+    slices_to_provision,
+    worker_template_of,
+)
+from tpuslice.controller.expectations import TTL_SECONDS, PendingWrites
+from tpuslice.controller.recorder import Recorder
+from tpuslice.model import constants as c
+from tpuslice.model import events
+from tpuslice.model.convert import provisioning_request_info, timestamp
+from tpuslice.model.records import (
+    Admission,
+    ClusterKey,
+    ClusterRef,
+    GangMode,
+    OwnedRequest,
+    OwnerKey,
+    PodInfo,
+    ProvisioningAction,
+    ProvisioningDecision,
+    ProvisioningMode,
+    ProvisioningRequestInfo,
+    ProvisioningView,
+    ReservationInfo,
+    SliceFacts,
+    SlicePlan,
+    SliceProvisioning,
+    SliceState,
+    SliceStatus,
+    Snapshot,
+)
+from tpuslice.planning.pools import PoolIndex, eligible_pools
+from tpuslice.render.kuberay import render_ray_cluster_spec
+from tpuslice.runtime.kube import ApiError, ClusterApi
+from tpuslice.spec.parse import SliceClusterSpec
+from tpuslice.status.conditions import Stall
+
+__all__ = [
+    "FRESH_HOLD_SECONDS",
+    "LEFTOVER_TEMPLATE_SECONDS",
+    "MISSING_CRD_RETRY_SECONDS",
+    "Provisioner",
+    "ProvisioningPass",
+    "promised_elsewhere",
+    "provisioning_view",
+]
+
+log = logging.getLogger(__name__)
+
+#: How long a ProvisioningRequest CRD found missing is not asked for again.
+MISSING_CRD_RETRY_SECONDS = 30.0
+#: A PodTemplate of ours with no request of its name is deleted once this old (younger
+#: ones may be this very pass's, or a create whose request the watch has not shown yet).
+LEFTOVER_TEMPLATE_SECONDS = 30.0
+#: How long a best-effort slice holding a pool newer than its waiting request waits for
+#: the request's Provisioned before the pool counts as an existing one.
+FRESH_HOLD_SECONDS = 30.0
+
+KickLater = Callable[[ClusterKey, float], None]
+
+
+def _no_kick(key: ClusterKey, delay: float) -> None:
+    """No queue to ask (unit tests that drive passes themselves)."""
+
+
+def promised_elsewhere(records: Iterable[OwnedRequest], owner: OwnerKey) -> frozenset[str]:
+    """Pools a live request of another object names: ``promised_pools`` (provisioned), and
+    a pool named by a request whose Provisioned the watch has not shown yet (GKE names it
+    in provisioningClassDetails; its nodes may be seen first)."""
+    mine: set[str] = set()
+    others: set[str] = set()
+    for record in records:
+        info = record.info
+        if info.node_pool and not info.deleting and not _lapsed(info):
+            (mine if record.owner == owner else others).add(info.node_pool)
+    return frozenset(others - mine)
+
+
+def provisioning_view(
+    requests: Iterable[OwnedRequest],
+    templates: Iterable[Mapping[str, Any]],
+    every_request: Iterable[OwnedRequest],
+    owner: OwnerKey,
+) -> ProvisioningView:
+    """The snapshot's part for one object (``handlers.make_reader``)."""
+    every = list(every_request)
+    return ProvisioningView(
+        requests=tuple(r.info for r in requests),
+        templates=tuple(templates),
+        promised_elsewhere=promised_elsewhere(every, owner),
+        revoked_pools=frozenset(p for r in every if (p := r.info.lost_pool)),
+    )
+
+
+# ------------------------------------------------------------------ the part
+@dataclass
+class Provisioner:
+    """Carries out ``provisioning.decide`` for every object whose spec asks for capacity
+    (or that still has requests of ours). ``kick_later`` is its reconciler's queue's
+    (``KickQueue.kick_later``, earliest time wins): an object is passed again at the
+    earliest time a decision asks for."""
+
+    kube: ClusterApi
+    recorder: Recorder
+    pending: PendingWrites
+    kick_later: KickLater = _no_kick
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    _missing_until: float = 0.0
+    #: our writes the watch has not shown yet (as PendingWrites does for reservations):
+    #: requests created, (namespace, name) -> (owner, record, when); requests deleted
+    _made: dict[tuple[str, str], tuple[OwnerKey, ProvisioningRequestInfo, float]] = field(
+        default_factory=dict
+    )
+    _gone: dict[tuple[str, str], tuple[OwnerKey, float]] = field(default_factory=dict)
+    #: requests we marked retired (revoked-node-pool) before the watch shows it
+    _retired: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
+
+    def made(self, owner: OwnerKey, obj: Mapping[str, Any]) -> None:
+        info = provisioning_request_info(obj)
+        self._made[(info.namespace, info.name)] = (owner, info, time.monotonic())
+        self._gone.pop((info.namespace, info.name), None)
+
+    def retired(self, namespace: str, name: str, pool: str) -> None:
+        self._retired[(namespace, name)] = (pool, time.monotonic())
+
+    def deleted(self, owner: OwnerKey, namespace: str, name: str) -> None:
+        self._gone[(namespace, name)] = (owner, time.monotonic())
+        self._made.pop((namespace, name), None)
+
+    def _expected(self, view: ProvisioningView, owner: OwnerKey) -> ProvisioningView:
+        """``view`` as it will be once the watch shows our own writes: a request we just
+        created is there, one we just deleted is not (each for up to TTL_SECONDS)."""
+        now = time.monotonic()
+        shown = {(r.namespace, r.name) for r in view.requests}
+        for key, (_, _, at) in list(self._made.items()):
+            if key in shown or now - at > TTL_SECONDS:
+                del self._made[key]
+        for key, (gone_owner, at) in list(self._gone.items()):
+            if (gone_owner == owner and key not in shown) or now - at > TTL_SECONDS:
+                del self._gone[key]
+        for key, (_, at) in list(self._retired.items()):
+            if now - at > TTL_SECONDS or any(
+                (r.namespace, r.name) == key and r.retired for r in view.requests
+            ):
+                del self._retired[key]
+        if not self._made and not self._gone and not self._retired:
+            return view
+        requests = [
+            replace(r, revoked_pool=self._retired[(r.namespace, r.name)][0])
+            if (r.namespace, r.name) in self._retired and not r.retired
+            else r
+            for r in view.requests
+            if (r.namespace, r.name) not in self._gone
+        ]
+        requests += [info for o, info, _ in self._made.values() if o == owner]
+        return replace(view, requests=tuple(requests))
+
+    def begin(
+        self,
+        ref: ClusterRef,
+        spec: SliceClusterSpec,
+        snap: Snapshot,
+        previous: Mapping[str, Any],
+    ) -> ProvisioningPass | None:
+        """This pass's work for ``ref``, or None when there is none (no provisioning in
+        the spec and no request or PodTemplate of ours)."""
+        view = self._expected(snap.provisioning or ProvisioningView(), _key(ref))
+        if ref.ray_cluster:
+            view = _one_cluster(view, ref.ray_cluster, snap)
+        prov = spec.provisioning
+        wanted = prov is not None and prov.enabled
+        if not wanted and not view.requests and not view.templates:
+            if not view.promised_elsewhere and not view.revoked_pools:
+                return None
+            # asks for nothing: only keep other objects' promised pools out of its way
+            return ProvisioningPass(self, None, None, None, view, previous, None)
+        return ProvisioningPass(self, ref, spec, snap, view, previous, self.clock())
+
+    def crd_missing(self) -> bool:
+        return time.monotonic() < self._missing_until
+
+    def crd_found_missing(self) -> None:
+        self._missing_until = time.monotonic() + MISSING_CRD_RETRY_SECONDS
+
+
+class ProvisioningPass:
+    """One pass of capacity-on-demand work for one object (see the module docstring)."""
+
+    def __init__(
+        self,
+        provisioner: Provisioner,
+        ref: ClusterRef | None,
+        spec: SliceClusterSpec | None,
+        snap: Snapshot | None,
+        view: ProvisioningView | None,
+        previous: Mapping[str, Any],
+        now: datetime | None,
+    ) -> None:
+        self.p = provisioner
+        self.ref = ref
+        self.spec = spec
+        self.snap = snap
+        self.view = view or ProvisioningView()
+        self.previous = previous
+        self.now = now or datetime.now(UTC)
+        self.promised = self.view.promised_elsewhere | self.view.revoked_pools
+        self.facts: dict[int, SliceFacts] = {}
+        self._plan_slices: Sequence[SliceStatus] = ()
+        self.active = spec is not None
+        self.decisions: dict[int, ProvisioningDecision] = {}
+        self.annotations: dict[str, dict[str, str]] = {}  # replica name -> consume annotations
+        self.skip_release: set[str] = set()  # replica names not to release this pass
+        self.stall: Stall | None = None
+        self.newest: dict[tuple[str, int], ProvisioningRequestInfo] = {}
+        self.extra: list[ProvisioningRequestInfo] = []
+        if spec is not None:
+            self.newest, self.extra = group_requests(self.view.requests)
+
+    # ---------------------------------------------------------------- before planning
+    @property
+    def _selector(self) -> Mapping[str, str]:
+        prov = self.spec.provisioning if self.spec is not None else None
+        return prov.node_selector if prov is not None and prov.enabled else {}
+
+    def restrict(self, index: PoolIndex) -> PoolIndex:
+        """The pool index this object plans over: without pools that lack the capacity
+        labels it selects, without pools promised to other objects' requests, and without
+        pools whose capacity GKE revoked (their nodes are about to be deleted)."""
+        selector = self._selector
+        if not selector and not (self.promised & set(index.matching)):
+            return index
+        matching = {
+            name: nodes
+            for name, nodes in index.matching.items()
+            if name not in self.promised and pool_matches_selector(nodes, selector)
+        }
+        return PoolIndex(index.pools, matching)
+
+    def prefer(self, previous_pools: Mapping[int, str]) -> dict[int, str]:
+        """Slice index -> preferred pool: the pool its own live request names first."""
+        out = dict(previous_pools)
+        for (_, index), request in self.newest.items():
+            pool = request.node_pool
+            if pool and request.is_true(c.PROVREQ_PROVISIONED) and not _lapsed(request):
+                out[index] = pool
+        return out
+
+    def admit(self, admission: Admission | None) -> Admission | None:
+        """NotEnoughPools is for objects that wait for pools to exist: one that asks for
+        capacity takes any free eligible pool it may, and asks for the rest."""
+        prov = self.spec.provisioning if self.spec is not None else None
+        if admission is None or not admission.stalled or prov is None or not prov.enabled:
+            return admission
+        return None
+
+    # ---------------------------------------------------------------- after planning
+    async def act(
+        self,
+        plan: SlicePlan,
+        pods: Sequence[PodInfo],
+        reservations: Sequence[ReservationInfo],
+        index: PoolIndex,
+    ) -> None:
+        """Decide every slice and carry the decisions out (module docstring)."""
+        if not self.active:
+            return
+        assert self.spec is not None and self.ref is not None
+        spec, ref = self.spec, self.ref
+        self._plan_slices = plan.slices
+        facts = self.facts = self._facts(plan, pods, reservations, index)
+        history = _with_retired(history_from_status(self.previous), self.extra)
+        for fact in facts.values():
+            request = self.newest.get((fact.raycluster, fact.index))
+            decision = decide(fact, request, spec, now=self.now, history=history.get(fact.index))
+            held = self._fresh_hold(fact, request, index)
+            if held is not None and decision.action == ProvisioningAction.DELETE:
+                decision = held
+            self.decisions[fact.index] = decision
+        gone: list[ProvisioningDecision] = []
+        keys = {(f.raycluster, f.index) for f in facts.values()}
+        for key, request in self.newest.items():
+            if key not in keys:
+                fact = SliceFacts(key[1], key[0], exists=False)
+                gone.append(decide(fact, request, spec, now=self.now))
+        replicas = {s.index: s.replica for s in plan.slices}
+        by_replica = _pods_by_replica(pods)
+        for decision in [*self.decisions.values(), *gone]:
+            await self._carry_out(ref, spec, decision, replicas, by_replica, index)
+        for request in self.extra:  # older attempts, retired ones, requests without labels
+            if not await self._retire(request, None, index):
+                await self._delete(ref, request.namespace, request.name, request.uid, "")
+        await self._templates(ref, index)
+        for index_, decision in self.decisions.items():
+            request = self.newest.get((facts[index_].raycluster, index_))
+            replica = replicas.get(index_)
+            if (
+                decision.action == ProvisioningAction.KEEP
+                and request is not None
+                and replica
+                and not decision.delete
+            ):
+                self.annotations[replica] = consume_annotations(request.name, request.class_name)
+
+    def _fresh_hold(
+        self, fact: SliceFacts, request: ProvisioningRequestInfo | None, index: PoolIndex
+    ) -> ProvisioningDecision | None:
+        """A best-effort slice holding (not yet released) a pool whose nodes are younger
+        than its waiting request and younger than FRESH_HOLD_SECONDS: the pool is most
+        likely the request's capacity, seen before the request's Provisioned (two
+        watches). The release waits for that, so the pods carry the consume annotations;
+        after FRESH_HOLD_SECONDS the pool counts as any existing one."""
+        spec = self.spec
+        prov = spec.provisioning if spec is not None else None
+        if prov is None or prov.queued or request is None or fact.pool is None:
+            return None
+        if fact.released or request.is_true(c.PROVREQ_PROVISIONED) or _lapsed(request):
+            return None
+        if fact.pool not in _fresh_pools([fact.pool], index, [request]):
+            return None
+        stamps = [timestamp(n.created) for n in index.pools.get(fact.pool, ())]
+        newest = max(t for t in stamps if t is not None)
+        left = FRESH_HOLD_SECONDS - (self.now - newest).total_seconds()
+        if left <= 0:
+            return None
+        replica = next((s.replica for s in self._plan_slices if s.index == fact.index), None)
+        if replica:
+            self.skip_release.add(replica)
+        return ProvisioningDecision(
+            ProvisioningAction.WAIT,
+            index=fact.index,
+            request=request.name,
+            attempt=request.attempt,
+            failures=request.failures,
+            retry_at=self.now + timedelta(seconds=left),
+            message=f"holds node pool {fact.pool}, new since ProvisioningRequest "
+            f"{request.name}: waiting for the request to say Provisioned before the release",
+        )
+
+    def _facts(
+        self,
+        plan: SlicePlan,
+        pods: Sequence[PodInfo],
+        reservations: Sequence[ReservationInfo],
+        index: PoolIndex,
+    ) -> dict[int, SliceFacts]:
+        assert self.spec is not None and self.ref is not None
+        spec, ref = self.spec, self.ref
+        prov = spec.provisioning
+        hosts = spec.shape.hosts
+        held = {r.holder.replica_name: r.pool for r in reservations if ref.holds(r.holder)}
+        claimed = {cl.holder.replica_name: cl.pool for cl in plan.claims}
+        by_replica = _pods_by_replica(pods)
+        eligible = eligible_pools(index, hosts=hosts, chips_per_host=spec.shape.chips_per_host)
+        taken = {r.pool for r in reservations} | set(claimed.values())
+        free = {p for p in eligible if p not in taken}
+        # Free pools that serve slices without asking: not the capacity of this object's
+        # own outstanding requests. Queued pools are named (even before Provisioned). A
+        # best-effort pool is not: a free pool whose nodes are all younger than the
+        # oldest outstanding request counts as a request's (it may even be seen before
+        # the request's Provisioned: two watches). The rest serve the waiting slices by
+        # index (slices_to_provision), so which slices ask stays put while they wait.
+        outstanding = [r for r in self.newest.values() if not _lapsed(r) and not r.deleting]
+        live = {
+            k: r
+            for k, r in self.newest.items()
+            if r.is_true(c.PROVREQ_PROVISIONED) and not _lapsed(r) and not r.deleting
+        }
+        if prov is not None and prov.mode == ProvisioningMode.QUEUED:
+            capacity = {r.node_pool for r in outstanding if r.node_pool}
+        else:
+            capacity = _fresh_pools(free, index, outstanding)
+        free_existing = len(free - capacity)
+        desired = sum(1 for s in plan.slices if s.state != SliceState.RELEASING)
+        holding = set(held) | set(claimed)
+        gang_short = (
+            spec.gang == GangMode.ALL_SLICES
+            and len({s.replica for s in plan.slices if s.replica in holding}) < desired
+        )
+        out: dict[int, SliceFacts] = {}
+        waiting: list[int] = []
+        for status in plan.slices:
+            replica = status.replica
+            live_pods = [p for p in by_replica.get(replica or "", []) if not p.deleting]
+            raycluster = next((p.ray_cluster for p in live_pods if p.ray_cluster), "") or (
+                spec.name
+            )
+            pool = held.get(replica or "") or claimed.get(replica or "")
+            complete = len(live_pods) == hosts
+            exists = status.state != SliceState.RELEASING and bool(live_pods)
+            fact = SliceFacts(
+                index=status.index,
+                raycluster=raycluster,
+                exists=exists,
+                pods_complete=complete,
+                pool=pool,
+                released=any(not p.gated for p in live_pods),
+                bound=complete and all(p.node_name for p in live_pods),
+                gang_waiting=gang_short and pool is not None and all(p.gated for p in live_pods),
+            )
+            if exists and pool is None and complete and (raycluster, status.index) not in live:
+                waiting.append(status.index)
+            out[status.index] = fact
+        if spec.suspend:
+            return out
+        asking = slices_to_provision(waiting, free_existing)
+        for i in waiting:
+            if i not in asking:
+                out[i] = replace(out[i], eligible_pool=True)
+        return out
+
+    async def _carry_out(
+        self,
+        ref: ClusterRef,
+        spec: SliceClusterSpec,
+        d: ProvisioningDecision,
+        replicas: Mapping[int, str | None],
+        by_replica: Mapping[str, Sequence[PodInfo]],
+        index: PoolIndex,
+    ) -> None:
+        replica = replicas.get(d.index)
+        if d.retry_at is not None:
+            delay = max(1.0, (d.retry_at - self.now).total_seconds() + 1.0)
+            self.p.kick_later((ref.namespace, ref.name), delay)
+        if d.stalled and self.stall is None:
+            self.stall = Stall(events.PROVISIONING_FAILED, d.stalled)
+        if d.give_back and replica:
+            pool = next(
+                (
+                    r.pool
+                    for r in self.p.pending.reservations(
+                        self.snap.reservations if self.snap else ()
+                    )
+                    if ref.holds(r.holder) and r.holder.replica_name == replica
+                ),
+                None,
+            )
+            self.skip_release.add(replica)
+            if pool is not None and await self.p.kube.delete_reservation(pool):
+                self.p.pending.reservation_deleted(pool, time.monotonic())
+            await self.p.recorder.normal(ref, d.reason or events.BOOKING_EXPIRED, d.message)
+        if d.replace_slice and replica:
+            self.skip_release.add(replica)
+            for pod in by_replica.get(replica, []):
+                if not pod.deleting:
+                    await self.p.kube.delete_pod(pod.namespace, pod.name)
+            await self.p.recorder.warning(ref, d.reason or events.CAPACITY_REVOKED, d.message)
+        if d.delete:
+            request = next((r for r in self.view.requests if r.name == d.delete), None)
+            uid = request.uid if request is not None else ""
+            posted = d.reason if d.create_attempt is None and not d.replace_slice else ""
+            posted = "" if d.give_back else posted
+            fact = self.facts.get(d.index)
+            if not await self._retire(request, fact.pool if fact else None, index):
+                await self._delete(ref, ref.namespace, d.delete, uid, posted, d.message)
+        if d.create_attempt is not None:
+            await self._create(ref, spec, d, replica, index)
+
+    async def _retire(
+        self, request: ProvisioningRequestInfo | None, pool: str | None, index: PoolIndex
+    ) -> bool:
+        """Keep a CapacityRevoked request instead of deleting it while the pool it ran on
+        (``pool``: the one its slice held) still has nodes, marked retired with that pool:
+        GKE deletes the VMs after CapacityRevoked, and while the request exists no object
+        may claim the pool (``restrict``). True when kept; once the pool has no nodes it
+        is deleted like any other."""
+        if request is None or not request.is_true(c.PROVREQ_CAPACITY_REVOKED):
+            return False
+        lost = request.lost_pool or pool
+        if not lost or not index.pools.get(lost):
+            return False
+        if request.revoked_pool == lost:
+            return True
+        if await self.p.kube.annotate_provisioning_request(
+            request.namespace, request.name, {c.ANNOTATION_REVOKED_POOL: lost}
+        ):
+            self.p.retired(request.namespace, request.name, lost)
+            log.info(
+                "kept ProvisioningRequest %s/%s (CapacityRevoked) until node pool %s has no nodes",
+                request.namespace,
+                request.name,
+                lost,
+            )
+        return True
+
+    async def _delete(
+        self,
+        ref: ClusterRef,
+        namespace: str,
+        name: str,
+        uid: str,
+        reason: str,
+        message: str = "",
+    ) -> None:
+        deleted = await self.p.kube.delete_provisioning_request(namespace, name, uid or None)
+        self.p.deleted(_key(ref), namespace, name)
+        if deleted:
+            log.info(
+                "deleted ProvisioningRequest %s/%s: %s", namespace, name, message or "leftover"
+            )
+        if deleted and reason:
+            await self.p.recorder.normal(ref, reason, message)
+        # its PodTemplate goes with it (controller owner); delete it ourselves too, in
+        # case the request never became its owner (a crash between the writes)
+        await self.p.kube.delete_podtemplate(namespace, name)
+
+    async def _create(
+        self,
+        ref: ClusterRef,
+        spec: SliceClusterSpec,
+        d: ProvisioningDecision,
+        replica: str | None,
+        index: PoolIndex,
+    ) -> None:
+        assert d.create_attempt is not None
+        if self.p.crd_missing():
+            self._not_installed(ref)
+            return
+        fact = self.facts.get(d.index)
+        raycluster = fact.raycluster if fact is not None and fact.raycluster else spec.name
+        worker = worker_template_of(render_ray_cluster_spec(spec)) or {}
+        template = podtemplate_body(
+            spec,
+            raycluster=raycluster,
+            index=d.index,
+            attempt=d.create_attempt,
+            worker_template=worker,
+            exclude_pools=sorted(index.pools),
+        )
+        body = request_body(
+            spec,
+            raycluster=raycluster,
+            index=d.index,
+            attempt=d.create_attempt,
+            failures=d.failures,
+        )
+        namespace, name = ref.namespace, body["metadata"]["name"]
+        template["metadata"]["namespace"] = namespace
+        body["metadata"]["namespace"] = namespace
+        try:
+            await self.p.kube.create_podtemplate(template)
+        except ApiError as exc:
+            if not exc.already_exists:
+                raise
+            # ours from a pass that did not get to the request: make it this body
+            await self._patch_template(namespace, name, {"template": template["template"]})
+        try:
+            created = await self.p.kube.create_provisioning_request(body)
+        except ApiError as exc:
+            if exc.not_found:
+                self.p.crd_found_missing()
+                await self.p.kube.delete_podtemplate(namespace, name)
+                self._not_installed(ref)
+                return
+            if not exc.already_exists:
+                await self.p.kube.delete_podtemplate(namespace, name)
+                raise
+            return  # made by an earlier pass; the watch shows it soon, and its owner is fixed
+        self.p.made(_key(ref), created)
+        uid = str((created.get("metadata") or {}).get("uid") or "")
+        if uid:
+            await self._patch_template(
+                namespace,
+                name,
+                {"metadata": {"ownerReferences": podtemplate_owner_references(spec, name, uid)}},
+            )
+        await self.p.recorder.normal(ref, d.reason or events.PROVISIONING_REQUESTED, d.message)
+        log.info("created ProvisioningRequest %s/%s for slice %d", namespace, name, d.index)
+
+    def _not_installed(self, ref: ClusterRef) -> None:
+        self.stall = Stall(
+            events.PROVISIONING_NOT_INSTALLED,
+            "the ProvisioningRequest CRD (provisioningrequests.autoscaling.x-k8s.io) is not "
+            "installed, so no capacity can be asked for; GKE serves it in versions with "
+            "ProvisioningRequest support, elsewhere install the cluster autoscaler's CRD; "
+            "looked for again every 30 s",
+        )
+        self.p.kick_later((ref.namespace, ref.name), MISSING_CRD_RETRY_SECONDS + 1)
+
+    async def _patch_template(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        """A patch of one of our templates; one deleted meanwhile (with its request, or
+        by us this pass) is no failure."""
+        try:
+            await self.p.kube.patch_podtemplate(namespace, name, patch)
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+
+    async def _templates(self, ref: ClusterRef, index: PoolIndex) -> None:
+        """Leftover PodTemplates: with no request of their name, deleted once old enough;
+        with a request that is not yet their owner, given it. A live, not yet
+        provisioned best-effort request's template is refreshed (the pools to keep the
+        autoscaler off change as pools come and go)."""
+        requests = {r.name: r for r in self.view.requests}
+        for template in self.view.templates:
+            name = template["name"]
+            request = requests.get(name)
+            if request is None:
+                created = timestamp(template.get("created"))
+                age = (self.now - created).total_seconds() if created else 1e9
+                if age >= LEFTOVER_TEMPLATE_SECONDS:
+                    await self.p.kube.delete_podtemplate(template["namespace"], name)
+                continue
+            await self._refresh(template, request, index)
+            if request.uid and template.get("controller") != request.uid and self.spec:
+                await self._patch_template(
+                    template["namespace"],
+                    name,
+                    {
+                        "metadata": {
+                            "ownerReferences": podtemplate_owner_references(
+                                self.spec, name, request.uid
+                            )
+                        }
+                    },
+                )
+
+    async def _refresh(
+        self, template: Mapping[str, Any], request: ProvisioningRequestInfo, index: PoolIndex
+    ) -> None:
+        """A best-effort request not yet provisioned: its template's ``gke-nodepool NotIn``
+        follows the pools that have nodes now (the autoscaler re-reads templates every
+        loop). Only the affinity is compared: the API server defaults the rest."""
+        spec = self.spec
+        prov = spec.provisioning if spec is not None else None
+        if spec is None or prov is None or prov.queued or request.slice_index is None:
+            return
+        if request.is_true(c.PROVREQ_PROVISIONED) or _lapsed(request) or request.deleting:
+            return
+        worker = worker_template_of(render_ray_cluster_spec(spec)) or {}
+        wanted = podtemplate_body(
+            spec,
+            raycluster=request.raycluster or spec.name,
+            index=request.slice_index,
+            attempt=request.attempt,
+            worker_template=worker,
+            exclude_pools=sorted(set(index.pools) - _fresh_pools(index.pools, index, [request])),
+        )["template"]
+        affinity = wanted["spec"].get("affinity")
+        if ((template.get("template") or {}).get("spec") or {}).get("affinity") == affinity:
+            return
+        await self._patch_template(
+            template["namespace"],
+            template["name"],
+            {"template": {"spec": {"affinity": affinity}}},  # null removes it
+        )
+
+    # ---------------------------------------------------------------- the release
+    def releases(self, releases: Sequence[Any]) -> list[Any]:
+        """The plan's releases that stand (none of a slice given back or replaced)."""
+        return [r for r in releases if r.replica_name not in self.skip_release]
+
+    def release_annotations(self, replica: str) -> Mapping[str, str] | None:
+        return self.annotations.get(replica)
+
+    # ---------------------------------------------------------------- report
+    def report(self, plan: SlicePlan, stall: Stall | None) -> tuple[SlicePlan, Stall | None]:
+        """The plan's slices with each decision's state, message and provisioning status;
+        the stall (a plan's own stall comes first)."""
+        if not self.decisions and self.stall is None:
+            return plan, stall
+        slices = []
+        for status in plan.slices:
+            d = self.decisions.get(status.index)
+            if d is None:
+                slices.append(status)
+                continue
+            updated = replace(status, provisioning=d.provisioning_status())
+            if d.state is not None and status.state in (
+                SliceState.WAITING_FOR_CAPACITY,
+                SliceState.PENDING,
+                SliceState.PROVISIONING,
+            ):
+                updated = replace(updated, state=d.state, message=d.message or status.message)
+            slices.append(updated)
+        return replace(plan, slices=tuple(slices)), stall or self.stall
+
+
+def _with_retired(
+    history: dict[int, SliceProvisioning], extra: Iterable[ProvisioningRequestInfo]
+) -> dict[int, SliceProvisioning]:
+    """A retired request still there counts in its slice's history: the next attempt is
+    numbered after it even if status lost the count (the names never collide)."""
+    for request in extra:
+        index = request.slice_index
+        if not request.retired or index is None:
+            continue
+        known = history.get(index)
+        if known is None or known.attempt < request.attempt:
+            failures = max(request.failures, known.failures if known else 0)
+            history[index] = SliceProvisioning(request.name, request.attempt, failures)
+    return history
+
+
+def _lapsed(request: ProvisioningRequestInfo) -> bool:
+    return any(
+        request.is_true(kind)
+        for kind in (c.PROVREQ_FAILED, c.PROVREQ_BOOKING_EXPIRED, c.PROVREQ_CAPACITY_REVOKED)
+    )
+
+
+def _pods_by_replica(pods: Iterable[PodInfo]) -> dict[str, list[PodInfo]]:
+    out: dict[str, list[PodInfo]] = {}
+    for pod in pods:
+        if pod.replica_name:
+            out.setdefault(pod.replica_name, []).append(pod)
+    return out
+
+
+def _key(ref: ClusterRef) -> OwnerKey:
+    return ref.kind, ref.namespace, ref.name
+
+
+def _one_cluster(view: ProvisioningView, name: str, snap: Snapshot) -> ProvisioningView:
+    """A TPUSliceService's pass plans one RayCluster (``ClusterRef.ray_cluster``): its own
+    requests and templates, and those of RayClusters the service no longer has (KubeRay
+    deleted them after an upgrade; deleting is idempotent, so every cluster's pass may)."""
+    live = {n for n, rc in snap.rayclusters.items() if not rc.get("deleting")}
+
+    def mine(raycluster: str) -> bool:
+        return raycluster == name or (bool(raycluster) and raycluster not in live)
+
+    return replace(
+        view,
+        requests=tuple(r for r in view.requests if mine(r.raycluster)),
+        templates=tuple(t for t in view.templates if mine(str(t.get("raycluster") or ""))),
+    )
+
+
+def _fresh_pools(
+    free: Iterable[str], index: PoolIndex, outstanding: Sequence[ProvisioningRequestInfo]
+) -> set[str]:
+    """Free pools whose every node was created after the oldest outstanding request.
+
+    Creation timestamps have whole seconds: a node stamped in the same second as the
+    request may be older than it (a pool added just before the slice asked; seen in CI
+    as a gang of two asking twice, its one existing pool taken for a request's). Such a
+    node counts as existing: a request's own capacity takes longer than that to come."""
+    since = [r.created for r in outstanding if r.created is not None]
+    if not since:
+        return set()
+    oldest = min(since)
+    out = set()
+    for pool in free:
+        stamps = [timestamp(n.created) for n in index.pools.get(pool, ())]
+        if stamps and all(t is not None and t > oldest for t in stamps):
+            out.add(pool)
+    return out

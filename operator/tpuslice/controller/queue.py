@@ -1,0 +1,187 @@
+"""When a cluster's pass runs: the kick queue, and the backoff of failing clusters.
+
+Every trigger (the cluster's own events, its pods, its RayCluster, nodes and
+reservations of its shape, a timer) is a kick. Kicks for a cluster whose pass
+is running coalesce into one more pass, so a burst of 200 pod events costs a
+few passes, not 200. Kicks are held at start-up until kopf has filled its
+indexes (a pass without the cluster's reservations would claim pools it
+already holds).
+
+``Backoff`` is pure (the caller passes the clock): a cluster whose passes fail
+waits 5 s, then twice as long each time, up to 5 minutes; a success or a new
+generation (the user changed the spec) ends the wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpuslice.model.records import ClusterKey
+
+__all__ = ["Backoff", "Failure", "KickQueue", "backoff_seconds"]
+
+#: A failed pass is retried after RETRY_SECONDS, then twice as long each time it fails
+#: again, up to MAX_BACKOFF_SECONDS; a success forgets the count.
+RETRY_SECONDS = 5.0
+MAX_BACKOFF_SECONDS = 300.0
+#: While passes keep failing, a Warning event is posted at most this often per cluster.
+FAILURE_EVENT_SECONDS = 300.0
+
+
+def backoff_seconds(failures: int) -> float:
+    """Delay before the next pass after ``failures`` failed passes in a row (>= 1)."""
+    return float(min(RETRY_SECONDS * 2 ** min(failures - 1, 30), MAX_BACKOFF_SECONDS))
+
+
+@dataclass
+class Failure:
+    """A cluster whose passes fail: how often, when to try again, what was said."""
+
+    count: int
+    retry_at: float  # monotonic
+    generation: int
+    error: str
+    event_at: float = -math.inf
+    #: This failure's error differs from the one before (log its traceback).
+    new_error: bool = True
+    #: A Warning event is due (the first, or FAILURE_EVENT_SECONDS after the last one).
+    event_due: bool = False
+
+    @property
+    def delay(self) -> float:
+        return backoff_seconds(self.count)
+
+
+@dataclass
+class Backoff:
+    """The failing clusters, and whether an earlier failure holds a pass back."""
+
+    _failing: dict[ClusterKey, Failure] = field(default_factory=dict)
+
+    def wait(self, key: ClusterKey, generation: int, now: float) -> float:
+        """Seconds the pass must still wait (0: run it). A changed generation is a fix
+        to try at once."""
+        failing = self._failing.get(key)
+        if failing is None or generation != failing.generation:
+            return 0.0
+        return max(0.0, failing.retry_at - now)
+
+    def failed(self, key: ClusterKey, generation: int, error: str, now: float) -> Failure:
+        before = self._failing.get(key)
+        count = before.count + 1 if before else 1
+        failure = Failure(count, now + backoff_seconds(count), generation, error)
+        failure.new_error = before is None or before.error != error
+        failure.event_at = before.event_at if before else -math.inf
+        failure.event_due = now - failure.event_at >= FAILURE_EVENT_SECONDS
+        self._failing[key] = failure
+        return failure
+
+    def event_posted(self, key: ClusterKey, now: float) -> None:
+        """The failure's Warning event went out: the next one waits FAILURE_EVENT_SECONDS."""
+        failing = self._failing.get(key)
+        if failing is not None:
+            failing.event_at, failing.event_due = now, False
+
+    def succeeded(self, key: ClusterKey) -> None:
+        self._failing.pop(key, None)
+
+    def failing(self, key: ClusterKey) -> Failure | None:
+        return self._failing.get(key)
+
+
+@dataclass
+class KickQueue:
+    """Runs ``run(key)`` for kicked clusters: one pass at a time per cluster, kicks during
+    a pass folded into one more."""
+
+    run: Callable[[ClusterKey], Awaitable[None]]
+    _running: set[ClusterKey] = field(default_factory=set)
+    _dirty: set[ClusterKey] = field(default_factory=set)
+    _later: dict[ClusterKey, asyncio.TimerHandle] = field(default_factory=dict)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    # Keys with a spawned pass that has not started yet: another kick_soon for them is
+    # folded into it (that pass reads the stores when it starts, after this kick's cause).
+    _queued: set[ClusterKey] = field(default_factory=set)
+    # Kicks held back until kopf has filled its indexes (see ``hold_until_indexed``).
+    _held: set[ClusterKey] | None = None
+
+    def hold_until_indexed(self) -> None:
+        """Hold kicks until ``indexed``: our own watches are listed before kopf's indexes
+        of clusters and reservations."""
+        if self._held is None:
+            self._held = set()
+
+    def indexed(self) -> None:
+        """kopf's indexes are filled (kopf calls no handler before that): run what was held."""
+        held, self._held = self._held, None
+        if held:
+            self.kick_soon(held)
+
+    async def kick(self, key: ClusterKey) -> None:
+        """Run ``key``'s pass now, or once more after the pass already running."""
+        if self._held is not None:
+            self._held.add(key)
+            return
+        if key in self._running:
+            self._dirty.add(key)
+            return
+        self._running.add(key)
+        try:
+            while True:
+                self._dirty.discard(key)
+                await self.run(key)
+                if key not in self._dirty:
+                    return
+        finally:
+            self._running.discard(key)
+
+    def kick_soon(self, keys: Iterable[ClusterKey]) -> None:
+        """Kick clusters without making the caller wait for their passes. A key whose
+        spawned pass has not started yet gets no second one: at start-up every cluster is
+        kicked by its own listing, by the held kicks and by its reservations', and each
+        extra pass ran the whole pass again, one after another on the loop."""
+        for key in keys:
+            if key in self._queued:
+                continue
+            self._queued.add(key)
+            self._spawn(self._kick_queued(key))
+
+    async def _kick_queued(self, key: ClusterKey) -> None:
+        self._queued.discard(key)
+        await self.kick(key)
+
+    def kick_later(self, key: ClusterKey, delay: float) -> None:
+        """One more pass after ``delay``: at most one such pass pending per cluster, at
+        the earliest time asked for (a sooner one replaces a later one; that pass asks
+        again for what it still waits for, as every pass decides from scratch)."""
+        loop = asyncio.get_running_loop()
+        current = self._later.get(key)
+        if current is not None:
+            if current.when() <= loop.time() + delay:
+                return
+            current.cancel()
+        self._later[key] = loop.call_later(delay, self._fire_later, key)
+
+    def _fire_later(self, key: ClusterKey) -> None:
+        self._later.pop(key, None)
+        self.kick_soon((key,))
+
+    def pending_later(self, key: ClusterKey) -> bool:
+        return key in self._later
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self) -> None:
+        """Wait for every spawned and every pending later pass (tests)."""
+        while self._tasks or self._later:
+            if self._tasks:
+                await asyncio.gather(*list(self._tasks))
+            else:
+                await asyncio.sleep(0.005)

@@ -1,0 +1,320 @@
+"""One level-based pass per TPUSliceCluster, as a short sequence of named steps.
+
+A pass reads desired state (the spec) and actual state (RayCluster, pods,
+nodes, reservations) from a snapshot of the indexes, acts on the difference
+through named parts, and writes status only when it changed:
+
+1. read the snapshot; a cluster in backoff waits (``kicks.Backoff``);
+2. parse the spec and render the RayCluster (``spec.py``, ``render.py``);
+3. apply the RayCluster when needed (``applier.KubeRayApplier``);
+4. plan and act on the slices (``actuator.SliceActuator``);
+5. write status and events (``statuswriter.StatusWriter``).
+
+A pass that raises is reported on the object (a condition, a rate-limited
+event) and retried with backoff. The only memory kept between passes is the
+record of our own unconfirmed writes (``pending.PendingWrites``) and caches;
+after a restart the next pass decides from the API server's state alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+from tpuslice.controller.actuator import PoolIndexCache, SliceActuator, shape_of
+from tpuslice.controller.applier import Applied, KubeRayApplier, TemplateSchema
+from tpuslice.controller.expectations import PendingWrites
+from tpuslice.controller.provisioner import Provisioner
+from tpuslice.controller.queue import Backoff, Failure, KickQueue
+from tpuslice.controller.recorder import Recorder
+from tpuslice.controller.statuswriter import StatusWriter, generation
+from tpuslice.model import constants as c
+from tpuslice.model import events
+from tpuslice.model.records import ClusterKey, ClusterRef, Shape, SlicePlan, SliceState, Snapshot
+from tpuslice.planning.queue import shape_name
+from tpuslice.render.kuberay import render_raycluster
+from tpuslice.runtime.kube import ApiError, ClusterApi
+from tpuslice.runtime.metrics import Metrics
+from tpuslice.spec.parse import SliceClusterSpec, SpecError, parse_cluster, parse_slice_parts
+from tpuslice.status.conditions import MAX_MESSAGE, Observed, Stall, truncate
+
+__all__ = ["Reconciler", "SnapshotReader", "error_text", "spec_shape", "unparsed_slices"]
+
+log = logging.getLogger(__name__)
+
+SnapshotReader = Callable[[ClusterKey], Snapshot]
+
+
+def spec_shape(cluster: Mapping[str, Any]) -> Shape | None:
+    """The shape of a TPUSliceCluster's, TPUSliceJob's or TPUSliceService's slices."""
+    try:
+        return shape_of(parse_slice_parts(cluster))
+    except SpecError:
+        return None
+
+
+def error_text(exc: BaseException) -> str:
+    """One bounded line for a failed pass: what a user reads in the condition."""
+    if isinstance(exc, ApiError):
+        text = f"API server answered {exc.status} {exc.reason}: {exc.message}"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return truncate(" ".join(text.split()), 1024)
+
+
+def observed_of(
+    spec: SliceClusterSpec,
+    body: Mapping[str, Any],
+    snap: Snapshot,
+    plan: SlicePlan,
+    applied: Applied,
+    stall: Stall | None,
+) -> Observed:
+    """What this pass saw, for ``status.compute_status``."""
+    return Observed(
+        generation=generation(body),
+        accelerator_type=spec.shape.accelerator_type,
+        hosts_per_slice=spec.shape.hosts,
+        chips_per_host=spec.shape.chips_per_host,
+        ray_cluster=spec.name,
+        desired_slices=0 if spec.suspend else spec.slices,
+        slices=plan.slices,
+        ray_cluster_ready=bool(snap.raycluster and snap.raycluster.get("state") == "ready"),
+        suspended=spec.suspend,
+        gated=spec.gated,
+        applied=applied.ok,
+        stall=stall,
+    )
+
+
+def unparsed_slices(body: Mapping[str, Any]) -> int:
+    """``spec.tpu.slices`` of an object whose spec cannot be parsed, when it is a count,
+    else 1: what the status of any kind reports as desired next to the stall."""
+    spec = body.get("spec")
+    tpu = spec.get("tpu") if isinstance(spec, Mapping) else None
+    slices = tpu.get("slices") if isinstance(tpu, Mapping) else None
+    return slices if isinstance(slices, int) and slices >= 0 else 1
+
+
+def stalled_observation(body: Mapping[str, Any], stall: Stall) -> Observed:
+    """For a spec that cannot be parsed: no shape is known, only the stall."""
+    return Observed(
+        generation=generation(body),
+        accelerator_type="",
+        hosts_per_slice=0,
+        chips_per_host=0,
+        ray_cluster=str((body.get("metadata") or {}).get("name", "")),
+        desired_slices=unparsed_slices(body),
+        slices=(),
+        ray_cluster_ready=False,
+        suspended=False,
+        gated=False,
+        applied=False,
+        stall=stall,
+    )
+
+
+#: Slice states that wait for a pool of the shape (kicked when its pools change): a
+#: Provisioning slice claims the pool its request brings once the nodes are Ready.
+WAITING_STATES = (SliceState.WAITING_FOR_CAPACITY, SliceState.PROVISIONING)
+
+
+def waiting_for_capacity(plan: SlicePlan) -> bool:
+    """A plan with a slice waiting for a pool of its shape (or NotEnoughPools)."""
+    return bool(plan.stalled) or any(s.state in WAITING_STATES for s in plan.slices)
+
+
+def failure_message(failure: Failure) -> str:
+    count = failure.count
+    return truncate(
+        f"reconcile failed {count} time{'s' * (count != 1)} in a row, next attempt in "
+        f"{failure.delay:.0f}s: {failure.error}",
+        MAX_MESSAGE,
+    )
+
+
+@dataclass
+class Reconciler:
+    """The parts of the shell wired together, and the pass that uses them: for
+    TPUSliceClusters here; ``reconcile_job.JobReconciler`` runs the same parts, and the
+    same pass skeleton (``run_pass``: backoff, failure reporting), for TPUSliceJobs.
+
+    Reconcilers of different kinds share ``pending`` and ``pool_indexes`` (one record
+    of our writes, one index of the pools per process)."""
+
+    kube: ClusterApi
+    read: SnapshotReader
+    metrics: Metrics = field(default_factory=Metrics)
+    pending: PendingWrites = field(default_factory=PendingWrites)
+    pool_indexes: PoolIndexCache = field(default_factory=PoolIndexCache)
+    backoff: Backoff = field(default_factory=Backoff)
+    schema: TemplateSchema | None = None  # shared between kinds when given
+    _waiting: dict[Shape, set[ClusterKey]] = field(default_factory=dict)
+    _waiting_since: dict[ClusterKey, float] = field(default_factory=dict)  # the queue metric
+    _applied_once: set[ClusterKey] = field(default_factory=set)  # for the creation metric
+
+    def __post_init__(self) -> None:
+        self.queue = KickQueue(self.run_pass)
+        self.recorder = Recorder(self.kube)
+        if self.schema is None:
+            self.schema = TemplateSchema(self.kube)
+        self.templates: TemplateSchema = self.schema
+        self.applier = KubeRayApplier(self.kube, self.pending, self.templates)
+        self.actuator = SliceActuator(
+            self.kube, self.pending, self.recorder, self.metrics, self.pool_indexes
+        )
+        self.actuator.provisioner = Provisioner(
+            self.kube, self.recorder, self.pending, kick_later=self.queue.kick_later
+        )
+        self.status = StatusWriter(
+            self.kube,
+            self.recorder,
+            self.queue.kick_later,
+            kind=self.kind,
+        )
+
+    #: The kind of object this reconciler's passes are for.
+    kind: ClassVar[str] = c.KIND_CLUSTER
+
+    # ------------------------------------------------------------ what handlers call
+    async def kick(self, key: ClusterKey) -> None:
+        await self.queue.kick(key)
+
+    def kick_soon(self, keys: Iterable[ClusterKey]) -> None:
+        self.queue.kick_soon(keys)
+
+    def hold_until_indexed(self) -> None:
+        self.queue.hold_until_indexed()
+
+    def indexed(self) -> None:
+        self.queue.indexed()
+
+    def nodes_changed(self, shape: Shape) -> None:
+        self.pool_indexes.nodes_changed(shape)
+
+    def waiting_for(self, shape: Shape) -> set[ClusterKey]:
+        """Clusters with a slice waiting for capacity of this shape (kick them on changes)."""
+        return set(self._waiting.get(shape, ()))
+
+    def forget(self, key: ClusterKey, uid: str = "") -> None:
+        """A cluster is gone: drop what is kept of it (``uid`` also drops its parsed specs,
+        kept for the shape's queue)."""
+        self.status.forget(key)
+        if uid:
+            self.actuator.specs.forget(uid)
+        self._applied_once.discard(key)
+        self.backoff.succeeded(key)
+        self.metrics.forget_cluster(key)
+        self._waiting_since.pop(key, None)
+        for shape, keys in self._waiting.items():
+            if key in keys:
+                keys.discard(key)
+                self.metrics.queue(shape_name(shape), len(keys))
+
+    # ------------------------------------------------------------ one pass
+    async def run_pass(self, key: ClusterKey) -> None:
+        """One pass over ``key``; never raises (a failure is reported and backed off)."""
+        began = time.perf_counter()
+        snap: Snapshot | None = None
+        try:
+            versions = self.pool_indexes.versions()  # with the snapshot, no await between
+            snap = replace(self.read(key), node_versions=versions)
+            if snap.cluster is not None:
+                wait = self.backoff.wait(key, generation(snap.cluster), time.monotonic())
+                if wait > 0:
+                    self.queue.kick_later(key, wait)
+                    return
+            await self._reconcile(key, snap)
+        except Exception as exc:
+            self.metrics.reconciled(time.perf_counter() - began, ok=False)
+            await self._failed(key, snap.cluster if snap else None, exc)
+            return
+        self.metrics.reconciled(time.perf_counter() - began, ok=True)
+        self.backoff.succeeded(key)
+
+    async def _reconcile(self, key: ClusterKey, snap: Snapshot) -> None:
+        body = snap.cluster
+        if body is None:
+            self.forget(key)
+            return
+        meta = body.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return  # the finalizer handler tears down; applying now would recreate
+        ref = ClusterRef(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""))
+        previous = self.status.previous(key, body)
+        try:
+            spec = parse_cluster(body)
+            rendered = render_raycluster(spec, await self.templates.get())
+        except SpecError as exc:
+            stall = Stall(events.INVALID_SPEC, str(exc))
+            await self.status.write(body, previous, stalled_observation(body, stall))
+            return
+        applied = await self.applier.apply(rendered, snap.raycluster)
+        self._count_creation(key, body, snap, applied)
+        self.pending.expire(time.monotonic())
+        plan, plan_stall = await self.actuator.act(ref, spec, snap, previous)
+        self._track_waiting(key, spec, waiting_for_capacity(plan))
+        self.metrics.cluster_slices(key, (str(s.state) for s in plan.slices))
+        observed = observed_of(spec, body, snap, plan, applied, applied.stall or plan_stall)
+        await self.status.write(body, previous, observed)
+
+    def _count_creation(
+        self, key: ClusterKey, body: Mapping[str, Any], snap: Snapshot, applied: Applied
+    ) -> None:
+        if applied.ok and snap.raycluster is None and key not in self._applied_once:
+            self._applied_once.add(key)  # an apply was sent and the RayCluster was missing
+            created = (body.get("metadata") or {}).get("creationTimestamp", "")
+            self.metrics.raycluster_created(created, time.time())
+
+    def _track_waiting(self, key: ClusterKey, spec: SliceClusterSpec, waits: bool) -> None:
+        """Who waits for each shape (kicked when its pools change), and the queue metrics."""
+        shape = shape_of(spec)
+        waiting = self._waiting.setdefault(shape, set())
+        label = shape_name(shape)
+        if waits:
+            waiting.add(key)
+            self._waiting_since.setdefault(key, time.monotonic())
+        else:
+            waiting.discard(key)
+            since = self._waiting_since.pop(key, None)
+            if since is not None:
+                self.metrics.waited(label, time.monotonic() - since)
+        self.metrics.queue(label, len(waiting))
+
+    async def _failed(
+        self, key: ClusterKey, cluster: Mapping[str, Any] | None, exc: Exception
+    ) -> None:
+        """A pass raised: back off exponentially, say so on the object (a condition and a
+        rate-limited event), and log the traceback once per distinct error."""
+        failure = self.backoff.failed(key, generation(cluster), error_text(exc), time.monotonic())
+        if failure.new_error:
+            log.exception("reconcile of %s/%s failed; retrying in %.0fs", *key, failure.delay)
+        else:
+            log.warning(
+                "reconcile of %s/%s failed again (%d in a row): %s; retrying in %.0fs",
+                *key,
+                failure.count,
+                failure.error,
+                failure.delay,
+            )
+        self.queue.kick_later(key, failure.delay)
+        if cluster is None or (cluster.get("metadata") or {}).get("deletionTimestamp"):
+            return
+        message = failure_message(failure)
+        try:
+            await self.status.write_failure(key, cluster, message)
+            if failure.event_due:
+                meta = cluster.get("metadata") or {}
+                ref = ClusterRef(
+                    meta.get("namespace", ""),
+                    meta.get("name", ""),
+                    meta.get("uid", ""),
+                    kind=self.kind,
+                )
+                await self.recorder.warning(ref, events.RECONCILE_ERROR, message)
+                self.backoff.event_posted(key, time.monotonic())
+        except Exception as write_error:  # the API server may be what fails
+            log.warning("could not report the failure on %s/%s: %s", *key, write_error)

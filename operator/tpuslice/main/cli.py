@@ -1,0 +1,364 @@
+"""The ``tpuslice`` command: see what a TPUSliceCluster, TPUSliceJob or TPUSliceService
+becomes, and run the operator.
+
+Invalid input exits with status 2 and one message per problem on stderr,
+naming the field and the fix; stdout stays empty, so ``tpuslice render -f x |
+kubectl apply -f -`` never applies half a result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from tpuslice.model import constants
+from tpuslice.model.topology import TopologyError, slice_shape
+from tpuslice.render.kuberay import RENDERERS, render
+from tpuslice.spec.parse import SpecError
+
+EXIT_INVALID = 2
+
+
+class InputError(Exception):
+    """Bad user input; the CLI prints the lines and exits with status 2."""
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = list(lines)
+
+
+def _format_table(row: dict[str, object]) -> str:
+    width = max(len(k) for k in row)
+    return "\n".join(f"{k.upper():<{width}}  {v}" for k, v in row.items()) + "\n"
+
+
+def _cmd_topology(args: argparse.Namespace, out: TextIO) -> None:
+    try:
+        shape = slice_shape(args.type, args.topology, args.chips_per_host)
+    except TopologyError as exc:
+        flag = {"type": "--type", "topology": "--topology", "chipsPerHost": "--chips-per-host"}
+        raise InputError([f"{flag[exc.field]}: {exc.message}"]) from exc
+    row = shape.to_dict()
+    if args.output == "json":
+        out.write(json.dumps(row, indent=2) + "\n")
+    elif args.output == "yaml":
+        out.write(yaml.safe_dump(row, sort_keys=False))
+    else:
+        out.write(_format_table(row))
+
+
+class _RenderDumper(yaml.SafeDumper):
+    """Multi-line strings (serveConfigV2, runtimeEnvYAML) as literal blocks, as users
+    write them, instead of one escaped line."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value and not value.startswith(" ") else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_RenderDumper.add_representer(str, _represent_str)
+
+#: The kinds ``tpuslice render`` reads, as messages name them.
+_KINDS = ", ".join(list(RENDERERS)[:-1]) + f" or {list(RENDERERS)[-1]}"
+
+
+def _documents(stream: TextIO, source: str) -> Iterator[tuple[int, Any]]:
+    try:
+        for number, doc in enumerate(yaml.safe_load_all(stream), start=1):
+            if doc is not None:
+                yield number, doc
+    except yaml.YAMLError as exc:
+        raise InputError([f"{source}: not valid YAML: {exc}"]) from exc
+
+
+def _render_documents(stream: TextIO, source: str) -> list[dict[str, Any]]:
+    rendered: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for number, doc in _documents(stream, source):
+        where = f"{source} document {number}"
+        if not isinstance(doc, dict) or doc.get("kind") not in RENDERERS:
+            kind = doc.get("kind") if isinstance(doc, dict) else type(doc).__name__
+            problems.append(f"{where}: kind {kind!r} is not {_KINDS}")
+            continue
+        if doc.get("apiVersion") != constants.API_VERSION:
+            problems.append(
+                f"{where}: apiVersion {doc.get('apiVersion')!r} must be {constants.API_VERSION}"
+            )
+            continue
+        try:
+            rendered.append(render(doc))
+        except SpecError as exc:
+            name = (doc.get("metadata") or {}).get("name", "?")
+            problems += [f"{where} ({name}): {error}" for error in exc.errors]
+    if problems:
+        raise InputError(problems)
+    if not rendered:
+        raise InputError([f"{source}: no {_KINDS} found"])
+    return rendered
+
+
+def _cmd_render(args: argparse.Namespace, out: TextIO) -> None:
+    if args.filename == "-":
+        clusters = _render_documents(sys.stdin, "stdin")
+    else:
+        try:
+            with open(args.filename, encoding="utf-8") as handle:
+                clusters = _render_documents(handle, args.filename)
+        except OSError as exc:
+            raise InputError([f"-f {args.filename}: {exc.strerror}"]) from exc
+    out.write(yaml.dump_all(clusters, Dumper=_RenderDumper, sort_keys=False))
+
+
+def instance_identity(env: Mapping[str, str]) -> str:
+    """The pod name (``POD_NAME``, set by the chart from the downward API), else
+    ``<host>-<pid>``: unique per process, readable in logs, never the user name."""
+    return env.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+
+
+#: Where a pod finds its own namespace (the service account's mounted token dir).
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def _context_namespace(kubeconfig: str | None) -> str | None:
+    from kubernetes import config as k8s_config
+
+    try:
+        _, active = k8s_config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    except Exception:  # no kubeconfig, or an unreadable one: the run itself will say so
+        return None
+    return (active or {}).get("context", {}).get("namespace") or None
+
+
+def lease_namespace(
+    flag: str | None,
+    env: Mapping[str, str],
+    kubeconfig: str | None,
+    *,
+    service_account_file: Path = SERVICE_ACCOUNT_NAMESPACE,
+) -> str:
+    """Where the Lease lives: ``--leader-elect-namespace``, else ``POD_NAMESPACE`` (the
+    chart sets it), else the pod's own namespace, else the kubeconfig context's, else
+    ``default``. The operator's own namespace is the Kubernetes convention, and the
+    chart's Role grants the Lease there and nowhere else."""
+    if flag:
+        return flag
+    if env.get("POD_NAMESPACE"):
+        return env["POD_NAMESPACE"]
+    if kubeconfig is None and service_account_file.exists():
+        return service_account_file.read_text().strip() or "default"
+    return _context_namespace(kubeconfig) or "default"
+
+
+def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
+    from tpuslice.main.app import run_operator  # kopf is imported only when running
+    from tpuslice.runtime.config import OperatorConfig
+
+    run_operator(
+        OperatorConfig(
+            kubeconfig=args.kubeconfig,
+            identity=instance_identity(os.environ),
+            namespaces=tuple(args.namespaces),
+            resync_seconds=args.resync_seconds,
+            sweep_seconds=args.sweep_seconds,
+            leader_elect=args.leader_elect,
+            lease_namespace=lease_namespace(
+                args.leader_elect_namespace, os.environ, args.kubeconfig
+            ),
+            lease_name=args.leader_elect_lease_name,
+            shutdown_drain_seconds=args.shutdown_drain_seconds,
+            liveness_port=args.liveness_port or None,
+            log_level=args.log_level,
+            webhook_port=args.webhook_port or None,
+            webhook_addr=args.webhook_addr,
+            webhook_url=args.webhook_url,
+            webhook_service=args.webhook_service,
+            webhook_namespace=args.webhook_namespace or os.environ.get("POD_NAMESPACE"),
+            webhook_cert_dir=args.webhook_cert_dir,
+            webhook_secret=args.webhook_secret,
+            manage_webhook_configuration=not args.no_manage_webhook_configuration,
+            metrics_port=args.metrics_port or None,
+            metrics_addr=args.metrics_addr,
+        )
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tpuslice",
+        description="TPUSlice tools: inspect TPU slice shapes, render RayClusters, RayJobs "
+        "and RayServices, run the operator.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    topology = commands.add_parser(
+        "topology",
+        help="show what a TPU type and topology mean on GKE",
+        description="Resolve a TPU type and topology into chips, hosts and the names GKE "
+        "and Ray use.",
+    )
+    topology.add_argument(
+        "--type",
+        required=True,
+        help="v4, v5e, v5p, v6e, tpu7x or a GKE accelerator label value such as tpu-v6e-slice",
+    )
+    topology.add_argument("--topology", required=True, help="e.g. 4x4 or 2x2x2")
+    topology.add_argument(
+        "--chips-per-host",
+        type=int,
+        default=None,
+        help="only to settle v5e/v6e 2x4: 8 (one host, default) or 4",
+    )
+    topology.add_argument("-o", "--output", choices=("json", "yaml", "table"), default="table")
+    topology.set_defaults(func=_cmd_topology)
+
+    render = commands.add_parser(
+        "render",
+        help="print the RayCluster, RayJob or RayService each TPUSlice object becomes",
+        description="Read TPUSliceCluster, TPUSliceJob and TPUSliceService YAML (several "
+        "documents allowed) and print the RayCluster, RayJob or RayService each becomes.",
+    )
+    render.add_argument("-f", "--filename", required=True, help="a YAML file, or - for stdin")
+    render.set_defaults(func=_cmd_render)
+
+    run = commands.add_parser(
+        "run",
+        help="run the operator",
+        description="Run the operator against the current kubeconfig (or the in-cluster "
+        "config), watching all namespaces unless --namespace is given.",
+    )
+    run.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="path to a kubeconfig (default: in-cluster config, then $KUBECONFIG / ~/.kube/config)",
+    )
+    run.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        dest="namespaces",
+        help="watch only this namespace (repeatable; default: all namespaces)",
+    )
+    run.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    run.add_argument(
+        "--liveness-port",
+        type=int,
+        default=8080,
+        help="serve /healthz (liveness) and /readyz (readiness) on this port (0 disables)",
+    )
+    run.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=60.0,
+        help="safety-net reconcile interval per TPUSliceCluster",
+    )
+    run.add_argument(
+        "--sweep-seconds",
+        type=float,
+        default=60.0,
+        help="how often each SliceReservation is checked for a holder that is gone",
+    )
+    run.add_argument(
+        "--shutdown-drain-seconds",
+        type=float,
+        default=5.0,
+        help="after SIGTERM, keep answering webhook calls this long (not ready, each "
+        "answer closing its connection) so none in flight is refused",
+    )
+    election = run.add_argument_group("leader election")
+    election.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="act only while holding a coordination.k8s.io Lease; otherwise serve the "
+        "webhook as a standby (default: on; --no-leader-elect: act unconditionally)",
+    )
+    election.add_argument(
+        "--leader-elect-namespace",
+        default=None,
+        help="namespace of the Lease (default: $POD_NAMESPACE, the pod's own namespace, "
+        "the kubeconfig context's, else default)",
+    )
+    election.add_argument(
+        "--leader-elect-lease-name",
+        default="tpuslice-operator",
+        help="name of the Lease; instances sharing it elect one leader",
+    )
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        default=8000,
+        help="serve Prometheus /metrics on this port (0 disables; see docs/metrics.md)",
+    )
+    run.add_argument("--metrics-addr", default="0.0.0.0", help="listen address of /metrics")
+    hook = run.add_argument_group("TPU identity webhook")
+    hook.add_argument(
+        "--webhook-port",
+        type=int,
+        default=9443,
+        help="HTTPS port of the webhook (0 disables the webhook)",
+    )
+    hook.add_argument(
+        "--webhook-addr", default=None, help="listen address (default: all interfaces)"
+    )
+    hook.add_argument(
+        "--webhook-url",
+        default=None,
+        help="out of cluster: base URL the API server calls, e.g. https://127.0.0.1:9443",
+    )
+    hook.add_argument(
+        "--webhook-service",
+        default=None,
+        help="in cluster: the Service in front of the webhook port",
+    )
+    hook.add_argument(
+        "--webhook-namespace",
+        default=None,
+        help="namespace of --webhook-service (default: $POD_NAMESPACE)",
+    )
+    hook.add_argument(
+        "--webhook-cert-dir",
+        default="/tmp/tpuslice-webhook",
+        help="tls.crt, tls.key and ca.crt are used if present (cert-manager); "
+        "otherwise a self-signed set is written here",
+    )
+    hook.add_argument(
+        "--webhook-secret",
+        default=None,
+        help="a Secret in --webhook-namespace through which every replica shares one CA "
+        "and serving certificate (the first fills it; the chart renders it empty); "
+        "default: the cert dir only",
+    )
+    hook.add_argument(
+        "--no-manage-webhook-configuration",
+        action="store_true",
+        help="do not apply the MutatingWebhookConfiguration (e.g. cert-manager's "
+        "CA injector maintains it)",
+    )
+    run.set_defaults(func=_cmd_run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.func(args, sys.stdout)
+    except InputError as exc:
+        for line in exc.lines:
+            print(f"error: {line}", file=sys.stderr)
+        return EXIT_INVALID
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

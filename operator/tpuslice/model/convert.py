@@ -1,0 +1,344 @@
+"""Kubernetes objects -> the small records the decisions need. Pure.
+
+kopf's indexes keep these records (not whole objects) in memory, which keeps
+the operator small at thousands of pods and nodes, and gives the pure modules
+typed input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from tpuslice.model import constants as c
+from tpuslice.model.records import (
+    CapacityType,
+    Holder,
+    NodeInfo,
+    OwnedRequest,
+    OwnerKey,
+    PodInfo,
+    ProvisioningRequestInfo,
+    RequestCondition,
+    ReservationInfo,
+)
+
+__all__ = [
+    "capacity_type",
+    "cluster_record",
+    "holder_spec",
+    "node_info",
+    "owned_request",
+    "pod_info",
+    "podtemplate_record",
+    "provisioning_request_info",
+    "ray_owner_info",
+    "raycluster_info",
+    "reservation_body",
+    "reservation_info",
+]
+
+
+# creationTimestamp feeds tpuslice_raycluster_creation_seconds.
+_CLUSTER_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+)
+
+
+def cluster_record(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a TPUSliceCluster, TPUSliceJob or TPUSliceService the reconcile reads.
+    Dropping managedFields and the last-applied annotation keeps the index a fraction of
+    the objects' size."""
+    meta = obj.get("metadata") or {}
+    return {
+        "kind": obj.get("kind") or c.KIND_CLUSTER,
+        "metadata": {k: meta[k] for k in _CLUSTER_METADATA if k in meta},
+        "spec": obj.get("spec") or {},
+        "status": obj.get("status") or {},
+    }
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _condition_true(status: Mapping[str, Any], kind: str) -> bool:
+    return any(
+        cond.get("type") == kind and cond.get("status") == "True"
+        for cond in status.get("conditions") or []
+    )
+
+
+def pod_info(pod: Mapping[str, Any]) -> PodInfo:
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    gates = {g.get("name") for g in spec.get("schedulingGates") or []}
+    return PodInfo(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        cluster=labels.get(c.LABEL_CLUSTER, ""),
+        replica_name=labels.get(c.KUBERAY_LABEL_REPLICA_NAME),
+        replica_index=_int(labels.get(c.KUBERAY_LABEL_REPLICA_INDEX)),
+        host_index=_int(labels.get(c.KUBERAY_LABEL_HOST_INDEX)),
+        gated=c.SCHEDULING_GATE in gates,
+        pinned_pool=(spec.get("nodeSelector") or {}).get(c.NODE_LABEL_NODEPOOL),
+        node_name=spec.get("nodeName"),
+        running_ready=status.get("phase") == "Running" and _condition_true(status, "Ready"),
+        deleting=bool(meta.get("deletionTimestamp")),
+        created=meta.get("creationTimestamp", ""),
+        owner_kind=labels.get(c.LABEL_OWNER_KIND) or c.KIND_CLUSTER,
+        ray_cluster=labels.get(c.KUBERAY_LABEL_CLUSTER, ""),
+    )
+
+
+def capacity_type(labels: Mapping[str, str]) -> CapacityType:
+    """How GKE provisioned the node, from the labels GKE sets on it.
+
+    - ``cloud.google.com/reservation-name: <reservation>``: the VM consumes a Compute
+      Engine reservation (GKE "Consuming reserved zonal resources",
+      https://cloud.google.com/kubernetes-engine/docs/how-to/consuming-reservations;
+      also the label of calendar-mode future reservations).
+    - ``cloud.google.com/gke-spot: "true"``: a Spot VM (GKE "Spot VMs",
+      https://cloud.google.com/kubernetes-engine/docs/how-to/spot-vms). Legacy preemptible
+      VMs (``cloud.google.com/gke-preemptible: "true"``) share Spot's pricing and
+      reclaim model and count as Spot.
+    - ``cloud.google.com/gke-flex-start: "true"`` (or ``cloud.google.com/gke-provisioning:
+      flex-start``): a flex-start VM (GKE "About flex-start",
+      https://cloud.google.com/kubernetes-engine/docs/concepts/dws; TPU how-to
+      https://cloud.google.com/kubernetes-engine/docs/how-to/dws-flex-start-training-tpu).
+    - none of these: OnDemand.
+    """
+    if labels.get(c.NODE_LABEL_RESERVATION_NAME):
+        return CapacityType.RESERVATION
+    if "true" in (labels.get(c.NODE_LABEL_SPOT), labels.get(c.NODE_LABEL_PREEMPTIBLE)):
+        return CapacityType.SPOT
+    if (
+        labels.get(c.NODE_LABEL_FLEX_START) == "true"
+        or labels.get(c.NODE_LABEL_PROVISIONING) == "flex-start"
+    ):
+        return CapacityType.FLEX_START
+    return CapacityType.ON_DEMAND
+
+
+def node_info(node: Mapping[str, Any]) -> NodeInfo:
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    spec = node.get("spec") or {}
+    status = node.get("status") or {}
+    allocatable = status.get("allocatable") or {}
+    return NodeInfo(
+        name=meta.get("name", ""),
+        pool=labels.get(c.NODE_LABEL_NODEPOOL, ""),
+        accelerator=labels.get(c.NODE_LABEL_ACCELERATOR, ""),
+        topology=labels.get(c.NODE_LABEL_TOPOLOGY, ""),
+        chips=_int(allocatable.get(c.TPU_RESOURCE)) or 0,
+        ready=_condition_true(status, "Ready"),
+        schedulable=not spec.get("unschedulable", False),
+        capacity_type=capacity_type(labels),
+        block=labels.get(c.NODE_LABEL_TOPOLOGY_BLOCK) or None,
+        subblock=labels.get(c.NODE_LABEL_TOPOLOGY_SUBBLOCK) or None,
+        capacity_labels={k: labels[k] for k in c.CAPACITY_SELECTOR_KEYS if k in labels},
+        created=str(meta.get("creationTimestamp") or ""),
+    )
+
+
+def reservation_info(obj: Mapping[str, Any]) -> ReservationInfo:
+    spec = obj.get("spec") or {}
+    holder = spec.get("holder") or {}
+    return ReservationInfo(
+        pool=spec.get("nodePool") or (obj.get("metadata") or {}).get("name", ""),
+        holder=Holder(
+            namespace=holder.get("namespace", ""),
+            name=holder.get("name", ""),
+            uid=holder.get("uid", ""),
+            replica_name=holder.get("replicaName", ""),
+            replica_index=_int(holder.get("replicaIndex")),
+            kind=holder.get("kind") or c.KIND_CLUSTER,
+            ray_cluster=holder.get("rayCluster") or "",
+        ),
+        phase=(obj.get("status") or {}).get("phase"),
+        uid=str((obj.get("metadata") or {}).get("uid") or ""),
+        resource_version=str((obj.get("metadata") or {}).get("resourceVersion") or ""),
+    )
+
+
+def reservation_shape(obj: Mapping[str, Any]) -> tuple[str, str]:
+    spec = obj.get("spec") or {}
+    return spec.get("gkeAccelerator", ""), spec.get("topology", "")
+
+
+def holder_spec(holder: Holder) -> dict[str, Any]:
+    """``spec.holder`` of a SliceReservation (the kind only when not a TPUSliceCluster, so
+    reservations of clusters read the same by older versions)."""
+    spec: dict[str, Any] = {
+        "namespace": holder.namespace,
+        "name": holder.name,
+        "uid": holder.uid,
+        "replicaName": holder.replica_name,
+    }
+    if holder.replica_index is not None:
+        spec["replicaIndex"] = holder.replica_index
+    if holder.kind != c.KIND_CLUSTER:
+        spec["kind"] = holder.kind
+    if holder.ray_cluster:
+        spec["rayCluster"] = holder.ray_cluster
+    return spec
+
+
+def reservation_body(
+    pool: str,
+    holder: Holder,
+    *,
+    gke_accelerator: str,
+    accelerator_type: str,
+    topology: str,
+    hosts: int,
+) -> dict[str, Any]:
+    labels = {c.LABEL_CLUSTER: holder.name, c.LABEL_MANAGED_BY: c.MANAGED_BY}
+    if holder.kind != c.KIND_CLUSTER:
+        labels[c.LABEL_OWNER_KIND] = holder.kind
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND_RESERVATION,
+        "metadata": {"name": pool, "labels": labels},
+        "spec": {
+            "nodePool": pool,
+            "gkeAccelerator": gke_accelerator,
+            "acceleratorType": accelerator_type,
+            "topology": topology,
+            "hosts": hosts,
+            "holder": holder_spec(holder),
+        },
+    }
+
+
+def _owns_suspend(meta: Mapping[str, Any]) -> bool:
+    """Whether our field manager set spec.suspend (KubeRay resumes only on an explicit false,
+    so we must send one after lifting our own suspension, and only then)."""
+    for entry in meta.get("managedFields") or []:
+        if entry.get("manager") == c.FIELD_MANAGER:
+            spec = ((entry.get("fieldsV1") or {}).get("f:spec")) or {}
+            if "f:suspend" in spec:
+                return True
+    return False
+
+
+def raycluster_info(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What the reconcile compares and reports: our applied fields and KubeRay's state."""
+    meta = obj.get("metadata") or {}
+    return {
+        "name": meta.get("name", ""),
+        "namespace": meta.get("namespace", ""),
+        "ownsSuspend": _owns_suspend(meta),
+        "uid": meta.get("uid"),
+        "deleting": bool(meta.get("deletionTimestamp")),
+        "labels": dict(meta.get("labels") or {}),
+        "annotations": dict(meta.get("annotations") or {}),
+        "ownerReferences": list(meta.get("ownerReferences") or []),
+        "spec": obj.get("spec") or {},
+        "state": (obj.get("status") or {}).get("state"),
+    }
+
+
+def ray_owner_info(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A RayJob or RayService: what ``raycluster_info`` keeps, and its whole status (the
+    TPUSliceJob's and TPUSliceService's status is computed from it)."""
+    return {**raycluster_info(obj), "status": dict(obj.get("status") or {})}
+
+
+def timestamp(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp of the API server (``2026-11-30T00:00:00Z``) as an aware
+    UTC datetime; None when absent or not one."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def provisioning_request_info(obj: Mapping[str, Any]) -> ProvisioningRequestInfo:
+    """One of our ProvisioningRequests as the decisions need it: which slice and attempt
+    (our labels and annotations), its class, conditions by type and class details."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    status = obj.get("status") or {}
+    conditions: dict[str, RequestCondition] = {}
+    for cond in status.get("conditions") or []:
+        if not isinstance(cond, Mapping) or not cond.get("type"):
+            continue
+        conditions[str(cond["type"])] = RequestCondition(
+            type=str(cond["type"]),
+            status=str(cond.get("status") or "Unknown"),
+            reason=str(cond.get("reason") or ""),
+            message=str(cond.get("message") or ""),
+            last_transition=timestamp(cond.get("lastTransitionTime")),
+        )
+    details = status.get("provisioningClassDetails") or {}
+    return ProvisioningRequestInfo(
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        uid=str(meta.get("uid") or ""),
+        raycluster=labels.get(c.LABEL_RAYCLUSTER, ""),
+        slice_index=_int(labels.get(c.LABEL_SLICE_INDEX)),
+        attempt=_int(labels.get(c.LABEL_PROVISIONING_ATTEMPT)) or 1,
+        failures=max(0, _int(annotations.get(c.ANNOTATION_PROVISIONING_FAILURES)) or 0),
+        class_name=str((obj.get("spec") or {}).get("provisioningClassName") or ""),
+        spec_hash=str(annotations.get(c.ANNOTATION_PROVREQ_HASH) or ""),
+        conditions=conditions,
+        details={str(k): str(v) for k, v in details.items()}
+        if isinstance(details, Mapping)
+        else {},
+        created=timestamp(meta.get("creationTimestamp")),
+        deleting=bool(meta.get("deletionTimestamp")),
+        revoked_pool=str(annotations.get(c.ANNOTATION_REVOKED_POOL) or "") or None,
+    )
+
+
+def _owner_of(meta: Mapping[str, Any]) -> OwnerKey:
+    labels = meta.get("labels") or {}
+    return (
+        str(labels.get(c.LABEL_OWNER_KIND) or c.KIND_CLUSTER),
+        str(meta.get("namespace") or ""),
+        str(labels.get(c.LABEL_CLUSTER) or ""),
+    )
+
+
+def owned_request(obj: Mapping[str, Any]) -> OwnedRequest:
+    return OwnedRequest(_owner_of(obj.get("metadata") or {}), provisioning_request_info(obj))
+
+
+def podtemplate_record(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What the shell needs of one of our PodTemplates: its owner, name, age, the uid of
+    its controller (the request, once made its owner) and its template."""
+    meta = obj.get("metadata") or {}
+    controller = next(
+        (
+            str(o.get("uid") or "")
+            for o in meta.get("ownerReferences") or []
+            if o.get("controller") and o.get("kind") == c.PROVREQ_KIND
+        ),
+        "",
+    )
+    return {
+        "owner": _owner_of(meta),
+        "raycluster": str((meta.get("labels") or {}).get(c.LABEL_RAYCLUSTER) or ""),
+        "namespace": str(meta.get("namespace") or ""),
+        "name": str(meta.get("name") or ""),
+        "created": str(meta.get("creationTimestamp") or ""),
+        "controller": controller,
+        "template": obj.get("template") or {},
+    }

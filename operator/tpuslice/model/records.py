@@ -1,0 +1,525 @@
+"""The domain records the pure core works on and answers with.
+
+Small frozen values: what the decisions need of a pod, a node, a reservation
+and a cluster (read from API objects by ``convert.py``), and the planner's
+answer (claims, releases, slice states). Keeping them apart from the planner
+lets every part of the shell and every test name them without importing the
+planner, and keeps ``reservation.py`` about decisions alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from tpuslice.model.constants import KIND_CLUSTER, PROVREQ_CAPACITY_REVOKED
+
+__all__ = [
+    "Admission",
+    "CapacityType",
+    "Claim",
+    "ClusterKey",
+    "ClusterRef",
+    "GangMode",
+    "Handover",
+    "Holder",
+    "NodeInfo",
+    "OwnedRequest",
+    "OwnerKey",
+    "PodInfo",
+    "PodRelease",
+    "PoolRequest",
+    "ProvisioningAction",
+    "ProvisioningDecision",
+    "ProvisioningMode",
+    "ProvisioningRequestInfo",
+    "ProvisioningView",
+    "QueueDecision",
+    "RequestCondition",
+    "ReservationInfo",
+    "Shape",
+    "ShapeMember",
+    "ShapePool",
+    "SliceFacts",
+    "SlicePlan",
+    "SliceProvisioning",
+    "SliceState",
+    "SliceStatus",
+    "Snapshot",
+]
+
+ClusterKey = tuple[str, str]  # (namespace, name)
+#: (kind, namespace, name) of a TPUSliceCluster, TPUSliceJob or TPUSliceService: a pod's
+#: owner (one job and one cluster of the same name in a namespace stay apart).
+OwnerKey = tuple[str, str, str]
+Shape = tuple[str, str]  # (gke accelerator, topology)
+
+
+class GangMode(StrEnum):
+    """How the slices of one cluster get their pools (``spec.reservation.gang``)."""
+
+    ALL_SLICES = "AllSlices"  # all desired slices hold a pool, or none is released
+    PER_SLICE = "PerSlice"  # each slice claims and is released on its own (the old way)
+
+
+class CapacityType(StrEnum):
+    """How GKE provisioned a node pool's VMs, read from node labels (convert.node_info)."""
+
+    RESERVATION = "Reservation"
+    ON_DEMAND = "OnDemand"
+    SPOT = "Spot"
+    FLEX_START = "FlexStart"
+
+
+class ProvisioningMode(StrEnum):
+    """``spec.reservation.provisioning.mode``: how a slice without a free pool asks for one."""
+
+    NONE = "None"  # it waits (WaitingForCapacity), as without the field
+    BEST_EFFORT_ATOMIC = "BestEffortAtomic"  # best-effort-atomic-scale-up.autoscaling.x-k8s.io
+    QUEUED = "QueuedProvisioning"  # queued-provisioning.gke.io (DWS flex-start, queued)
+
+
+class SliceState(StrEnum):
+    """Where one slice stands; shown in status.slices[].state."""
+
+    PENDING = "Pending"  # KubeRay is still creating the slice's pods
+    WAITING_FOR_CAPACITY = "WaitingForCapacity"  # no free matching node pool
+    PROVISIONING = "Provisioning"  # no free pool; a ProvisioningRequest asks for one
+    RESERVED = "Reserved"  # pool held; pods not (all) released yet
+    SCHEDULED = "Scheduled"  # every pod released and pinned; not all running/ready
+    READY = "Ready"  # every pod running and ready on the reserved pool
+    RELEASING = "Releasing"  # pods terminating; the pool stays held until they are gone
+
+
+@dataclass(frozen=True)
+class ClusterRef:
+    """The TPUSlice object a pass is for (of ``kind``: cluster, job or service)."""
+
+    namespace: str
+    name: str
+    uid: str
+    kind: str = KIND_CLUSTER
+    #: A TPUSliceService plans the slices of each of its RayClusters apart (the active
+    #: one and an upgrade's pending one): the RayCluster this pass plans for; "" for a
+    #: TPUSliceCluster or TPUSliceJob, whose slices are one set.
+    ray_cluster: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def holds(self, holder: Holder) -> bool:
+        """Whether a reservation of ``holder`` is one of this pass's own."""
+        return holder.uid == self.uid and holder.ray_cluster == self.ray_cluster
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    """The few fields of a worker pod the decisions need (kept in an in-memory index)."""
+
+    namespace: str
+    name: str
+    cluster: str
+    replica_name: str | None
+    replica_index: int | None
+    host_index: int | None
+    gated: bool  # carries our scheduling gate
+    pinned_pool: str | None  # nodeSelector cloud.google.com/gke-nodepool
+    node_name: str | None
+    running_ready: bool
+    deleting: bool
+    created: str = ""  # creationTimestamp, for latency metrics
+    owner_kind: str = KIND_CLUSTER  # tpuslice.dev/owner-kind (absent on a TSC's pods)
+    ray_cluster: str = ""  # ray.io/cluster: the RayCluster the pod belongs to
+
+    @property
+    def owner(self) -> OwnerKey:
+        return self.owner_kind, self.namespace, self.cluster
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    pool: str
+    accelerator: str
+    topology: str
+    chips: int
+    ready: bool
+    schedulable: bool
+    capacity_type: CapacityType = CapacityType.ON_DEMAND
+    # cloud.google.com/gce-topology-block / -subblock, when GKE labels the node
+    block: str | None = None
+    subblock: str | None = None
+    # its labels of constants.CAPACITY_SELECTOR_KEYS (spec.reservation.provisioning.nodeSelector)
+    capacity_labels: Mapping[str, str] = field(default_factory=dict)
+    # metadata.creationTimestamp (RFC 3339): a pool whose nodes are all younger than a
+    # best-effort ProvisioningRequest may be its capacity (no name says so)
+    created: str = ""
+
+
+@dataclass(frozen=True)
+class Holder:
+    namespace: str
+    name: str
+    uid: str
+    replica_name: str
+    replica_index: int | None = None
+    kind: str = KIND_CLUSTER  # of the holding object
+    ray_cluster: str = ""  # a TPUSliceService's: the RayCluster the slice belongs to
+
+    def describe(self) -> str:
+        what = "" if self.kind == KIND_CLUSTER else f"{self.kind} "
+        return f"{what}{self.namespace}/{self.name} (slice {self.replica_name})"
+
+    @property
+    def owner(self) -> OwnerKey:
+        return self.kind, self.namespace, self.name
+
+
+@dataclass(frozen=True)
+class ReservationInfo:
+    pool: str
+    holder: Holder
+    phase: str | None = None
+    #: The SliceReservation object's uid (a delete by the sweep is conditional on it).
+    uid: str = ""
+    #: Its resourceVersion (a hand-over is conditional on it).
+    resource_version: str = ""
+
+
+@dataclass(frozen=True)
+class Handover:
+    """Give ``pool``, held by a slice of ours that has no pods left, to another slice of
+    ours (a TPUSliceJob's retry: the new RayCluster's slice takes the old one's pool)."""
+
+    pool: str
+    holder: Holder  # the new holder: same object, the new slice's replica
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Create a SliceReservation for ``pool``: the atomic claim (AlreadyExists = lost)."""
+
+    pool: str
+    holder: Holder
+
+
+@dataclass(frozen=True)
+class PodRelease:
+    """One patch: add the pool nodeSelector and remove our gate, for one pod."""
+
+    namespace: str
+    name: str
+    pool: str
+    replica_name: str
+
+
+@dataclass(frozen=True)
+class SliceProvisioning:
+    """status.slices[].provisioning: the slice's ProvisioningRequest and its count of
+    attempts and failures (read back by provisioning.history_from_status, so the retry
+    limit holds across restarts and across requests deleted by someone)."""
+
+    request: str
+    attempt: int
+    failures: int = 0
+
+    def to_dict(self) -> dict[str, object]:
+        return {"request": self.request, "attempt": self.attempt, "failures": self.failures}
+
+
+@dataclass(frozen=True)
+class SliceStatus:
+    index: int
+    state: SliceState
+    replica: str | None = None
+    node_pool: str | None = None
+    ready_hosts: int = 0
+    message: str = ""
+    capacity_type: CapacityType | None = None  # of the pool it holds
+    provisioning: SliceProvisioning | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"index": self.index}
+        if self.replica:
+            out["replica"] = self.replica
+        if self.node_pool:
+            out["nodePool"] = self.node_pool
+        if self.capacity_type:
+            out["capacityType"] = str(self.capacity_type)
+        out["state"] = str(self.state)
+        out["readyHosts"] = self.ready_hosts
+        if self.message:
+            out["message"] = self.message
+        if self.provisioning:
+            out["provisioning"] = self.provisioning.to_dict()
+        return out
+
+
+@dataclass(frozen=True)
+class SlicePlan:
+    """What to do now, and what to report. Releases of a replica run only if its claim held."""
+
+    claims: tuple[Claim, ...] = ()
+    releases: tuple[PodRelease, ...] = ()
+    frees: tuple[str, ...] = ()  # pools whose reservation this cluster no longer needs
+    binds: tuple[str, ...] = ()  # pools whose reservation should show phase Bound
+    slices: tuple[SliceStatus, ...] = ()
+    unindexed_pods: tuple[str, ...] = ()  # worker pods without KubeRay's multi-host labels
+    # AllSlices: the releases complete a gang together with this plan's claims, so the
+    # shell may send them only if every claim of the plan held; after a lost claim it
+    # re-plans (the new plan frees the partial set) instead.
+    all_or_nothing: bool = False
+    stalled: str | None = None  # a NotEnoughPools message: no pool count of the shape will do
+
+
+@dataclass(frozen=True)
+class ShapeMember:
+    """Another TPUSliceCluster of the same shape, as the shape's queue needs it."""
+
+    cluster: Mapping[str, Any]  # convert.cluster_record
+    pods: Sequence[PodInfo]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the indexes hold for one cluster, read at the start of a pass."""
+
+    cluster: Mapping[str, Any] | None
+    pods: Sequence[PodInfo]
+    nodes: Sequence[NodeInfo]
+    reservations: Sequence[ReservationInfo]  # of the cluster's shape, and the cluster's own
+    raycluster: Mapping[str, Any] | None
+    #: A TPUSliceJob's RayJob or a TPUSliceService's RayService (convert.ray_owner_info).
+    owned: Mapping[str, Any] | None = None
+    #: The RayClusters KubeRay made for that RayJob or RayService, by name.
+    rayclusters: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # The other TPUSliceClusters of the cluster's shape (the shape's queue).
+    shape_members: Sequence[ShapeMember] = ()
+    # The node versions (``PoolIndexCache``) when ``nodes`` was read, so a pool index
+    # built from these nodes is cached under the version they belong to, never a newer one.
+    node_versions: Mapping[Shape, int] = field(default_factory=dict)
+    # Capacity on demand: its ProvisioningRequests and PodTemplates, others' promised pools.
+    provisioning: ProvisioningView | None = None
+
+
+# ------------------------------------------------------------------ the queue per shape
+
+
+@dataclass(frozen=True)
+class PoolRequest:
+    """One cluster wanting pools of a shape, as the shell reads it from the API server:
+    the TSC (uid, priority, creationTimestamp, slices, gang), its SliceReservations
+    (``held``, ``idle``) and its pods (``claimable``). Never from memory."""
+
+    key: ClusterKey
+    uid: str
+    desired: int  # spec.tpu.slices (0 when suspended)
+    held: int  # pools its reservations hold now, any phase
+    claimable: int  # live slices (KubeRay made their pods) that hold no pool yet
+    gang: GangMode = GangMode.PER_SLICE
+    priority: int = 0  # spec.reservation.priority, higher first
+    created: str = ""  # metadata.creationTimestamp (RFC 3339, UTC: sorts as text)
+    idle: int = 0  # of ``held``: pools whose slice has no pod released yet
+    capacity_types: tuple[CapacityType, ...] = ()  # spec.reservation.capacityTypes
+    previous: tuple[str, ...] = ()  # pools its slices held before (status.slices[].nodePool)
+
+    @property
+    def missing(self) -> int:
+        return max(0, self.desired - self.held)
+
+
+@dataclass(frozen=True)
+class ShapePool:
+    """One node pool of the shape: every pool whose nodes carry the shape's labels."""
+
+    name: str
+    eligible: bool  # whole, Ready, schedulable, enough chips (reservation._pool_problem)
+    holder: Holder | None = None  # its SliceReservation's holder, if any
+    capacity_type: CapacityType = CapacityType.ON_DEMAND
+    block: str | None = None
+    subblock: str | None = None
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The queue's word for one cluster in this pass; plan_slices obeys it.
+
+    ``pools`` are the pools it may claim now (already in its preference order);
+    ``None`` means no queue governs the cluster (any free eligible pool, as before)."""
+
+    pools: tuple[str, ...] | None = None
+    position: int | None = None  # 1-based among the shape's waiting requests
+    waiting: int = 0  # how many requests of the shape wait (for "2nd of 3")
+    contended: bool = False  # another request of the shape wants pools now
+    set_aside: int = 0  # free pools counted for it in this pass (granted or not yet)
+    stalled: str | None = None  # NotEnoughPools message: leaves the queue
+    message: str = ""  # why it waits (queue_message), for WaitingForCapacity
+
+    @property
+    def may_claim(self) -> int | None:
+        return None if self.pools is None else len(self.pools)
+
+
+@dataclass(frozen=True)
+class QueueDecision:
+    """Per shape: who may claim which pools now, who waits where, who cannot fit."""
+
+    admissions: Mapping[ClusterKey, Admission] = field(default_factory=dict)
+    order: tuple[ClusterKey, ...] = ()  # the queue, head first (stalled ones left out)
+    waiting: tuple[ClusterKey, ...] = ()  # of ``order``: still short after this pass
+    not_enough: tuple[ClusterKey, ...] = ()  # NotEnoughPools: out of the queue
+
+
+# ------------------------------------------------------------ capacity on demand
+
+
+@dataclass(frozen=True)
+class RequestCondition:
+    """One status condition of a ProvisioningRequest."""
+
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: str = ""
+    message: str = ""
+    last_transition: datetime | None = None
+
+    @property
+    def true(self) -> bool:
+        return self.status == "True"
+
+
+@dataclass(frozen=True)
+class ProvisioningRequestInfo:
+    """What the decisions need of one of our ProvisioningRequests
+    (``convert.provisioning_request_info``)."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+    raycluster: str = ""  # tpuslice.dev/raycluster
+    slice_index: int | None = None  # tpuslice.dev/slice-index
+    attempt: int = 1  # tpuslice.dev/provisioning-attempt
+    failures: int = 0  # tpuslice.dev/provisioning-failures: counted before this attempt
+    class_name: str = ""
+    spec_hash: str = ""  # tpuslice.dev/request-hash: what it was created from
+    conditions: Mapping[str, RequestCondition] = field(default_factory=dict)  # by type
+    details: Mapping[str, str] = field(default_factory=dict)  # provisioningClassDetails
+    created: datetime | None = None
+    deleting: bool = False
+    revoked_pool: str | None = None  # tpuslice.dev/revoked-node-pool: its slice was replaced
+
+    def condition(self, kind: str) -> RequestCondition | None:
+        return self.conditions.get(kind)
+
+    def is_true(self, kind: str) -> bool:
+        cond = self.conditions.get(kind)
+        return cond is not None and cond.true
+
+    @property
+    def node_pool(self) -> str | None:
+        """The node pool GKE's queued class made for it (provisioningClassDetails)."""
+        return self.details.get("NodePoolName") or None
+
+    @property
+    def retired(self) -> bool:
+        """Its slice was replaced after CapacityRevoked: no longer any slice's request,
+        kept only to keep its pool from every object while the pool has nodes."""
+        return self.revoked_pool is not None
+
+    @property
+    def lost_pool(self) -> str | None:
+        """The node pool whose capacity GKE revoked under this request, if known: the one
+        we recorded when we replaced its slice, else the pool its queued class named."""
+        if self.revoked_pool:
+            return self.revoked_pool
+        return self.node_pool if self.is_true(PROVREQ_CAPACITY_REVOKED) else None
+
+
+@dataclass(frozen=True)
+class OwnedRequest:
+    """One of our ProvisioningRequests in the watch's store, with the TPUSlice object it
+    belongs to (kind, namespace, name: from its labels)."""
+
+    owner: OwnerKey
+    info: ProvisioningRequestInfo
+
+
+@dataclass(frozen=True)
+class ProvisioningView:
+    """What a snapshot holds of capacity on demand for one TPUSlice object: its own
+    ProvisioningRequests and PodTemplates (``convert.podtemplate_record``), and the
+    node pools live requests of *other* objects name (``provisioning.promised_pools``)."""
+
+    requests: Sequence[ProvisioningRequestInfo] = ()
+    templates: Sequence[Mapping[str, Any]] = ()
+    promised_elsewhere: frozenset[str] = frozenset()
+    #: pools of CapacityRevoked requests of *any* object (``lost_pool``): kept from all
+    revoked_pools: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class SliceFacts:
+    """One slice as the per-slice provisioning decision sees it (provisioning.decide).
+
+    ``exists`` is False when the slice is gone: its index is beyond spec.tpu.slices
+    (scale-down), it is suspended, or its pods are gone and not being replaced."""
+
+    index: int
+    raycluster: str = ""  # the RayCluster it belongs to (names its requests)
+    exists: bool = True
+    pods_complete: bool = False  # all hostsPerSlice live pods created
+    pool: str | None = None  # the node pool its SliceReservation holds
+    released: bool = False  # some pod of it is ungated (pinned to ``pool``)
+    bound: bool = False  # every pod of it is bound to a node
+    eligible_pool: bool = False  # a free existing pool is there for it in this pass
+    gang_waiting: bool = False  # holds its pool, unreleased only because its gang is short
+
+
+class ProvisioningAction(StrEnum):
+    NONE = "None"  # no request and none wanted
+    WAIT = "Wait"  # a request is outstanding; nothing to do but watch it
+    CREATE = "Create"  # create the PodTemplate, then the request (``create_attempt``)
+    DELETE = "Delete"  # delete the request (its PodTemplate goes with it)
+    CLAIM = "Claim"  # capacity is provisioned: claim a pool for the slice
+    RETRY = "Retry"  # delete the request and create the next attempt
+    GIVE_BACK = "GiveBack"  # free the slice's unreleased pool: its booking lapsed
+    KEEP = "Keep"  # the slice runs on the request's capacity: keep the request
+    STALL = "Stall"  # cannot converge without someone's change
+    REPLACE = "Replace"  # the capacity is gone under a released slice: replace the slice
+
+
+@dataclass(frozen=True)
+class ProvisioningDecision:
+    """What to do about one slice's ProvisioningRequest in this pass, and what to report.
+
+    The fields say everything the shell must do; ``action`` names the case (tests,
+    logs, events). Order for the shell: give the pool back, delete ``delete``, then
+    create ``create_attempt`` (PodTemplate first); claim as the planner does."""
+
+    action: ProvisioningAction
+    index: int
+    #: Provisioning while a request is outstanding; None leaves the planner's state.
+    state: SliceState | None = None
+    message: str = ""  # for status.slices[].message (the request's own text included)
+    reason: str = ""  # Event reason on a transition (events.py)
+    create_attempt: int | None = None  # create the request of this attempt number
+    failures: int = 0  # failures counted before ``create_attempt`` (or the kept request)
+    delete: str | None = None  # name of the request to delete
+    claim_pool: str | None = None  # queued: the pool provisioningClassDetails names
+    search_pools: bool = False  # other classes: claim any fresh whole eligible pool
+    give_back: bool = False  # free the pool the slice holds (never released yet)
+    replace_slice: bool = False  # delete the slice's pods; KubeRay makes a new replica
+    stalled: str | None = None  # Stalled message (reason ProvisioningFailed)
+    retry_at: datetime | None = None  # pass again no later than this (backoff, deadlines)
+    request: str | None = None  # the request the slice consumes or waits for, if any
+    attempt: int = 0  # attempt number of ``request`` (or of the last one, 0 for none)
+
+    def provisioning_status(self) -> SliceProvisioning | None:
+        """What status.slices[].provisioning should say after this decision is carried
+        out (None: the slice never asked); read back by provisioning.history_from_status."""
+        if self.attempt <= 0:
+            return None
+        return SliceProvisioning(self.request or "", self.attempt, self.failures)

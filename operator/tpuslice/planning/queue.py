@@ -1,0 +1,328 @@
+"""The queue per shape (accelerator + topology): who may claim which pools now. Pure.
+
+Every cluster that wants pools of a shape is a ``PoolRequest``, read by the shell
+from API objects alone (the TSC's priority, creationTimestamp, slices and gang; its
+SliceReservations; its pods), so every pass of every cluster, and every operator
+after a restart, computes the same decision from the same objects. No memory.
+
+The rules (``decide_queue``):
+
+1. **Order**: ``priority`` (higher first), then ``creationTimestamp`` (older first),
+   then namespace/name and uid (a stable tie-break).
+2. **NotEnoughPools**: a request whose ``desired`` slices exceed every pool of the
+   shape that exists (healthy or not, held or not) can never be satisfied: it leaves
+   the queue (it neither claims nor sets pools aside) and is Stalled with a message
+   naming both numbers, until pools are added or its spec changes. PerSlice requests
+   too: otherwise a 5-slice request over 3 pools would sit at the head for ever.
+3. **Strict order, no backfill**: walking the queue head first, each request sets
+   aside ``min(free, missing)`` of the free eligible pools (missing = desired - held).
+   An AllSlices request is granted only when it got all it misses *and* its pods are
+   there for all of them (``claimable >= missing``); a PerSlice request is granted
+   what it set aside, up to ``claimable``. Pools set aside for an earlier request are
+   never offered to a later one, granted or not: a 1-slice request created after a
+   4-slice one waiting for 4 pools does not take a freed pool. "Free" means no
+   SliceReservation exists by the time of the pass (a pool given back in this pass
+   counts in the next one, triggered by its deletion).
+4. **Which pools**: the pools set aside for a request are concrete, chosen by
+   ``reservation.prefer_pools`` among those no earlier request took, so two requests
+   in one decision never name the same pool and a later request never takes the
+   pools an earlier, not yet ready one would prefer; a race can only come from passes that read
+   different snapshots, and then the SliceReservation create decides (AlreadyExists =
+   lost), and the loser gives its partial set back (plan_slices).
+5. **No deadlock with running slices**: an AllSlices gang that could complete only
+   with pools held by running slices of requests queued *after* it (a running
+   cluster that grows behind a higher-priority gang) would wait for them while they
+   wait for the pools it sets aside. Such a gang keeps its place but sets nothing
+   aside; the requests after it are served, and it is served once pools come back.
+   (PerSlice requests take what is free and run it, so they never wait in a cycle.)
+6. **Contention**: a request is ``contended`` when another request of the shape is in
+   the queue; an AllSlices gang that cannot complete frees the pools its unreleased
+   slices hold when contended, so it never keeps a partial set beyond a pass while
+   another request could use it. (Under strict order the head gains nothing by
+   keeping them: the freed pools are set aside for it again in the next pass.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from tpuslice.model.records import (
+    Admission,
+    ClusterKey,
+    GangMode,
+    PoolRequest,
+    QueueDecision,
+    Shape,
+    ShapePool,
+)
+from tpuslice.model.topology import TopologyError, resolve_generation
+from tpuslice.planning.pools import prefer_pools
+from tpuslice.status.conditions import MAX_SLICE_MESSAGE, truncate
+
+__all__ = [
+    "HOLDERS_LISTED",
+    "admission_for",
+    "decide_queue",
+    "holders_summary",
+    "not_enough_message",
+    "ordinal",
+    "queue_message",
+    "queue_order",
+    "requests_by_shape",
+    "shape_name",
+]
+
+#: Holders a wait message names (the rest are counted).
+HOLDERS_LISTED = 3
+
+
+def shape_name(shape: Shape) -> str:
+    """``v6e 4x4`` for (``tpu-v6e-slice``, ``4x4``); the GKE value if unknown."""
+    accelerator, topology = shape
+    try:
+        name = resolve_generation(accelerator).name
+    except TopologyError:
+        name = accelerator
+    return f"{name} {topology}"
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, 11th, 12th, 13th, 21st, 101st, 111th."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
+def holders_summary(pools: Iterable[ShapePool], *, exclude_uid: str = "") -> str:
+    """Who holds the shape's pools, naming a holder's pools when it has few:
+    ``ml/a (pool-1, pool-2), ml/b (pool-3), and 4 more holders``; ``ml/c (5 pools)``."""
+    return _Holders(pools).summary(exclude_uid)
+
+
+class _Holders:
+    """The shape's holders ranked once per decision (most pools first), so each waiting
+    request's message costs the few holders it names, not a pass over every pool."""
+
+    def __init__(self, pools: Iterable[ShapePool]) -> None:
+        held: dict[tuple[str, str], list[str]] = {}
+        for p in pools:
+            if p.holder is not None:
+                who = (p.holder.uid, f"{p.holder.namespace}/{p.holder.name}")
+                held.setdefault(who, []).append(p.name)
+        self.ranked = sorted(held.items(), key=lambda kv: (-len(kv[1]), kv[0][1], kv[0][0]))
+
+    def summary(self, exclude_uid: str = "") -> str:
+        parts: list[str] = []
+        others = 0
+        for (uid, who), names in self.ranked:
+            if uid == exclude_uid:
+                continue
+            if len(parts) < HOLDERS_LISTED:
+                named = (
+                    _plural(len(names), "pool")
+                    if len(names) > HOLDERS_LISTED
+                    else ", ".join(sorted(names))
+                )
+                parts.append(f"{who} ({named})")
+            else:
+                others += 1
+        if others:
+            parts.append(f"and {_plural(others, 'more holder')}")
+        return ", ".join(parts)
+
+
+def queue_message(
+    *,
+    position: int,
+    waiting: int,
+    shape: str,
+    desired: int,
+    held: int,
+    gang: GangMode,
+    set_aside: int,
+    ahead: int,
+    holders: str,
+    ready: bool = True,
+    yielding: bool = False,
+) -> str:
+    """``2nd of 3 waiting for v6e 4x4: needs 4 node pools at once (holds 0); 1 free
+    pool set aside for it, the rest go to 1 request ahead; held by ml/a (2)``."""
+    missing = max(0, desired - held)
+    what = (
+        f"needs {_plural(desired, 'node pool')} at once"
+        if gang == GangMode.ALL_SLICES and desired > 1
+        else f"needs {_plural(missing, 'more node pool')}"
+    )
+    parts = [f"{ordinal(position)} of {waiting} waiting for {shape}: {what} (holds {held})"]
+    if set_aside:
+        parts.append(f"{_plural(set_aside, 'free pool')} set aside for it")
+    if ahead:
+        parts.append(f"{_plural(ahead, 'request')} ahead in the queue")
+    if yielding:
+        parts.append(
+            "the pools it lacks are held by running slices of clusters queued after it, "
+            "so they are served first"
+        )
+    if not ready:
+        parts.append("waiting for the pods of its slices")
+    if holders:
+        parts.append(f"held by {holders}")
+    return truncate("; ".join(parts), MAX_SLICE_MESSAGE)
+
+
+def not_enough_message(*, shape: str, desired: int, exist: int, gang: GangMode) -> str:
+    """The NotEnoughPools message: how many exist and how many it needs."""
+    how = " at once" if gang == GangMode.ALL_SLICES and desired > 1 else ""
+    return truncate(
+        f"needs {_plural(desired, 'node pool')} of {shape}{how}, but "
+        f"{'only ' if exist else ''}{_plural(exist, 'node pool')} of that shape "
+        f"{'exists' if exist == 1 else 'exist'}; add node pools or lower spec.tpu.slices",
+        MAX_SLICE_MESSAGE,
+    )
+
+
+def queue_order(requests: Iterable[PoolRequest]) -> list[PoolRequest]:
+    """Head first: priority (higher first), creationTimestamp (older first; a missing
+    one last), then namespace/name and uid."""
+    return sorted(
+        requests,
+        key=lambda r: (-r.priority, r.created == "", r.created, r.key, r.uid),
+    )
+
+
+def decide_queue(
+    shape: Shape, requests: Sequence[PoolRequest], pools: Sequence[ShapePool]
+) -> QueueDecision:
+    """The decision for one shape (see the module docstring for the rules).
+
+    ``requests``: every cluster of the shape with a gated slice policy (those wanting
+    nothing are fine to include); ``pools``: every pool of the shape
+    (``reservation.shape_pools``).
+    """
+    name = shape_name(shape)
+    exist = len(pools)
+    by_name = sorted(pools, key=lambda p: p.name)
+    free = [p for p in by_name if p.eligible and p.holder is None]
+    admissions: dict[ClusterKey, Admission] = {}
+    wanting = [r for r in requests if r.missing > 0]
+    stalled = [r for r in wanting if r.desired > exist]
+    order = queue_order(r for r in wanting if r.desired <= exist)
+    for r in stalled:
+        admissions[r.key] = Admission(
+            pools=(),
+            contended=True,
+            stalled=not_enough_message(shape=name, desired=r.desired, exist=exist, gang=r.gang),
+        )
+
+    avail = len(free)
+    remaining = list(free)
+    holding: dict[str, list[ShapePool]] = {}
+    for p in by_name:
+        if p.holder is not None:
+            holding.setdefault(p.holder.uid, []).append(p)
+    holders = _Holders(by_name)
+    granted: dict[ClusterKey, tuple[ShapePool, ...]] = {}
+    set_aside: dict[ClusterKey, int] = {}
+    # Pools held by running slices of the requests queued after each one: a gang ahead
+    # can never get those (no preemption), and the holders wait behind it for more.
+    behind_running = [0] * (len(order) + 1)
+    for i in range(len(order) - 1, -1, -1):
+        q = order[i]
+        behind_running[i] = behind_running[i + 1] + max(0, q.held - q.idle)
+    yields: set[ClusterKey] = set()
+    for i, r in enumerate(order):
+        if r.gang == GangMode.ALL_SLICES and r.missing > exist - r.held - behind_running[i + 1]:
+            # It could only complete with pools that running slices of clusters queued
+            # after it hold, and they wait for pools it would set aside: a deadlock. It
+            # keeps its place but sets nothing aside until those clusters have theirs.
+            yields.add(r.key)
+            set_aside[r.key] = 0
+            granted[r.key] = ()
+            continue
+        take = min(avail, r.missing)
+        avail -= take
+        set_aside[r.key] = take
+        if r.gang == GangMode.ALL_SLICES:
+            count = r.missing if take == r.missing and r.claimable >= r.missing else 0
+        else:
+            count = min(take, r.claimable)
+        # the pools set aside are concrete, so a later request never takes the ones an
+        # earlier (not yet ready, or still short) request would prefer
+        picks: tuple[ShapePool, ...] = ()
+        if take:
+            picks = tuple(
+                prefer_pools(
+                    remaining,
+                    take,
+                    previous=set(r.previous),
+                    capacity_types=r.capacity_types,
+                    together=r.gang == GangMode.ALL_SLICES and r.desired > 1,
+                    anchor=holding.get(r.uid, ()),
+                    by_name=True,
+                )
+            )
+            taken = {p.name for p in picks}
+            remaining = [p for p in remaining if p.name not in taken]
+        picks = picks[:count]
+        granted[r.key] = picks
+
+    waiting = [r for r in order if len(granted[r.key]) < r.missing]
+    position = {r.key: i + 1 for i, r in enumerate(waiting)}
+    for i, r in enumerate(order):
+        contended = len(order) > 1
+        if r.key not in position:
+            admissions[r.key] = Admission(
+                pools=tuple(p.name for p in granted[r.key]),
+                contended=contended,
+                set_aside=set_aside[r.key],
+            )
+            continue
+        ahead = sum(1 for q in order[:i] if set_aside[q.key])
+        ready = r.claimable >= r.missing
+        yielding = r.key in yields
+        message = queue_message(
+            position=position[r.key],
+            waiting=len(waiting),
+            shape=name,
+            desired=r.desired,
+            held=r.held,
+            gang=r.gang,
+            set_aside=set_aside[r.key] - len(granted[r.key]),
+            ahead=ahead,
+            holders=holders.summary(r.uid),
+            ready=ready,
+            yielding=yielding,
+        )
+        admissions[r.key] = Admission(
+            pools=tuple(p.name for p in granted[r.key]),
+            position=position[r.key],
+            waiting=len(waiting),
+            contended=contended,
+            set_aside=set_aside[r.key],
+            message=message,
+        )
+    return QueueDecision(
+        admissions=admissions,
+        order=tuple(r.key for r in order),
+        waiting=tuple(r.key for r in waiting),
+        not_enough=tuple(r.key for r in queue_order(stalled)),
+    )
+
+
+def admission_for(decision: QueueDecision, key: ClusterKey) -> Admission:
+    """The cluster's admission; one that wants nothing may claim nothing (a PerSlice
+    replica KubeRay is about to remove on scale-down must not take a pool)."""
+    return decision.admissions.get(key) or Admission(pools=())
+
+
+def requests_by_shape(
+    requests: Mapping[ClusterKey, tuple[Shape, PoolRequest]],
+) -> dict[Shape, list[PoolRequest]]:
+    """Group the shell's requests by shape (one decision per shape)."""
+    out: dict[Shape, list[PoolRequest]] = {}
+    for shape, request in requests.values():
+        out.setdefault(shape, []).append(request)
+    return out

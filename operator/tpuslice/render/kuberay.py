@@ -1,0 +1,372 @@
+"""TPUSlice kinds -> KubeRay objects, as pure functions over plain dicts.
+
+A TPUSliceCluster becomes a RayCluster, a TPUSliceJob a RayJob, a
+TPUSliceService a RayService. The cluster is the whole product a user sees, so
+its expansion is one function (``render_ray_cluster_spec``) with golden tests
+and the ``tpuslice render`` command; the RayJob's ``rayClusterSpec`` and the
+RayService's ``rayClusterConfig`` are exactly what it returns for the same
+parts. The operator applies exactly what these return (server-side apply, so
+fields set by users or other controllers, such as Kueue, are left alone: we
+only send the fields we own).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tpuslice.model import constants as c
+from tpuslice.model.topology import SliceShape
+from tpuslice.spec.overrides import OwnedValue, merge_template
+from tpuslice.spec.parse import (
+    FieldError,
+    SliceClusterSpec,
+    SliceJobSpec,
+    SliceServiceSpec,
+    SpecError,
+    parse_cluster,
+    parse_job,
+    parse_service,
+)
+
+__all__ = [
+    "DEFAULT_HEAD_RESOURCES",
+    "ray_node_labels",
+    "render",
+    "render_cluster",
+    "render_job",
+    "render_ray_cluster_spec",
+    "render_raycluster",
+    "render_rayjob",
+    "render_rayservice",
+    "render_service",
+]
+
+#: GKE taints queued-provisioning nodes cloud.google.com/gke-queued=true:NoSchedule; the
+#: cluster autoscaler tolerates it only in its simulation, so the real pods must.
+QUEUED_TOLERATION: Mapping[str, str] = {
+    "key": c.QUEUED_TAINT_KEY,
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
+
+#: Head resources when the user gives none: the head runs GCS and the
+#: dashboard, no TPU work, and a BestEffort head is the first pod evicted.
+DEFAULT_HEAD_RESOURCES: Mapping[str, str] = {"cpu": "2", "memory": "8Gi"}
+
+
+def _container_resources(resources: Mapping[str, str]) -> dict[str, Any]:
+    """The shorthand ``resources: {cpu, memory}`` means requests = limits (Guaranteed QoS)."""
+    if not resources:
+        return {}
+    return {"requests": dict(resources), "limits": dict(resources)}
+
+
+def _owner_reference(spec: SliceClusterSpec) -> list[dict[str, Any]]:
+    """The owning TPUSlice object as controller (garbage collection deletes what it owns)."""
+    if not spec.uid:  # a local file read by `tpuslice render` has no uid yet
+        return []
+    return [
+        {
+            "apiVersion": c.API_VERSION,
+            "kind": spec.owner_kind,
+            "name": spec.name,
+            "uid": spec.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+def _metadata(spec: SliceClusterSpec, owner_label: str) -> dict[str, Any]:
+    """Name, namespace, our labels and the owner reference of a rendered KubeRay object."""
+    metadata: dict[str, Any] = {"name": spec.name}
+    if spec.namespace:
+        metadata["namespace"] = spec.namespace
+    metadata["labels"] = {owner_label: spec.name, c.LABEL_MANAGED_BY: c.MANAGED_BY}
+    if owners := _owner_reference(spec):
+        metadata["ownerReferences"] = owners
+    return metadata
+
+
+def worker_labels(spec: SliceClusterSpec) -> dict[str, str]:
+    """Labels on every worker pod: the webhook's objectSelector and users' selectors use them.
+
+    A TPUSliceJob's or TPUSliceService's pods also name their owner's kind, so they
+    are never taken for the pods of a TPUSliceCluster of the same name."""
+    labels = {
+        c.LABEL_CLUSTER: spec.name,
+        c.LABEL_ACCELERATOR_TYPE: spec.shape.accelerator_type,
+        c.LABEL_TOPOLOGY: spec.shape.topology,
+    }
+    if spec.owner_kind != c.KIND_CLUSTER:
+        labels[c.LABEL_OWNER_KIND] = spec.owner_kind
+    return labels
+
+
+def ray_node_labels(shape: SliceShape) -> dict[str, str]:
+    """Ray node labels of every host of a slice of ``shape``, as Ray derives them on a TPU
+    host (``TPUAcceleratorManager``: ``TPU-<VERSION>``, the pod type from
+    ``TPU_ACCELERATOR_TYPE`` normalised to Ray's spelling, the topology).
+
+    Written in the worker group's ``labels``: KubeRay passes them to ``ray start
+    --labels`` and the Ray autoscaler reads them from the RayCluster spec, so label
+    selectors and autoscaling see the slices before any pod has started. The values
+    equal Ray's own, so Ray never overrides them (tests/contract checks it)."""
+    version = shape.generation.ray_version
+    return {
+        c.RAY_LABEL_ACCELERATOR_TYPE: f"TPU-{version.upper()}",
+        c.RAY_LABEL_TPU_POD_TYPE: shape.ray_pod_type,
+        c.RAY_LABEL_TPU_TOPOLOGY: shape.topology,
+    }
+
+
+def worker_annotations(spec: SliceClusterSpec) -> dict[str, str]:
+    """What the TPU identity webhook reads besides KubeRay's labels (see identity.py)."""
+    return {
+        c.ANNOTATION_TPU_TYPE: spec.shape.generation.name,
+        c.ANNOTATION_CHIPS_PER_HOST: str(spec.shape.chips_per_host),
+        c.ANNOTATION_SLICES: str(spec.slices),
+    }
+
+
+def _head_template(
+    spec: SliceClusterSpec, schema: Mapping[str, Any] | None
+) -> tuple[dict[str, Any], list[FieldError]]:
+    resources = {**DEFAULT_HEAD_RESOURCES, **spec.head.resources}
+    base = {
+        "spec": {
+            "containers": [
+                {
+                    "name": c.HEAD_CONTAINER,
+                    "image": spec.image,
+                    "resources": _container_resources(resources),
+                }
+            ]
+        }
+    }
+    return merge_template(base, spec.head.template, (), "spec.head.template", schema)
+
+
+def _worker_owned(spec: SliceClusterSpec) -> list[OwnedValue]:
+    chips = str(spec.shape.chips_per_host)
+    container = ("spec", "containers", ("name", c.WORKER_CONTAINER), "resources")
+    owned: list[OwnedValue] = [
+        (
+            ("spec", "nodeSelector", c.NODE_LABEL_ACCELERATOR),
+            spec.shape.generation.gke_accelerator,
+            "from spec.tpu.type",
+        ),
+        (
+            ("spec", "nodeSelector", c.NODE_LABEL_TOPOLOGY),
+            spec.shape.topology,
+            "from spec.tpu.topology",
+        ),
+        ((*container, "requests", c.TPU_RESOURCE), chips, "chips per host from spec.tpu"),
+        ((*container, "limits", c.TPU_RESOURCE), chips, "chips per host from spec.tpu"),
+    ]
+    owned += [
+        (("metadata", "labels", key), value, "identifies the slice's pods")
+        for key, value in worker_labels(spec).items()
+    ]
+    owned += [
+        (("metadata", "annotations", key), value, "read by the TPU identity webhook")
+        for key, value in worker_annotations(spec).items()
+    ]
+    if spec.provisioning is not None:
+        owned += [
+            (
+                ("spec", "nodeSelector", key),
+                value,
+                "from spec.reservation.provisioning.nodeSelector",
+            )
+            for key, value in spec.provisioning.node_selector.items()
+        ]
+    if spec.gated:
+        owned.append(
+            (
+                ("spec", "nodeSelector", c.NODE_LABEL_NODEPOOL),
+                None,
+                "set per slice to the reserved node pool; use reservation.policy None to pin pools "
+                "yourself",
+            )
+        )
+    return owned
+
+
+def _worker_template(
+    spec: SliceClusterSpec, schema: Mapping[str, Any] | None
+) -> tuple[dict[str, Any], list[FieldError]]:
+    chips = str(spec.shape.chips_per_host)
+    resources = _container_resources(spec.worker.resources) or {"requests": {}, "limits": {}}
+    resources["requests"][c.TPU_RESOURCE] = chips
+    resources["limits"][c.TPU_RESOURCE] = chips
+    pod_spec: dict[str, Any] = {
+        "nodeSelector": {
+            c.NODE_LABEL_ACCELERATOR: spec.shape.generation.gke_accelerator,
+            c.NODE_LABEL_TOPOLOGY: spec.shape.topology,
+        },
+        "tolerations": [{"key": c.TPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [{"name": c.WORKER_CONTAINER, "image": spec.image, "resources": resources}],
+    }
+    if spec.gated:
+        pod_spec["schedulingGates"] = [{"name": c.SCHEDULING_GATE}]
+    if spec.provisioning is not None:
+        # capacity keys: the pods go only where the request's template asks GKE to build
+        pod_spec["nodeSelector"].update(spec.provisioning.node_selector)
+        if spec.provisions and spec.provisioning.queued:
+            pod_spec["tolerations"].append(dict(QUEUED_TOLERATION))
+    base = {
+        "metadata": {"labels": worker_labels(spec), "annotations": worker_annotations(spec)},
+        "spec": pod_spec,
+    }
+    return merge_template(
+        base, spec.worker.template, _worker_owned(spec), "spec.worker.template", schema
+    )
+
+
+def render_ray_cluster_spec(
+    spec: SliceClusterSpec, template_schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The RayCluster ``spec`` for a validated cluster spec; raise SpecError on override
+    problems. The same dict is a RayCluster's spec, a RayJob's ``rayClusterSpec`` and a
+    RayService's ``rayClusterConfig``.
+
+    ``template_schema`` (``schema.template_schema`` of KubeRay's RayCluster CRD) makes
+    every field of the pod-template overrides checked as the API server would."""
+    head_template, head_conflicts = _head_template(spec, template_schema)
+    worker_template, worker_conflicts = _worker_template(spec, template_schema)
+    if head_conflicts or worker_conflicts:
+        raise SpecError(head_conflicts + worker_conflicts)
+    ray_spec: dict[str, Any] = {
+        "rayVersion": spec.ray_version,
+        "headGroupSpec": {
+            "rayStartParams": dict(spec.head.ray_start_params),
+            "template": head_template,
+        },
+        "workerGroupSpecs": [
+            {
+                "groupName": c.WORKER_GROUP,
+                "replicas": spec.slices,
+                "minReplicas": spec.slices,
+                "maxReplicas": spec.slices,
+                "numOfHosts": spec.shape.hosts,
+                "labels": ray_node_labels(spec.shape),
+                "rayStartParams": dict(spec.worker.ray_start_params),
+                "template": worker_template,
+            }
+        ],
+    }
+    # Only a requested suspension is sent: leaving the field out lets another
+    # owner (Kueue admits RayClusters by flipping it) keep it. Suspension of a job
+    # is the RayJob's (spec.job.suspend), never its cluster's.
+    if spec.suspend:
+        ray_spec["suspend"] = True
+    return ray_spec
+
+
+def render_raycluster(
+    spec: SliceClusterSpec, template_schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Build the RayCluster of a TPUSliceCluster; raise SpecError on override problems."""
+    ray_spec = render_ray_cluster_spec(spec, template_schema)
+    return {
+        "apiVersion": c.RAY_API_VERSION,
+        "kind": c.RAY_KIND_CLUSTER,
+        "metadata": _metadata(spec, c.LABEL_CLUSTER),
+        "spec": ray_spec,
+    }
+
+
+def render_rayjob(
+    spec: SliceJobSpec, template_schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Build the RayJob of a TPUSliceJob: its pass-through fields as written, the fields
+    the operator owns, and the rendered cluster as ``rayClusterSpec``.
+
+    The RayJob's labels (``tpuslice.dev/job``) are copied by KubeRay to every RayCluster
+    it makes for the job (one per attempt), which is how they are found."""
+    job = spec.job
+    ray_job: dict[str, Any] = dict(job.passthrough)
+    if job.entrypoint:
+        ray_job["entrypoint"] = job.entrypoint
+    if job.runtime_env_yaml:
+        ray_job["runtimeEnvYAML"] = job.runtime_env_yaml
+    ray_job["submissionMode"] = job.submission_mode
+    ray_job["shutdownAfterJobFinishes"] = job.shutdown_after_job_finishes
+    if job.ttl_seconds_after_finished is not None:
+        ray_job["ttlSecondsAfterFinished"] = job.ttl_seconds_after_finished
+    if job.active_deadline_seconds is not None:
+        ray_job["activeDeadlineSeconds"] = job.active_deadline_seconds
+    if job.backoff_limit is not None:
+        ray_job["backoffLimit"] = job.backoff_limit
+    # As for a RayCluster: only a requested suspension is sent, so Kueue, which
+    # admits a RayJob by flipping spec.suspend, keeps the field when we do not ask.
+    if job.suspend:
+        ray_job["suspend"] = True
+    ray_job["rayClusterSpec"] = render_ray_cluster_spec(spec.cluster, template_schema)
+    return {
+        "apiVersion": c.RAY_API_VERSION,
+        "kind": c.RAY_KIND_JOB,
+        "metadata": _metadata(spec.cluster, c.LABEL_JOB),
+        "spec": ray_job,
+    }
+
+
+def render_rayservice(
+    spec: SliceServiceSpec, template_schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Build the RayService of a TPUSliceService: its pass-through fields as written,
+    ``serveConfigV2``, and the rendered cluster as ``rayClusterConfig``.
+
+    KubeRay copies the RayService's labels (``tpuslice.dev/service``) to every
+    RayCluster it makes for the service (one per upgrade)."""
+    ray_service: dict[str, Any] = dict(spec.serve.passthrough)
+    ray_service["serveConfigV2"] = spec.serve.serve_config_v2
+    ray_service["rayClusterConfig"] = render_ray_cluster_spec(spec.cluster, template_schema)
+    return {
+        "apiVersion": c.RAY_API_VERSION,
+        "kind": c.RAY_KIND_SERVICE,
+        "metadata": _metadata(spec.cluster, c.LABEL_SERVICE),
+        "spec": ray_service,
+    }
+
+
+def render_cluster(
+    obj: Mapping[str, Any], template_schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Validate a TPUSliceCluster dict and render its RayCluster (SpecError on bad input)."""
+    return render_raycluster(parse_cluster(obj), template_schema)
+
+
+def render_job(
+    obj: Mapping[str, Any], template_schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Validate a TPUSliceJob dict and render its RayJob (SpecError on bad input)."""
+    return render_rayjob(parse_job(obj), template_schema)
+
+
+def render_service(
+    obj: Mapping[str, Any], template_schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Validate a TPUSliceService dict and render its RayService (SpecError on bad input)."""
+    return render_rayservice(parse_service(obj), template_schema)
+
+
+#: kind -> the function that renders an object of it (``tpuslice render``).
+RENDERERS = {
+    c.KIND_CLUSTER: render_cluster,
+    c.KIND_JOB: render_job,
+    c.KIND_SERVICE: render_service,
+}
+
+
+def render(
+    obj: Mapping[str, Any], template_schema: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Render a TPUSliceCluster, TPUSliceJob or TPUSliceService by its ``kind``."""
+    renderer = RENDERERS.get(str(obj.get("kind")))
+    if renderer is None:
+        kinds = ", ".join(RENDERERS)
+        raise SpecError([FieldError("kind", f"{obj.get('kind')!r} is not one of {kinds}")])
+    return renderer(obj, template_schema)

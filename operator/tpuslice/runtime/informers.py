@@ -1,0 +1,569 @@
+"""Following a kind into memory: list+watch loops, the stores they fill, and the kicks.
+
+kopf still handles TPUSliceClusters and SliceReservations (finalizer, indexes).
+Pods, nodes and RayClusters, the kinds with thousands of objects, are followed
+here instead: kopf keeps a worker, a queue and per-object state for every
+watched object, and its start-up waits for every indexed object with a cost
+that grows with the square of their number (measured: minutes at 4,000 nodes,
+docs/performance.md). Here each kind is listed in pages and watched on a
+thread of its own, objects are shrunk into small records on that thread, and
+the records are folded into a ``RecordStore`` on the event loop. What each
+change kicks is decided by pure functions (``pod_kicks``, ``node_kicks``).
+``Watches.start`` returns only when every kind has been listed once, so no
+pass ever sees a half-filled store.
+
+Top to bottom: ``Change`` and ``RecordStore`` (pure), ``Followed`` (what a kind
+is and how to shrink it), ``apply`` (a delivery folded into a store), the kick
+rules, ``followed_kinds`` (what we follow, for RBAC), ``Watches`` (the three
+stores), and ``follow`` with its loop, the only code here that calls the API
+server (through ``kube.Kube``'s transport, counted in its metrics).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from tpuslice.model import constants as c
+from tpuslice.model.convert import (
+    node_info,
+    owned_request,
+    pod_info,
+    podtemplate_record,
+    ray_owner_info,
+    raycluster_info,
+)
+from tpuslice.model.records import ClusterKey, NodeInfo, OwnedRequest, OwnerKey, PodInfo, Shape
+from tpuslice.runtime.kube import ApiError, Kube, api_path
+
+__all__ = [
+    "Change",
+    "Deliver",
+    "Followed",
+    "ObjectKey",
+    "RecordStore",
+    "Watches",
+    "apply",
+    "follow",
+    "follow_forever",
+    "followed_kinds",
+    "iter_lines",
+    "node_kicks",
+    "object_key",
+    "owned_cluster_kicks",
+    "pod_kicks",
+]
+
+log = logging.getLogger(__name__)
+
+#: A watch request ends after this long and is reopened from the last resourceVersion.
+WATCH_SECONDS = 290
+
+LIST_PAGE_SIZE = 500
+
+#: How often to look again for a kind whose CRD is missing (KubeRay installed later).
+MISSING_KIND_RETRY_SECONDS = 30.0
+
+R = TypeVar("R")
+ObjectKey = tuple[str, str]  # (namespace or "", name)
+
+
+@dataclass(frozen=True)
+class Change(Generic[R]):
+    """One object's record before and after (None: absent); both None never happens."""
+
+    key: ObjectKey
+    old: R | None
+    new: R | None
+
+    @property
+    def deleted(self) -> bool:
+        return self.new is None
+
+    @property
+    def record(self) -> R:
+        """The current record, or the last one of a deleted object."""
+        record = self.new if self.new is not None else self.old
+        assert record is not None
+        return record
+
+
+@dataclass
+class RecordStore(Generic[R]):
+    """Records by object key, and by the group key ``group_of`` gives each record."""
+
+    group_of: Callable[[R], Hashable]
+    _records: dict[ObjectKey, R] = field(default_factory=dict)
+    _groups: dict[Hashable, dict[ObjectKey, R]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def get(self, key: ObjectKey) -> R | None:
+        return self._records.get(key)
+
+    def values(self) -> list[R]:
+        return list(self._records.values())
+
+    def group(self, group: Hashable) -> list[R]:
+        return list(self._groups.get(group, {}).values())
+
+    def put(self, key: ObjectKey, record: R) -> Change[R]:
+        old = self._records.get(key)
+        if old is not None:
+            self._ungroup(key, old)
+        self._records[key] = record
+        self._groups.setdefault(self.group_of(record), {})[key] = record
+        return Change(key, old, record)
+
+    def remove(self, key: ObjectKey) -> Change[R] | None:
+        old = self._records.pop(key, None)
+        if old is None:
+            return None
+        self._ungroup(key, old)
+        return Change(key, old, None)
+
+    def replace(self, records: Mapping[ObjectKey, R], namespace: str = "") -> list[Change[R]]:
+        """Make the store equal to a fresh listing (of one ``namespace``, or of all when
+        empty); the changes a watch would have shown.
+
+        Objects gone from the listing come back as deletions, so a relist after a
+        dropped watch (410 Gone) loses no DELETED event."""
+        gone = [
+            k for k in self._records if k not in records and (not namespace or k[0] == namespace)
+        ]
+        changes = [change for key in gone if (change := self.remove(key)) is not None]
+        for key, record in records.items():
+            if self._records.get(key) != record:
+                changes.append(self.put(key, record))
+        return changes
+
+    def _ungroup(self, key: ObjectKey, record: R) -> None:
+        group = self.group_of(record)
+        members = self._groups.get(group)
+        if members is not None:
+            members.pop(key, None)
+            if not members:
+                del self._groups[group]
+
+
+Deliver = Callable[[str | None, dict[ObjectKey, Any]], None]
+
+
+@dataclass(frozen=True)
+class Followed:
+    """A kind the operator lists and watches itself, and how to shrink its objects."""
+
+    group: str
+    version: str
+    plural: str
+    convert: Callable[[Mapping[str, Any]], Any]
+    label_selector: str = ""
+    namespace: str = ""  # "" for all namespaces (and for cluster-scoped kinds)
+
+    def path(self) -> str:
+        return api_path(self.group, self.version, self.plural, namespace=self.namespace)
+
+    def query(self) -> dict[str, str]:
+        return {"labelSelector": self.label_selector} if self.label_selector else {}
+
+
+def object_key(obj: Mapping[str, Any]) -> ObjectKey:
+    meta = obj.get("metadata") or {}
+    return meta.get("namespace") or "", meta.get("name") or ""
+
+
+def iter_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Whole lines out of a stream of chunks (a watch sends one JSON event per line)."""
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        yield from (line for line in lines if line.strip())
+    if pending.strip():
+        yield pending
+
+
+POD_GONE_POLL_SECONDS = 0.5
+
+
+def _pod_group(pod: PodInfo) -> OwnerKey:
+    return pod.owner
+
+
+def _job_cluster_group(cluster: Mapping[str, Any]) -> OwnerKey:
+    return c.KIND_JOB, cluster["namespace"], cluster["labels"].get(c.LABEL_JOB, "")
+
+
+def _service_cluster_group(cluster: Mapping[str, Any]) -> OwnerKey:
+    return c.KIND_SERVICE, cluster["namespace"], cluster["labels"].get(c.LABEL_SERVICE, "")
+
+
+def _node_group(node: NodeInfo) -> Shape:
+    return node.accelerator, node.topology
+
+
+def _no_group(_: Any) -> None:
+    return None
+
+
+def _request_group(record: OwnedRequest) -> OwnerKey:
+    return record.owner
+
+
+def _template_group(record: Mapping[str, Any]) -> OwnerKey:
+    return record["owner"]  # type: ignore[no-any-return]
+
+
+def apply(
+    store: RecordStore[Any],
+    event: str | None,
+    records: Mapping[ObjectKey, Any],
+    namespace: str = "",
+) -> list[Change[Any]]:
+    """Fold one delivery (a listing of ``namespace`` or of all, or one watch event) into
+    ``store``; the real changes.
+
+    A MODIFIED whose record equals the stored one (a node heartbeat, a pod status
+    field we do not keep) is no change at all."""
+    if event is None:
+        return store.replace(records, namespace)
+    changes = []
+    for key, record in records.items():
+        if event == "DELETED":
+            gone = store.remove(key)
+            if gone is not None:
+                changes.append(gone)
+        elif store.get(key) != record:
+            changes.append(store.put(key, record))
+    return changes
+
+
+def pod_kicks(changes: Iterable[Change[PodInfo]]) -> set[OwnerKey]:
+    """The owners (TPUSliceCluster, TPUSliceJob or TPUSliceService) of changed pods."""
+    return {_pod_group(ch.record) for ch in changes}
+
+
+def owned_cluster_kicks(changes: Iterable[Change[dict[str, Any]]]) -> set[OwnerKey]:
+    """The TPUSliceJobs / TPUSliceServices whose RayClusters (made by KubeRay) changed."""
+    keys: set[OwnerKey] = set()
+    for ch in changes:
+        labels = ch.record["labels"]
+        namespace = ch.record["namespace"]
+        if labels.get(c.LABEL_JOB):
+            keys.add((c.KIND_JOB, namespace, labels[c.LABEL_JOB]))
+        if labels.get(c.LABEL_SERVICE):
+            keys.add((c.KIND_SERVICE, namespace, labels[c.LABEL_SERVICE]))
+    return keys
+
+
+def node_kicks(
+    changes: Iterable[Change[NodeInfo]],
+    waiting_for: Callable[[Shape], set[OwnerKey]],
+    holders_of: Callable[[Shape, str], set[OwnerKey]],
+) -> tuple[set[Shape], set[OwnerKey]]:
+    """The shapes whose pool index is stale, and the objects to kick: those waiting for
+    capacity of the shape, and the holder of each changed node's pool."""
+    shapes: set[Shape] = set()
+    keys: set[OwnerKey] = set()
+    for ch in changes:
+        for record in (ch.old, ch.new):
+            if record is None:
+                continue
+            shape = _node_group(record)
+            shapes.add(shape)
+            keys |= holders_of(shape, record.pool)
+    for shape in shapes:
+        keys |= waiting_for(shape)
+    return shapes, keys
+
+
+def followed_kinds(namespaces: Iterable[str]) -> list[Followed]:
+    """What the operator lists and watches itself (the chart grants list+watch on each):
+    TPU nodes; the pods labelled with a TPUSlice object; the RayClusters of
+    TPUSliceClusters; the RayJobs and RayServices of TPUSliceJobs and TPUSliceServices and
+    the RayClusters KubeRay makes for them (labelled by KubeRay with the owner's labels);
+    our ProvisioningRequests and their PodTemplates (labelled with their object; a missing
+    ProvisioningRequest CRD is an empty store, looked for again every 30 s);
+    per namespace when the operator is namespace-scoped."""
+    kinds = [Followed("", "v1", "nodes", node_info, c.NODE_LABEL_ACCELERATOR)]
+    ray = (c.RAY_GROUP, c.RAY_VERSION)
+    for ns in list(namespaces) or [""]:
+        kinds += [
+            Followed("", "v1", "pods", pod_info, c.LABEL_CLUSTER, ns),
+            Followed(*ray, c.RAY_PLURAL_CLUSTER, raycluster_info, c.LABEL_CLUSTER, ns),
+            Followed(*ray, c.RAY_PLURAL_CLUSTER, raycluster_info, c.LABEL_JOB, ns),
+            Followed(*ray, c.RAY_PLURAL_CLUSTER, raycluster_info, c.LABEL_SERVICE, ns),
+            Followed(*ray, c.RAY_PLURAL_JOB, ray_owner_info, c.LABEL_JOB, ns),
+            Followed(*ray, c.RAY_PLURAL_SERVICE, ray_owner_info, c.LABEL_SERVICE, ns),
+            Followed(
+                c.PROVREQ_GROUP,
+                c.PROVREQ_VERSION,
+                c.PROVREQ_PLURAL,
+                owned_request,
+                c.LABEL_CLUSTER,
+                ns,
+            ),
+            Followed("", "v1", c.PODTEMPLATE_PLURAL, podtemplate_record, c.LABEL_CLUSTER, ns),
+        ]
+    return kinds
+
+
+def _store_name(kind: Followed) -> str:
+    """Which of ``Watches``' stores a followed kind fills."""
+    if kind.plural == c.RAY_PLURAL_CLUSTER and kind.label_selector == c.LABEL_JOB:
+        return "job_clusters"
+    if kind.plural == c.RAY_PLURAL_CLUSTER and kind.label_selector == c.LABEL_SERVICE:
+        return "service_clusters"
+    return kind.plural
+
+
+@dataclass
+class Watches:
+    """The stores, and the watches that fill them."""
+
+    pods: RecordStore[PodInfo] = field(default_factory=lambda: RecordStore(_pod_group))
+    nodes: RecordStore[NodeInfo] = field(default_factory=lambda: RecordStore(_node_group))
+    rayclusters: RecordStore[dict[str, Any]] = field(default_factory=lambda: RecordStore(_no_group))
+    rayjobs: RecordStore[dict[str, Any]] = field(default_factory=lambda: RecordStore(_no_group))
+    rayservices: RecordStore[dict[str, Any]] = field(default_factory=lambda: RecordStore(_no_group))
+    job_clusters: RecordStore[dict[str, Any]] = field(
+        default_factory=lambda: RecordStore(_job_cluster_group)
+    )
+    service_clusters: RecordStore[dict[str, Any]] = field(
+        default_factory=lambda: RecordStore(_service_cluster_group)
+    )
+    provisioningrequests: RecordStore[OwnedRequest] = field(
+        default_factory=lambda: RecordStore(_request_group)
+    )
+    podtemplates: RecordStore[dict[str, Any]] = field(
+        default_factory=lambda: RecordStore(_template_group)
+    )
+    _stops: list[threading.Event] = field(default_factory=list)
+
+    def pods_of(self, key: ClusterKey, kind: str = c.KIND_CLUSTER) -> list[PodInfo]:
+        """The pods of the TPUSlice object ``key`` of ``kind``."""
+        return self.pods.group((kind, *key))
+
+    async def pods_gone(
+        self,
+        key: ClusterKey,
+        timeout: float,
+        poll: float = POD_GONE_POLL_SECONDS,
+        kind: str = c.KIND_CLUSTER,
+    ) -> list[PodInfo]:
+        """Wait up to ``timeout`` seconds for the object's pods to leave the store; the
+        pods still there. Polls the store (a dict lookup), never the API server."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.pods_of(key, kind) and loop.time() < deadline:
+            await asyncio.sleep(poll)
+        return self.pods_of(key, kind)
+
+    def requests_of(self, owner: OwnerKey) -> list[OwnedRequest]:
+        """The ProvisioningRequests of one TPUSlice object (kind, namespace, name)."""
+        return self.provisioningrequests.group(owner)
+
+    def templates_of(self, owner: OwnerKey) -> list[dict[str, Any]]:
+        return self.podtemplates.group(owner)
+
+    def every_request(self) -> list[OwnedRequest]:
+        return self.provisioningrequests.values()
+
+    def nodes_of(self, shape: Shape) -> list[NodeInfo]:
+        return self.nodes.group(shape)
+
+    def raycluster(self, key: ClusterKey) -> dict[str, Any] | None:
+        """A TPUSliceCluster's RayCluster."""
+        return self.rayclusters.get(key)
+
+    def ray_owner(self, kind: str, key: ClusterKey) -> dict[str, Any] | None:
+        """A TPUSliceJob's RayJob or a TPUSliceService's RayService."""
+        store = self.rayjobs if kind == c.KIND_JOB else self.rayservices
+        return store.get(key)
+
+    def owned_clusters(self, kind: str, key: ClusterKey) -> dict[str, dict[str, Any]]:
+        """The RayClusters KubeRay made for a TPUSliceJob's RayJob or a TPUSliceService's
+        RayService, by name."""
+        store = self.job_clusters if kind == c.KIND_JOB else self.service_clusters
+        return {rc["name"]: rc for rc in store.group((kind, *key))}
+
+    async def start(
+        self,
+        kube: Kube,
+        namespaces: Iterable[str],
+        on_pods: Callable[[list[Change[PodInfo]]], None],
+        on_nodes: Callable[[list[Change[NodeInfo]]], None],
+        on_rayclusters: Callable[[list[Change[dict[str, Any]]]], None],
+        on_owned: Callable[[list[Change[dict[str, Any]]], str], None] | None = None,
+        on_requests: Callable[[list[Change[OwnedRequest]]], None] | None = None,
+    ) -> None:
+        """Follow every kind (per namespace when the operator is namespace-scoped); return
+        when each has been listed once. ``on_owned`` gets the changes of RayJobs,
+        RayServices and their RayClusters, with the kind of TPUSlice object they belong to.
+        The kinds are listed concurrently."""
+
+        def owned(kind: str) -> Callable[[list[Any]], None]:
+            return lambda changes: on_owned(changes, kind) if on_owned else None
+
+        notify: dict[str, Callable[[list[Any]], None]] = {
+            "pods": on_pods,
+            "nodes": on_nodes,
+            c.RAY_PLURAL_CLUSTER: on_rayclusters,
+            c.RAY_PLURAL_JOB: owned(c.KIND_JOB),
+            "job_clusters": owned(c.KIND_JOB),
+            c.RAY_PLURAL_SERVICE: owned(c.KIND_SERVICE),
+            "service_clusters": owned(c.KIND_SERVICE),
+            c.PROVREQ_PLURAL: on_requests or (lambda _: None),
+            c.PODTEMPLATE_PLURAL: lambda _: None,
+        }
+
+        def deliver(kind: Followed) -> Deliver:
+            name = _store_name(kind)
+            return _deliver_into(getattr(self, name), notify[name], kind.namespace)
+
+        # every kind listed at once (each on its thread): one after another, the start-up
+        # waited for the sum of the listings (4,000 nodes, then 5,000 pods, ...)
+        kinds = list(followed_kinds(namespaces))
+        self._stops += await asyncio.gather(*(follow(kube, k, deliver(k)) for k in kinds))
+
+    def stop(self) -> None:
+        for stop in self._stops:
+            stop.set()
+
+
+def _deliver_into(
+    store: RecordStore[Any], notify: Callable[[list[Any]], None], namespace: str
+) -> Deliver:
+    def deliver(event: str | None, records: dict[ObjectKey, Any]) -> None:
+        changes = apply(store, event, records, namespace)
+        if changes:
+            notify(changes)
+
+    return deliver
+
+
+async def follow(kube: Kube, kind: Followed, deliver: Deliver) -> threading.Event:
+    """List ``kind``, then watch it forever on a thread of its own; return once the first
+    listing was delivered. Returns the event that stops the thread.
+
+    ``deliver`` runs on the calling event loop with ``(None, records)`` for a full
+    listing (the first one and every relist after the watch fell too far behind) and
+    ``(event type, {key: record})`` for each watch event. Converting objects into
+    records happens on the watch thread, so whole objects never reach the loop."""
+    loop = asyncio.get_running_loop()
+    listed: asyncio.Future[None] = loop.create_future()
+    stop = threading.Event()
+
+    def on_loop(event: str | None, records: dict[ObjectKey, Any]) -> None:
+        deliver(event, records)
+        if event is None and not listed.done():
+            listed.set_result(None)
+
+    def emit(event: str | None, records: dict[ObjectKey, Any]) -> None:
+        loop.call_soon_threadsafe(on_loop, event, records)
+
+    threading.Thread(
+        target=follow_forever,
+        args=(kube, kind, emit, stop),
+        name=f"watch-{kind.plural}",
+        daemon=True,
+    ).start()
+    await listed
+    return stop
+
+
+def follow_forever(
+    kube: Kube,
+    kind: Followed,
+    emit: Deliver,
+    stop: threading.Event,
+) -> None:
+    version: str | None = None
+    backoff = 1.0
+    while not stop.is_set():
+        try:
+            if version is None:
+                records, version = _list_all(kube, kind)
+                kube.health.watch_ok(kind.plural)
+                emit(None, records)
+            version = _watch_once(kube, kind, version, emit, stop)
+            backoff = 1.0
+        except Exception as exc:  # also connection resets, read timeouts, bad JSON
+            api_error = exc if isinstance(exc, ApiError) else None
+            if api_error is not None and api_error.status == 410:
+                version = None  # our resourceVersion is too old (normal): list again
+                continue
+            kube.metrics.api_error()
+            if api_error is not None and api_error.not_found:
+                kube.health.watch_ok(kind.plural)  # the API server answered
+                version = None  # the CRD is not installed (KubeRay): nothing to follow yet
+                emit(None, {})
+                stop.wait(MISSING_KIND_RETRY_SECONDS)
+                continue
+            kube.health.watch_failed(kind.plural, f"{type(exc).__name__}: {exc}")
+            log.warning("watching %s failed: %s; retrying in %.0fs", kind.plural, exc, backoff)
+            stop.wait(backoff)
+            backoff = min(backoff * 2, 30.0)
+
+
+def _list_all(kube: Kube, kind: Followed) -> tuple[dict[ObjectKey, Any], str]:
+    """Every object (in pages), converted; and the resourceVersion to watch from."""
+    records: dict[ObjectKey, Any] = {}
+    token = ""
+    while True:
+        query = dict(kind.query(), limit=str(LIST_PAGE_SIZE))
+        if token:
+            query["continue"] = token
+        kube.metrics.api_request("LIST", kind.plural)
+        page = kube.request("GET", kind.path(), query, None, None) or {}
+        for obj in page.get("items") or []:
+            records[object_key(obj)] = kind.convert(obj)
+        meta = page.get("metadata") or {}
+        token = meta.get("continue") or ""
+        if not token:
+            return records, str(meta.get("resourceVersion") or "")
+
+
+def _watch_once(
+    kube: Kube,
+    kind: Followed,
+    version: str,
+    emit: Deliver,
+    stop: threading.Event,
+) -> str:
+    """One watch request from ``version`` until the server ends it; the newest version."""
+    query = dict(
+        kind.query(),
+        watch="1",
+        resourceVersion=version,
+        allowWatchBookmarks="true",
+        timeoutSeconds=str(WATCH_SECONDS),
+    )
+    kube.metrics.api_request("WATCH", kind.plural)
+    response = kube.send("GET", kind.path(), query, None, None, (10, WATCH_SECONDS + 30))
+    kube.health.watch_ok(kind.plural)
+    try:
+        for line in iter_lines(response.response.stream(64 * 1024)):
+            if stop.is_set():
+                break
+            event = json.loads(line)
+            obj = event.get("object") or {}
+            if event.get("type") == "ERROR":
+                raise ApiError(
+                    int(obj.get("code") or 500),
+                    str(obj.get("reason") or "WatchError"),
+                    str(obj.get("message") or obj),
+                )
+            version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+            kube.health.watch_ok(kind.plural)
+            if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                emit(event["type"], {object_key(obj): kind.convert(obj)})
+    finally:
+        response.response.release_conn()
+    return version

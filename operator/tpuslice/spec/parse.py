@@ -1,0 +1,1111 @@
+"""Parse, validate and default a TPUSliceCluster, TPUSliceJob or TPUSliceService
+into a frozen, typed spec.
+
+The CRD's schema and CEL rules reject most bad input at ``kubectl apply``; this
+module applies the same rules (and the ones CEL cannot express) to plain dicts,
+so ``tpuslice render`` on a laptop and the operator in the cluster judge a spec
+the same way, and every later step works on typed, defaulted values.
+
+The three kinds share their cluster parts (``tpu``, ``ray``, ``head``,
+``worker``, ``reservation``), parsed by one function into one record
+(``SliceClusterSpec``), so a TPUSliceJob's or TPUSliceService's RayCluster is
+rendered by exactly the code a TPUSliceCluster's is. ``spec.job`` and
+``spec.serve`` mirror KubeRay's RayJob and RayService specs: the fields the
+operator checks and defaults are typed here, and the others it lets through
+(``JOB_PASSTHROUGH``, ``SERVE_PASSTHROUGH``) are kept as written.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from tpuslice.model import constants
+from tpuslice.model.records import CapacityType, GangMode, ProvisioningMode
+from tpuslice.model.topology import SliceShape, TopologyError, slice_shape
+
+__all__ = [
+    "JOB_PASSTHROUGH",
+    "SERVE_PASSTHROUGH",
+    "FieldError",
+    "GroupSpec",
+    "JobSettings",
+    "ProvisioningSpec",
+    "RetryPolicy",
+    "ServeSettings",
+    "SliceClusterSpec",
+    "SliceJobSpec",
+    "SliceServiceSpec",
+    "SpecError",
+    "parse_cluster",
+    "parse_job",
+    "parse_service",
+    "parse_slice_parts",
+]
+
+ReservationPolicy = Literal["NodePool", "None"]
+SubmissionMode = Literal["K8sJobMode", "HTTPMode", "InteractiveMode", "SidecarMode"]
+SUBMISSION_MODES: tuple[SubmissionMode, ...] = (
+    "K8sJobMode",
+    "HTTPMode",
+    "InteractiveMode",
+    "SidecarMode",
+)
+
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_RAY_VERSION = re.compile(r"^([0-9]+)\.([0-9]+)\.([0-9]+)$")
+_QUANTITY = re.compile(
+    r"^[+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One problem with one field: the path a user can find and what to do about it."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class SpecError(ValueError):
+    """A TPUSliceCluster that cannot be turned into a RayCluster; lists every problem found."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        super().__init__("; ".join(str(e) for e in errors))
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """User settings for the head or the worker group (all optional)."""
+
+    resources: Mapping[str, str] = field(default_factory=dict)
+    ray_start_params: Mapping[str, str] = field(default_factory=dict)
+    template: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """spec.reservation.provisioning.retry: failed attempts retried ``limit`` times, after
+    ``base_backoff_seconds`` doubling per failure up to ``max_backoff_seconds``. The
+    defaults are Kueue's ProvisioningRequestConfig retryStrategy defaults."""
+
+    limit: int = 3
+    base_backoff_seconds: int = 60
+    max_backoff_seconds: int = 1800
+
+
+#: The class each mode asks for.
+PROVISIONING_CLASSES: Mapping[ProvisioningMode, str] = {
+    ProvisioningMode.BEST_EFFORT_ATOMIC: constants.PROVREQ_CLASS_BEST_EFFORT_ATOMIC,
+    ProvisioningMode.QUEUED: constants.PROVREQ_CLASS_QUEUED,
+}
+
+
+@dataclass(frozen=True)
+class ProvisioningSpec:
+    """spec.reservation.provisioning, validated and defaulted."""
+
+    mode: ProvisioningMode
+    #: The request's provisioningClassName: the mode's class unless overridden ("" for None).
+    class_name: str = ""
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    #: Capacity node labels (constants.CAPACITY_SELECTOR_KEYS) of the pods and the template.
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether slices without a free pool ask for capacity."""
+        return self.mode != ProvisioningMode.NONE
+
+    @property
+    def queued(self) -> bool:
+        """Queued semantics: the pool is the one the request names, nodes are tainted
+        cloud.google.com/gke-queued. Decided by the mode, not by an overridden class."""
+        return self.mode == ProvisioningMode.QUEUED
+
+
+@dataclass(frozen=True)
+class SliceClusterSpec:
+    """A validated TPUSliceCluster with every default applied."""
+
+    name: str
+    namespace: str  # "" for a local file without one (kubectl picks the namespace)
+    uid: str
+    shape: SliceShape
+    slices: int
+    ray_version: str
+    image: str
+    head: GroupSpec
+    worker: GroupSpec
+    reservation_policy: ReservationPolicy
+    suspend: bool
+    #: The kind whose object this cluster belongs to: its own RayCluster for a
+    #: TPUSliceCluster, the RayCluster(s) KubeRay makes for a TPUSliceJob or
+    #: TPUSliceService. Decides owner references and the pods' owner-kind label.
+    owner_kind: str = constants.KIND_CLUSTER
+    #: AllSlices: the slices hold all their pools or none; PerSlice: each on its own.
+    gang: GangMode = GangMode.PER_SLICE
+    #: Queue order within a shape: higher first, then older first.
+    priority: int = 0
+    #: Preferred capacity types of node pools, first most wanted (a preference, not a filter).
+    capacity_types: tuple[CapacityType, ...] = ()
+    #: spec.reservation.provisioning; None when absent (slices only wait for pools).
+    provisioning: ProvisioningSpec | None = None
+
+    @property
+    def provisions(self) -> bool:
+        """Whether slices without a free pool ask the cluster autoscaler for one."""
+        return self.provisioning is not None and self.provisioning.enabled
+
+    @property
+    def gated(self) -> bool:
+        """Whether worker pods wait for a reserved node pool before scheduling."""
+        return self.reservation_policy == "NodePool"
+
+
+def default_image(ray_version: str) -> str:
+    """Ray's published TPU image for a version; the user can override ``spec.ray.image``."""
+    return f"rayproject/ray:{ray_version}-py311-tpu"
+
+
+def _ray_version_error(version: str) -> str | None:
+    match = _RAY_VERSION.match(version)
+    if not match:
+        return f"{version!r} is not a Ray release version; write MAJOR.MINOR.PATCH, e.g. 2.54.0"
+    found = tuple(int(g) for g in match.groups())
+    if found < constants.MIN_RAY_VERSION:
+        floor = ".".join(str(p) for p in constants.MIN_RAY_VERSION)
+        return (
+            f"Ray {version} is older than {floor}, the first release whose "
+            f"ray.util.tpu.slice_placement_group names v4/v5p/TPU7x slices correctly; "
+            f"set {floor} or newer"
+        )
+    return None
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value if len(value) <= 40 else value[:37] + "...")
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
+
+def _object(
+    value: Any, path: str, errors: list[FieldError], known: frozenset[str] | None = None
+) -> Mapping[str, Any]:
+    """``value`` as a map ({} when absent or wrong); with ``known``, unknown keys are
+    errors too (the CRD refuses them; a typo must not vanish on the way)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        errors.append(FieldError(path, f"must be an object, got {_describe(value)}"))
+        return {}
+    if known is not None:
+        for key in value:
+            if key not in known:
+                errors.append(
+                    FieldError(
+                        f"{path}.{key}", f"is not a field; use one of {', '.join(sorted(known))}"
+                    )
+                )
+    return value
+
+
+def _string(value: Any, path: str, errors: list[FieldError], max_length: int = 0) -> str:
+    """A string field ('' when absent)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        errors.append(FieldError(path, f"must be a string, got {_describe(value)}"))
+        return ""
+    if max_length and len(value) > max_length:
+        errors.append(FieldError(path, f"has {len(value)} characters; at most {max_length}"))
+    return value
+
+
+def _string_map(value: Any, path: str, errors: list[FieldError]) -> dict[str, str]:
+    """A map of strings; integers are accepted and written as strings."""
+    out: dict[str, str] = {}
+    for key, item in _object(value, path, errors).items():
+        if isinstance(item, str):
+            out[str(key)] = item
+        elif isinstance(item, int) and not isinstance(item, bool):
+            out[str(key)] = str(item)
+        else:
+            errors.append(FieldError(f"{path}.{key}", f"must be a string, got {_describe(item)}"))
+    return out
+
+
+def _resources(value: Any, path: str, errors: list[FieldError], tpu_owned: bool) -> dict[str, str]:
+    resources = _string_map(value, path, errors)
+    for key, quantity in resources.items():
+        if not _QUANTITY.match(quantity):
+            errors.append(
+                FieldError(f"{path}.{key}", f"{quantity!r} is not a quantity (e.g. 8, 500m, 32Gi)")
+            )
+    if tpu_owned and constants.TPU_RESOURCE in resources:
+        errors.append(
+            FieldError(
+                f"{path}.{constants.TPU_RESOURCE}",
+                "is set by the operator from spec.tpu (chips per host); remove it",
+            )
+        )
+    return resources
+
+
+def _group(raw: Any, path: str, errors: list[FieldError], *, tpu_owned: bool) -> GroupSpec:
+    raw = _object(raw, path, errors, _GROUP_FIELDS)
+    template = raw.get("template")
+    if template is None:
+        template = {}
+    elif not isinstance(template, Mapping):
+        errors.append(FieldError(f"{path}.template", "must be a pod template object"))
+        template = {}
+    ray_start_params = _string_map(raw.get("rayStartParams"), f"{path}.rayStartParams", errors)
+    if "labels" in ray_start_params:
+        errors.append(
+            FieldError(
+                f"{path}.rayStartParams.labels",
+                "is refused by KubeRay >= 1.5 (Ray node labels belong in the group's labels "
+                "field); the operator sets the TPU workers' ray.io/accelerator-type, "
+                "ray.io/tpu-pod-type and ray.io/tpu-topology there; remove it",
+            )
+        )
+    return GroupSpec(
+        resources=_resources(raw.get("resources"), f"{path}.resources", errors, tpu_owned),
+        ray_start_params=ray_start_params,
+        template=template,
+    )
+
+
+_CLUSTER_PARTS = frozenset({"tpu", "ray", "head", "worker", "reservation"})
+_SPEC_FIELDS = _CLUSTER_PARTS | {"suspend"}
+_JOB_SPEC_FIELDS = _CLUSTER_PARTS | {"job"}
+_SERVICE_SPEC_FIELDS = _CLUSTER_PARTS | {"serve"}
+_TPU_FIELDS = frozenset({"type", "topology", "slices", "chipsPerHost"})
+_RAY_FIELDS = frozenset({"version", "image"})
+_GROUP_FIELDS = frozenset({"resources", "rayStartParams", "template"})
+_RESERVATION_FIELDS = frozenset({"policy", "gang", "priority", "capacityTypes", "provisioning"})
+_PROVISIONING_FIELDS = frozenset(
+    {"mode", "provisioningClassName", "parameters", "nodeSelector", "retry"}
+)
+_RETRY_FIELDS = frozenset({"limit", "baseBackoffSeconds", "maxBackoffSeconds"})
+_CLASS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+#: Bounds of spec.reservation.provisioning.retry (the CRD's).
+MAX_RETRY_LIMIT = 100
+MAX_BASE_BACKOFF = 86_400
+MAX_MAX_BACKOFF = 604_800
+#: spec.reservation.priority bounds (those of a PriorityClass value).
+MAX_PRIORITY = 1_000_000_000
+
+
+def _metadata(
+    obj: Any, kind: str, max_name: int, what: str, services_of: str, errors: list[FieldError]
+) -> tuple[str, str, str, Any]:
+    """(name, namespace, uid, raw spec) of an object of ``kind``. For the messages:
+    ``what`` the name must keep within DNS limits, ``services_of`` whose Kubernetes
+    Services it names."""
+    if not isinstance(obj, Mapping):
+        problem = f"a {kind} is an object, not {_describe(obj)}"
+        raise SpecError([FieldError("metadata", problem)])
+    metadata = _object(obj.get("metadata"), "metadata", errors)
+    name = _string(metadata.get("name"), "metadata.name", errors)
+    namespace = _string(metadata.get("namespace"), "metadata.namespace", errors)
+    uid = _string(metadata.get("uid"), "metadata.uid", errors)
+    if metadata.get("name") in (None, ""):
+        errors.append(FieldError("metadata.name", "is required"))
+    elif not name:
+        pass  # not a string: reported
+    elif len(name) > max_name:
+        errors.append(
+            FieldError(
+                "metadata.name",
+                f"{name!r} has {len(name)} characters; at most {max_name} keep {what} "
+                f"within DNS limits",
+            )
+        )
+    elif not _DNS1035_LABEL.match(name):
+        errors.append(
+            FieldError(
+                "metadata.name",
+                f"{name!r} must be a DNS-1035 label (lowercase letters, digits and '-', starting "
+                f"with a letter) because it names {services_of}'s services",
+            )
+        )
+    return name, namespace, uid, obj.get("spec")
+
+
+def _cluster_parts(
+    spec: Mapping[str, Any],
+    errors: list[FieldError],
+    *,
+    name: str,
+    namespace: str,
+    uid: str,
+    owner_kind: str,
+    suspend: bool = False,
+) -> SliceClusterSpec | None:
+    """The shared parts (tpu, ray, head, worker, reservation) as a SliceClusterSpec
+    for the object named; None when something is wrong (reported in ``errors``)."""
+    tpu = _object(spec.get("tpu"), "spec.tpu", errors, _TPU_FIELDS)
+    shape: SliceShape | None = None
+    tpu_type = _string(tpu.get("type"), "spec.tpu.type", errors)
+    topology = _string(tpu.get("topology"), "spec.tpu.topology", errors)
+    if tpu.get("type") in (None, ""):
+        errors.append(FieldError("spec.tpu.type", "is required, e.g. v6e"))
+    if tpu.get("topology") in (None, ""):
+        errors.append(FieldError("spec.tpu.topology", "is required, e.g. 4x4"))
+    if tpu_type and topology:
+        chips_per_host = tpu.get("chipsPerHost")
+        if chips_per_host is not None and (
+            not isinstance(chips_per_host, int) or isinstance(chips_per_host, bool)
+        ):
+            errors.append(
+                FieldError(
+                    "spec.tpu.chipsPerHost", f"must be an integer, got {_describe(chips_per_host)}"
+                )
+            )
+        else:
+            try:
+                shape = slice_shape(tpu_type, topology, chips_per_host)
+            except TopologyError as exc:
+                errors.append(FieldError(f"spec.tpu.{exc.field}", exc.message))
+
+    slices = tpu.get("slices", 1)
+    if (
+        not isinstance(slices, int)
+        or isinstance(slices, bool)
+        or not 1 <= slices <= constants.MAX_SLICES
+    ):
+        errors.append(
+            FieldError(
+                "spec.tpu.slices",
+                f"must be an integer from 1 to {constants.MAX_SLICES}, got {_describe(slices)}",
+            )
+        )
+        slices = 1
+
+    ray = _object(spec.get("ray"), "spec.ray", errors, _RAY_FIELDS)
+    ray_version = _string(ray.get("version"), "spec.ray.version", errors)
+    if ray.get("version") in (None, ""):
+        errors.append(FieldError("spec.ray.version", "is required, e.g. 2.54.0"))
+    elif ray_version and (problem := _ray_version_error(ray_version)):
+        errors.append(FieldError("spec.ray.version", problem))
+    image = _string(ray.get("image"), "spec.ray.image", errors, max_length=512)
+    image = image or default_image(ray_version)
+
+    head = _group(spec.get("head"), "spec.head", errors, tpu_owned=False)
+    worker = _group(spec.get("worker"), "spec.worker", errors, tpu_owned=True)
+
+    reservation = _object(spec.get("reservation"), "spec.reservation", errors, _RESERVATION_FIELDS)
+    policy = reservation.get("policy", "NodePool")
+    if policy not in ("NodePool", "None") or not isinstance(policy, str):
+        errors.append(
+            FieldError("spec.reservation.policy", f"{_describe(policy)} is not NodePool or None")
+        )
+    gang, priority, capacity_types = _queueing(reservation, slices, errors)
+    provisioning = _provisioning(reservation.get("provisioning"), errors)
+    if provisioning is not None and provisioning.enabled and policy == "None":
+        errors.append(
+            FieldError(
+                "spec.reservation.provisioning",
+                "needs spec.reservation.policy NodePool (a provisioned pool is held for its "
+                "slice like any other); remove provisioning or the policy None",
+            )
+        )
+    if shape is None:
+        return None
+    return SliceClusterSpec(
+        name=name,
+        namespace=namespace,
+        uid=uid,
+        shape=shape,
+        slices=slices,
+        ray_version=ray_version,
+        image=image,
+        head=head,
+        worker=worker,
+        reservation_policy=policy,
+        suspend=suspend,
+        owner_kind=owner_kind,
+        gang=gang,
+        priority=priority,
+        capacity_types=capacity_types,
+        provisioning=provisioning,
+    )
+
+
+def _bounded(
+    raw: Mapping[str, Any],
+    key: str,
+    path: str,
+    default: int,
+    low: int,
+    high: int,
+    errors: list[FieldError],
+) -> int:
+    value = raw.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        errors.append(
+            FieldError(
+                f"{path}.{key}", f"must be an integer from {low} to {high}, got {_describe(value)}"
+            )
+        )
+        return default
+    return value
+
+
+def _retry(raw: Any, errors: list[FieldError]) -> RetryPolicy:
+    path = "spec.reservation.provisioning.retry"
+    retry = _object(raw, path, errors, _RETRY_FIELDS)
+    default = RetryPolicy()
+    limit = _bounded(retry, "limit", path, default.limit, 0, MAX_RETRY_LIMIT, errors)
+    base = _bounded(
+        retry, "baseBackoffSeconds", path, default.base_backoff_seconds, 1, MAX_BASE_BACKOFF, errors
+    )
+    high = _bounded(
+        retry, "maxBackoffSeconds", path, default.max_backoff_seconds, 1, MAX_MAX_BACKOFF, errors
+    )
+    if base > high:
+        errors.append(
+            FieldError(
+                f"{path}.baseBackoffSeconds",
+                f"({base}) must not exceed maxBackoffSeconds ({high}; defaults 60 and 1800); "
+                f"lower the base or raise the max",
+            )
+        )
+    return RetryPolicy(limit=limit, base_backoff_seconds=base, max_backoff_seconds=high)
+
+
+def _capacity_selector(raw: Any, errors: list[FieldError]) -> dict[str, str]:
+    path = "spec.reservation.provisioning.nodeSelector"
+    selector = _string_map(raw, path, errors)
+    allowed = constants.CAPACITY_SELECTOR_KEYS
+    owned = {
+        constants.NODE_LABEL_ACCELERATOR: "from spec.tpu.type",
+        constants.NODE_LABEL_TOPOLOGY: "from spec.tpu.topology",
+        constants.NODE_LABEL_NODEPOOL: "set per slice to the node pool it holds",
+    }
+    for key, value in selector.items():
+        where = f"{path}.{key}"
+        if key in owned:
+            errors.append(FieldError(where, f"is set by the operator ({owned[key]}); remove it"))
+        elif key not in allowed:
+            errors.append(
+                FieldError(
+                    where,
+                    f"is not a capacity key; use one of {', '.join(allowed)} (other "
+                    f"selectors go in spec.worker.template)",
+                )
+            )
+        elif key in constants.CAPACITY_SELECTOR_TRUE_ONLY and value != "true":
+            errors.append(
+                FieldError(where, f'takes only "true" (GKE\'s label value), got {_describe(value)}')
+            )
+        elif len(value) > 63 or not _LABEL_VALUE.match(value):
+            errors.append(
+                FieldError(
+                    where,
+                    f"{_describe(value)} is not a label value (at most 63 letters, digits, "
+                    f"'-', '_' or '.', starting and ending with a letter or digit)",
+                )
+            )
+    return selector
+
+
+def _provisioning(raw: Any, errors: list[FieldError]) -> ProvisioningSpec | None:
+    """spec.reservation.provisioning (None when absent)."""
+    if raw is None:
+        return None
+    path = "spec.reservation.provisioning"
+    if not isinstance(raw, Mapping):
+        errors.append(FieldError(path, f"must be an object, got {_describe(raw)}"))
+        return None
+    prov = _object(raw, path, errors, _PROVISIONING_FIELDS)
+    modes = [str(m) for m in ProvisioningMode]
+    raw_mode = prov.get("mode")
+    if raw_mode is None:
+        errors.append(FieldError(f"{path}.mode", f"is required: one of {', '.join(modes)}"))
+        return None
+    if not isinstance(raw_mode, str) or raw_mode not in modes:
+        errors.append(
+            FieldError(f"{path}.mode", f"{_describe(raw_mode)} is not one of {', '.join(modes)}")
+        )
+        return None
+    mode = ProvisioningMode(raw_mode)
+    override = _string(prov.get("provisioningClassName"), f"{path}.provisioningClassName", errors)
+    parameters = _string_map(prov.get("parameters"), f"{path}.parameters", errors)
+    if mode == ProvisioningMode.NONE:
+        for key in ("provisioningClassName", "parameters"):
+            if prov.get(key):
+                errors.append(
+                    FieldError(
+                        f"{path}.{key}",
+                        "has no effect with mode None; remove it or set mode BestEffortAtomic "
+                        "or QueuedProvisioning",
+                    )
+                )
+    if override and (len(override) > 253 or not _CLASS_NAME.match(override)):
+        errors.append(
+            FieldError(
+                f"{path}.provisioningClassName",
+                f"{_describe(override)} is not a class name (a DNS subdomain of at most 253 "
+                f"characters, e.g. {constants.PROVREQ_CLASS_QUEUED})",
+            )
+        )
+    if len(parameters) > 100:
+        errors.append(
+            FieldError(f"{path}.parameters", f"has {len(parameters)} entries; at most 100")
+        )
+    for key, value in parameters.items():
+        if len(value) > 255:
+            errors.append(
+                FieldError(
+                    f"{path}.parameters.{key}",
+                    f"has {len(value)} characters; a ProvisioningRequest parameter takes "
+                    f"at most 255",
+                )
+            )
+    class_name = override or PROVISIONING_CLASSES.get(mode, "")
+    return ProvisioningSpec(
+        mode=mode,
+        class_name=class_name,
+        parameters=parameters,
+        node_selector=_capacity_selector(prov.get("nodeSelector"), errors),
+        retry=_retry(prov.get("retry"), errors),
+    )
+
+
+def _boolean(value: Any, path: str, errors: list[FieldError], default: bool) -> bool:
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        errors.append(FieldError(path, f"must be true or false, got {_describe(value)}"))
+        return default
+    return value
+
+
+def _integer(
+    value: Any, path: str, errors: list[FieldError], minimum: int, why: str = ""
+) -> int | None:
+    """An optional int32 field of at least ``minimum`` (None when absent or wrong)."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        errors.append(FieldError(path, f"must be an integer, got {_describe(value)}"))
+        return None
+    if not minimum <= value <= _INT32_MAX:
+        errors.append(FieldError(path, f"must be from {minimum} to {_INT32_MAX}, got {value}{why}"))
+        return None
+    return value
+
+
+def _yaml_map(value: str, path: str, errors: list[FieldError], example: str) -> None:
+    """KubeRay parses these strings as YAML maps; say so here rather than in its events."""
+    import yaml  # only when such a field is set
+
+    try:
+        loaded = yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        errors.append(
+            FieldError(path, f"is not valid YAML{where}; write a YAML map, e.g. {example}")
+        )
+        return
+    if loaded is not None and not isinstance(loaded, Mapping):
+        errors.append(
+            FieldError(path, f"must be a YAML map, got {_describe(loaded)}; e.g. {example}")
+        )
+
+
+_INT32_MAX = 2**31 - 1
+
+
+def parse_cluster(obj: Mapping[str, Any]) -> SliceClusterSpec:
+    """Validate a TPUSliceCluster dict and return its defaulted spec, or raise SpecError."""
+    errors: list[FieldError] = []
+    name, namespace, uid, raw = _metadata(
+        obj,
+        constants.KIND_CLUSTER,
+        constants.MAX_NAME_LENGTH,
+        "the RayCluster, its services and pod hostnames",
+        "the RayCluster",
+        errors,
+    )
+    spec = _object(raw, "spec", errors, _SPEC_FIELDS)
+    suspend = spec.get("suspend", False)
+    if not isinstance(suspend, bool):
+        errors.append(
+            FieldError("spec.suspend", f"must be true or false, got {_describe(suspend)}")
+        )
+    cluster = _cluster_parts(
+        spec,
+        errors,
+        name=name,
+        namespace=namespace,
+        uid=uid,
+        owner_kind=constants.KIND_CLUSTER,
+        suspend=bool(suspend),
+    )
+    if errors or cluster is None:
+        raise SpecError(errors)
+    return cluster
+
+
+# ------------------------------------------------------------------ TPUSliceJob
+
+#: RayJob spec fields (KubeRay 1.5) a TPUSliceJob passes through as written, and the
+#: kind of value each takes. Everything else in spec.job is owned, refused or unknown.
+JOB_PASSTHROUGH: Mapping[str, str] = {
+    "jobId": "string",
+    "metadata": "string map",
+    "entrypointResources": "string",
+    "entrypointNumCpus": "number",
+    "entrypointNumGpus": "number",
+    "submitterPodTemplate": "object",
+    "submitterConfig": "object",
+}
+_JOB_OWNED = frozenset(
+    {
+        "entrypoint",
+        "runtimeEnvYAML",
+        "submissionMode",
+        "shutdownAfterJobFinishes",
+        "ttlSecondsAfterFinished",
+        "activeDeadlineSeconds",
+        "backoffLimit",
+        "suspend",
+    }
+)
+#: RayJob fields a TPUSliceJob refuses, and the fix (the CRD's CEL rules say the same).
+_JOB_REFUSED: Mapping[str, str] = {
+    "rayClusterSpec": "is rendered by the operator from spec.tpu, ray, head and worker; move "
+    "its settings there (pod template overrides go in spec.head.template and "
+    "spec.worker.template)",
+    "clusterSelector": "is not supported: a TPUSliceJob makes its own slices; to run a job on "
+    "an existing TPUSliceCluster, write a plain RayJob with clusterSelector ray.io/cluster: "
+    "<its name>",
+    "deletionStrategy": "is not supported (DeleteSelf would delete the RayJob the operator "
+    "keeps); use shutdownAfterJobFinishes and ttlSecondsAfterFinished, and delete the "
+    "TPUSliceJob to remove everything",
+    "managedBy": "is not supported: a RayJob handed to MultiKueue runs in another cluster, "
+    "where this operator cannot reserve its slices; remove it",
+}
+_RUNTIME_ENV_EXAMPLE = "'pip: [jax[tpu]]'"
+_SERVE_CONFIG_EXAMPLE = "'applications: [{name: llm, import_path: serve_llm:app}]'"
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """spec.job: what KubeRay's RayJob gets besides its cluster."""
+
+    entrypoint: str
+    runtime_env_yaml: str
+    submission_mode: SubmissionMode
+    shutdown_after_job_finishes: bool
+    ttl_seconds_after_finished: int | None
+    active_deadline_seconds: int | None
+    backoff_limit: int | None
+    suspend: bool
+    #: JOB_PASSTHROUGH fields the user set, as written.
+    passthrough: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SliceJobSpec:
+    """A validated TPUSliceJob: its cluster parts and its job, every default applied."""
+
+    cluster: SliceClusterSpec
+    job: JobSettings
+
+    @property
+    def name(self) -> str:
+        return self.cluster.name
+
+    @property
+    def namespace(self) -> str:
+        return self.cluster.namespace
+
+    @property
+    def uid(self) -> str:
+        return self.cluster.uid
+
+
+def _passthrough_value(key: str, value: Any, path: str, errors: list[FieldError]) -> Any:
+    """One pass-through value checked for its kind (KubeRay's schema judges the rest)."""
+    expected = JOB_PASSTHROUGH.get(key) or SERVE_PASSTHROUGH.get(key)
+    if expected == "string":
+        return _string(value, path, errors)
+    if expected == "string map":
+        return _string_map(value, path, errors)
+    if expected == "number":
+        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+            errors.append(
+                FieldError(path, f"must be a number of at least 0, got {_describe(value)}")
+            )
+        return value
+    if expected == "boolean":
+        return _boolean(value, path, errors, False)
+    if expected == "object" and not isinstance(value, Mapping):
+        errors.append(FieldError(path, f"must be an object, got {_describe(value)}"))
+    return value
+
+
+def _passthrough(
+    raw: Mapping[str, Any],
+    path: str,
+    owned: frozenset[str],
+    allowed: Mapping[str, str],
+    refused: Mapping[str, str],
+    errors: list[FieldError],
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        where = f"{path}.{key}"
+        if key in owned:
+            continue
+        if key in refused:
+            errors.append(FieldError(where, refused[key]))
+        elif key in allowed:
+            out[str(key)] = _passthrough_value(str(key), value, where, errors)
+        else:
+            known = ", ".join(sorted(owned | set(allowed)))
+            errors.append(FieldError(where, f"is not a field; use one of {known}"))
+    return out
+
+
+def _submitter_config(value: Any, path: str, errors: list[FieldError]) -> None:
+    config = _object(value, path, errors, frozenset({"backoffLimit"}))
+    _integer(config.get("backoffLimit"), f"{path}.backoffLimit", errors, 0)
+
+
+def _job(raw: Any, head: GroupSpec | None, errors: list[FieldError]) -> JobSettings | None:
+    if raw is None:
+        errors.append(FieldError("spec.job", "is required (at least spec.job.entrypoint)"))
+        return None
+    job = _object(raw, "spec.job", errors)
+    if not isinstance(raw, Mapping):
+        return None
+    mode = job.get("submissionMode", "K8sJobMode")
+    if mode not in SUBMISSION_MODES:
+        errors.append(
+            FieldError(
+                "spec.job.submissionMode",
+                f"{_describe(mode)} is not one of {', '.join(SUBMISSION_MODES)}",
+            )
+        )
+        mode = "K8sJobMode"
+    entrypoint = _string(job.get("entrypoint"), "spec.job.entrypoint", errors)
+    if not entrypoint and mode != "InteractiveMode" and isinstance(job.get("entrypoint", ""), str):
+        errors.append(
+            FieldError(
+                "spec.job.entrypoint",
+                "is required (the command KubeRay submits, e.g. python train.py), unless "
+                "spec.job.submissionMode is InteractiveMode",
+            )
+        )
+    runtime_env = _string(job.get("runtimeEnvYAML"), "spec.job.runtimeEnvYAML", errors)
+    if runtime_env:
+        _yaml_map(runtime_env, "spec.job.runtimeEnvYAML", errors, _RUNTIME_ENV_EXAMPLE)
+    shutdown = _boolean(
+        job.get("shutdownAfterJobFinishes"), "spec.job.shutdownAfterJobFinishes", errors, True
+    )
+    suspend = _boolean(job.get("suspend"), "spec.job.suspend", errors, False)
+    ttl = _integer(
+        job.get("ttlSecondsAfterFinished"), "spec.job.ttlSecondsAfterFinished", errors, 0
+    )
+    deadline = _integer(
+        job.get("activeDeadlineSeconds"), "spec.job.activeDeadlineSeconds", errors, 1
+    )
+    backoff = _integer(job.get("backoffLimit"), "spec.job.backoffLimit", errors, 0)
+    passthrough = _passthrough(job, "spec.job", _JOB_OWNED, JOB_PASSTHROUGH, _JOB_REFUSED, errors)
+    if "submitterConfig" in passthrough:
+        _submitter_config(passthrough["submitterConfig"], "spec.job.submitterConfig", errors)
+
+    # KubeRay's own RayJob validation (ValidateRayJobSpec, 1.5), judged here so the
+    # user's field is named instead of a RayJob that ends ValidationFailed.
+    if suspend and not shutdown:
+        errors.append(
+            FieldError(
+                "spec.job.suspend",
+                "needs spec.job.shutdownAfterJobFinishes true: KubeRay suspends a job by deleting "
+                "its RayCluster; remove shutdownAfterJobFinishes: false or do not suspend",
+            )
+        )
+    if ttl and not shutdown:
+        errors.append(
+            FieldError(
+                "spec.job.ttlSecondsAfterFinished",
+                "needs spec.job.shutdownAfterJobFinishes true (it is how long KubeRay keeps the "
+                "finished job's RayCluster); remove one",
+            )
+        )
+    if mode == "InteractiveMode" and backoff:
+        errors.append(
+            FieldError(
+                "spec.job.backoffLimit",
+                "must be 0 with submissionMode InteractiveMode: KubeRay cannot retry a job it "
+                "did not submit; remove backoffLimit or change the mode",
+            )
+        )
+    if mode == "SidecarMode":
+        for key in ("submitterPodTemplate", "submitterConfig"):
+            if key in passthrough:
+                errors.append(
+                    FieldError(
+                        f"spec.job.{key}",
+                        "does not apply to submissionMode SidecarMode (KubeRay submits from a "
+                        "container in the head pod); remove it or use K8sJobMode",
+                    )
+                )
+        restart = ((head.template if head else {}).get("spec") or {}).get("restartPolicy")
+        if restart not in (None, "", "Never"):
+            errors.append(
+                FieldError(
+                    "spec.head.template.spec.restartPolicy",
+                    f"must be Never or unset with spec.job.submissionMode SidecarMode "
+                    f"(the submitter runs in the head pod), got {_describe(restart)}",
+                )
+            )
+    return JobSettings(
+        entrypoint=entrypoint,
+        runtime_env_yaml=runtime_env,
+        submission_mode=mode,
+        shutdown_after_job_finishes=shutdown,
+        ttl_seconds_after_finished=ttl,
+        active_deadline_seconds=deadline,
+        backoff_limit=backoff,
+        suspend=suspend,
+        passthrough=passthrough,
+    )
+
+
+def parse_job(obj: Mapping[str, Any]) -> SliceJobSpec:
+    """Validate a TPUSliceJob dict and return its defaulted spec, or raise SpecError."""
+    errors: list[FieldError] = []
+    name, namespace, uid, raw = _metadata(
+        obj,
+        constants.KIND_JOB,
+        constants.MAX_JOB_NAME_LENGTH,
+        "the RayJob's RayClusters (<name>-<5 characters>), their services and hostnames",
+        "the RayJob's clusters",
+        errors,
+    )
+    spec = _object(raw, "spec", errors, _JOB_SPEC_FIELDS)
+    cluster = _cluster_parts(
+        spec, errors, name=name, namespace=namespace, uid=uid, owner_kind=constants.KIND_JOB
+    )
+    job = _job(spec.get("job"), cluster.head if cluster else None, errors)
+    if errors or cluster is None or job is None:
+        raise SpecError(errors)
+    return SliceJobSpec(cluster=cluster, job=job)
+
+
+# -------------------------------------------------------------- TPUSliceService
+
+#: RayService spec fields (KubeRay 1.5) a TPUSliceService passes through as written.
+SERVE_PASSTHROUGH: Mapping[str, str] = {
+    "upgradeStrategy": "object",
+    "rayClusterDeletionDelaySeconds": "integer",
+    "serveService": "object",
+    "excludeHeadPodFromServeSvc": "boolean",
+}
+_SERVE_OWNED = frozenset({"serveConfigV2"})
+_SERVE_REFUSED: Mapping[str, str] = {
+    "rayClusterConfig": "is rendered by the operator from spec.tpu, ray, head and worker; move "
+    "its settings there (pod template overrides go in spec.head.template and "
+    "spec.worker.template)",
+    "serviceUnhealthySecondThreshold": "is deprecated and ignored by KubeRay; remove it",
+    "deploymentUnhealthySecondThreshold": "is deprecated and ignored by KubeRay; remove it",
+}
+UPGRADE_TYPES = ("NewCluster", "None")
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """spec.serve: what KubeRay's RayService gets besides its cluster."""
+
+    serve_config_v2: str
+    #: SERVE_PASSTHROUGH fields the user set, as written.
+    passthrough: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SliceServiceSpec:
+    """A validated TPUSliceService: its cluster parts and its Serve settings."""
+
+    cluster: SliceClusterSpec
+    serve: ServeSettings
+
+    @property
+    def name(self) -> str:
+        return self.cluster.name
+
+    @property
+    def namespace(self) -> str:
+        return self.cluster.namespace
+
+    @property
+    def uid(self) -> str:
+        return self.cluster.uid
+
+
+def _upgrade_strategy(value: Any, errors: list[FieldError]) -> None:
+    path = "spec.serve.upgradeStrategy"
+    strategy = _object(value, path, errors)
+    for key in strategy:
+        if key == "clusterUpgradeOptions":
+            errors.append(
+                FieldError(
+                    f"{path}.clusterUpgradeOptions",
+                    "only applies to NewClusterWithIncrementalUpgrade, which a TPUSliceService "
+                    "does not support; remove it",
+                )
+            )
+        elif key != "type":
+            errors.append(FieldError(f"{path}.{key}", "is not a field; use type"))
+    kind = strategy.get("type")
+    if kind == "NewClusterWithIncrementalUpgrade":
+        errors.append(
+            FieldError(
+                f"{path}.type",
+                "NewClusterWithIncrementalUpgrade is not supported: KubeRay requires the Ray "
+                "autoscaler for it, and a TPUSliceService's slices are fixed; use NewCluster "
+                "(the default) or None",
+            )
+        )
+    elif kind is not None and kind not in UPGRADE_TYPES:
+        errors.append(
+            FieldError(
+                f"{path}.type", f"{_describe(kind)} is not one of {', '.join(UPGRADE_TYPES)}"
+            )
+        )
+
+
+def _serve(raw: Any, errors: list[FieldError]) -> ServeSettings | None:
+    if raw is None:
+        errors.append(FieldError("spec.serve", "is required (at least spec.serve.serveConfigV2)"))
+        return None
+    serve = _object(raw, "spec.serve", errors)
+    if not isinstance(raw, Mapping):
+        return None
+    config = _string(serve.get("serveConfigV2"), "spec.serve.serveConfigV2", errors)
+    if serve.get("serveConfigV2") in (None, ""):
+        errors.append(
+            FieldError(
+                "spec.serve.serveConfigV2",
+                "is required: the Serve applications as a YAML string, e.g. "
+                + _SERVE_CONFIG_EXAMPLE,
+            )
+        )
+    elif config:
+        _yaml_map(config, "spec.serve.serveConfigV2", errors, _SERVE_CONFIG_EXAMPLE)
+    passthrough = _passthrough(
+        serve, "spec.serve", _SERVE_OWNED, SERVE_PASSTHROUGH, _SERVE_REFUSED, errors
+    )
+    if "upgradeStrategy" in passthrough:
+        _upgrade_strategy(passthrough["upgradeStrategy"], errors)
+    if "rayClusterDeletionDelaySeconds" in passthrough:
+        _integer(
+            passthrough["rayClusterDeletionDelaySeconds"],
+            "spec.serve.rayClusterDeletionDelaySeconds",
+            errors,
+            0,
+        )
+    return ServeSettings(serve_config_v2=config, passthrough=passthrough)
+
+
+def parse_service(obj: Mapping[str, Any]) -> SliceServiceSpec:
+    """Validate a TPUSliceService dict and return its defaulted spec, or raise SpecError."""
+    errors: list[FieldError] = []
+    name, namespace, uid, raw = _metadata(
+        obj,
+        constants.KIND_SERVICE,
+        constants.MAX_JOB_NAME_LENGTH,
+        "the RayService's RayClusters (<name>-<5 characters>), their services and hostnames",
+        "the RayService",
+        errors,
+    )
+    spec = _object(raw, "spec", errors, _SERVICE_SPEC_FIELDS)
+    cluster = _cluster_parts(
+        spec, errors, name=name, namespace=namespace, uid=uid, owner_kind=constants.KIND_SERVICE
+    )
+    serve = _serve(spec.get("serve"), errors)
+    if errors or cluster is None or serve is None:
+        raise SpecError(errors)
+    return SliceServiceSpec(cluster=cluster, serve=serve)
+
+
+def parse_slice_parts(obj: Mapping[str, Any]) -> SliceClusterSpec:
+    """The cluster parts of a TPUSliceCluster, TPUSliceJob or TPUSliceService (by its
+    ``kind``; none means a TPUSliceCluster): what the shape's queue and the planner read."""
+    kind = obj.get("kind") or constants.KIND_CLUSTER
+    if kind == constants.KIND_JOB:
+        job = parse_job(obj)  # a suspended job wants no slices, as a suspended cluster
+        return replace(job.cluster, suspend=job.job.suspend)
+    if kind == constants.KIND_SERVICE:
+        return parse_service(obj).cluster
+    return parse_cluster(obj)
+
+
+def _queueing(
+    reservation: Mapping[str, Any], slices: int, errors: list[FieldError]
+) -> tuple[GangMode, int, tuple[CapacityType, ...]]:
+    """spec.reservation.gang (default AllSlices for a multislice cluster: its slices run
+    one job), priority and capacityTypes."""
+    default_gang = GangMode.ALL_SLICES if slices > 1 else GangMode.PER_SLICE
+    raw_gang = reservation.get("gang", str(default_gang))
+    modes = [str(m) for m in GangMode]
+    if not isinstance(raw_gang, str) or raw_gang not in modes:
+        errors.append(
+            FieldError(
+                "spec.reservation.gang", f"{_describe(raw_gang)} is not {' or '.join(modes)}"
+            )
+        )
+        raw_gang = str(default_gang)
+    priority = reservation.get("priority", 0)
+    if (
+        not isinstance(priority, int)
+        or isinstance(priority, bool)
+        or not -MAX_PRIORITY <= priority <= MAX_PRIORITY
+    ):
+        errors.append(
+            FieldError(
+                "spec.reservation.priority",
+                f"must be an integer from -{MAX_PRIORITY} to {MAX_PRIORITY} (higher is served "
+                f"first), got {_describe(priority)}",
+            )
+        )
+        priority = 0
+    raw_types = reservation.get("capacityTypes", [])
+    types: list[CapacityType] = []
+    known = [str(t) for t in CapacityType]
+    if not isinstance(raw_types, list):
+        errors.append(
+            FieldError(
+                "spec.reservation.capacityTypes", f"must be a list, got {_describe(raw_types)}"
+            )
+        )
+        raw_types = []
+    for i, raw in enumerate(raw_types):
+        path = f"spec.reservation.capacityTypes[{i}]"
+        if not isinstance(raw, str) or raw not in known:
+            errors.append(FieldError(path, f"{_describe(raw)} is not one of {', '.join(known)}"))
+        elif CapacityType(raw) in types:
+            errors.append(FieldError(path, f"{raw} is listed twice; list each type once"))
+        else:
+            types.append(CapacityType(raw))
+    return GangMode(raw_gang), priority, tuple(types)

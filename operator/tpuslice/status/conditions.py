@@ -1,0 +1,442 @@
+"""Status of a TPUSliceCluster: conditions in kstatus convention, computed purely.
+
+Flux, Argo CD and ``kubectl wait`` read these, so the rules are strict:
+``Ready`` is False from the first pass until every slice runs on its reserved
+pool and the RayCluster is ready; ``Reconciling`` is True while converging on
+its own (including waiting for capacity that may free up); ``Stalled`` is True
+only when a change from someone is needed; every condition carries the
+generation it was computed for, and ``lastTransitionTime`` moves only when
+``status`` flips. The caller writes the result only when it differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tpuslice.model import events
+from tpuslice.model.records import SliceState, SliceStatus
+
+__all__ = [
+    "MAX_MESSAGE",
+    "MAX_SLICE_MESSAGE",
+    "Stall",
+    "compute_status",
+    "failure_status",
+    "index_ranges",
+    "may_fold",
+    "merge_conditions",
+    "slice_events",
+    "status_head",
+    "truncate",
+]
+
+READY = "Ready"
+RECONCILING = "Reconciling"
+STALLED = "Stalled"
+SLICES_RESERVED = "SlicesReserved"
+
+#: Longest condition message written. The CRD allows 32,768 characters (and refuses the
+#: whole status write beyond that); a message is read by people, so it summarises.
+MAX_MESSAGE = 4096
+#: Longest message of one entry of status.slices (there may be 4,096 entries).
+MAX_SLICE_MESSAGE = 512
+#: Characters of status.slices[].message in all, so the status of a 4,096-slice cluster
+#: stays far from the API server's request and etcd's object limits; later entries
+#: carry no message (the conditions still summarise them).
+SLICE_MESSAGES_BUDGET = 65536
+
+# The order in which a not-ready slice explains the cluster's Ready=False.
+_BLOCKING_ORDER = (
+    SliceState.WAITING_FOR_CAPACITY,
+    SliceState.PROVISIONING,
+    SliceState.PENDING,
+    SliceState.RESERVED,
+    SliceState.RELEASING,
+    SliceState.SCHEDULED,
+)
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A reason the cluster cannot converge without someone changing something."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything status depends on, gathered by the reconcile."""
+
+    generation: int
+    accelerator_type: str
+    hosts_per_slice: int
+    chips_per_host: int
+    ray_cluster: str
+    desired_slices: int
+    slices: Sequence[SliceStatus]
+    ray_cluster_ready: bool
+    suspended: bool
+    gated: bool
+    applied: bool  # the RayCluster for this generation was applied (or needed no change)
+    stall: Stall | None = None
+
+
+def truncate(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    cut = max(0, limit - 40)
+    return f"{text[:cut]} ... ({len(text) - cut} more characters)"[:limit]
+
+
+def index_ranges(indices: Iterable[int], limit: int = 200) -> str:
+    """``0-3, 7, 9-12`` for sorted or unsorted slice indices; at most about ``limit``
+    characters, the rest counted (``... 4,000 in all``)."""
+    ordered = sorted(set(indices))
+    runs: list[tuple[int, int]] = []
+    for i in ordered:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    parts: list[str] = []
+    length = 0
+    for first, last in runs:
+        part = str(first) if first == last else f"{first}-{last}"
+        if parts and length + len(part) + 2 > limit:
+            return ", ".join(parts) + f", ... ({len(ordered):,} in all)"
+        parts.append(part)
+        length += len(part) + 2
+    return ", ".join(parts)
+
+
+def _condition(
+    kind: str, status: bool, reason: str, message: str, generation: int
+) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "status": "True" if status else "False",
+        "observedGeneration": generation,
+        "reason": reason,
+        "message": truncate(message, MAX_MESSAGE),
+    }
+
+
+def _blocked_detail(blocked: Sequence[SliceStatus]) -> str:
+    """Blocked slices grouped by message (thousands of waiting slices mostly share one),
+    within MAX_MESSAGE: the groups that fit, then a count of the rest."""
+    groups: dict[str, list[int]] = {}
+    for s in blocked:
+        groups.setdefault(truncate(s.message, MAX_SLICE_MESSAGE), []).append(s.index)
+    parts: list[str] = []
+    length, shown = 0, 0
+    budget = MAX_MESSAGE - 200
+    for message, indices in groups.items():
+        who = f"slice {indices[0]}" if len(indices) == 1 else f"slices {index_ranges(indices)}"
+        part = f"{who}: {message}" if message else who
+        if parts and length + len(part) > budget:
+            rest = len(blocked) - shown
+            return "; ".join(parts) + f"; and {rest:,} more slice{'s' * (rest != 1)}"
+        parts.append(part)
+        length += len(part) + 2
+        shown += len(indices)
+    return "; ".join(parts)
+
+
+def _not_ready_reason(observed: Observed) -> tuple[str, str]:
+    for state in _BLOCKING_ORDER:
+        blocked = [s for s in observed.slices if s.state == state]
+        if blocked:
+            detail = _blocked_detail(blocked)
+            return str(
+                state
+            ), f"{len(blocked)} of {observed.desired_slices} slices {state}: {detail}"
+    if not observed.ray_cluster_ready:
+        return "RayClusterNotReady", f"RayCluster {observed.ray_cluster} is not ready yet"
+    return "Reconciling", "converging"
+
+
+def _ready_slices(observed: Observed) -> int:
+    """Ready slices, at most the desired count (a replica KubeRay is about to remove on
+    scale-down may still be ready)."""
+    ready = sum(1 for s in observed.slices if s.state == SliceState.READY)
+    return min(ready, observed.desired_slices)
+
+
+def desired_conditions(observed: Observed) -> list[dict[str, Any]]:
+    """Conditions without timestamps; merge_conditions adds lastTransitionTime."""
+    gen = observed.generation
+    if observed.stall is not None:
+        stall = observed.stall
+        conditions = [
+            _condition(READY, False, stall.reason, stall.message, gen),
+            _condition(RECONCILING, False, stall.reason, "stalled; see Stalled", gen),
+            _condition(STALLED, True, stall.reason, stall.message, gen),
+        ]
+    elif observed.suspended:
+        conditions = [
+            _condition(READY, False, "Suspended", "spec.suspend is true", gen),
+            _condition(RECONCILING, False, "Suspended", "spec.suspend is true", gen),
+            _condition(STALLED, False, "Suspended", "spec.suspend is true", gen),
+        ]
+    elif _ready_slices(observed) == observed.desired_slices and observed.ray_cluster_ready:
+        message = f"{observed.desired_slices} of {observed.desired_slices} slices ready"
+        conditions = [
+            _condition(READY, True, "Ready", message, gen),
+            _condition(RECONCILING, False, "Ready", message, gen),
+            _condition(STALLED, False, "Ready", message, gen),
+        ]
+    else:
+        reason, message = _not_ready_reason(observed)
+        conditions = [
+            _condition(READY, False, reason, message, gen),
+            _condition(RECONCILING, True, reason, message, gen),
+            _condition(STALLED, False, reason, "converging", gen),
+        ]
+    if observed.gated and observed.stall is None and not observed.suspended:
+        unreserved = [
+            s.index for s in observed.slices if not s.node_pool and s.state != SliceState.RELEASING
+        ]
+        conditions.append(
+            _condition(
+                SLICES_RESERVED,
+                not unreserved,
+                "AllSlicesReserved" if not unreserved else "SlicesUnreserved",
+                "every slice holds a node pool"
+                if not unreserved
+                else "slices without a node pool: " + index_ranges(unreserved),
+                gen,
+            )
+        )
+    return conditions
+
+
+def merge_conditions(
+    previous: Sequence[Mapping[str, Any]], desired: Sequence[Mapping[str, Any]], now: str
+) -> list[dict[str, Any]]:
+    """Keep lastTransitionTime when only reason/message changed."""
+    before = {c.get("type"): c for c in previous}
+    merged = []
+    for cond in desired:
+        old = before.get(cond["type"])
+        same = old is not None and old.get("status") == cond["status"]
+        stamp = old.get("lastTransitionTime", now) if same and old is not None else now
+        merged.append({**cond, "lastTransitionTime": stamp})
+    return merged
+
+
+def status_head(
+    previous: Mapping[str, Any],
+    *,
+    generation: int,
+    applied: bool,
+    accelerator_type: str,
+    hosts_per_slice: int,
+    chips_per_host: int,
+) -> dict[str, Any]:
+    """The first fields of every TPUSlice kind's status: ``observedGeneration`` (this
+    generation once it was applied or judged, else the one before) and the slice shape."""
+    observed_generation = generation if applied else previous.get("observedGeneration")
+    head: dict[str, Any] = {}
+    if observed_generation is not None:
+        head["observedGeneration"] = observed_generation
+    head.update(
+        {
+            "acceleratorType": accelerator_type,
+            "hostsPerSlice": hosts_per_slice,
+            "chipsPerHost": chips_per_host,
+        }
+    )
+    return head
+
+
+def compute_status(
+    observed: Observed, previous: Mapping[str, Any] | None, now: str
+) -> dict[str, Any]:
+    """The whole status stanza; identical input gives identical output (no spurious writes)."""
+    previous = previous or {}
+    ready = _ready_slices(observed)
+    status = status_head(
+        previous,
+        generation=observed.generation,
+        applied=observed.applied or observed.stall is not None,
+        accelerator_type=observed.accelerator_type,
+        hosts_per_slice=observed.hosts_per_slice,
+        chips_per_host=observed.chips_per_host,
+    )
+    status.update(
+        {
+            "rayCluster": observed.ray_cluster,
+            "desiredSlices": observed.desired_slices,
+            "readySlices": ready,
+            "sliceReadiness": f"{ready}/{observed.desired_slices}",
+            "slices": _slice_entries(observed.slices),
+            "conditions": merge_conditions(
+                previous.get("conditions") or [], desired_conditions(observed), now
+            ),
+        }
+    )
+    return status
+
+
+def _slice_entries(slices: Sequence[SliceStatus]) -> list[dict[str, Any]]:
+    """status.slices, each message bounded and all messages together within a budget."""
+    out = []
+    budget = SLICE_MESSAGES_BUDGET
+    for s in slices:
+        entry = s.to_dict()
+        if "message" in entry:
+            message = truncate(str(entry["message"]), MAX_SLICE_MESSAGE)
+            if len(message) > budget:
+                del entry["message"]
+            else:
+                entry["message"] = message
+                budget -= len(message)
+        out.append(entry)
+    return out
+
+
+def failure_status(
+    previous: Mapping[str, Any], generation: int, reason: str, message: str, now: str
+) -> dict[str, Any]:
+    """``previous`` with Ready/Reconciling/Stalled saying a pass failed (the operator
+    retries by itself: Reconciling, not Stalled); every other field is kept, so
+    observedGeneration still names the last generation fully applied."""
+    conditions = [
+        _condition(READY, False, reason, message, generation),
+        _condition(RECONCILING, True, reason, message, generation),
+        _condition(STALLED, False, reason, "retrying by itself", generation),
+    ]
+    ours = {c["type"] for c in conditions}
+    kept = [c for c in previous.get("conditions") or [] if c.get("type") not in ours]
+    merged = merge_conditions(previous.get("conditions") or [], conditions, now)
+    return {**previous, "conditions": merged + kept}
+
+
+def slice_events(
+    previous: Sequence[Mapping[str, Any]], current: Sequence[SliceStatus]
+) -> list[tuple[str, str, str]]:
+    """(type, reason, message) for every slice whose state changed since the last status."""
+    before = {(s.get("index"), s.get("replica")): s.get("state") for s in previous}
+    out = []
+    for s in current:
+        if before.get((s.index, s.replica)) == str(s.state):
+            continue
+        reason = events.SLICE_STATE_REASONS.get(s.state)
+        if reason is None:
+            continue
+        where = f" on node pool {s.node_pool}" if s.node_pool else ""
+        text = f"slice {s.index} ({s.replica or 'not created'}) {s.state}{where}"
+        if s.message:
+            text += f": {s.message}"
+        kind = "Warning" if s.state == SliceState.WAITING_FOR_CAPACITY else "Normal"
+        out.append((kind, reason, text))
+    return out
+
+
+def _without_progress(status: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        **status,
+        "slices": [
+            {k: v for k, v in s.items() if k not in ("readyHosts", "message")}
+            for s in status.get("slices") or []
+        ],
+        "conditions": [
+            {k: v for k, v in c_.items() if k != "message"} for c_ in status.get("conditions") or []
+        ],
+    }
+
+
+def _verdict(status: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (
+        status.get("observedGeneration"),
+        tuple(sorted((c_.get("type"), c_.get("status")) for c_ in status.get("conditions") or [])),
+        tuple(
+            (s.get("index"), repr(s.get("provisioning")))
+            for s in status.get("slices") or []
+            if s.get("provisioning") is not None
+        ),
+    )
+
+
+def may_fold(previous: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """True when ``status`` changes nothing a reader acts on: the same observedGeneration
+    and every condition with the same status (True/False/Unknown), so kstatus, Argo CD
+    and ``kubectl wait`` read it as before; only slice states, counts, reasons and
+    messages moved. Such a write may wait a moment to fold with the next one (a slice
+    going Reserved -> Scheduled -> Ready within a second is one write, not three); a
+    flipped condition or a new generation is written at once. So is a change of any
+    ``slices[].provisioning``: the operator reads the attempt and failure counts back
+    from status (a request deleted by someone is followed by the next attempt, not a
+    second attempt 1), so they are written with the request they describe."""
+    return previous != status and bool(previous) and _verdict(previous) == _verdict(status)
+
+
+# ------------------------------------------- shared with job_status and service_status
+
+
+@dataclass(frozen=True)
+class ClusterSlices:
+    """One RayCluster's slices as the reconcile observed them. A TPUSliceJob has one per
+    attempt and a TPUSliceService one per upgrade, each made by KubeRay under its own
+    name (``<owner>-<random>``), so status keys slices by that name."""
+
+    name: str
+    desired_slices: int
+    slices: Sequence[SliceStatus]
+    ray_cluster_ready: bool
+
+    @property
+    def ready_slices(self) -> int:
+        """Ready slices, at most the desired count."""
+        return min(sum(1 for s in self.slices if s.state == SliceState.READY), self.desired_slices)
+
+    @property
+    def all_ready(self) -> bool:
+        return self.desired_slices > 0 and self.ready_slices == self.desired_slices
+
+    def blocked(self) -> tuple[str, str] | None:
+        """(state, message) of the slices that keep this cluster from being ready, in the
+        order the TPUSliceCluster's Ready=False explains them; None when none is blocked."""
+        for state in _BLOCKING_ORDER:
+            blocked = [s for s in self.slices if s.state == state]
+            if blocked:
+                detail = _blocked_detail(blocked)
+                return str(state), (
+                    f"{len(blocked)} of {self.desired_slices} slices {state}: {detail}"
+                )
+        return None
+
+    def to_status(self) -> dict[str, Any]:
+        """The slices-status part of the CRDs (crds/parts/slices-status.yaml)."""
+        return {
+            "desiredSlices": self.desired_slices,
+            "readySlices": self.ready_slices,
+            "sliceReadiness": f"{self.ready_slices}/{self.desired_slices}",
+            "slices": _slice_entries(self.slices),
+        }
+
+
+def condition(
+    kind: str, status: bool, reason: str, message: str, generation: int
+) -> dict[str, Any]:
+    """One condition without lastTransitionTime (``merge_conditions`` adds it), message
+    bounded to MAX_MESSAGE."""
+    return _condition(kind, status, reason, message, generation)
+
+
+def slices_reserved_condition(slices: Sequence[SliceStatus], generation: int) -> dict[str, Any]:
+    """SlicesReserved: every slice (but those releasing) holds a node pool."""
+    unreserved = [s.index for s in slices if not s.node_pool and s.state != SliceState.RELEASING]
+    return _condition(
+        SLICES_RESERVED,
+        not unreserved,
+        "AllSlicesReserved" if not unreserved else "SlicesUnreserved",
+        "every slice holds a node pool"
+        if not unreserved
+        else "slices without a node pool: " + index_ranges(unreserved),
+        generation,
+    )

@@ -1,0 +1,292 @@
+"""Status of a TPUSliceJob, computed purely from its RayJob's status and its slices.
+
+KubeRay's RayJob reports two state machines (rayjob_types.go, KubeRay 1.5):
+``jobStatus`` is the Ray job's own (``""``, PENDING, RUNNING, STOPPED,
+SUCCEEDED, FAILED) and ``jobDeploymentStatus`` KubeRay's around it (``""``/New,
+Initializing, Waiting, Running, Retrying, Suspending, Suspended, Complete,
+Failed, ValidationFailed). A TPUSliceJob turns them into conditions tools
+already read:
+
+- ``Reconciling`` / ``Stalled`` in kstatus convention (Flux, Argo CD,
+  ``kubectl wait``): Reconciling while the job is on its way (waiting for
+  capacity, starting, running, retrying); Stalled when it ended badly or cannot
+  go on without someone's change;
+- ``Complete`` / ``Failed`` as a Kubernetes Job has them, so
+  ``kubectl wait --for=condition=Complete`` waits for success. KubeRay's
+  deployment status ``Complete`` also covers a job someone stopped (jobStatus
+  STOPPED); that is not a success here: Failed, reason JobStopped. KubeRay
+  moves a failed attempt that may retry straight to Retrying, so a
+  ``Failed`` deployment status is final;
+- ``Suspended`` as a Kubernetes Job has it;
+- ``SlicesReserved`` while the job's current RayCluster has slices.
+
+Every condition carries the generation it was computed for; the caller writes
+the result only when it differs (as for a TPUSliceCluster, status.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tpuslice.status.conditions import (
+    RECONCILING,
+    STALLED,
+    ClusterSlices,
+    Stall,
+    condition,
+    merge_conditions,
+    slices_reserved_condition,
+    status_head,
+)
+
+__all__ = [
+    "COMPLETE",
+    "FAILED",
+    "SUSPENDED",
+    "JobObserved",
+    "attempts",
+    "compute_job_status",
+    "job_conditions",
+    "job_ended",
+]
+
+COMPLETE = "Complete"
+FAILED = "Failed"
+SUSPENDED = "Suspended"
+
+#: KubeRay's deployment statuses in which an attempt is under way.
+_ATTEMPT_UNDER_WAY = frozenset({"Initializing", "Waiting", "Running"})
+
+
+@dataclass(frozen=True)
+class JobObserved:
+    """Everything a TPUSliceJob's status depends on, gathered by the reconcile."""
+
+    generation: int
+    accelerator_type: str
+    hosts_per_slice: int
+    chips_per_host: int
+    ray_job: str  # the RayJob's name (the TPUSliceJob's)
+    desired_slices: int  # spec.tpu.slices
+    #: The RayJob's ``status`` stanza; None while there is no RayJob yet.
+    ray_job_status: Mapping[str, Any] | None
+    #: The current attempt's RayCluster (``status.rayClusterName``) and its slices;
+    #: None while KubeRay has not made it (or has deleted it after the job ended).
+    cluster: ClusterSlices | None
+    suspend: bool  # spec.job.suspend
+    gated: bool  # reservation.policy NodePool
+    applied: bool  # the RayJob for this generation was applied (or needed no change)
+    stall: Stall | None = None
+
+
+def _count(status: Mapping[str, Any], key: str) -> int:
+    value = status.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def attempts(ray_job_status: Mapping[str, Any] | None) -> int:
+    """Attempts started so far. KubeRay counts finished attempts (``failed``,
+    ``succeeded``); the one under way, and a stopped one (counted in neither), are
+    added here."""
+    status = ray_job_status or {}
+    finished = _count(status, "failed") + _count(status, "succeeded")
+    deployment = status.get("jobDeploymentStatus") or ""
+    if deployment in _ATTEMPT_UNDER_WAY:
+        return finished + 1
+    if deployment == "Complete" and status.get("jobStatus") != "SUCCEEDED":
+        return finished + 1  # stopped: KubeRay counts it neither way
+    return finished
+
+
+#: KubeRay's deployment statuses after which the RayJob never starts another attempt.
+_ENDED = frozenset({"Complete", "Failed", "ValidationFailed"})
+
+
+def job_ended(ray_job_status: Mapping[str, Any] | None) -> bool:
+    """True once KubeRay has finished with the job (succeeded, stopped, failed after its
+    last retry, or refused): it wants no more slices."""
+    return (ray_job_status or {}).get("jobDeploymentStatus") in _ENDED
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    reason: str
+    message: str
+    reconciling: bool = False
+    stalled: bool = False
+    complete: bool = False
+    failed: bool = False
+    suspended: bool = False
+    terminal: bool = False  # the job is over: no SlicesReserved, no slices desired
+
+
+def _kuberay_detail(status: Mapping[str, Any]) -> str:
+    reason, message = status.get("reason") or "", status.get("message") or ""
+    if reason and message:
+        return f"{reason}: {message}"
+    return reason or message
+
+
+def _running(observed: JobObserved, status: Mapping[str, Any], deployment: str) -> _Verdict:
+    """Initializing, Running, or a deployment status this version does not know (a newer
+    KubeRay's): the job is on its way; the slices say what it waits for."""
+    cluster = observed.cluster
+    number = attempts(status)
+    if cluster is not None and (blocked := cluster.blocked()) is not None:
+        state, detail = blocked
+        return _Verdict(state, f"attempt {number}, RayCluster {cluster.name}: {detail}", True)
+    if deployment == "Initializing" or cluster is None:
+        where = f"RayCluster {cluster.name}" if cluster else "its RayCluster"
+        return _Verdict(
+            "Initializing", f"attempt {number}: KubeRay is starting the job on {where}", True
+        )
+    if deployment != "Running":
+        return _Verdict(
+            "Reconciling", f"attempt {number}: RayJob deployment status {deployment}", True
+        )
+    job = status.get("jobId") or "the job"
+    state = status.get("jobStatus") or "submitted"
+    slices = f"{cluster.ready_slices}/{cluster.desired_slices} slices ready"
+    return _Verdict("Running", f"attempt {number}: {job} {state} on {cluster.name}, {slices}", True)
+
+
+def _verdict(observed: JobObserved) -> _Verdict:
+    if observed.stall is not None:
+        return _Verdict(observed.stall.reason, observed.stall.message, stalled=True)
+    status = observed.ray_job_status
+    if status is None:
+        return _Verdict("Pending", f"RayJob {observed.ray_job} is not created yet", True)
+    deployment = status.get("jobDeploymentStatus") or ""
+    job_status = status.get("jobStatus") or ""
+    detail = _kuberay_detail(status)
+    number = attempts(status)
+    after = f"after {number} attempt{'s' * (number != 1)}"
+    if deployment == "Complete" and job_status == "SUCCEEDED":
+        return _Verdict("JobSucceeded", f"the job succeeded {after}", complete=True, terminal=True)
+    if deployment == "Complete":
+        what = "was stopped" if job_status == "STOPPED" else f"ended {job_status or 'unknown'}"
+        return _Verdict(
+            "JobStopped" if job_status == "STOPPED" else "JobEnded",
+            f"the job {what} {after}" + (f" ({detail})" if detail else ""),
+            stalled=True,
+            failed=True,
+            terminal=True,
+        )
+    if deployment == "Failed":
+        return _Verdict(
+            str(status.get("reason") or "JobFailed"),
+            f"the job failed {after}" + (f": {detail}" if detail else ""),
+            stalled=True,
+            failed=True,
+            terminal=True,
+        )
+    if deployment == "ValidationFailed":
+        return _Verdict(
+            "RayJobValidationFailed",
+            f"KubeRay refused the RayJob ({detail or 'no detail given'}); KubeRay does not "
+            f"look at it again: fix the spec, then delete and re-create the TPUSliceJob",
+            stalled=True,
+            failed=True,
+            terminal=True,
+        )
+    if deployment == "Suspended":
+        if observed.suspend:
+            return _Verdict("Suspended", "spec.job.suspend is true", suspended=True, terminal=True)
+        return _Verdict("Resuming", "spec.job.suspend is false; KubeRay starts the job again", True)
+    if deployment == "Suspending" or observed.suspend:
+        return _Verdict(
+            "Suspending", "KubeRay is deleting the job's RayCluster; its node pools follow", True
+        )
+    if deployment == "Retrying":
+        return _Verdict(
+            "Retrying",
+            f"attempt {number} failed"
+            + (f" ({detail})" if detail else "")
+            + f"; KubeRay starts attempt {number + 1} on a new RayCluster, which gets the "
+            f"node pools the job holds",
+            True,
+        )
+    if deployment == "Waiting":
+        cluster = observed.cluster.name if observed.cluster else "the job's RayCluster"
+        return _Verdict(
+            "WaitingForSubmission",
+            f"submissionMode InteractiveMode: submit the job to {cluster} and set spec.job.jobId",
+        )
+    if deployment == "":
+        return _Verdict("Pending", "KubeRay has not started the RayJob yet", True)
+    return _running(observed, status, deployment)
+
+
+def job_conditions(observed: JobObserved) -> list[dict[str, Any]]:
+    """Conditions without timestamps; merge_conditions adds lastTransitionTime."""
+    verdict = _verdict(observed)
+    gen = observed.generation
+    reason, message = verdict.reason, verdict.message
+    conditions = [
+        condition(
+            RECONCILING,
+            verdict.reconciling,
+            reason,
+            message if verdict.reconciling else "not in progress",
+            gen,
+        ),
+        condition(STALLED, verdict.stalled, reason, message if verdict.stalled else "", gen),
+        condition(COMPLETE, verdict.complete, reason, message if verdict.complete else "", gen),
+        condition(FAILED, verdict.failed, reason, message if verdict.failed else "", gen),
+        condition(
+            SUSPENDED,
+            verdict.suspended,
+            reason,
+            message if verdict.suspended else "spec.job.suspend is false",
+            gen,
+        ),
+    ]
+    cluster = observed.cluster
+    if observed.gated and cluster is not None and not verdict.terminal and not verdict.stalled:
+        conditions.append(slices_reserved_condition(cluster.slices, gen))
+    return conditions
+
+
+def compute_job_status(
+    observed: JobObserved, previous: Mapping[str, Any] | None, now: str
+) -> dict[str, Any]:
+    """The whole status stanza of a TPUSliceJob; identical input gives identical output."""
+    previous = previous or {}
+    verdict = _verdict(observed)
+    ray = observed.ray_job_status or {}
+    status = status_head(
+        previous,
+        generation=observed.generation,
+        applied=observed.applied or observed.stall is not None,
+        accelerator_type=observed.accelerator_type,
+        hosts_per_slice=observed.hosts_per_slice,
+        chips_per_host=observed.chips_per_host,
+    )
+    status["rayJob"] = observed.ray_job
+    cluster_name = ray.get("rayClusterName") or (observed.cluster.name if observed.cluster else "")
+    if cluster_name:
+        status["rayCluster"] = cluster_name
+    if observed.cluster is not None:
+        status.update(observed.cluster.to_status())
+    else:
+        desired = 0 if verdict.terminal else observed.desired_slices
+        status.update(ClusterSlices("", desired, (), ray_cluster_ready=False).to_status())
+    for key, field in (
+        ("jobId", "jobId"),
+        ("jobStatus", "jobStatus"),
+        ("jobDeploymentStatus", "jobDeploymentStatus"),
+        ("reason", "jobReason"),
+        ("startTime", "startTime"),
+        ("endTime", "endTime"),
+    ):
+        if ray.get(key):
+            status[field] = ray[key]
+    status["attempts"] = attempts(ray)
+    status["succeeded"] = _count(ray, "succeeded")
+    status["failed"] = _count(ray, "failed")
+    status["conditions"] = merge_conditions(
+        previous.get("conditions") or [], job_conditions(observed), now
+    )
+    return status
