@@ -34,7 +34,6 @@ from tpuslice.controller.handlers import register
 from tpuslice.runtime.config import OperatorConfig
 from tpuslice.runtime.election import Elector, KubeLeases
 from tpuslice.runtime.health import Health, serve_health
-from tpuslice.runtime.kopfgate import fold_index_gate_wakeups
 from tpuslice.runtime.kube import Kube
 from tpuslice.runtime.metrics import Metrics, serve
 from tpuslice.webhook.serving import IdentityWebhook, start_identity_webhook
@@ -134,7 +133,6 @@ def _run_kopf(
     it expires, a lease duration after kopf's last chance to act)."""
     registry = kopf.OperatorRegistry()
     register(registry, config)
-    fold_index_gate_wakeups()  # kopf's index gate without its N² wake-ups at start-up
     kopf_stop = threading.Event()
     errors: list[BaseException] = []
 
