@@ -1,7 +1,7 @@
 """The Helm chart, rendered by the real `helm template` (`make test-unit` builds helm first).
 
 What is pinned here: the chart's cert-manager MutatingWebhookConfiguration is
-the one the operator builds (webhook.webhook_configuration) apart from caBundle;
+the one the operator builds (webhook_config.webhook_configuration) apart from caBundle;
 the ClusterRole covers every call in kube.py and nothing beyond the reviewed
 list; the Deployment meets Pod Security "restricted"; manifests/ has not
 drifted. The e2e tier (tests/e2e/test_chart.py) installs the chart and runs the
@@ -20,7 +20,8 @@ import yaml
 
 from tpusim import ToolPaths
 from tpuslice.runtime.informers import followed_kinds
-from tpuslice.webhook import admission as webhook
+from tpuslice.webhook import certificates as webhookcerts
+from tpuslice.webhook import configuration as webhook_config
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "tpuslice-operator"
@@ -54,8 +55,8 @@ def test_cert_manager_webhook_configuration_is_the_operators() -> None:
     chart = one(docs, "MutatingWebhookConfiguration")
     service = "rel-tpuslice-operator-webhook"
     assert service in {d["metadata"]["name"] for d in docs if d["kind"] == "Service"}
-    built = webhook.webhook_configuration(
-        ca_bundle=b"x", service=webhook.ServiceRef(service, "ops")
+    built = webhook_config.webhook_configuration(
+        ca_bundle=b"x", service=webhook_config.ServiceRef(service, "ops")
     )
     assert chart["metadata"].pop("annotations") == {
         "cert-manager.io/inject-ca-from": "ops/rel-tpuslice-operator-webhook"
@@ -64,7 +65,7 @@ def test_cert_manager_webhook_configuration_is_the_operators() -> None:
     assert chart == built
     # the certificate names every host the operator's own certificate would
     cert = one(docs, "Certificate")
-    assert cert["spec"]["dnsNames"] == webhook.service_hosts(service, "ops")
+    assert cert["spec"]["dnsNames"] == webhookcerts.service_hosts(service, "ops")
     assert cert["spec"]["secretName"] == "rel-tpuslice-operator-webhook"
     args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--no-manage-webhook-configuration" in args
@@ -85,7 +86,9 @@ def test_default_install_lets_the_operator_manage_its_configuration() -> None:
             "apiGroups": ["admissionregistration.k8s.io"],
             "resources": ["mutatingwebhookconfigurations"],
             "resourceNames": [
-                webhook.webhook_configuration(ca_bundle=b"", url="https://x")["metadata"]["name"]
+                webhook_config.webhook_configuration(ca_bundle=b"", url="https://x")["metadata"][
+                    "name"
+                ]
             ],
             "verbs": ["create", "patch"],
         }

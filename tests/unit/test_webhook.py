@@ -42,12 +42,15 @@ from tpuslice.model import constants as c
 from tpuslice.render.identity import mutate_pod
 from tpuslice.runtime.metrics import Metrics
 from tpuslice.webhook import admission as webhook
+from tpuslice.webhook import certificates as webhookcerts
+from tpuslice.webhook import configuration as webhook_config
+from tpuslice.webhook import server as webhook_server
 
 CA = base64.b64encode(b"ca-pem").decode()
 
 
 def test_configuration_by_url() -> None:
-    cfg = webhook.webhook_configuration(ca_bundle=b"ca-pem", url="https://127.0.0.1:9443/")
+    cfg = webhook_config.webhook_configuration(ca_bundle=b"ca-pem", url="https://127.0.0.1:9443/")
     assert cfg["apiVersion"] == "admissionregistration.k8s.io/v1"
     assert cfg["kind"] == "MutatingWebhookConfiguration"
     assert cfg["metadata"]["name"] == "tpuslice-identity"
@@ -78,9 +81,9 @@ def test_configuration_by_url() -> None:
 
 
 def test_configuration_by_service() -> None:
-    cfg = webhook.webhook_configuration(
+    cfg = webhook_config.webhook_configuration(
         ca_bundle=b"ca-pem",
-        service=webhook.ServiceRef("tpuslice-operator", "tpuslice-system", 8443),
+        service=webhook_config.ServiceRef("tpuslice-operator", "tpuslice-system", 8443),
         timeout_seconds=3,
         name="other",
     )
@@ -102,7 +105,7 @@ def test_configuration_by_service() -> None:
     "kwargs",
     [
         {},
-        {"url": "https://x", "service": webhook.ServiceRef("a", "b")},
+        {"url": "https://x", "service": webhook_config.ServiceRef("a", "b")},
         {"url": "http://127.0.0.1:9443"},
         {"url": "https://x", "timeout_seconds": 31},
         {"url": "https://x", "timeout_seconds": 0},
@@ -110,12 +113,12 @@ def test_configuration_by_service() -> None:
 )
 def test_configuration_rejects_bad_arguments(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
-        webhook.webhook_configuration(ca_bundle=b"x", **kwargs)
+        webhook_config.webhook_configuration(ca_bundle=b"x", **kwargs)
 
 
 def test_certificates_chain_and_names(tmp_path: Path) -> None:
-    hosts = [*webhook.service_hosts("op", "ns"), "127.0.0.1"]
-    bundle = webhook.build_certificates(hosts, valid_days=30)
+    hosts = [*webhookcerts.service_hosts("op", "ns"), "127.0.0.1"]
+    bundle = webhookcerts.build_certificates(hosts, valid_days=30)
     ca = x509.load_pem_x509_certificate(bundle.ca_pem)
     cert = x509.load_pem_x509_certificate(bundle.cert_pem)
     key = serialization.load_pem_private_key(bundle.key_pem, password=None)
@@ -138,7 +141,7 @@ def test_certificates_chain_and_names(tmp_path: Path) -> None:
     lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
     assert datetime.timedelta(days=30) <= lifetime < datetime.timedelta(days=31)
 
-    files = webhook.write_certificates(bundle, tmp_path / "certs")
+    files = webhookcerts.write_certificates(bundle, tmp_path / "certs")
     assert stat.S_IMODE(files.key.stat().st_mode) == 0o600
     assert files.ca_bundle() == bundle.ca_pem
     # This machine's OpenSSL 3 loads them (kopf's own generator fails here).
@@ -150,7 +153,7 @@ def test_certificates_chain_and_names(tmp_path: Path) -> None:
 
 def test_certificates_need_a_host() -> None:
     with pytest.raises(ValueError):
-        webhook.build_certificates([])
+        webhookcerts.build_certificates([])
 
 
 # ------------------------------------------------------------ the admission decision
@@ -363,14 +366,18 @@ def test_not_an_admission_review_is_a_bad_review(body: Any) -> None:
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[webhook.IdentityWebhookServer, ssl.SSLContext]]:
+def served(tmp_path: Path) -> Iterator[tuple[webhook_server.IdentityWebhookServer, ssl.SSLContext]]:
     """The server on a loopback port, as handlers.py starts it, and a client TLS context
     that trusts the CA our configuration would give the API server."""
-    files = webhook.write_certificates(
-        webhook.build_certificates(["localhost", "127.0.0.1"]), tmp_path
+    files = webhookcerts.write_certificates(
+        webhookcerts.build_certificates(["localhost", "127.0.0.1"]), tmp_path
     )
-    server = webhook.serve_identity_webhook(files, port=0, addr="127.0.0.1", metrics=Metrics())
-    config = webhook.webhook_configuration(ca_bundle=files.ca_bundle(), url="https://127.0.0.1")
+    server = webhook_server.serve_identity_webhook(
+        files, port=0, addr="127.0.0.1", metrics=Metrics()
+    )
+    config = webhook_config.webhook_configuration(
+        ca_bundle=files.ca_bundle(), url="https://127.0.0.1"
+    )
     ca = base64.b64decode(config["webhooks"][0]["clientConfig"]["caBundle"]).decode()
     try:
         yield server, ssl.create_default_context(cadata=ca)
@@ -386,14 +393,14 @@ def _post(
     return response.status, response.read(), response
 
 
-def _metric(server: webhook.IdentityWebhookServer, result: str) -> float:
+def _metric(server: webhook_server.IdentityWebhookServer, result: str) -> float:
     assert server.metrics is not None
     name = "tpuslice_webhook_admission_duration_seconds_count"
     return server.metrics.registry.get_sample_value(name, {"result": result}) or 0.0
 
 
 def test_round_trip_over_tls_with_keep_alive(
-    served: tuple[webhook.IdentityWebhookServer, ssl.SSLContext],
+    served: tuple[webhook_server.IdentityWebhookServer, ssl.SSLContext],
 ) -> None:
     server, context = served
     assert server.port > 0
@@ -441,7 +448,7 @@ def test_round_trip_over_tls_with_keep_alive(
 
 
 def test_connections_are_served_in_parallel(
-    served: tuple[webhook.IdentityWebhookServer, ssl.SSLContext],
+    served: tuple[webhook_server.IdentityWebhookServer, ssl.SSLContext],
 ) -> None:
     server, context = served
     pods = [_worker() for _ in range(16)]
@@ -465,7 +472,7 @@ def test_connections_are_served_in_parallel(
 
 
 def test_answers_while_the_event_loop_is_busy(
-    served: tuple[webhook.IdentityWebhookServer, ssl.SSLContext],
+    served: tuple[webhook_server.IdentityWebhookServer, ssl.SSLContext],
 ) -> None:
     """The point of the server's own threads: an event loop stuck in a long pass
     (here 3 s of pure Python that never awaits) does not hold up admission."""
@@ -497,7 +504,7 @@ def test_answers_while_the_event_loop_is_busy(
 
 
 def test_oversized_body_is_refused_before_it_is_read(
-    served: tuple[webhook.IdentityWebhookServer, ssl.SSLContext],
+    served: tuple[webhook_server.IdentityWebhookServer, ssl.SSLContext],
 ) -> None:
     server, context = served
     conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=context, timeout=10)
@@ -514,7 +521,7 @@ def test_oversized_body_is_refused_before_it_is_read(
 
 
 def test_handler_failure_is_a_500_and_an_error_metric(
-    served: tuple[webhook.IdentityWebhookServer, ssl.SSLContext],
+    served: tuple[webhook_server.IdentityWebhookServer, ssl.SSLContext],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     server, context = served
@@ -535,7 +542,7 @@ def test_handler_failure_is_a_500_and_an_error_metric(
 
 
 def test_a_failed_handshake_does_not_stop_the_server(
-    served: tuple[webhook.IdentityWebhookServer, ssl.SSLContext],
+    served: tuple[webhook_server.IdentityWebhookServer, ssl.SSLContext],
 ) -> None:
     server, context = served
     with socket.create_connection(("127.0.0.1", server.port), timeout=5) as plain:
@@ -556,8 +563,10 @@ def test_a_failed_handshake_does_not_stop_the_server(
 
 
 def test_stop_closes_the_port(tmp_path: Path) -> None:
-    files = webhook.write_certificates(webhook.build_certificates(["127.0.0.1"]), tmp_path)
-    server = webhook.IdentityWebhookServer(files, port=0, addr="127.0.0.1")
+    files = webhookcerts.write_certificates(
+        webhookcerts.build_certificates(["127.0.0.1"]), tmp_path
+    )
+    server = webhook_server.IdentityWebhookServer(files, port=0, addr="127.0.0.1")
     port = server.start()
     with pytest.raises(RuntimeError):
         server.start()
@@ -567,7 +576,7 @@ def test_stop_closes_the_port(tmp_path: Path) -> None:
 
 
 def test_draining_answers_then_closes_each_connection(
-    served: tuple[webhook.IdentityWebhookServer, ssl.SSLContext],
+    served: tuple[webhook_server.IdentityWebhookServer, ssl.SSLContext],
 ) -> None:
     """After SIGTERM the API server's next call must open a new connection, which the
     Service sends to a replica that is not stopping."""
@@ -587,8 +596,10 @@ def test_draining_answers_then_closes_each_connection(
 
 
 def test_reload_serves_the_new_certificate_to_new_connections(tmp_path: Path) -> None:
-    first = webhook.write_certificates(webhook.build_certificates(["127.0.0.1"]), tmp_path / "a")
-    server = webhook.serve_identity_webhook(first, port=0, addr="127.0.0.1")
+    first = webhookcerts.write_certificates(
+        webhookcerts.build_certificates(["127.0.0.1"]), tmp_path / "a"
+    )
+    server = webhook_server.serve_identity_webhook(first, port=0, addr="127.0.0.1")
     try:
 
         def served_with(ca: bytes) -> bool:
@@ -602,8 +613,8 @@ def test_reload_serves_the_new_certificate_to_new_connections(tmp_path: Path) ->
             finally:
                 conn.close()
 
-        second = webhook.write_certificates(
-            webhook.build_certificates(["127.0.0.1"]), tmp_path / "b"
+        second = webhookcerts.write_certificates(
+            webhookcerts.build_certificates(["127.0.0.1"]), tmp_path / "b"
         )
         assert served_with(first.ca_bundle()) and not served_with(second.ca_bundle())
         server.reload(second)
@@ -613,13 +624,13 @@ def test_reload_serves_the_new_certificate_to_new_connections(tmp_path: Path) ->
 
 
 def test_a_bundle_keeps_its_cas_key_and_a_serving_certificate_can_be_reissued() -> None:
-    bundle = webhook.build_certificates(["svc.ns.svc"], valid_days=30, ca_valid_days=3650)
+    bundle = webhookcerts.build_certificates(["svc.ns.svc"], valid_days=30, ca_valid_days=3650)
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 
     ca = x509.load_pem_x509_certificate(bundle.ca_pem)
     ca_key = serialization.load_pem_private_key(bundle.ca_key_pem, password=None)
     assert (ca.not_valid_after_utc - ca.not_valid_before_utc).days == 3650
-    again = webhook.issue_serving((ca, ca_key), ["svc.ns.svc"])  # type: ignore[arg-type]
+    again = webhookcerts.issue_serving((ca, ca_key), ["svc.ns.svc"])  # type: ignore[arg-type]
     assert again.ca_pem == bundle.ca_pem and again.cert_pem != bundle.cert_pem
     x509.load_pem_x509_certificate(again.cert_pem).verify_directly_issued_by(ca)

@@ -14,19 +14,19 @@ import pytest
 from cryptography import x509
 
 from tpuslice.runtime.kube import ApiError
-from tpuslice.webhook import admission as webhook
+from tpuslice.webhook import certificates as webhookcerts
 from tpuslice.webhook.certificates import Action, plan, secret_with, stored_bundle
 from tpuslice.webhook.serving import IdentityWebhook, SharedSecret
 
 NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
-HOSTS = webhook.service_hosts("rel-tpuslice-operator-webhook", "ops")
+HOSTS = webhookcerts.service_hosts("rel-tpuslice-operator-webhook", "ops")
 
 
 def cert(pem: bytes) -> x509.Certificate:
     return x509.load_pem_x509_certificate(pem)
 
 
-def fresh() -> webhook.CertBundle:
+def fresh() -> webhookcerts.CertBundle:
     return plan(None, HOSTS, NOW).bundle
 
 
@@ -59,7 +59,7 @@ def test_a_serving_certificate_near_expiry_is_reissued_under_the_same_ca() -> No
 
 def test_other_hosts_get_a_serving_certificate_naming_them() -> None:
     bundle = fresh()
-    hosts = webhook.service_hosts("renamed-webhook", "ops")
+    hosts = webhookcerts.service_hosts("renamed-webhook", "ops")
     decision = plan(bundle, hosts, NOW)
     assert decision.action is Action.NEW_SERVING and "renamed-webhook" in decision.reason
     assert decision.bundle.ca_pem == bundle.ca_pem
@@ -69,18 +69,24 @@ def test_a_ca_near_its_own_expiry_or_unusable_means_a_new_ca() -> None:
     bundle = fresh()
     assert plan(bundle, HOSTS, NOW + datetime.timedelta(days=3640)).action is Action.NEW_CA
     other = fresh()
-    mixed_key = webhook.CertBundle(bundle.ca_pem, bundle.cert_pem, bundle.key_pem, other.ca_key_pem)
+    mixed_key = webhookcerts.CertBundle(
+        bundle.ca_pem, bundle.cert_pem, bundle.key_pem, other.ca_key_pem
+    )
     assert "does not belong" in plan(mixed_key, HOSTS, NOW).reason
-    garbage = webhook.CertBundle(b"x", b"y", b"z", b"w")
+    garbage = webhookcerts.CertBundle(b"x", b"y", b"z", b"w")
     assert plan(garbage, HOSTS, NOW).action is Action.NEW_CA
 
 
 def test_a_serving_certificate_of_another_ca_or_with_another_key_is_reissued() -> None:
     bundle, other = fresh(), fresh()
-    foreign = webhook.CertBundle(bundle.ca_pem, other.cert_pem, other.key_pem, bundle.ca_key_pem)
+    foreign = webhookcerts.CertBundle(
+        bundle.ca_pem, other.cert_pem, other.key_pem, bundle.ca_key_pem
+    )
     decision = plan(foreign, HOSTS, NOW)
     assert decision.action is Action.NEW_SERVING and "not signed" in decision.reason
-    wrong_key = webhook.CertBundle(bundle.ca_pem, bundle.cert_pem, other.key_pem, bundle.ca_key_pem)
+    wrong_key = webhookcerts.CertBundle(
+        bundle.ca_pem, bundle.cert_pem, other.key_pem, bundle.ca_key_pem
+    )
     assert "serving key" in plan(wrong_key, HOSTS, NOW).reason
 
 
@@ -153,7 +159,7 @@ def replica(secrets: FakeSecrets, directory: Path, hosts: list[str] | None = Non
 def test_two_replicas_racing_on_an_empty_secret_serve_one_ca(tmp_path: Path) -> None:
     secrets = FakeSecrets()
     a, b = replica(secrets, tmp_path / "a"), replica(secrets, tmp_path / "b")
-    served_by_a: list[webhook.CertFiles] = []
+    served_by_a: list[webhookcerts.CertFiles] = []
     secrets.after_get = lambda: served_by_a.append(
         a.current()
     )  # a writes between b's read and write
@@ -173,9 +179,9 @@ def test_a_missing_secret_is_an_error_saying_how_to_make_it(tmp_path: Path) -> N
 
 class FakeServer:
     def __init__(self) -> None:
-        self.reloads: list[webhook.CertFiles] = []
+        self.reloads: list[webhookcerts.CertFiles] = []
 
-    def reload(self, files: webhook.CertFiles) -> None:
+    def reload(self, files: webhookcerts.CertFiles) -> None:
         self.reloads.append(files)
 
 

@@ -1,5 +1,7 @@
-"""The identity webhook's CA and serving certificate, shared by every replica through one
-Secret: what to do with what the Secret holds. Pure (no API calls, no files).
+"""The identity webhook's certificates in one place: the CA and serving certificate
+(made with ``cryptography`` through ``pki.py``; kopf's own generator needs
+certbuilder/oscrypto, which fail on OpenSSL 3), their files, and what to do with what
+the Secret every replica shares holds (``plan``: pure, no API calls).
 
 Why one Secret: every replica applies the MutatingWebhookConfiguration, whose
 ``caBundle`` must trust whichever replica the Service picks. When each replica
@@ -23,27 +25,143 @@ import base64
 import binascii
 import datetime
 import enum
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from tpuslice.webhook.admission import CertBundle, build_certificates, issue_serving
+from tpuslice.model import constants as c
+from tpuslice.webhook import pki
 
 __all__ = [
     "CA_VALID_DAYS",
     "RENEW_BEFORE",
     "SERVING_VALID_DAYS",
     "Action",
+    "CertBundle",
+    "CertFiles",
     "Plan",
+    "build_certificates",
+    "certificates_for",
+    "issue_serving",
     "plan",
     "secret_with",
+    "service_hosts",
     "stored_bundle",
+    "write_certificates",
 ]
+
+# -------------------------------------------------------------------- certificates
+
+
+@dataclass(frozen=True)
+class CertBundle:
+    """PEM bytes of a CA, and of a serving certificate and key signed by it; the CA's
+    key too when we made the CA (kept in the shared Secret, to issue the next serving
+    certificate under the same CA: the configuration's caBundle then never changes)."""
+
+    ca_pem: bytes
+    cert_pem: bytes
+    key_pem: bytes
+    ca_key_pem: bytes = b""
+
+
+@dataclass(frozen=True)
+class CertFiles:
+    """Where ``write_certificates`` put a bundle: what ``IdentityWebhookServer`` serves with."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    def ca_bundle(self) -> bytes:
+        return self.ca.read_bytes()
+
+    def contents(self) -> tuple[bytes, bytes, bytes]:
+        """What is being served (CA, certificate, key): compared to notice a rotation."""
+        return self.ca.read_bytes(), self.cert.read_bytes(), self.key.read_bytes()
+
+
+def service_hosts(service: str, namespace: str) -> list[str]:
+    """The names the API server uses to reach ``service`` in ``namespace``."""
+    return [
+        service,
+        f"{service}.{namespace}",
+        f"{service}.{namespace}.svc",
+        f"{service}.{namespace}.svc.cluster.local",
+    ]
+
+
+def build_certificates(
+    hosts: Sequence[str],
+    *,
+    valid_days: int = 365,
+    ca_valid_days: int | None = None,
+    now: datetime.datetime | None = None,
+) -> CertBundle:
+    """A fresh CA (valid ``ca_valid_days``, default ``valid_days``) and a serving
+    certificate for ``hosts`` (DNS names or IP addresses); the first host is the
+    subject's common name, all of them are SANs (what Go checks)."""
+    valid = datetime.timedelta(days=ca_valid_days or valid_days)
+    ca = pki.new_ca(f"{c.IDENTITY_WEBHOOK}-ca", valid=valid, now=now)
+    return issue_serving(ca, hosts, valid_days=valid_days, now=now)
+
+
+def issue_serving(
+    ca: pki.Issued,
+    hosts: Sequence[str],
+    *,
+    valid_days: int = 365,
+    now: datetime.datetime | None = None,
+) -> CertBundle:
+    """A serving certificate for ``hosts`` signed by ``ca``, bundled with that CA."""
+    if not hosts:
+        raise ValueError("a serving certificate needs at least one host name or IP address")
+    valid = datetime.timedelta(days=valid_days)
+    cert, key = pki.issue(
+        ca, hosts[0], ExtendedKeyUsageOID.SERVER_AUTH, hosts=hosts, valid=valid, now=now
+    )
+    return CertBundle(
+        ca_pem=ca[0].public_bytes(serialization.Encoding.PEM),
+        cert_pem=cert.public_bytes(serialization.Encoding.PEM),
+        key_pem=pki.key_pem(key),
+        ca_key_pem=pki.key_pem(ca[1]),
+    )
+
+
+def write_certificates(bundle: CertBundle, directory: Path) -> CertFiles:
+    """Write ``ca.crt``, ``tls.crt`` and ``tls.key`` (mode 0600) into ``directory``.
+
+    The CA's key is never written: only the shared Secret keeps it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    files = CertFiles(
+        ca=directory / "ca.crt", cert=directory / "tls.crt", key=directory / "tls.key"
+    )
+    files.ca.write_bytes(bundle.ca_pem)
+    files.cert.write_bytes(bundle.cert_pem)
+    fd = os.open(files.key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(bundle.key_pem)
+    return files
+
+
+def certificates_for(directory: Path, hosts: Sequence[str]) -> CertFiles:
+    """Certificates mounted by cert-manager (tls.crt, tls.key, ca.crt) if present in
+    ``directory``, else a fresh self-signed set for ``hosts`` written there."""
+    mounted = CertFiles(
+        ca=directory / "ca.crt", cert=directory / "tls.crt", key=directory / "tls.key"
+    )
+    if all(p.exists() for p in (mounted.ca, mounted.cert, mounted.key)):
+        return mounted
+    return write_certificates(build_certificates(hosts), directory)
+
 
 #: Secret keys (cert-manager's names for the three it also writes, plus the CA's key).
 CA, CA_KEY, CERT, KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"

@@ -35,9 +35,11 @@ from urllib.parse import urlparse
 from tpuslice.runtime.config import OperatorConfig
 from tpuslice.runtime.health import Health
 from tpuslice.runtime.kube import ApiError, Kube
-from tpuslice.webhook import admission as webhook
 from tpuslice.webhook import certificates as webhookcerts
-from tpuslice.webhook.admission import CertBundle, CertFiles, IdentityWebhookServer
+from tpuslice.webhook import configuration as webhook_config
+from tpuslice.webhook import server as webhook_server
+from tpuslice.webhook.certificates import CertBundle, CertFiles
+from tpuslice.webhook.server import IdentityWebhookServer
 
 __all__ = ["FilesInDir", "IdentityWebhook", "SharedSecret", "start_identity_webhook"]
 
@@ -126,7 +128,7 @@ class SharedSecret:
                 return files
         except OSError:
             pass
-        return webhook.write_certificates(bundle, self.directory)
+        return webhookcerts.write_certificates(bundle, self.directory)
 
 
 class IdentityWebhook:
@@ -191,8 +193,10 @@ def start_identity_webhook(config: OperatorConfig, kube: Kube, health: Health) -
     assert config.webhook_port is not None
     service = None
     if config.webhook_service:
-        service = webhook.ServiceRef(config.webhook_service, config.webhook_namespace or "default")
-        hosts = webhook.service_hosts(service.name, service.namespace)
+        service = webhook_config.ServiceRef(
+            config.webhook_service, config.webhook_namespace or "default"
+        )
+        hosts = webhookcerts.service_hosts(service.name, service.namespace)
     else:
         hosts = [urlparse(config.webhook_url or "https://127.0.0.1").hostname or "127.0.0.1"]
     directory = Path(config.webhook_cert_dir)
@@ -202,9 +206,9 @@ def start_identity_webhook(config: OperatorConfig, kube: Kube, health: Health) -
             kube, config.webhook_namespace or "default", config.webhook_secret, hosts, directory
         )
     else:
-        source = FilesInDir(webhook.certificates_for(directory, hosts))
+        source = FilesInDir(webhookcerts.certificates_for(directory, hosts))
     files = source.current()
-    server = webhook.serve_identity_webhook(
+    server = webhook_server.serve_identity_webhook(
         files, port=config.webhook_port, addr=config.webhook_addr, metrics=kube.metrics
     )
     apply = None
@@ -213,7 +217,7 @@ def start_identity_webhook(config: OperatorConfig, kube: Kube, health: Health) -
 
         def apply(ca_bundle: bytes) -> None:
             kube.apply_webhook_configuration(
-                webhook.webhook_configuration(
+                webhook_config.webhook_configuration(
                     ca_bundle=ca_bundle, url=config.webhook_url, service=service
                 )
             )
