@@ -25,7 +25,7 @@ from tests.support.crd import served_schema, to_jsonschema, validate
 from tests.support.fuzz import BASES, base_cluster, from_schema, json_values, mutations
 from tests.support.kuberay import raycluster_crd
 from tpuslice.render.kuberay import render_cluster
-from tpuslice.spec.parse import SpecError
+from tpuslice.spec.parts import SpecError
 from tpuslice.spec.schema import template_schema
 
 settings.register_profile(

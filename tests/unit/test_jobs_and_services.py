@@ -17,7 +17,10 @@ from tpuslice.render.kuberay import (
     render_ray_cluster_spec,
     render_service,
 )
-from tpuslice.spec.parse import SpecError, parse_cluster, parse_job, parse_service
+from tpuslice.spec.cluster import parse_cluster
+from tpuslice.spec.job import parse_job
+from tpuslice.spec.parts import SpecError
+from tpuslice.spec.service import parse_service
 
 PARTS: dict[str, Any] = {
     "tpu": {"type": "v6e", "topology": "4x4", "slices": 2},

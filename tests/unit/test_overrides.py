@@ -17,7 +17,7 @@ import pytest
 from tests.support.crd import served_schema, to_jsonschema
 from tests.support.kuberay import raycluster_crd
 from tpuslice.render.kuberay import render_cluster
-from tpuslice.spec.parse import SpecError
+from tpuslice.spec.parts import SpecError
 from tpuslice.spec.schema import compact, schema_errors, template_schema
 
 

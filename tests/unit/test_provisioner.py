@@ -314,7 +314,7 @@ def test_a_services_pass_for_one_raycluster_sees_only_its_requests() -> None:
     from tpuslice.controller.provisioner import Provisioner
     from tpuslice.controller.recorder import Recorder
     from tpuslice.model.records import ClusterRef
-    from tpuslice.spec.parse import parse_slice_parts
+    from tpuslice.spec.slices import parse_slice_parts
 
     kube = FakeKube()
     provisioner = Provisioner(kube, Recorder(kube), PendingWrites())

@@ -44,7 +44,9 @@ from tpuslice.model.records import (
     SliceStatus,
 )
 from tpuslice.render.kuberay import render_ray_cluster_spec
-from tpuslice.spec.parse import RetryPolicy, SliceClusterSpec, parse_cluster, parse_job
+from tpuslice.spec.cluster import parse_cluster
+from tpuslice.spec.job import parse_job
+from tpuslice.spec.parts import RetryPolicy, SliceClusterSpec
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -237,7 +239,7 @@ def test_the_pods_carry_what_the_template_asks_for() -> None:
 
 
 def test_a_user_override_of_a_capacity_key_is_refused() -> None:
-    from tpuslice.spec.parse import SpecError
+    from tpuslice.spec.parts import SpecError
 
     spec = spec_of(
         {"mode": "BestEffortAtomic", "nodeSelector": {c.NODE_LABEL_SPOT: "true"}},

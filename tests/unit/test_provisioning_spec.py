@@ -10,7 +10,10 @@ import pytest
 from tests.support.crd import apply_defaults, load_crd, served_schema, validate
 from tpuslice.model import constants as c
 from tpuslice.model.records import ProvisioningMode
-from tpuslice.spec.parse import RetryPolicy, SpecError, parse_cluster, parse_job, parse_service
+from tpuslice.spec.cluster import parse_cluster
+from tpuslice.spec.job import parse_job
+from tpuslice.spec.parts import RetryPolicy, SpecError
+from tpuslice.spec.service import parse_service
 
 TSC = "tpuslice.dev_tpusliceclusters.yaml"
 TSJ = "tpuslice.dev_tpuslicejobs.yaml"

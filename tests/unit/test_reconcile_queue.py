@@ -188,7 +188,7 @@ def test_without_competition_the_queue_is_not_decided_at_all() -> None:
     path); one more wanting member than free pools: the queue decides."""
     from tpuslice.controller.actuator import SpecCache, queue_admission
     from tpuslice.planning.pools import pool_index
-    from tpuslice.spec.parse import parse_cluster
+    from tpuslice.spec.cluster import parse_cluster
 
     me = body("me", "uid-me", "2026-01-02T00:00:00Z")
     other = body("other", "uid-other", "2026-01-01T00:00:00Z")

@@ -20,7 +20,7 @@ from tests.support.crd import served_schema, to_jsonschema
 from tests.support.kuberay import kuberay_crd, raycluster_crd
 from tpuslice.model import constants as c
 from tpuslice.render.kuberay import render, render_cluster
-from tpuslice.spec.parse import SpecError
+from tpuslice.spec.parts import SpecError
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = sorted(p.name.removesuffix(".in.yaml") for p in GOLDEN.glob("*.in.yaml"))

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from tpuslice.spec.parse import SpecError, parse_cluster
+from tpuslice.spec.cluster import parse_cluster
+from tpuslice.spec.parts import SpecError
 
 
 def obj(**spec: Any) -> dict[str, Any]:

@@ -48,7 +48,7 @@ from tpuslice.model.records import (
     SliceState,
 )
 from tpuslice.render.kuberay import QUEUED_TOLERATION
-from tpuslice.spec.parse import ProvisioningSpec, RetryPolicy, SliceClusterSpec
+from tpuslice.spec.parts import ProvisioningSpec, RetryPolicy, SliceClusterSpec
 
 __all__ = [
     "ACCEPT_HINT_SECONDS",

@@ -50,7 +50,8 @@ from tpuslice.planning.pools import (
 from tpuslice.planning.queue import admission_for, decide_queue
 from tpuslice.runtime.kube import ApiError, ClusterApi
 from tpuslice.runtime.metrics import Metrics, slice_last_created
-from tpuslice.spec.parse import SliceClusterSpec, SpecError, parse_slice_parts
+from tpuslice.spec.parts import SliceClusterSpec, SpecError
+from tpuslice.spec.slices import parse_slice_parts
 from tpuslice.status.conditions import Stall
 
 __all__ = [

@@ -29,7 +29,8 @@ from tpuslice.model import constants as c
 from tpuslice.model import events
 from tpuslice.model.records import ClusterKey, ClusterRef, SlicePlan, Snapshot
 from tpuslice.render.kuberay import render_rayjob
-from tpuslice.spec.parse import SliceJobSpec, SpecError, parse_job
+from tpuslice.spec.job import SliceJobSpec, parse_job
+from tpuslice.spec.parts import SpecError
 from tpuslice.status.conditions import ClusterSlices, Stall
 from tpuslice.status.job import JobObserved, compute_job_status, job_ended
 

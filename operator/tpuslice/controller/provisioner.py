@@ -87,7 +87,7 @@ from tpuslice.model.records import (
 from tpuslice.planning.pools import PoolIndex, eligible_pools
 from tpuslice.render.kuberay import render_ray_cluster_spec
 from tpuslice.runtime.kube import ApiError, ClusterApi
-from tpuslice.spec.parse import SliceClusterSpec
+from tpuslice.spec.parts import SliceClusterSpec
 from tpuslice.status.conditions import Stall
 
 __all__ = [

@@ -38,7 +38,9 @@ from tpuslice.planning.queue import shape_name
 from tpuslice.render.kuberay import render_raycluster
 from tpuslice.runtime.kube import ApiError, ClusterApi
 from tpuslice.runtime.metrics import Metrics
-from tpuslice.spec.parse import SliceClusterSpec, SpecError, parse_cluster, parse_slice_parts
+from tpuslice.spec.cluster import parse_cluster
+from tpuslice.spec.parts import SliceClusterSpec, SpecError
+from tpuslice.spec.slices import parse_slice_parts
 from tpuslice.status.conditions import MAX_MESSAGE, Observed, Stall, truncate
 
 __all__ = ["Reconciler", "SnapshotReader", "error_text", "spec_shape", "unparsed_slices"]

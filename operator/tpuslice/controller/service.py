@@ -33,7 +33,8 @@ from tpuslice.model import constants as c
 from tpuslice.model import events
 from tpuslice.model.records import ClusterKey, ClusterRef, Snapshot
 from tpuslice.render.kuberay import render_rayservice
-from tpuslice.spec.parse import SliceServiceSpec, SpecError, parse_service
+from tpuslice.spec.parts import SpecError
+from tpuslice.spec.service import SliceServiceSpec, parse_service
 from tpuslice.status.conditions import ClusterSlices, Stall
 from tpuslice.status.service import ServiceObserved, compute_service_status
 

@@ -22,7 +22,7 @@ import yaml
 from tpuslice.model import constants
 from tpuslice.model.topology import TopologyError, slice_shape
 from tpuslice.render.kuberay import RENDERERS, render
-from tpuslice.spec.parse import SpecError
+from tpuslice.spec.parts import SpecError
 
 EXIT_INVALID = 2
 

@@ -17,17 +17,11 @@ from typing import Any
 
 from tpuslice.model import constants as c
 from tpuslice.model.topology import SliceShape
+from tpuslice.spec.cluster import parse_cluster
+from tpuslice.spec.job import SliceJobSpec, parse_job
 from tpuslice.spec.overrides import OwnedValue, merge_template
-from tpuslice.spec.parse import (
-    FieldError,
-    SliceClusterSpec,
-    SliceJobSpec,
-    SliceServiceSpec,
-    SpecError,
-    parse_cluster,
-    parse_job,
-    parse_service,
-)
+from tpuslice.spec.parts import FieldError, SliceClusterSpec, SpecError
+from tpuslice.spec.service import SliceServiceSpec, parse_service
 
 __all__ = [
     "DEFAULT_HEAD_RESOURCES",

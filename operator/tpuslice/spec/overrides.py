@@ -29,7 +29,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tpuslice.spec.parse import FieldError
+from tpuslice.spec.parts import FieldError
 from tpuslice.spec.schema import SchemaError, describe, schema_errors
 
 __all__ = ["OwnedValue", "merge_template"]

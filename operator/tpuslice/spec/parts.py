@@ -1,25 +1,21 @@
-"""Parse, validate and default a TPUSliceCluster, TPUSliceJob or TPUSliceService
-into a frozen, typed spec.
+"""The parts every TPUSlice kind shares, parsed, validated and defaulted into frozen,
+typed records: ``tpu``, ``ray``, ``head``, ``worker``, ``reservation`` (``SliceClusterSpec``).
 
-The CRD's schema and CEL rules reject most bad input at ``kubectl apply``; this
-module applies the same rules (and the ones CEL cannot express) to plain dicts,
+The CRD's schema and CEL rules reject most bad input at ``kubectl apply``; these
+modules apply the same rules (and the ones CEL cannot express) to plain dicts,
 so ``tpuslice render`` on a laptop and the operator in the cluster judge a spec
-the same way, and every later step works on typed, defaulted values.
-
-The three kinds share their cluster parts (``tpu``, ``ray``, ``head``,
-``worker``, ``reservation``), parsed by one function into one record
-(``SliceClusterSpec``), so a TPUSliceJob's or TPUSliceService's RayCluster is
-rendered by exactly the code a TPUSliceCluster's is. ``spec.job`` and
-``spec.serve`` mirror KubeRay's RayJob and RayService specs: the fields the
-operator checks and defaults are typed here, and the others it lets through
-(``JOB_PASSTHROUGH``, ``SERVE_PASSTHROUGH``) are kept as written.
+the same way, and every later step works on typed, defaulted values. The three
+kinds share their cluster parts, parsed by one function into one record, so a
+TPUSliceJob's or TPUSliceService's RayCluster is rendered by exactly the code a
+TPUSliceCluster's is; ``cluster.py``, ``job.py`` and ``service.py`` add what each
+kind has of its own.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tpuslice.model import constants
@@ -27,22 +23,13 @@ from tpuslice.model.records import CapacityType, GangMode, ProvisioningMode
 from tpuslice.model.topology import SliceShape, TopologyError, slice_shape
 
 __all__ = [
-    "JOB_PASSTHROUGH",
-    "SERVE_PASSTHROUGH",
     "FieldError",
     "GroupSpec",
-    "JobSettings",
     "ProvisioningSpec",
     "RetryPolicy",
-    "ServeSettings",
     "SliceClusterSpec",
-    "SliceJobSpec",
-    "SliceServiceSpec",
     "SpecError",
-    "parse_cluster",
-    "parse_job",
-    "parse_service",
-    "parse_slice_parts",
+    "default_image",
 ]
 
 ReservationPolicy = Literal["NodePool", "None"]
@@ -612,141 +599,14 @@ def _integer(
     return value
 
 
-def _yaml_map(value: str, path: str, errors: list[FieldError], example: str) -> None:
-    """KubeRay parses these strings as YAML maps; say so here rather than in its events."""
-    import yaml  # only when such a field is set
-
-    try:
-        loaded = yaml.safe_load(value)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        errors.append(
-            FieldError(path, f"is not valid YAML{where}; write a YAML map, e.g. {example}")
-        )
-        return
-    if loaded is not None and not isinstance(loaded, Mapping):
-        errors.append(
-            FieldError(path, f"must be a YAML map, got {_describe(loaded)}; e.g. {example}")
-        )
-
-
-_INT32_MAX = 2**31 - 1
-
-
-def parse_cluster(obj: Mapping[str, Any]) -> SliceClusterSpec:
-    """Validate a TPUSliceCluster dict and return its defaulted spec, or raise SpecError."""
-    errors: list[FieldError] = []
-    name, namespace, uid, raw = _metadata(
-        obj,
-        constants.KIND_CLUSTER,
-        constants.MAX_NAME_LENGTH,
-        "the RayCluster, its services and pod hostnames",
-        "the RayCluster",
-        errors,
-    )
-    spec = _object(raw, "spec", errors, _SPEC_FIELDS)
-    suspend = spec.get("suspend", False)
-    if not isinstance(suspend, bool):
-        errors.append(
-            FieldError("spec.suspend", f"must be true or false, got {_describe(suspend)}")
-        )
-    cluster = _cluster_parts(
-        spec,
-        errors,
-        name=name,
-        namespace=namespace,
-        uid=uid,
-        owner_kind=constants.KIND_CLUSTER,
-        suspend=bool(suspend),
-    )
-    if errors or cluster is None:
-        raise SpecError(errors)
-    return cluster
-
-
-# ------------------------------------------------------------------ TPUSliceJob
-
-#: RayJob spec fields (KubeRay 1.5) a TPUSliceJob passes through as written, and the
-#: kind of value each takes. Everything else in spec.job is owned, refused or unknown.
-JOB_PASSTHROUGH: Mapping[str, str] = {
-    "jobId": "string",
-    "metadata": "string map",
-    "entrypointResources": "string",
-    "entrypointNumCpus": "number",
-    "entrypointNumGpus": "number",
-    "submitterPodTemplate": "object",
-    "submitterConfig": "object",
-}
-_JOB_OWNED = frozenset(
-    {
-        "entrypoint",
-        "runtimeEnvYAML",
-        "submissionMode",
-        "shutdownAfterJobFinishes",
-        "ttlSecondsAfterFinished",
-        "activeDeadlineSeconds",
-        "backoffLimit",
-        "suspend",
-    }
-)
-#: RayJob fields a TPUSliceJob refuses, and the fix (the CRD's CEL rules say the same).
-_JOB_REFUSED: Mapping[str, str] = {
-    "rayClusterSpec": "is rendered by the operator from spec.tpu, ray, head and worker; move "
-    "its settings there (pod template overrides go in spec.head.template and "
-    "spec.worker.template)",
-    "clusterSelector": "is not supported: a TPUSliceJob makes its own slices; to run a job on "
-    "an existing TPUSliceCluster, write a plain RayJob with clusterSelector ray.io/cluster: "
-    "<its name>",
-    "deletionStrategy": "is not supported (DeleteSelf would delete the RayJob the operator "
-    "keeps); use shutdownAfterJobFinishes and ttlSecondsAfterFinished, and delete the "
-    "TPUSliceJob to remove everything",
-    "managedBy": "is not supported: a RayJob handed to MultiKueue runs in another cluster, "
-    "where this operator cannot reserve its slices; remove it",
-}
+#: Examples in the messages of the YAML-in-a-string fields.
 _RUNTIME_ENV_EXAMPLE = "'pip: [jax[tpu]]'"
 _SERVE_CONFIG_EXAMPLE = "'applications: [{name: llm, import_path: serve_llm:app}]'"
 
 
-@dataclass(frozen=True)
-class JobSettings:
-    """spec.job: what KubeRay's RayJob gets besides its cluster."""
-
-    entrypoint: str
-    runtime_env_yaml: str
-    submission_mode: SubmissionMode
-    shutdown_after_job_finishes: bool
-    ttl_seconds_after_finished: int | None
-    active_deadline_seconds: int | None
-    backoff_limit: int | None
-    suspend: bool
-    #: JOB_PASSTHROUGH fields the user set, as written.
-    passthrough: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SliceJobSpec:
-    """A validated TPUSliceJob: its cluster parts and its job, every default applied."""
-
-    cluster: SliceClusterSpec
-    job: JobSettings
-
-    @property
-    def name(self) -> str:
-        return self.cluster.name
-
-    @property
-    def namespace(self) -> str:
-        return self.cluster.namespace
-
-    @property
-    def uid(self) -> str:
-        return self.cluster.uid
-
-
-def _passthrough_value(key: str, value: Any, path: str, errors: list[FieldError]) -> Any:
-    """One pass-through value checked for its kind (KubeRay's schema judges the rest)."""
-    expected = JOB_PASSTHROUGH.get(key) or SERVE_PASSTHROUGH.get(key)
+def _passthrough_value(expected: str, value: Any, path: str, errors: list[FieldError]) -> Any:
+    """One pass-through value checked for its kind of value (KubeRay's schema judges the
+    rest)."""
     if expected == "string":
         return _string(value, path, errors)
     if expected == "string map":
@@ -780,285 +640,33 @@ def _passthrough(
         if key in refused:
             errors.append(FieldError(where, refused[key]))
         elif key in allowed:
-            out[str(key)] = _passthrough_value(str(key), value, where, errors)
+            out[str(key)] = _passthrough_value(allowed[key], value, where, errors)
         else:
             known = ", ".join(sorted(owned | set(allowed)))
             errors.append(FieldError(where, f"is not a field; use one of {known}"))
     return out
 
 
-def _submitter_config(value: Any, path: str, errors: list[FieldError]) -> None:
-    config = _object(value, path, errors, frozenset({"backoffLimit"}))
-    _integer(config.get("backoffLimit"), f"{path}.backoffLimit", errors, 0)
+def _yaml_map(value: str, path: str, errors: list[FieldError], example: str) -> None:
+    """KubeRay parses these strings as YAML maps; say so here rather than in its events."""
+    import yaml  # only when such a field is set
 
-
-def _job(raw: Any, head: GroupSpec | None, errors: list[FieldError]) -> JobSettings | None:
-    if raw is None:
-        errors.append(FieldError("spec.job", "is required (at least spec.job.entrypoint)"))
-        return None
-    job = _object(raw, "spec.job", errors)
-    if not isinstance(raw, Mapping):
-        return None
-    mode = job.get("submissionMode", "K8sJobMode")
-    if mode not in SUBMISSION_MODES:
+    try:
+        loaded = yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
         errors.append(
-            FieldError(
-                "spec.job.submissionMode",
-                f"{_describe(mode)} is not one of {', '.join(SUBMISSION_MODES)}",
-            )
+            FieldError(path, f"is not valid YAML{where}; write a YAML map, e.g. {example}")
         )
-        mode = "K8sJobMode"
-    entrypoint = _string(job.get("entrypoint"), "spec.job.entrypoint", errors)
-    if not entrypoint and mode != "InteractiveMode" and isinstance(job.get("entrypoint", ""), str):
+        return
+    if loaded is not None and not isinstance(loaded, Mapping):
         errors.append(
-            FieldError(
-                "spec.job.entrypoint",
-                "is required (the command KubeRay submits, e.g. python train.py), unless "
-                "spec.job.submissionMode is InteractiveMode",
-            )
-        )
-    runtime_env = _string(job.get("runtimeEnvYAML"), "spec.job.runtimeEnvYAML", errors)
-    if runtime_env:
-        _yaml_map(runtime_env, "spec.job.runtimeEnvYAML", errors, _RUNTIME_ENV_EXAMPLE)
-    shutdown = _boolean(
-        job.get("shutdownAfterJobFinishes"), "spec.job.shutdownAfterJobFinishes", errors, True
-    )
-    suspend = _boolean(job.get("suspend"), "spec.job.suspend", errors, False)
-    ttl = _integer(
-        job.get("ttlSecondsAfterFinished"), "spec.job.ttlSecondsAfterFinished", errors, 0
-    )
-    deadline = _integer(
-        job.get("activeDeadlineSeconds"), "spec.job.activeDeadlineSeconds", errors, 1
-    )
-    backoff = _integer(job.get("backoffLimit"), "spec.job.backoffLimit", errors, 0)
-    passthrough = _passthrough(job, "spec.job", _JOB_OWNED, JOB_PASSTHROUGH, _JOB_REFUSED, errors)
-    if "submitterConfig" in passthrough:
-        _submitter_config(passthrough["submitterConfig"], "spec.job.submitterConfig", errors)
-
-    # KubeRay's own RayJob validation (ValidateRayJobSpec, 1.5), judged here so the
-    # user's field is named instead of a RayJob that ends ValidationFailed.
-    if suspend and not shutdown:
-        errors.append(
-            FieldError(
-                "spec.job.suspend",
-                "needs spec.job.shutdownAfterJobFinishes true: KubeRay suspends a job by deleting "
-                "its RayCluster; remove shutdownAfterJobFinishes: false or do not suspend",
-            )
-        )
-    if ttl and not shutdown:
-        errors.append(
-            FieldError(
-                "spec.job.ttlSecondsAfterFinished",
-                "needs spec.job.shutdownAfterJobFinishes true (it is how long KubeRay keeps the "
-                "finished job's RayCluster); remove one",
-            )
-        )
-    if mode == "InteractiveMode" and backoff:
-        errors.append(
-            FieldError(
-                "spec.job.backoffLimit",
-                "must be 0 with submissionMode InteractiveMode: KubeRay cannot retry a job it "
-                "did not submit; remove backoffLimit or change the mode",
-            )
-        )
-    if mode == "SidecarMode":
-        for key in ("submitterPodTemplate", "submitterConfig"):
-            if key in passthrough:
-                errors.append(
-                    FieldError(
-                        f"spec.job.{key}",
-                        "does not apply to submissionMode SidecarMode (KubeRay submits from a "
-                        "container in the head pod); remove it or use K8sJobMode",
-                    )
-                )
-        restart = ((head.template if head else {}).get("spec") or {}).get("restartPolicy")
-        if restart not in (None, "", "Never"):
-            errors.append(
-                FieldError(
-                    "spec.head.template.spec.restartPolicy",
-                    f"must be Never or unset with spec.job.submissionMode SidecarMode "
-                    f"(the submitter runs in the head pod), got {_describe(restart)}",
-                )
-            )
-    return JobSettings(
-        entrypoint=entrypoint,
-        runtime_env_yaml=runtime_env,
-        submission_mode=mode,
-        shutdown_after_job_finishes=shutdown,
-        ttl_seconds_after_finished=ttl,
-        active_deadline_seconds=deadline,
-        backoff_limit=backoff,
-        suspend=suspend,
-        passthrough=passthrough,
-    )
-
-
-def parse_job(obj: Mapping[str, Any]) -> SliceJobSpec:
-    """Validate a TPUSliceJob dict and return its defaulted spec, or raise SpecError."""
-    errors: list[FieldError] = []
-    name, namespace, uid, raw = _metadata(
-        obj,
-        constants.KIND_JOB,
-        constants.MAX_JOB_NAME_LENGTH,
-        "the RayJob's RayClusters (<name>-<5 characters>), their services and hostnames",
-        "the RayJob's clusters",
-        errors,
-    )
-    spec = _object(raw, "spec", errors, _JOB_SPEC_FIELDS)
-    cluster = _cluster_parts(
-        spec, errors, name=name, namespace=namespace, uid=uid, owner_kind=constants.KIND_JOB
-    )
-    job = _job(spec.get("job"), cluster.head if cluster else None, errors)
-    if errors or cluster is None or job is None:
-        raise SpecError(errors)
-    return SliceJobSpec(cluster=cluster, job=job)
-
-
-# -------------------------------------------------------------- TPUSliceService
-
-#: RayService spec fields (KubeRay 1.5) a TPUSliceService passes through as written.
-SERVE_PASSTHROUGH: Mapping[str, str] = {
-    "upgradeStrategy": "object",
-    "rayClusterDeletionDelaySeconds": "integer",
-    "serveService": "object",
-    "excludeHeadPodFromServeSvc": "boolean",
-}
-_SERVE_OWNED = frozenset({"serveConfigV2"})
-_SERVE_REFUSED: Mapping[str, str] = {
-    "rayClusterConfig": "is rendered by the operator from spec.tpu, ray, head and worker; move "
-    "its settings there (pod template overrides go in spec.head.template and "
-    "spec.worker.template)",
-    "serviceUnhealthySecondThreshold": "is deprecated and ignored by KubeRay; remove it",
-    "deploymentUnhealthySecondThreshold": "is deprecated and ignored by KubeRay; remove it",
-}
-UPGRADE_TYPES = ("NewCluster", "None")
-
-
-@dataclass(frozen=True)
-class ServeSettings:
-    """spec.serve: what KubeRay's RayService gets besides its cluster."""
-
-    serve_config_v2: str
-    #: SERVE_PASSTHROUGH fields the user set, as written.
-    passthrough: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class SliceServiceSpec:
-    """A validated TPUSliceService: its cluster parts and its Serve settings."""
-
-    cluster: SliceClusterSpec
-    serve: ServeSettings
-
-    @property
-    def name(self) -> str:
-        return self.cluster.name
-
-    @property
-    def namespace(self) -> str:
-        return self.cluster.namespace
-
-    @property
-    def uid(self) -> str:
-        return self.cluster.uid
-
-
-def _upgrade_strategy(value: Any, errors: list[FieldError]) -> None:
-    path = "spec.serve.upgradeStrategy"
-    strategy = _object(value, path, errors)
-    for key in strategy:
-        if key == "clusterUpgradeOptions":
-            errors.append(
-                FieldError(
-                    f"{path}.clusterUpgradeOptions",
-                    "only applies to NewClusterWithIncrementalUpgrade, which a TPUSliceService "
-                    "does not support; remove it",
-                )
-            )
-        elif key != "type":
-            errors.append(FieldError(f"{path}.{key}", "is not a field; use type"))
-    kind = strategy.get("type")
-    if kind == "NewClusterWithIncrementalUpgrade":
-        errors.append(
-            FieldError(
-                f"{path}.type",
-                "NewClusterWithIncrementalUpgrade is not supported: KubeRay requires the Ray "
-                "autoscaler for it, and a TPUSliceService's slices are fixed; use NewCluster "
-                "(the default) or None",
-            )
-        )
-    elif kind is not None and kind not in UPGRADE_TYPES:
-        errors.append(
-            FieldError(
-                f"{path}.type", f"{_describe(kind)} is not one of {', '.join(UPGRADE_TYPES)}"
-            )
+            FieldError(path, f"must be a YAML map, got {_describe(loaded)}; e.g. {example}")
         )
 
 
-def _serve(raw: Any, errors: list[FieldError]) -> ServeSettings | None:
-    if raw is None:
-        errors.append(FieldError("spec.serve", "is required (at least spec.serve.serveConfigV2)"))
-        return None
-    serve = _object(raw, "spec.serve", errors)
-    if not isinstance(raw, Mapping):
-        return None
-    config = _string(serve.get("serveConfigV2"), "spec.serve.serveConfigV2", errors)
-    if serve.get("serveConfigV2") in (None, ""):
-        errors.append(
-            FieldError(
-                "spec.serve.serveConfigV2",
-                "is required: the Serve applications as a YAML string, e.g. "
-                + _SERVE_CONFIG_EXAMPLE,
-            )
-        )
-    elif config:
-        _yaml_map(config, "spec.serve.serveConfigV2", errors, _SERVE_CONFIG_EXAMPLE)
-    passthrough = _passthrough(
-        serve, "spec.serve", _SERVE_OWNED, SERVE_PASSTHROUGH, _SERVE_REFUSED, errors
-    )
-    if "upgradeStrategy" in passthrough:
-        _upgrade_strategy(passthrough["upgradeStrategy"], errors)
-    if "rayClusterDeletionDelaySeconds" in passthrough:
-        _integer(
-            passthrough["rayClusterDeletionDelaySeconds"],
-            "spec.serve.rayClusterDeletionDelaySeconds",
-            errors,
-            0,
-        )
-    return ServeSettings(serve_config_v2=config, passthrough=passthrough)
-
-
-def parse_service(obj: Mapping[str, Any]) -> SliceServiceSpec:
-    """Validate a TPUSliceService dict and return its defaulted spec, or raise SpecError."""
-    errors: list[FieldError] = []
-    name, namespace, uid, raw = _metadata(
-        obj,
-        constants.KIND_SERVICE,
-        constants.MAX_JOB_NAME_LENGTH,
-        "the RayService's RayClusters (<name>-<5 characters>), their services and hostnames",
-        "the RayService",
-        errors,
-    )
-    spec = _object(raw, "spec", errors, _SERVICE_SPEC_FIELDS)
-    cluster = _cluster_parts(
-        spec, errors, name=name, namespace=namespace, uid=uid, owner_kind=constants.KIND_SERVICE
-    )
-    serve = _serve(spec.get("serve"), errors)
-    if errors or cluster is None or serve is None:
-        raise SpecError(errors)
-    return SliceServiceSpec(cluster=cluster, serve=serve)
-
-
-def parse_slice_parts(obj: Mapping[str, Any]) -> SliceClusterSpec:
-    """The cluster parts of a TPUSliceCluster, TPUSliceJob or TPUSliceService (by its
-    ``kind``; none means a TPUSliceCluster): what the shape's queue and the planner read."""
-    kind = obj.get("kind") or constants.KIND_CLUSTER
-    if kind == constants.KIND_JOB:
-        job = parse_job(obj)  # a suspended job wants no slices, as a suspended cluster
-        return replace(job.cluster, suspend=job.job.suspend)
-    if kind == constants.KIND_SERVICE:
-        return parse_service(obj).cluster
-    return parse_cluster(obj)
+_INT32_MAX = 2**31 - 1
 
 
 def _queueing(

@@ -1,0 +1,169 @@
+"""A TPUSliceService's spec: the shared cluster parts and ``spec.serve``, which mirrors
+KubeRay's RayService spec: the fields the operator checks and defaults are typed here,
+and the others it lets through (``SERVE_PASSTHROUGH``) are kept as written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tpuslice.model import constants
+from tpuslice.spec.parts import (
+    _SERVE_CONFIG_EXAMPLE,
+    _SERVICE_SPEC_FIELDS,
+    FieldError,
+    SliceClusterSpec,
+    SpecError,
+    _cluster_parts,
+    _describe,
+    _integer,
+    _metadata,
+    _object,
+    _passthrough,
+    _string,
+    _yaml_map,
+)
+
+__all__ = [
+    "SERVE_PASSTHROUGH",
+    "ServeSettings",
+    "SliceServiceSpec",
+    "parse_service",
+]
+
+
+# -------------------------------------------------------------- TPUSliceService
+
+#: RayService spec fields (KubeRay 1.5) a TPUSliceService passes through as written.
+SERVE_PASSTHROUGH: Mapping[str, str] = {
+    "upgradeStrategy": "object",
+    "rayClusterDeletionDelaySeconds": "integer",
+    "serveService": "object",
+    "excludeHeadPodFromServeSvc": "boolean",
+}
+_SERVE_OWNED = frozenset({"serveConfigV2"})
+_SERVE_REFUSED: Mapping[str, str] = {
+    "rayClusterConfig": "is rendered by the operator from spec.tpu, ray, head and worker; move "
+    "its settings there (pod template overrides go in spec.head.template and "
+    "spec.worker.template)",
+    "serviceUnhealthySecondThreshold": "is deprecated and ignored by KubeRay; remove it",
+    "deploymentUnhealthySecondThreshold": "is deprecated and ignored by KubeRay; remove it",
+}
+UPGRADE_TYPES = ("NewCluster", "None")
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """spec.serve: what KubeRay's RayService gets besides its cluster."""
+
+    serve_config_v2: str
+    #: SERVE_PASSTHROUGH fields the user set, as written.
+    passthrough: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SliceServiceSpec:
+    """A validated TPUSliceService: its cluster parts and its Serve settings."""
+
+    cluster: SliceClusterSpec
+    serve: ServeSettings
+
+    @property
+    def name(self) -> str:
+        return self.cluster.name
+
+    @property
+    def namespace(self) -> str:
+        return self.cluster.namespace
+
+    @property
+    def uid(self) -> str:
+        return self.cluster.uid
+
+
+def _upgrade_strategy(value: Any, errors: list[FieldError]) -> None:
+    path = "spec.serve.upgradeStrategy"
+    strategy = _object(value, path, errors)
+    for key in strategy:
+        if key == "clusterUpgradeOptions":
+            errors.append(
+                FieldError(
+                    f"{path}.clusterUpgradeOptions",
+                    "only applies to NewClusterWithIncrementalUpgrade, which a TPUSliceService "
+                    "does not support; remove it",
+                )
+            )
+        elif key != "type":
+            errors.append(FieldError(f"{path}.{key}", "is not a field; use type"))
+    kind = strategy.get("type")
+    if kind == "NewClusterWithIncrementalUpgrade":
+        errors.append(
+            FieldError(
+                f"{path}.type",
+                "NewClusterWithIncrementalUpgrade is not supported: KubeRay requires the Ray "
+                "autoscaler for it, and a TPUSliceService's slices are fixed; use NewCluster "
+                "(the default) or None",
+            )
+        )
+    elif kind is not None and kind not in UPGRADE_TYPES:
+        errors.append(
+            FieldError(
+                f"{path}.type", f"{_describe(kind)} is not one of {', '.join(UPGRADE_TYPES)}"
+            )
+        )
+
+
+def _serve(raw: Any, errors: list[FieldError]) -> ServeSettings | None:
+    if raw is None:
+        errors.append(FieldError("spec.serve", "is required (at least spec.serve.serveConfigV2)"))
+        return None
+    serve = _object(raw, "spec.serve", errors)
+    if not isinstance(raw, Mapping):
+        return None
+    config = _string(serve.get("serveConfigV2"), "spec.serve.serveConfigV2", errors)
+    if serve.get("serveConfigV2") in (None, ""):
+        errors.append(
+            FieldError(
+                "spec.serve.serveConfigV2",
+                "is required: the Serve applications as a YAML string, e.g. "
+                + _SERVE_CONFIG_EXAMPLE,
+            )
+        )
+    elif config:
+        _yaml_map(config, "spec.serve.serveConfigV2", errors, _SERVE_CONFIG_EXAMPLE)
+    passthrough = _passthrough(
+        serve, "spec.serve", _SERVE_OWNED, SERVE_PASSTHROUGH, _SERVE_REFUSED, errors
+    )
+    if "upgradeStrategy" in passthrough:
+        _upgrade_strategy(passthrough["upgradeStrategy"], errors)
+    if "rayClusterDeletionDelaySeconds" in passthrough:
+        _integer(
+            passthrough["rayClusterDeletionDelaySeconds"],
+            "spec.serve.rayClusterDeletionDelaySeconds",
+            errors,
+            0,
+        )
+    return ServeSettings(serve_config_v2=config, passthrough=passthrough)
+
+
+def parse_service(obj: Mapping[str, Any]) -> SliceServiceSpec:
+    """Validate a TPUSliceService dict and return its defaulted spec, or raise SpecError."""
+    errors: list[FieldError] = []
+    name, namespace, uid, raw = _metadata(
+        obj,
+        constants.KIND_SERVICE,
+        constants.MAX_JOB_NAME_LENGTH,
+        "the RayService's RayClusters (<name>-<5 characters>), their services and hostnames",
+        "the RayService",
+        errors,
+    )
+    spec = _object(raw, "spec", errors, _SERVICE_SPEC_FIELDS)
+    cluster = _cluster_parts(
+        spec, errors, name=name, namespace=namespace, uid=uid, owner_kind=constants.KIND_SERVICE
+    )
+    serve = _serve(spec.get("serve"), errors)
+    if errors or cluster is None or serve is None:
+        raise SpecError(errors)
+    return SliceServiceSpec(cluster=cluster, serve=serve)
