@@ -173,21 +173,34 @@ def test_a_namespace_scoped_sweep_never_judges_holders_in_other_namespaces() -> 
 def test_the_sweep_task_waits_for_kopfs_indexes_before_its_first_round() -> None:
     kube = FakeKube()
     gone = ReservationInfo("pool-gone", Holder("ml", "gone", "g-uid", "r", 0), uid="r3")
-    config = OperatorConfig(sweep_seconds=0.01)
+    config = OperatorConfig(sweep_seconds=30)
+    pauses: list[float] = []
 
     async def scenario() -> None:
+        second_pause = asyncio.Event()
+
+        async def sleep(seconds: float) -> None:
+            """The first pause ends at once (one interval passed); the second, after the
+            first round, never does: the test ends there."""
+            pauses.append(seconds)
+            if len(pauses) > 1:
+                second_pause.set()
+                await asyncio.Event().wait()
+
         indexed = asyncio.Event()
         task = asyncio.create_task(
-            sweep_forever(kube, indices({}, [gone]), Watches(), indexed, config)
+            sweep_forever(kube, indices({}, [gone]), Watches(), indexed, config, sleep=sleep)
         )
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)  # the task runs up to its wait for the indexes
         assert kube.calls == []  # the indexes might be half filled: no judgement yet
+        assert pauses == []
         indexed.set()
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(second_pause.wait(), timeout=5)
         task.cancel()
 
     asyncio.run(scenario())
     assert ("free", "pool-gone") in kube.calls
+    assert pauses == [30, 30]  # one interval before each round
 
 
 # ------------------------------------------------------------ wiring
