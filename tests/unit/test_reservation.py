@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from tpuslice.model.records import (
@@ -321,11 +322,30 @@ def test_after_scale_down_the_surviving_replica_may_keep_index_one() -> None:
 
 
 def test_same_snapshot_same_plan() -> None:
-    kwargs: dict[str, Any] = dict(
-        pods=slice_pods("tpu-bbbbb", 1) + slice_pods("tpu-aaaaa", 0),
-        nodes=pool("pool-b") + pool("pool-a"),
-    )
-    assert plan(**kwargs) == plan(**kwargs)
+    """The plan depends on the snapshot only: not on the order the informers list the
+    objects in, nor on an earlier plan (no state kept between calls). The snapshot has
+    more free pools than slices, so a planner that took pools in listing order would
+    choose differently for the two orders."""
+
+    def snapshot(reverse: bool) -> dict[str, Any]:
+        pods = slice_pods("tpu-bbbbb", 1) + slice_pods("tpu-aaaaa", 0)
+        nodes = pool("pool-b") + pool("pool-a") + pool("pool-d") + pool("pool-c")
+        held = [ReservationInfo("pool-d", OTHER, "Bound")]
+        if reverse:
+            pods, nodes = pods[::-1], nodes[::-1]
+        return dict(pods=pods, nodes=nodes, reservations=held)
+
+    def unordered_releases(result: Any) -> Any:
+        """Releases follow the pods' listing order; each is one independent patch."""
+        return replace(result, releases=frozenset(result.releases))
+
+    first = unordered_releases(plan(**snapshot(reverse=False)))
+    assert len(first.claims) == 2  # two of the three free pools: a choice was made
+    # a plan of another snapshot in between, where tpu-aaaaa can only get pool-c
+    between = plan(pods=slice_pods("tpu-aaaaa", 0), nodes=pool("pool-c"), desired_slices=1)
+    assert [c.pool for c in between.claims] == ["pool-c"]
+    assert unordered_releases(plan(**snapshot(reverse=True))) == first
+    assert unordered_releases(plan(**snapshot(reverse=False))) == first
 
 
 def test_a_held_slice_with_a_pod_terminating_on_a_dead_node_keeps_its_pool_and_says_why() -> None:
