@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.support.builders import nodes_of
+from tests.support.builders import nodes_of, slice_pods, tpu, tpuslice
 from tests.support.fake_kube import FakeKube
 from tests.unit.test_reconcile import cluster_body, pods
 from tpuslice.controller.reconciler import Reconciler
@@ -19,7 +19,6 @@ from tpuslice.model import constants as c
 from tpuslice.model.records import (
     Holder,
     NodeInfo,
-    PodInfo,
     ProvisioningRequestInfo,
     ProvisioningView,
     RequestCondition,
@@ -320,35 +319,22 @@ def test_a_job_asks_for_its_current_rayclusters_slice_by_that_rayclusters_name()
     from tpuslice.controller.job import JobReconciler
     from tpuslice.model.convert import ray_owner_info
 
-    job = {
-        "apiVersion": "tpuslice.dev/v1alpha1",
-        "kind": "TPUSliceJob",
-        "metadata": {"name": "train", "namespace": "ml", "uid": "uid-train", "generation": 1},
-        "spec": {
-            "tpu": {"type": "v6e", "topology": "4x4", "slices": 1},
-            "ray": {"version": "2.54.0"},
-            "job": {"entrypoint": "python train.py"},
-            "reservation": {"provisioning": {"mode": "QueuedProvisioning"}},
-        },
-    }
-    workers = [
-        PodInfo(
-            "ml",
-            f"w{i}",
-            "train",
-            "tpu-bbbbb",
-            0,
-            i,
-            True,
-            None,
-            None,
-            False,
-            False,
-            owner_kind="TPUSliceJob",
-            ray_cluster="train-x7k2p",
-        )
-        for i in range(4)
-    ]
+    job = tpuslice(
+        c.KIND_JOB,
+        "train",
+        uid="uid-train",
+        generation=1,
+        tpu=tpu(slices=1),
+        job={"entrypoint": "python train.py"},
+        reservation={"provisioning": {"mode": "QueuedProvisioning"}},
+    )
+    workers = slice_pods(
+        "tpu-bbbbb",
+        name="w{host}",
+        cluster="train",
+        owner_kind="TPUSliceJob",
+        ray_cluster="train-x7k2p",
+    )
     rayjob = ray_owner_info(
         {
             "metadata": {
@@ -375,10 +361,7 @@ def test_a_job_asks_for_its_current_rayclusters_slice_by_that_rayclusters_name()
 def test_a_gang_leaves_the_first_slices_to_free_pools_and_asks_for_the_rest() -> None:
     spec = body()
     spec["spec"]["tpu"]["slices"] = 2
-    two = pods() + [
-        PodInfo("ml", f"v{i}", "llm", "tpu-bbbbb", 1, i, True, None, None, False, False)
-        for i in range(4)
-    ]
+    two = pods() + slice_pods("tpu-bbbbb", 1, name="v{host}")
     kube = FakeKube()
     run(kube, Snapshot(spec, two, nodes_of("have"), [], None, provisioning=ProvisioningView()))
     assert [x for x in kube.calls if x[0] == "create-request"] == [("create-request", "llm-s1-1")]
@@ -397,10 +380,7 @@ def test_a_pool_stamped_in_the_requests_second_is_an_existing_pool() -> None:
     added just before, and slice 0 asked too). Slice 0 stays left to it."""
     spec = body()
     spec["spec"]["tpu"]["slices"] = 2
-    two = pods() + [
-        PodInfo("ml", f"v{i}", "llm", "tpu-bbbbb", 1, i, True, None, None, False, False)
-        for i in range(4)
-    ]
+    two = pods() + slice_pods("tpu-bbbbb", 1, name="v{host}")
     second = datetime.now(UTC).replace(microsecond=0)
     same = [replace(n, created=second.strftime("%Y-%m-%dT%H:%M:%SZ")) for n in nodes_of("have")]
     waiting = replace(request("llm-s1-1"), slice_index=1, created=second)

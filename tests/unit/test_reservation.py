@@ -129,12 +129,7 @@ def test_no_matching_pool_at_all() -> None:
 
 
 def test_held_slice_releases_only_its_gated_pods() -> None:
-    pods = slice_pods("tpu-aaaaa", 0, gated=False, pool="pool-a")[:2] + [
-        PodInfo(
-            "ml", f"llm-tpu-aaaaa-{h}", "llm", "tpu-aaaaa", 0, h, True, None, None, False, False
-        )
-        for h in (2, 3)
-    ]
+    pods = slice_pods("tpu-aaaaa", 0, gated=False, pool="pool-a")[:2] + slice_pods()[2:]
     result = plan(
         pods=pods,
         nodes=nodes_of("pool-a"),
