@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.e2e.helpers import E2ECluster
+from tests.support.builders import tpu, tpuslice
 from tpusim import kube
 from tpusim.nodepools import TPU_RESOURCE
 from tpusim.operator_process import OperatorProcess
@@ -31,19 +32,17 @@ REPO = Path(__file__).resolve().parents[2]
 def tsc(
     name: str, *, type_: str = "v6e", topology: str = "4x4", slices: int = 1, **spec: Any
 ) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TPUSliceCluster",
-        "metadata": {"name": name},
-        "spec": {
-            "tpu": {"type": type_, "topology": topology, "slices": slices},
-            "ray": {"version": "2.54.0"},
+    """A TPUSliceCluster as a user applies it, with small head and worker resources."""
+    return tpuslice(
+        name=name,
+        namespace=None,
+        tpu=tpu(type_, topology, slices=slices),
+        **{
             "head": {"resources": {"cpu": "1", "memory": "2Gi"}},
             "worker": {"resources": {"cpu": "4", "memory": "16Gi"}},
             **spec,
         },
-    }
-    return body
+    )
 
 
 def kubectl(

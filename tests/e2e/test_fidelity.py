@@ -25,6 +25,7 @@ from tests.e2e.helpers import (
     wait_raycluster_ready,
     worker_pods,
 )
+from tests.support.builders import tpuslice
 from tpusim import kube
 
 pytestmark = pytest.mark.e2e
@@ -278,12 +279,7 @@ def test_tpuslicecluster_crd_installs_and_api_server_enforces_cel(
     cluster: E2ECluster, namespace: str, tpuslice_crds: None
 ) -> None:
     def tsc(name: str, tpu: dict[str, Any], ray: str = "2.54.0", **spec: Any) -> dict[str, Any]:
-        return {
-            "apiVersion": "tpuslice.dev/v1alpha1",
-            "kind": "TPUSliceCluster",
-            "metadata": {"name": name},
-            "spec": {"tpu": tpu, "ray": {"version": ray}, **spec},
-        }
+        return tpuslice(name=name, namespace=None, tpu=tpu, ray=ray, **spec)
 
     def create(body: dict[str, Any]) -> Any:
         return cluster.custom.create_namespaced_custom_object(

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.builders import tpu, tpuslice
 from tests.support.crd import failing_rules, load_crd, rules_at, validate
 from tpuslice.model.topology import (
     GENERATIONS,
@@ -32,13 +33,9 @@ CRD_OF_KIND = {"TPUSliceCluster": TSC, "TPUSliceJob": TSJ, "TPUSliceService": TS
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
 
 
-def cluster(**tpu: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "tpuslice.dev/v1alpha1",
-        "kind": "TPUSliceCluster",
-        "metadata": {"name": "llm", "namespace": "ml"},
-        "spec": {"tpu": {"type": "v6e", "topology": "4x4", **tpu}, "ray": {"version": "2.54.0"}},
-    }
+def cluster(**fields: Any) -> dict[str, Any]:
+    """A TPUSliceCluster as a user writes it (no uid); ``fields`` adds to ``spec.tpu``."""
+    return tpuslice(tpu=tpu(**fields))
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)

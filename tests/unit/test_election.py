@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -21,11 +20,60 @@ from tpuslice.runtime.metrics import Metrics
 
 
 class Clock:
+    """A fake monotonic clock whose ``wait`` stands in for ``Event.wait``: the Elector's
+    threads block in it until ``advance`` moves the time past their deadline (or their
+    event is set), so the loops run at the test's pace and no test sleeps."""
+
     def __init__(self) -> None:
         self.now = 1000.0
+        self._cond = threading.Condition()
+        self._threads: set[threading.Thread] = set()
+        self._deadlines: dict[threading.Thread, float] = {}  # threads blocked in wait
 
     def __call__(self) -> float:
         return self.now
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        me = threading.current_thread()
+        with self._cond:
+            self._threads.add(me)
+            deadline = self.now + seconds
+            self._deadlines[me] = deadline
+            self._cond.notify_all()
+            # a short real timeout only to notice event.set(), which does not notify us
+            while not event.is_set() and self.now < deadline:
+                self._cond.wait(0.005)
+            del self._deadlines[me]
+            self._cond.notify_all()
+            return event.is_set()
+
+    def _settled(self) -> bool:
+        """Every thread seen has ended or blocks in ``wait`` on a deadline still ahead."""
+        return all(
+            not t.is_alive() or self._deadlines.get(t, self.now) > self.now for t in self._threads
+        )
+
+    def _settle(self) -> None:
+        assert self._cond.wait_for(self._settled, timeout=5), "the threads did not settle"
+
+    def waiting(self, count: int) -> None:
+        """Block until ``count`` threads wait on this clock (threads just started)."""
+        with self._cond:
+            assert self._cond.wait_for(lambda: len(self._deadlines) >= count, timeout=5)
+
+    def advance(self, seconds: float) -> None:
+        """Move the time on by ``seconds``, stopping at each deadline on the way and letting
+        the woken threads run until they wait again (or end)."""
+        with self._cond:
+            self._settle()
+            target = self.now + seconds
+            while True:
+                due = [d for d in self._deadlines.values() if d <= target]
+                self.now = min(due) if due else target
+                self._cond.notify_all()
+                self._settle()
+                if not due:
+                    return
 
 
 class FakeLeases:
@@ -92,6 +140,7 @@ def elector(
         timings=timings,
         clock=clock,
         wall=lambda: datetime.fromtimestamp(clock.now, UTC),  # renewTime changes each write
+        wait=clock.wait,
         **kw,
     )
 
@@ -177,12 +226,13 @@ def test_the_watchdog_calls_on_lost_once_when_the_deadline_passes() -> None:
 
     store.fail = OSError("down")
     a.keep(on_lost)
+    clock.waiting(2)
     assert metrics.leader._value.get() == 1
-    time.sleep(0.3)
+    clock.advance(0.3)
     assert lost == []
-    clock.now += 2
-    assert called.wait(2)
-    time.sleep(0.3)
+    clock.advance(2)
+    assert called.is_set()
+    clock.advance(0.3)
     assert len(lost) == 1 and "renew deadline" in lost[0]
     assert metrics.leader._value.get() == 0
     a.release()  # stops the threads; past the deadline it writes nothing
@@ -190,13 +240,12 @@ def test_the_watchdog_calls_on_lost_once_when_the_deadline_passes() -> None:
 
 
 def test_keep_renews_on_its_own_thread() -> None:
-    store = FakeLeases()
-    a = Elector(store, "a", namespace="ops", name="l", timings=Timings(3, 2, 0.5))
+    store, clock = FakeLeases(), Clock()
+    a = elector(store, "a", clock, Timings(3, 2, 0.5))
     assert a.attempt()
     a.keep(lambda reason: pytest.fail(reason))
-    deadline = time.monotonic() + 3
-    while len(store.writes) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    clock.waiting(2)
+    clock.advance(1.0)  # two retry periods
     a.release()
     assert store.writes[:3] == ["create a", "update a", "update a"]
     assert store.writes[-1] == "update -" and store.holder == ""
@@ -239,7 +288,8 @@ def test_acquire_blocks_until_leading_or_stopped() -> None:
     result: list[bool] = []
     thread = threading.Thread(target=lambda: result.append(b.acquire(stop)))
     thread.start()
-    time.sleep(0.3)
+    clock.waiting(1)
+    clock.advance(0.3)
     assert result == [] and metrics.leader._value.get() == 0
     assert health.liveness().ok and health._beat is not None  # the start-up thread beats
     stop.set()
@@ -268,15 +318,15 @@ def test_a_leader_that_is_not_alive_stops_renewing_and_so_stops() -> None:
     lost = threading.Event()
     alive = [True]
     a.keep(lambda reason: lost.set(), alive=lambda: alive[0])
-    deadline = time.monotonic() + 3
-    while len(store.writes) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    clock.waiting(2)
+    clock.advance(0.5)  # one retry period
     assert store.writes[-1] == "update a"  # renewing while alive
     alive[0] = False  # the event loop hangs
-    time.sleep(0.7)
+    clock.advance(0.7)
     renewals = len(store.writes)
-    time.sleep(1.2)
+    clock.advance(1.2)  # still short of the renew deadline after the last renewal
     assert len(store.writes) == renewals  # no renewal any more
-    clock.now += 2  # the deadline passes
-    assert lost.wait(2)
+    assert not lost.is_set()
+    clock.advance(2)  # the deadline passes
+    assert lost.is_set()
     a.release()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
+from tests.support.builders import node, pod
 from tpuslice.controller.reconciler import Reconciler
 from tpuslice.model.convert import node_info
 from tpuslice.model.records import NodeInfo, PodInfo, Snapshot
@@ -19,14 +20,6 @@ from tpuslice.runtime.informers import (
     object_key,
     pod_kicks,
 )
-
-
-def node(name: str, pool: str, ready: bool = True, topology: str = "4x4") -> NodeInfo:
-    return NodeInfo(name, pool, "tpu-v6e-slice", topology, 4, ready, True)
-
-
-def pod(ns: str, name: str, cluster: str) -> PodInfo:
-    return PodInfo(ns, name, cluster, "tpu-a", 0, 0, True, None, None, False, False)
 
 
 def nodes_store() -> RecordStore[NodeInfo]:
@@ -64,8 +57,18 @@ def test_relist_reports_what_the_watch_missed_including_deletions() -> None:
 
 def test_relist_of_one_namespace_keeps_the_others() -> None:
     store: RecordStore[PodInfo] = RecordStore(lambda p: (p.namespace, p.cluster))
-    apply(store, None, {("a", "p1"): pod("a", "p1", "x")}, namespace="a")
-    apply(store, None, {("b", "p2"): pod("b", "p2", "y")}, namespace="b")
+    apply(
+        store,
+        None,
+        {("a", "p1"): pod("p1", namespace="a", cluster="x", replica="tpu-a")},
+        namespace="a",
+    )
+    apply(
+        store,
+        None,
+        {("b", "p2"): pod("p2", namespace="b", cluster="y", replica="tpu-a")},
+        namespace="b",
+    )
     assert apply(store, None, {}, namespace="b")[0].key == ("b", "p2")
     assert [p.name for p in store.group(("a", "x"))] == ["p1"]
 
@@ -95,10 +98,10 @@ def test_node_changes_mark_the_shape_stale_and_kick_waiters_and_the_pool_holder(
 
 def test_pod_changes_kick_their_cluster() -> None:
     store: RecordStore[PodInfo] = RecordStore(lambda p: (p.namespace, p.cluster))
-    changes = apply(store, "ADDED", {("ml", "w0"): pod("ml", "w0", "llm")})
-    changes += apply(store, "DELETED", {("ml", "w0"): pod("ml", "w0", "llm")})
+    changes = apply(store, "ADDED", {("ml", "w0"): pod("w0", replica="tpu-a")})
+    changes += apply(store, "DELETED", {("ml", "w0"): pod("w0", replica="tpu-a")})
     assert pod_kicks(changes) == {("TPUSliceCluster", "ml", "llm")}
-    job_pod = replace(pod("ml", "w1", "llm"), owner_kind="TPUSliceJob")
+    job_pod = replace(pod("w1", replica="tpu-a"), owner_kind="TPUSliceJob")
     assert pod_kicks(apply(store, "ADDED", {("ml", "w1"): job_pod})) == {
         ("TPUSliceJob", "ml", "llm")
     }
@@ -304,12 +307,20 @@ def test_pods_gone_waits_on_the_store_and_reports_what_is_left() -> None:
 
     async def scenario() -> None:
         w = Watches()
-        apply(w.pods, "ADDED", {("ml", "w0"): pod("ml", "w0", "llm")})
+        apply(
+            w.pods,
+            "ADDED",
+            {("ml", "w0"): pod("w0", replica="tpu-a")},
+        )
         assert [p.name for p in await w.pods_gone(("ml", "llm"), 0.05, poll=0.01)] == ["w0"]
 
         async def delete_later() -> None:
             await asyncio.sleep(0.05)
-            apply(w.pods, "DELETED", {("ml", "w0"): pod("ml", "w0", "llm")})
+            apply(
+                w.pods,
+                "DELETED",
+                {("ml", "w0"): pod("w0", replica="tpu-a")},
+            )
 
         task = asyncio.create_task(delete_later())
         assert await w.pods_gone(("ml", "llm"), 5.0, poll=0.01) == []

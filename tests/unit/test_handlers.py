@@ -8,6 +8,8 @@ from typing import Any
 
 import kopf
 
+from tests.support import builders
+from tests.support.builders import pod
 from tests.support.fake_kube import FakeKube
 from tests.unit.test_reconcile import cluster_body
 from tpuslice.controller.handlers import (
@@ -19,17 +21,13 @@ from tpuslice.controller.handlers import (
     tear_down,
 )
 from tpuslice.model.convert import raycluster_info, reservation_body
-from tpuslice.model.records import Holder, NodeInfo, PodInfo, ReservationInfo
+from tpuslice.model.records import Holder, ReservationInfo
 from tpuslice.runtime.config import OperatorConfig
 from tpuslice.runtime.informers import Watches, apply
 from tpuslice.runtime.metrics import Metrics
 
 UID = "uid-llm"
 OURS = Holder("ml", "llm", UID, "tpu-aaaaa", 0)
-
-
-def pod(name: str, cluster: str = "llm", replica: str = "tpu-aaaaa", ns: str = "ml") -> PodInfo:
-    return PodInfo(ns, name, cluster, replica, 0, 0, True, None, None, False, False)
 
 
 def indices(
@@ -68,9 +66,11 @@ def test_the_reader_gives_the_clusters_pods_nodes_raycluster_and_both_kinds_of_r
     None
 ):
     watches = Watches()
-    apply(watches.pods, "ADDED", {("ml", "w0"): pod("w0"), ("ml", "x0"): pod("x0", "other")})
-    node = NodeInfo("n0", "pool-a", "tpu-v6e-slice", "4x4", 4, True, True)
-    other_shape = NodeInfo("n1", "pool-z", "tpu-v5p-slice", "2x2x2", 4, True, True)
+    apply(
+        watches.pods, "ADDED", {("ml", "w0"): pod("w0"), ("ml", "x0"): pod("x0", cluster="other")}
+    )
+    node = builders.node("n0", "pool-a")
+    other_shape = builders.node("n1", "pool-z", accelerator="tpu-v5p-slice", topology="2x2x2")
     apply(watches.nodes, "ADDED", {("", "n0"): node, ("", "n1"): other_shape})
     apply(watches.rayclusters, "ADDED", {("ml", "llm"): ours_raycluster()})
     same_shape = ReservationInfo("pool-b", Holder("ml", "other", "uid-other", "r", 0))
@@ -89,7 +89,7 @@ def test_the_reader_gives_the_clusters_pods_nodes_raycluster_and_both_kinds_of_r
 
 def test_the_reader_gives_the_other_clusters_of_the_shape_with_their_pods() -> None:
     watches = Watches()
-    apply(watches.pods, "ADDED", {("ml", "x0"): pod("x0", "other")})
+    apply(watches.pods, "ADDED", {("ml", "x0"): pod("x0", cluster="other")})
     other = cluster_body()
     other["metadata"] = {**other["metadata"], "name": "other", "uid": "uid-other"}
     idx = indices({("ml", "llm"): cluster_body(), ("ml", "other"): other})
@@ -152,7 +152,7 @@ def test_the_sweep_frees_only_reservations_whose_holder_is_gone_and_has_no_pods(
     replaced = ReservationInfo("pool-replaced", Holder("ml", "llm", "old-uid", "r", 0), uid="r2")
     gone = ReservationInfo("pool-gone", Holder("ml", "gone", "g-uid", "r", 0), uid="r3")
     draining = ReservationInfo("pool-draining", Holder("ml", "dr", "d-uid", "tpu-d", 0), uid="r4")
-    apply(watches.pods, "ADDED", {("ml", "d0"): pod("d0", "dr", "tpu-d")})
+    apply(watches.pods, "ADDED", {("ml", "d0"): pod("d0", cluster="dr", replica="tpu-d")})
     idx = indices({("ml", "llm"): cluster_body()}, [live, replaced, gone, draining])
     freed = asyncio.run(sweep_once(kube, idx, watches, ()))
     assert freed == ["pool-gone", "pool-replaced"]
@@ -173,21 +173,34 @@ def test_a_namespace_scoped_sweep_never_judges_holders_in_other_namespaces() -> 
 def test_the_sweep_task_waits_for_kopfs_indexes_before_its_first_round() -> None:
     kube = FakeKube()
     gone = ReservationInfo("pool-gone", Holder("ml", "gone", "g-uid", "r", 0), uid="r3")
-    config = OperatorConfig(sweep_seconds=0.01)
+    config = OperatorConfig(sweep_seconds=30)
+    pauses: list[float] = []
 
     async def scenario() -> None:
+        second_pause = asyncio.Event()
+
+        async def sleep(seconds: float) -> None:
+            """The first pause ends at once (one interval passed); the second, after the
+            first round, never does: the test ends there."""
+            pauses.append(seconds)
+            if len(pauses) > 1:
+                second_pause.set()
+                await asyncio.Event().wait()
+
         indexed = asyncio.Event()
         task = asyncio.create_task(
-            sweep_forever(kube, indices({}, [gone]), Watches(), indexed, config)
+            sweep_forever(kube, indices({}, [gone]), Watches(), indexed, config, sleep=sleep)
         )
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)  # the task runs up to its wait for the indexes
         assert kube.calls == []  # the indexes might be half filled: no judgement yet
+        assert pauses == []
         indexed.set()
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(second_pause.wait(), timeout=5)
         task.cancel()
 
     asyncio.run(scenario())
     assert ("free", "pool-gone") in kube.calls
+    assert pauses == [30, 30]  # one interval before each round
 
 
 # ------------------------------------------------------------ wiring

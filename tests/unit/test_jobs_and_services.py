@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.builders import tpu, tpuslice
 from tpuslice.model import constants as c
 from tpuslice.render.kuberay import (
     render,
@@ -22,44 +23,36 @@ from tpuslice.spec.job import parse_job
 from tpuslice.spec.parts import SpecError
 from tpuslice.spec.service import parse_service
 
-PARTS: dict[str, Any] = {
-    "tpu": {"type": "v6e", "topology": "4x4", "slices": 2},
-    "ray": {"version": "2.54.0"},
-    "head": {"resources": {"cpu": "8"}},
-    "worker": {
-        "resources": {"cpu": "24", "memory": "180Gi"},
-        "template": {"spec": {"serviceAccountName": "tpu"}},
-    },
+HEAD: dict[str, Any] = {"resources": {"cpu": "8"}}
+WORKER: dict[str, Any] = {
+    "resources": {"cpu": "24", "memory": "180Gi"},
+    "template": {"spec": {"serviceAccountName": "tpu"}},
 }
-META = {"name": "train", "namespace": "ml", "uid": "u-1"}
+
+
+def body(kind: str, **spec: Any) -> dict[str, Any]:
+    """``ml/train`` of ``kind``: two v6e 4x4 slices with head and worker settings."""
+    return tpuslice(
+        kind,
+        "train",
+        uid="u-1",
+        tpu=tpu(slices=2),
+        head=copy.deepcopy(HEAD),
+        worker=copy.deepcopy(WORKER),
+        **spec,
+    )
 
 
 def job(**fields: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": c.KIND_JOB,
-        "metadata": dict(META),
-        "spec": {**copy.deepcopy(PARTS), "job": {"entrypoint": "python train.py", **fields}},
-    }
+    return body(c.KIND_JOB, job={"entrypoint": "python train.py", **fields})
 
 
 def service(**fields: Any) -> dict[str, Any]:
-    serve = {"serveConfigV2": "applications: []", **fields}
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": c.KIND_SERVICE,
-        "metadata": dict(META),
-        "spec": {**copy.deepcopy(PARTS), "serve": serve},
-    }
+    return body(c.KIND_SERVICE, serve={"serveConfigV2": "applications: []", **fields})
 
 
 def cluster() -> dict[str, Any]:
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": c.KIND_CLUSTER,
-        "metadata": dict(META),
-        "spec": copy.deepcopy(PARTS),
-    }
+    return body(c.KIND_CLUSTER)
 
 
 def errors(parse: Any, obj: dict[str, Any]) -> str:

@@ -12,8 +12,9 @@ from typing import Any, cast
 
 import pytest
 
+from tests.support.builders import nodes_of
 from tests.support.fake_kube import FakeKube
-from tests.unit.test_reconcile import cluster_body, nodes, pods
+from tests.unit.test_reconcile import cluster_body, pods
 from tpuslice.controller.reconciler import Reconciler
 from tpuslice.model import constants as c
 from tpuslice.model.records import Snapshot
@@ -88,7 +89,7 @@ def test_reconcile_pass_records_result_creation_release_and_slices() -> None:
     body = cluster_body()
     body["metadata"]["creationTimestamp"] = "2025-01-01T00:00:00Z"
     workers = [replace(p, created="2025-01-01T00:00:02Z") for p in pods()]
-    snap = Snapshot(body, workers, nodes("pool-a"), [], None)
+    snap = Snapshot(body, workers, nodes_of("pool-a"), [], None)
     reconciler = Reconciler(FakeKube(), lambda key: snap, metrics=m)
 
     async def twice() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from tests.support.builders import tpuslice
 from tests.support.crd import served_schema, to_jsonschema
 from tests.support.kuberay import raycluster_crd
 from tpuslice.render.kuberay import render_cluster
@@ -22,15 +23,8 @@ from tpuslice.spec.schema import compact, schema_errors, template_schema
 
 
 def cluster(group: str = "worker", template: Any = None) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "apiVersion": "tpuslice.dev/v1alpha1",
-        "kind": "TPUSliceCluster",
-        "metadata": {"name": "llm", "namespace": "ml", "uid": "u"},
-        "spec": {"tpu": {"type": "v6e", "topology": "4x4"}, "ray": {"version": "2.54.0"}},
-    }
-    if template is not None:
-        body["spec"][group] = {"template": template}
-    return body
+    extra = {group: {"template": template}} if template is not None else {}
+    return tpuslice(uid="u", **extra)
 
 
 @pytest.fixture(scope="module")

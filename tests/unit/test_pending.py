@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
+from tests.support.builders import pod
 from tpuslice.controller.expectations import TTL_SECONDS, PendingWrites
-from tpuslice.model.records import Holder, PodInfo, ReservationInfo
+from tpuslice.model.records import Holder, ReservationInfo
 
 OURS = Holder("ml", "llm", "uid-llm", "tpu-aaaaa", 0)
 THEIRS = Holder("ml", "other", "uid-other", "tpu-zzzzz", 0)
-
-
-def pod(name: str, gated: bool = True) -> PodInfo:
-    return PodInfo("ml", name, "llm", "tpu-aaaaa", 0, 0, gated, None, None, False, False)
 
 
 def test_a_created_reservation_is_seen_until_the_index_shows_it() -> None:

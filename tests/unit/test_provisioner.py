@@ -11,13 +11,14 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from tests.support.builders import nodes_of, slice_pods, tpu, tpuslice
 from tests.support.fake_kube import FakeKube
+from tests.unit.test_reconcile import cluster_body, pods
 from tpuslice.controller.reconciler import Reconciler
 from tpuslice.model import constants as c
 from tpuslice.model.records import (
     Holder,
     NodeInfo,
-    PodInfo,
     ProvisioningRequestInfo,
     ProvisioningView,
     RequestCondition,
@@ -29,36 +30,11 @@ UID = "uid-llm"
 
 
 def body(mode: str = "BestEffortAtomic", **provisioning: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "tpuslice.dev/v1alpha1",
-        "kind": "TPUSliceCluster",
-        "metadata": {"name": "llm", "namespace": "ml", "uid": UID, "generation": 1},
-        "spec": {
-            "tpu": {"type": "v6e", "topology": "4x4", "slices": 1},
-            "ray": {"version": "2.54.0"},
-            "reservation": {"provisioning": {"mode": mode, **provisioning}},
-        },
-    }
+    return cluster_body(reservation={"provisioning": {"mode": mode, **provisioning}})
 
 
 def plain_body() -> dict[str, Any]:
-    out = body()
-    del out["spec"]["reservation"]
-    return out
-
-
-def nodes(pool: str, **labels: str) -> list[NodeInfo]:
-    return [
-        NodeInfo(f"{pool}-{i}", pool, "tpu-v6e-slice", "4x4", 4, True, True, capacity_labels=labels)
-        for i in range(4)
-    ]
-
-
-def pods(gated: bool = True, pool: str | None = None) -> list[PodInfo]:
-    return [
-        PodInfo("ml", f"w{i}", "llm", "tpu-aaaaa", 0, i, gated, pool, None, False, False)
-        for i in range(4)
-    ]
+    return cluster_body()
 
 
 def request(
@@ -142,7 +118,7 @@ def test_a_request_the_watch_has_not_shown_yet_is_not_asked_for_twice() -> None:
 def test_provisioned_capacity_is_claimed_and_released_with_the_consume_annotations() -> None:
     kube = FakeKube()
     view = ProvisioningView(requests=(request(provisioned=True),))
-    run(kube, Snapshot(body(), pods(), nodes("auto-a"), [], None, provisioning=view))
+    run(kube, Snapshot(body(), pods(), nodes_of("auto-a"), [], None, provisioning=view))
     assert ("claim", "auto-a") in kube.calls
     assert {x[1] for x in kube.calls if x[0] == "release"} == {f"w{i}" for i in range(4)}
     assert kube.annotations["w0"] == {
@@ -157,7 +133,7 @@ def test_a_free_pool_while_the_request_waits_wins_and_the_request_goes() -> None
     request deleted, the pods released without consume annotations."""
     kube = FakeKube()
     view = ProvisioningView(requests=(request(),))
-    run(kube, Snapshot(body(), pods(), nodes("have"), [], None, provisioning=view))
+    run(kube, Snapshot(body(), pods(), nodes_of("have"), [], None, provisioning=view))
     assert ("claim", "have") in kube.calls
     assert ("delete-request", "llm-s0-1") in kube.calls
     assert kube.annotations == {}
@@ -202,7 +178,10 @@ def test_leftover_templates_are_deleted_and_a_request_becomes_its_templates_owne
 def test_pools_without_the_selected_capacity_labels_are_not_eligible() -> None:
     kube = FakeKube()
     spec = body(nodeSelector={"cloud.google.com/gke-spot": "true"})
-    run(kube, Snapshot(spec, pods(), nodes("on-demand"), [], None, provisioning=ProvisioningView()))
+    run(
+        kube,
+        Snapshot(spec, pods(), nodes_of("on-demand"), [], None, provisioning=ProvisioningView()),
+    )
     assert "claim" not in [x[0] for x in kube.calls]
     assert ("create-request", "llm-s0-1") in kube.calls
     selector = kube.podtemplates[("ml", "llm-s0-1")]["template"]["spec"]["nodeSelector"]
@@ -219,7 +198,7 @@ def test_pools_without_the_selected_capacity_labels_are_not_eligible() -> None:
         Snapshot(
             spec,
             pods(),
-            nodes("spot", **{"cloud.google.com/gke-spot": "true"}),
+            nodes_of("spot", capacity_labels={"cloud.google.com/gke-spot": "true"}),
             [],
             None,
             provisioning=ProvisioningView(),
@@ -231,12 +210,14 @@ def test_pools_without_the_selected_capacity_labels_are_not_eligible() -> None:
 def test_a_pool_promised_to_another_objects_request_is_not_claimed() -> None:
     kube = FakeKube()
     view = ProvisioningView(promised_elsewhere=frozenset({"dws-a"}))
-    run(kube, Snapshot(plain_body(), pods(), nodes("dws-a"), [], None, provisioning=view))
+    run(kube, Snapshot(plain_body(), pods(), nodes_of("dws-a"), [], None, provisioning=view))
     assert "claim" not in [x[0] for x in kube.calls]
     kube2 = FakeKube()
     run(
         kube2,
-        Snapshot(plain_body(), pods(), nodes("dws-a") + nodes("free"), [], None, provisioning=view),
+        Snapshot(
+            plain_body(), pods(), nodes_of("dws-a") + nodes_of("free"), [], None, provisioning=view
+        ),
     )
     assert ("claim", "free") in kube2.calls and ("claim", "dws-a") not in kube2.calls
 
@@ -248,7 +229,7 @@ def test_queued_slice_claims_the_pool_its_request_names() -> None:
     snap = Snapshot(
         body("QueuedProvisioning"),
         pods(),
-        nodes("dws-a") + nodes("dws-b"),
+        nodes_of("dws-a") + nodes_of("dws-b"),
         [],
         None,
         provisioning=view,
@@ -267,7 +248,7 @@ def test_a_running_slice_keeps_its_request_and_a_removed_slice_loses_it() -> Non
         Snapshot(
             body(),
             pods(gated=False, pool="auto-a"),
-            nodes("auto-a"),
+            nodes_of("auto-a"),
             [held],
             None,
             provisioning=view,
@@ -275,7 +256,7 @@ def test_a_running_slice_keeps_its_request_and_a_removed_slice_loses_it() -> Non
     )
     assert not [x for x in kube.calls if x[0] == "delete-request"]
     gone = FakeKube()
-    run(gone, Snapshot(body(), [], nodes("auto-a"), [held], None, provisioning=view))
+    run(gone, Snapshot(body(), [], nodes_of("auto-a"), [held], None, provisioning=view))
     assert ("delete-request", "llm-s0-1") in gone.calls
 
 
@@ -299,7 +280,7 @@ def test_a_waiting_best_effort_template_follows_the_pools_that_have_nodes() -> N
     kube.podtemplates[("ml", "llm-s0-1")] = {"metadata": {"name": "llm-s0-1"}, "template": {}}
     spec = body(nodeSelector={"cloud.google.com/gke-spot": "true"})
     view = ProvisioningView(requests=(request(),), templates=(stored,))
-    run(kube, Snapshot(spec, pods(), nodes("busy"), [], None, provisioning=view))
+    run(kube, Snapshot(spec, pods(), nodes_of("busy"), [], None, provisioning=view))
     assert ("patch-podtemplate", "llm-s0-1") in kube.calls
     patched = kube.podtemplates[("ml", "llm-s0-1")]["template"]["spec"]["affinity"]
     term = patched["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -338,35 +319,22 @@ def test_a_job_asks_for_its_current_rayclusters_slice_by_that_rayclusters_name()
     from tpuslice.controller.job import JobReconciler
     from tpuslice.model.convert import ray_owner_info
 
-    job = {
-        "apiVersion": "tpuslice.dev/v1alpha1",
-        "kind": "TPUSliceJob",
-        "metadata": {"name": "train", "namespace": "ml", "uid": "uid-train", "generation": 1},
-        "spec": {
-            "tpu": {"type": "v6e", "topology": "4x4", "slices": 1},
-            "ray": {"version": "2.54.0"},
-            "job": {"entrypoint": "python train.py"},
-            "reservation": {"provisioning": {"mode": "QueuedProvisioning"}},
-        },
-    }
-    workers = [
-        PodInfo(
-            "ml",
-            f"w{i}",
-            "train",
-            "tpu-bbbbb",
-            0,
-            i,
-            True,
-            None,
-            None,
-            False,
-            False,
-            owner_kind="TPUSliceJob",
-            ray_cluster="train-x7k2p",
-        )
-        for i in range(4)
-    ]
+    job = tpuslice(
+        c.KIND_JOB,
+        "train",
+        uid="uid-train",
+        generation=1,
+        tpu=tpu(slices=1),
+        job={"entrypoint": "python train.py"},
+        reservation={"provisioning": {"mode": "QueuedProvisioning"}},
+    )
+    workers = slice_pods(
+        "tpu-bbbbb",
+        name="w{host}",
+        cluster="train",
+        owner_kind="TPUSliceJob",
+        ray_cluster="train-x7k2p",
+    )
     rayjob = ray_owner_info(
         {
             "metadata": {
@@ -393,19 +361,16 @@ def test_a_job_asks_for_its_current_rayclusters_slice_by_that_rayclusters_name()
 def test_a_gang_leaves_the_first_slices_to_free_pools_and_asks_for_the_rest() -> None:
     spec = body()
     spec["spec"]["tpu"]["slices"] = 2
-    two = pods() + [
-        PodInfo("ml", f"v{i}", "llm", "tpu-bbbbb", 1, i, True, None, None, False, False)
-        for i in range(4)
-    ]
+    two = pods() + slice_pods("tpu-bbbbb", 1, name="v{host}")
     kube = FakeKube()
-    run(kube, Snapshot(spec, two, nodes("have"), [], None, provisioning=ProvisioningView()))
+    run(kube, Snapshot(spec, two, nodes_of("have"), [], None, provisioning=ProvisioningView()))
     assert [x for x in kube.calls if x[0] == "create-request"] == [("create-request", "llm-s1-1")]
     assert "claim" not in [x[0] for x in kube.calls]  # the gang needs both pools at once
     # the next pass, the request waiting: slice 0 still left to the free pool
     waiting = replace(request("llm-s1-1"), slice_index=1)
     again = FakeKube()
     view = ProvisioningView(requests=(waiting,))
-    run(again, Snapshot(spec, two, nodes("have"), [], None, provisioning=view))
+    run(again, Snapshot(spec, two, nodes_of("have"), [], None, provisioning=view))
     assert not [x for x in again.calls if x[0] in ("create-request", "delete-request")]
 
 
@@ -415,12 +380,9 @@ def test_a_pool_stamped_in_the_requests_second_is_an_existing_pool() -> None:
     added just before, and slice 0 asked too). Slice 0 stays left to it."""
     spec = body()
     spec["spec"]["tpu"]["slices"] = 2
-    two = pods() + [
-        PodInfo("ml", f"v{i}", "llm", "tpu-bbbbb", 1, i, True, None, None, False, False)
-        for i in range(4)
-    ]
+    two = pods() + slice_pods("tpu-bbbbb", 1, name="v{host}")
     second = datetime.now(UTC).replace(microsecond=0)
-    same = [replace(n, created=second.strftime("%Y-%m-%dT%H:%M:%SZ")) for n in nodes("have")]
+    same = [replace(n, created=second.strftime("%Y-%m-%dT%H:%M:%SZ")) for n in nodes_of("have")]
     waiting = replace(request("llm-s1-1"), slice_index=1, created=second)
     kube = FakeKube()
     view = ProvisioningView(requests=(waiting,))
@@ -436,7 +398,7 @@ def test_a_pool_newer_than_the_waiting_request_waits_for_its_provisioned_before_
 
     def fresh(pool: str, age: float) -> list[NodeInfo]:
         stamp = (now - timedelta(seconds=age)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        return [replace(n, created=stamp) for n in nodes(pool)]
+        return [replace(n, created=stamp) for n in nodes_of(pool)]
 
     held = ReservationInfo("auto-a", Holder("ml", "llm", UID, "tpu-aaaaa", 0))
     waiting = replace(request(), created=now - timedelta(seconds=120))
@@ -465,12 +427,14 @@ def test_revoked_capacity_keeps_its_request_and_its_pool_from_everyone_until_the
     replaced, and its request is kept (marked with the pool) so that no slice, the
     replacement included, claims the pool before its nodes are gone."""
     held = ReservationInfo("auto-a", Holder("ml", "llm", UID, "tpu-aaaaa", 0), "Bound")
-    running = [replace(p, node_name=f"auto-a-{p.host_index}") for p in pods(False, "auto-a")]
+    running = [
+        replace(p, node_name=f"auto-a-{p.host_index}") for p in pods(gated=False, pool="auto-a")
+    ]
     lost = revoked(request(provisioned=True))
     kube = FakeKube()
     kube.requests[("ml", "llm-s0-1")] = {"metadata": {"name": "llm-s0-1"}}
     view = ProvisioningView(requests=(lost,))
-    run(kube, Snapshot(body(), running, nodes("auto-a"), [held], None, provisioning=view))
+    run(kube, Snapshot(body(), running, nodes_of("auto-a"), [held], None, provisioning=view))
     assert {x[1] for x in kube.calls if x[0] == "delete-pod"} == {f"w{i}" for i in range(4)}
     assert ("annotate-request", "llm-s0-1", {c.ANNOTATION_REVOKED_POOL: "auto-a"}) in kube.calls
     assert not [x for x in kube.calls if x[0] == "delete-request"]
@@ -480,7 +444,7 @@ def test_revoked_capacity_keeps_its_request_and_its_pool_from_everyone_until_the
     view = ProvisioningView(requests=(retired,), revoked_pools=frozenset({"auto-a"}))
     new = [replace(p, replica_name="tpu-bbbbb", name=f"n{p.host_index}") for p in pods()]
     kube = FakeKube()
-    run(kube, Snapshot(body(), new, nodes("auto-a"), [], None, provisioning=view))
+    run(kube, Snapshot(body(), new, nodes_of("auto-a"), [], None, provisioning=view))
     assert "claim" not in [x[0] for x in kube.calls]
     assert ("create-request", "llm-s0-2") in kube.calls
     assert not [x for x in kube.calls if x[0] == "delete-request"]
@@ -488,7 +452,7 @@ def test_revoked_capacity_keeps_its_request_and_its_pool_from_everyone_until_the
 
     # another object does not claim it either
     other = FakeKube()
-    run(other, Snapshot(plain_body(), pods(), nodes("auto-a"), [], None, provisioning=view))
+    run(other, Snapshot(plain_body(), pods(), nodes_of("auto-a"), [], None, provisioning=view))
     assert "claim" not in [x[0] for x in other.calls]
 
     # the nodes are gone: the retired request goes

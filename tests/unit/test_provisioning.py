@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support import builders
 from tpuslice.capacity.requests import (
     CLAIM_WITHIN_SECONDS,
     backoff_seconds,
@@ -445,7 +446,7 @@ def test_node_info_keeps_the_capacity_labels() -> None:
 
 def test_pool_matches_selector() -> None:
     def node(**labels: str) -> NodeInfo:
-        return NodeInfo("n", "p", "tpu-v6e-slice", "4x4", 4, True, True, capacity_labels=labels)
+        return builders.node("n", "p", capacity_labels=labels)
 
     spot = {c.NODE_LABEL_SPOT: "true"}
     assert pool_matches_selector([node()], {})

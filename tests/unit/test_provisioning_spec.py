@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.builders import tpu, tpuslice
 from tests.support.crd import apply_defaults, load_crd, served_schema, validate
 from tpuslice.model import constants as c
 from tpuslice.model.records import ProvisioningMode
@@ -21,20 +22,10 @@ TSS = "tpuslice.dev_tpusliceservices.yaml"
 
 
 def cluster(provisioning: Any = None, **reservation: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "tpu": {"type": "v6e", "topology": "4x4", "slices": 2},
-        "ray": {"version": "2.54.0"},
-    }
     if provisioning is not None:
         reservation["provisioning"] = provisioning
-    if reservation:
-        spec["reservation"] = reservation
-    return {
-        "apiVersion": "tpuslice.dev/v1alpha1",
-        "kind": "TPUSliceCluster",
-        "metadata": {"name": "llm", "namespace": "ml", "uid": "u-1"},
-        "spec": spec,
-    }
+    extra = {"reservation": reservation} if reservation else {}
+    return tpuslice(uid="u-1", tpu=tpu(slices=2), **extra)
 
 
 def parse_errors(obj: dict[str, Any]) -> str:

@@ -6,11 +6,12 @@ import asyncio
 import time
 from typing import Any
 
+from tests.support.builders import nodes_of, slice_pods, tpu, tpuslice
 from tests.support.fake_kube import FakeKube
 from tpuslice.controller.applier import applied_hash
 from tpuslice.controller.reconciler import Reconciler
 from tpuslice.model.convert import raycluster_info
-from tpuslice.model.records import Holder, NodeInfo, PodInfo, ReservationInfo, Snapshot
+from tpuslice.model.records import Holder, PodInfo, ReservationInfo, Snapshot
 from tpuslice.render.kuberay import render_cluster
 from tpuslice.runtime.kube import ApiError
 
@@ -18,41 +19,13 @@ UID = "uid-llm"
 
 
 def cluster_body(**spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "tpuslice.dev/v1alpha1",
-        "kind": "TPUSliceCluster",
-        "metadata": {"name": "llm", "namespace": "ml", "uid": UID, "generation": 1},
-        "spec": {
-            "tpu": {"type": "v6e", "topology": "4x4", "slices": 1},
-            "ray": {"version": "2.54.0"},
-            **spec,
-        },
-    }
+    """The TPUSliceCluster ``ml/llm``: one v6e 4x4 slice, plus ``spec``."""
+    return tpuslice(uid=UID, generation=1, tpu=tpu(slices=1), **spec)
 
 
-def nodes(pool: str) -> list[NodeInfo]:
-    return [NodeInfo(f"{pool}-{i}", pool, "tpu-v6e-slice", "4x4", 4, True, True) for i in range(4)]
-
-
-def pods(
-    gated: bool = True, labelled: bool = True, ready: bool = False, pool: str | None = None
-) -> list[PodInfo]:
-    return [
-        PodInfo(
-            "ml",
-            f"w{i}",
-            "llm",
-            "tpu-aaaaa" if labelled else None,
-            0 if labelled else None,
-            i if labelled else None,
-            gated,
-            pool,
-            None,
-            ready,
-            False,
-        )
-        for i in range(4)
-    ]
+def pods(**fields: Any) -> list[PodInfo]:
+    """The four workers ``w0``..``w3`` of slice 0 (``tpu-aaaaa``) of ``ml/llm``."""
+    return slice_pods(name="w{host}", **fields)
 
 
 def run(reconciler: Reconciler) -> None:
@@ -69,7 +42,7 @@ def kinds(kube: FakeKube) -> list[Any]:
 
 def test_first_pass_applies_claims_releases_and_reports() -> None:
     kube = FakeKube()
-    snap = Snapshot(cluster_body(), pods(), nodes("pool-a"), [], None)
+    snap = Snapshot(cluster_body(), pods(), nodes_of("pool-a"), [], None)
     run(make(kube, snap))
     assert ("apply", "llm") in kube.calls and ("claim", "pool-a") in kube.calls
     assert [c for c in kube.calls if c[0] == "release"] == [
@@ -88,7 +61,7 @@ def test_steady_state_makes_no_api_writes() -> None:
     rc = raycluster_info({**rendered, "status": {"state": "ready"}})
     reservation = ReservationInfo("pool-a", Holder("ml", "llm", UID, "tpu-aaaaa", 0), "Bound")
     snap = Snapshot(
-        body, pods(gated=False, ready=True, pool="pool-a"), nodes("pool-a"), [reservation], rc
+        body, pods(gated=False, ready=True, pool="pool-a"), nodes_of("pool-a"), [reservation], rc
     )
     first = FakeKube()
     run(make(first, snap))
@@ -102,7 +75,7 @@ def test_steady_state_makes_no_api_writes() -> None:
 
 def test_kuberay_missing_is_stalled_with_the_fix() -> None:
     kube = FakeKube(apply_error=ApiError(404, "NotFound", "the server could not find"))
-    run(make(kube, Snapshot(cluster_body(), [], nodes("pool-a"), [], None)))
+    run(make(kube, Snapshot(cluster_body(), [], nodes_of("pool-a"), [], None)))
     assert kube.status is not None
     stalled = next(c for c in kube.status["conditions"] if c["type"] == "Stalled")
     assert (stalled["status"], stalled["reason"]) == ("True", "KubeRayNotInstalled")
@@ -112,7 +85,7 @@ def test_kuberay_missing_is_stalled_with_the_fix() -> None:
 
 def test_pods_without_multihost_labels_stall_and_are_never_released() -> None:
     kube = FakeKube()
-    run(make(kube, Snapshot(cluster_body(), pods(labelled=False), nodes("pool-a"), [], None)))
+    run(make(kube, Snapshot(cluster_body(), pods(labelled=False), nodes_of("pool-a"), [], None)))
     assert "release" not in kinds(kube) and "claim" not in kinds(kube)
     stalled = next(c for c in kube.status["conditions"] if c["type"] == "Stalled")  # type: ignore[index]
     assert stalled["reason"] == "MultiHostIndexingDisabled"
@@ -136,7 +109,7 @@ def test_override_conflict_is_stalled_invalid_spec_and_nothing_applied() -> None
 def test_lost_claim_releases_nothing() -> None:
     other = ReservationInfo("pool-a", Holder("ml", "other", "uid-other", "tpu-zzzzz", 0))
     kube = FakeKube(taken={"pool-a": other})
-    reconciler = make(kube, Snapshot(cluster_body(), pods(), nodes("pool-a"), [], None))
+    reconciler = make(kube, Snapshot(cluster_body(), pods(), nodes_of("pool-a"), [], None))
     run(reconciler)
     assert ("claim", "pool-a") in kube.calls
     assert "release" not in kinds(kube)
@@ -149,7 +122,12 @@ def test_the_loser_of_a_claim_replans_at_once_and_takes_another_free_pool() -> N
     """Issue 13: the loser used to report Reserved on the winner's pool until a resync."""
     other = ReservationInfo("pool-a", Holder("ml", "other", "uid-other", "tpu-zzzzz", 0))
     kube = FakeKube(taken={"pool-a": other})
-    run(make(kube, Snapshot(cluster_body(), pods(), nodes("pool-a") + nodes("pool-b"), [], None)))
+    run(
+        make(
+            kube,
+            Snapshot(cluster_body(), pods(), nodes_of("pool-a") + nodes_of("pool-b"), [], None),
+        )
+    )
     assert [c for c in kube.calls if c[0] == "claim"] == [("claim", "pool-a"), ("claim", "pool-b")]
     (slice_,) = kube.status["slices"]
     assert slice_["nodePool"] == "pool-b" and slice_["state"] != "WaitingForCapacity"
@@ -158,7 +136,7 @@ def test_the_loser_of_a_claim_replans_at_once_and_takes_another_free_pool() -> N
 def test_the_loser_with_no_other_pool_says_who_holds_it_in_the_same_pass() -> None:
     other = ReservationInfo("pool-a", Holder("ml", "other", "uid-other", "tpu-zzzzz", 0))
     kube = FakeKube(taken={"pool-a": other})
-    run(make(kube, Snapshot(cluster_body(), pods(), nodes("pool-a"), [], None)))
+    run(make(kube, Snapshot(cluster_body(), pods(), nodes_of("pool-a"), [], None)))
     (slice_,) = kube.status["slices"]
     assert slice_["state"] == "WaitingForCapacity" and "nodePool" not in slice_
     assert "held by ml/other (pool-a)" in slice_["message"]
@@ -168,7 +146,7 @@ def test_deleting_cluster_is_left_to_the_finalizer() -> None:
     body = cluster_body()
     body["metadata"]["deletionTimestamp"] = "2026-11-30T00:00:00Z"
     kube = FakeKube()
-    run(make(kube, Snapshot(body, pods(), nodes("pool-a"), [], None)))
+    run(make(kube, Snapshot(body, pods(), nodes_of("pool-a"), [], None)))
     assert kube.calls == []
 
 
@@ -209,7 +187,7 @@ def test_repeated_passes_before_the_watch_catches_up_write_once() -> None:
     re-sends phase Bound: both writes are remembered until the watch shows them."""
     reservation = ReservationInfo("pool-a", Holder("ml", "llm", UID, "tpu-aaaaa", 0), None)
     snap = Snapshot(
-        cluster_body(), pods(gated=False, pool="pool-a"), nodes("pool-a"), [reservation], None
+        cluster_body(), pods(gated=False, pool="pool-a"), nodes_of("pool-a"), [reservation], None
     )
     kube = FakeKube()
     reconciler = make(kube, snap)
@@ -225,7 +203,7 @@ def test_repeated_passes_before_the_watch_catches_up_write_once() -> None:
 
 def test_pool_index_is_rebuilt_only_after_a_node_change() -> None:
     shape = ("tpu-v6e-slice", "4x4")
-    snap = Snapshot(cluster_body(), pods(), nodes("pool-a"), [], None)
+    snap = Snapshot(cluster_body(), pods(), nodes_of("pool-a"), [], None)
     kube = FakeKube()
     reconciler = make(kube, snap)
 
@@ -233,7 +211,7 @@ def test_pool_index_is_rebuilt_only_after_a_node_change() -> None:
         return Snapshot(
             cluster_body(),
             [],
-            nodes(pool),
+            nodes_of(pool),
             [],
             None,
             node_versions=reconciler.pool_indexes.versions(),
@@ -262,7 +240,7 @@ def test_nodes_read_before_a_node_change_are_not_cached_as_current() -> None:
     stale = Snapshot(
         cluster_body(),
         [],
-        nodes("pool-old"),
+        nodes_of("pool-old"),
         [],
         None,
         node_versions=reconciler.pool_indexes.versions(),
@@ -273,7 +251,7 @@ def test_nodes_read_before_a_node_change_are_not_cached_as_current() -> None:
     fresh = Snapshot(
         cluster_body(),
         [],
-        nodes("pool-new"),
+        nodes_of("pool-new"),
         [],
         None,
         node_versions=reconciler.pool_indexes.versions(),
@@ -291,11 +269,11 @@ def test_a_foldable_status_change_is_held_until_quiet_and_a_flip_is_written_at_o
     released = pods(gated=False, pool="pool-a")
     reservation = ReservationInfo("pool-a", Holder("ml", "llm", UID, "tpu-aaaaa", 0), "Bound")
     snaps = [
-        Snapshot(cluster_body(), released, nodes("pool-a"), [reservation], None),
+        Snapshot(cluster_body(), released, nodes_of("pool-a"), [reservation], None),
         Snapshot(
             cluster_body(),
             [with_(released[0], running_ready=True), *released[1:]],
-            nodes("pool-a"),
+            nodes_of("pool-a"),
             [reservation],
             None,
         ),
@@ -350,7 +328,7 @@ def test_apply_answered_500_typed_patch_is_rayclusterrejected_naming_the_users_f
     InvalidSpec; here the CRD has none, as an older or unknown KubeRay might.)"""
     kube = FakeKube(apply_error=TYPED_PATCH_500)
     kube.crd = {"spec": {"versions": []}}
-    reconciler = make(kube, Snapshot(cluster_body(), [], nodes("pool-a"), [], None))
+    reconciler = make(kube, Snapshot(cluster_body(), [], nodes_of("pool-a"), [], None))
     run(reconciler)
     stalled = conditions_of(kube.status)["Stalled"]
     assert stalled[:2] == ("True", "RayClusterRejected")
@@ -375,7 +353,7 @@ def test_a_raycluster_of_that_name_not_ours_is_never_applied_and_the_cluster_is_
         },
         "spec": {},
     }
-    reconciler = make(kube, Snapshot(body, [], nodes("pool-a"), [], None))
+    reconciler = make(kube, Snapshot(body, [], nodes_of("pool-a"), [], None))
     run(reconciler)
     assert "apply" not in kinds(kube) and "claim" not in kinds(kube)
     stalled = conditions_of(kube.status)["Stalled"]
@@ -389,7 +367,7 @@ def test_a_raycluster_of_that_name_not_ours_is_never_applied_and_the_cluster_is_
 
 def test_the_name_is_checked_once_before_the_first_apply_not_on_every_pass() -> None:
     kube = FakeKube()
-    reconciler = make(kube, Snapshot(cluster_body(), [], nodes("pool-a"), [], None))
+    reconciler = make(kube, Snapshot(cluster_body(), [], nodes_of("pool-a"), [], None))
     run(reconciler)
     run(reconciler)  # the overlay remembers the apply until the watch shows it
     assert len(kube.raycluster_reads) == 1
@@ -426,7 +404,7 @@ class FailingKube(FakeKube):
 
 def test_a_failing_pass_is_a_reconciling_condition_with_backoff_and_one_event() -> None:
     kube = FailingKube()
-    reconciler = make(kube, Snapshot(cluster_body(), [], nodes("pool-a"), [], None))
+    reconciler = make(kube, Snapshot(cluster_body(), [], nodes_of("pool-a"), [], None))
     key = ("ml", "llm")
 
     async def scenario() -> list[float]:
@@ -453,7 +431,7 @@ def test_a_failing_pass_is_a_reconciling_condition_with_backoff_and_one_event() 
 
 def test_kicks_during_the_backoff_wait_unless_the_spec_changed() -> None:
     kube = FailingKube()
-    snap = Snapshot(cluster_body(), [], nodes("pool-a"), [], None)
+    snap = Snapshot(cluster_body(), [], nodes_of("pool-a"), [], None)
     reconciler = make(kube, snap)
     key = ("ml", "llm")
 
@@ -465,7 +443,7 @@ def test_kicks_during_the_backoff_wait_unless_the_spec_changed() -> None:
         assert reconciler.queue.pending_later(key)  # the held-back pass is scheduled
         fixed = cluster_body()
         fixed["metadata"]["generation"] = 2
-        reconciler.read = lambda _: Snapshot(fixed, [], nodes("pool-a"), [], None)
+        reconciler.read = lambda _: Snapshot(fixed, [], nodes_of("pool-a"), [], None)
         await reconciler.kick(key)  # a new generation is tried at once
         assert kinds(kube).count("apply") == 2
 
@@ -476,7 +454,7 @@ def test_success_forgets_the_failures(caplog: Any) -> None:
     import logging
 
     kube = FailingKube()
-    reconciler = make(kube, Snapshot(cluster_body(), [], nodes("pool-a"), [], None))
+    reconciler = make(kube, Snapshot(cluster_body(), [], nodes_of("pool-a"), [], None))
     key = ("ml", "llm")
 
     async def scenario() -> None:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tests.support.builders import holder, nodes_of, reservation, slice_pods, tpu, tpuslice
 from tests.support.fake_kube import FakeKube
 from tpuslice.controller.job import JobReconciler
 from tpuslice.controller.service import ServiceReconciler, service_clusters
+from tpuslice.model import constants as c
 from tpuslice.model.convert import ray_owner_info
-from tpuslice.model.records import ClusterRef, Holder, NodeInfo, PodInfo, ReservationInfo, Snapshot
+from tpuslice.model.records import ClusterRef, PodInfo, ReservationInfo, Snapshot
 from tpuslice.planning.pools import handovers, kept_frees
 
 JOB_UID, SVC_UID = "uid-train", "uid-serve"
@@ -18,37 +20,25 @@ JOB = ClusterRef("ml", "train", JOB_UID, kind="TPUSliceJob")
 
 
 def job_body(**job: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "tpuslice.dev/v1alpha1",
-        "kind": "TPUSliceJob",
-        "metadata": {"name": "train", "namespace": "ml", "uid": JOB_UID, "generation": 1},
-        "spec": {
-            "tpu": {"type": "v6e", "topology": "4x4", "slices": 1},
-            "ray": {"version": "2.54.0"},
-            "job": {"entrypoint": "python train.py", "backoffLimit": 2, **job},
-        },
-    }
+    return tpuslice(
+        c.KIND_JOB,
+        "train",
+        uid=JOB_UID,
+        generation=1,
+        tpu=tpu(slices=1),
+        job={"entrypoint": "python train.py", "backoffLimit": 2, **job},
+    )
 
 
 def service_body() -> dict[str, Any]:
-    return {
-        "apiVersion": "tpuslice.dev/v1alpha1",
-        "kind": "TPUSliceService",
-        "metadata": {"name": "serve", "namespace": "ml", "uid": SVC_UID, "generation": 1},
-        "spec": {
-            "tpu": {"type": "v6e", "topology": "4x4", "slices": 1},
-            "ray": {"version": "2.54.0"},
-            "serve": {"serveConfigV2": "applications: []\n"},
-        },
-    }
-
-
-def nodes(*pools: str) -> list[NodeInfo]:
-    return [
-        NodeInfo(f"{pool}-{i}", pool, "tpu-v6e-slice", "4x4", 4, True, True)
-        for pool in pools
-        for i in range(4)
-    ]
+    return tpuslice(
+        c.KIND_SERVICE,
+        "serve",
+        uid=SVC_UID,
+        generation=1,
+        tpu=tpu(slices=1),
+        serve={"serveConfigV2": "applications: []\n"},
+    )
 
 
 def worker_pods(
@@ -62,35 +52,30 @@ def worker_pods(
     pool: str | None = None,
     deleting: bool = False,
 ) -> list[PodInfo]:
-    return [
-        PodInfo(
-            "ml",
-            f"{replica}-w{i}",
-            owner,
-            replica,
-            index,
-            i,
-            gated,
-            pool,
-            None,
-            not gated,
-            deleting,
-            owner_kind=kind,
-            ray_cluster=ray_cluster,
-        )
-        for i in range(4)
-    ]
+    """One slice's workers of ``owner``'s RayCluster; running and ready once ungated."""
+    return slice_pods(
+        replica,
+        index,
+        name="{replica}-w{host}",
+        cluster=owner,
+        gated=gated,
+        pool=pool,
+        ready=not gated,
+        deleting=deleting,
+        owner_kind=kind,
+        ray_cluster=ray_cluster,
+    )
 
 
 def held(
-    pool: str, replica: str, *, index: int = 0, uid: str = JOB_UID, **holder: Any
+    pool: str, replica: str, *, index: int = 0, uid: str = JOB_UID, **owner: Any
 ) -> ReservationInfo:
-    kind = holder.pop("kind", "TPUSliceJob")
-    name = holder.pop("name", "train")
-    return ReservationInfo(
+    owner.setdefault("kind", c.KIND_JOB)
+    owner.setdefault("name", "train")
+    return reservation(
         pool,
-        Holder("ml", name, uid, replica, index, kind=kind, **holder),
-        "Bound",
+        holder(replica, index, uid=uid, **owner),
+        phase="Bound",
         uid=f"r-{pool}",
         resource_version="7",
     )
@@ -187,7 +172,7 @@ def test_a_retry_hands_the_pool_over_and_releases_the_new_slice_without_a_claim(
     snap = Snapshot(
         job_body(),
         worker_pods("train", "TPUSliceJob", "new-0", "train-b"),
-        nodes("pool-a", "pool-b"),
+        nodes_of("pool-a", "pool-b"),
         [held("pool-a", "old-0")],
         None,
         owned=owned(JOB_UID, {"jobDeploymentStatus": "Running", "rayClusterName": "train-b"}),
@@ -207,7 +192,7 @@ def test_between_attempts_the_job_keeps_its_pool_and_claims_nothing() -> None:
     snap = Snapshot(
         job_body(),
         [],
-        nodes("pool-a", "pool-b"),
+        nodes_of("pool-a", "pool-b"),
         [held("pool-a", "old-0")],
         None,
         owned=owned(JOB_UID, {"jobDeploymentStatus": "Retrying", "failed": 1}),
@@ -222,7 +207,7 @@ def test_an_ended_job_gives_its_pools_back_once_its_pods_are_gone() -> None:
     snap = Snapshot(
         job_body(),
         [],
-        nodes("pool-a"),
+        nodes_of("pool-a"),
         [held("pool-a", "old-0")],
         None,
         owned=owned(JOB_UID, {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}),
@@ -236,7 +221,7 @@ def test_an_ended_job_gives_its_pools_back_once_its_pods_are_gone() -> None:
 
 def test_the_rayjob_is_applied_with_the_jobs_labels() -> None:
     kube = FakeKube()
-    snap = Snapshot(job_body(), [], nodes("pool-a"), [], None)
+    snap = Snapshot(job_body(), [], nodes_of("pool-a"), [], None)
     run(JobReconciler(kube, lambda key: snap), ("ml", "train"))
     (rayjob,) = kube.applied
     assert rayjob["kind"] == "RayJob"
@@ -255,7 +240,7 @@ def test_each_cluster_of_a_service_is_planned_apart_and_the_serving_pool_is_kept
     snap = Snapshot(
         service_body(),
         active + upgrade,
-        nodes("pool-a", "pool-b"),
+        nodes_of("pool-a", "pool-b"),
         [serving],
         None,
         owned=owned(
@@ -286,7 +271,7 @@ def test_an_upgrade_without_a_spare_pool_waits_and_says_so() -> None:
     snap = Snapshot(
         service_body(),
         active + upgrade,
-        nodes("pool-a"),
+        nodes_of("pool-a"),
         [serving],
         None,
         owned=owned(
@@ -316,6 +301,6 @@ def test_the_pool_of_a_cluster_kuberay_deleted_is_given_back_once_its_pods_are_g
         name="serve",
         ray_cluster="serve-old",
     )
-    snap = Snapshot(service_body(), [], nodes("pool-a"), [old], None, owned=owned(SVC_UID, {}))
+    snap = Snapshot(service_body(), [], nodes_of("pool-a"), [old], None, owned=owned(SVC_UID, {}))
     run(ServiceReconciler(kube, lambda key: snap), ("ml", "serve"))
     assert ("free", "pool-a") in kube.calls

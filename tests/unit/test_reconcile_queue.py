@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tests.support.builders import nodes_of
 from tests.support.fake_kube import FakeKube
-from tests.unit.test_reconcile import UID, cluster_body, conditions_of, kinds, nodes
+from tests.unit.test_reconcile import UID, cluster_body, conditions_of, kinds
 from tpuslice.controller.reconciler import Reconciler
 from tpuslice.model.records import (
     ClusterRef,
@@ -74,7 +75,7 @@ HELD_B = ReservationInfo("pool-b", OTHER)
 def test_a_two_slice_gang_with_one_free_pool_claims_nothing_and_says_why() -> None:
     b = body()
     b["spec"] = two_slices()
-    kube = run(Snapshot(b, gang_pods(), nodes("pool-a") + nodes("pool-b"), [HELD_B], None))
+    kube = run(Snapshot(b, gang_pods(), nodes_of("pool-a") + nodes_of("pool-b"), [HELD_B], None))
     assert claims(kube) == [] and "release" not in kinds(kube)
     assert kube.status is not None
     messages = [s.get("message", "") for s in kube.status["slices"]]
@@ -86,7 +87,7 @@ def test_a_two_slice_gang_with_one_free_pool_claims_nothing_and_says_why() -> No
 def test_a_two_slice_gang_with_two_free_pools_claims_both_and_releases_both() -> None:
     b = body()
     b["spec"] = two_slices()
-    kube = run(Snapshot(b, gang_pods(), nodes("pool-a") + nodes("pool-b"), [], None))
+    kube = run(Snapshot(b, gang_pods(), nodes_of("pool-a") + nodes_of("pool-b"), [], None))
     assert sorted(claims(kube)) == ["pool-a", "pool-b"]
     assert len([c for c in kube.calls if c[0] == "release"]) == 8
 
@@ -98,7 +99,7 @@ def test_a_later_cluster_does_not_take_the_pool_an_earlier_gang_waits_for() -> N
     snap = Snapshot(
         late,
         gang_pods("late", replicas=1),
-        nodes("pool-a") + nodes("pool-b"),
+        nodes_of("pool-a") + nodes_of("pool-b"),
         [HELD_B],
         None,
         shape_members=[ShapeMember(early, gang_pods("early"))],
@@ -118,7 +119,7 @@ def test_priority_puts_a_later_cluster_first() -> None:
     snap = Snapshot(
         late,
         gang_pods("late", replicas=1),
-        nodes("pool-a") + nodes("pool-b"),
+        nodes_of("pool-a") + nodes_of("pool-b"),
         [HELD_B],
         None,
         shape_members=[ShapeMember(early, gang_pods("early"))],
@@ -129,7 +130,7 @@ def test_priority_puts_a_later_cluster_first() -> None:
 def test_more_slices_than_pools_of_the_shape_is_stalled_not_enough_pools() -> None:
     b = body()
     b["spec"] = two_slices()
-    kube = run(Snapshot(b, gang_pods(), nodes("pool-a"), [], None))
+    kube = run(Snapshot(b, gang_pods(), nodes_of("pool-a"), [], None))
     # one pool of the shape exists at all: no wait will do
     stalled = conditions_of(kube.status)["Stalled"]
     assert stalled[:2] == ("True", "NotEnoughPools"), stalled
@@ -143,7 +144,7 @@ def test_a_gang_that_loses_a_claim_and_finds_no_other_pool_releases_nothing_and_
     b = body()
     b["spec"] = two_slices()
     kube = FakeKube(taken={"pool-b": ReservationInfo("pool-b", OTHER)})
-    snap = Snapshot(b, gang_pods(), nodes("pool-a") + nodes("pool-b"), [], None)
+    snap = Snapshot(b, gang_pods(), nodes_of("pool-a") + nodes_of("pool-b"), [], None)
     run(snap, kube)
     assert "release" not in kinds(kube)
     assert sorted(claims(kube)) == ["pool-a", "pool-b"]
@@ -154,7 +155,9 @@ def test_a_gang_that_loses_a_claim_completes_with_another_free_pool() -> None:
     b = body()
     b["spec"] = two_slices()
     kube = FakeKube(taken={"pool-b": ReservationInfo("pool-b", OTHER)})
-    snap = Snapshot(b, gang_pods(), nodes("pool-a") + nodes("pool-b") + nodes("pool-c"), [], None)
+    snap = Snapshot(
+        b, gang_pods(), nodes_of("pool-a") + nodes_of("pool-b") + nodes_of("pool-c"), [], None
+    )
     run(snap, kube)
     assert set(claims(kube)) - {"pool-b"} == {"pool-a", "pool-c"}
     assert [c for c in kube.calls if c[0] == "free"] == []
@@ -168,14 +171,14 @@ def test_queue_metrics_count_the_waiting_and_time_the_wait() -> None:
 
     b = body()
     b["spec"] = two_slices()
-    snaps = [Snapshot(b, gang_pods(), nodes("pool-a") + nodes("pool-b"), [HELD_B], None)]
+    snaps = [Snapshot(b, gang_pods(), nodes_of("pool-a") + nodes_of("pool-b"), [HELD_B], None)]
     m = Metrics()
     reconciler = Reconciler(FakeKube(), lambda _: snaps[0], metrics=m)
 
     async def scenario() -> None:
         await reconciler.kick(("ml", "llm"))
         assert value(m, "tpuslice_queue_length", shape="v6e 4x4") == 1
-        snaps[0] = Snapshot(b, gang_pods(), nodes("pool-a") + nodes("pool-b"), [], None)
+        snaps[0] = Snapshot(b, gang_pods(), nodes_of("pool-a") + nodes_of("pool-b"), [], None)
         await reconciler.kick(("ml", "llm"))
 
     asyncio.run(scenario())
@@ -192,7 +195,7 @@ def test_without_competition_the_queue_is_not_decided_at_all() -> None:
 
     me = body("me", "uid-me", "2026-01-02T00:00:00Z")
     other = body("other", "uid-other", "2026-01-01T00:00:00Z")
-    two_pools = nodes("pool-a") + nodes("pool-b")
+    two_pools = nodes_of("pool-a") + nodes_of("pool-b")
     index = pool_index(two_pools, "tpu-v6e-slice", "4x4")
     members = [ShapeMember(other, gang_pods("other", replicas=1))]
     mine = gang_pods("me", replicas=1)
@@ -221,8 +224,8 @@ def test_a_waiting_gang_says_why_the_pool_nobody_holds_is_not_eligible() -> None
 
     b = body()
     b["spec"] = two_slices()
-    cordoned = [replace(n, schedulable=False) for n in nodes("pool-c")]
-    kube = run(Snapshot(b, gang_pods(), nodes("pool-a") + cordoned, [], None))
+    cordoned = [replace(n, schedulable=False) for n in nodes_of("pool-c")]
+    kube = run(Snapshot(b, gang_pods(), nodes_of("pool-a") + cordoned, [], None))
     assert kube.status is not None
     messages = [s.get("message", "") for s in kube.status["slices"]]
     assert any("waiting for v6e 4x4" in m and "not eligible: pool-c" in m for m in messages), (

@@ -19,6 +19,7 @@ import yaml
 from tests.support.crd import served_schema, to_jsonschema
 from tests.support.kuberay import kuberay_crd, raycluster_crd
 from tpuslice.model import constants as c
+from tpuslice.model.topology import GENERATIONS, slice_shape
 from tpuslice.render.kuberay import render, render_cluster
 from tpuslice.spec.parts import SpecError
 
@@ -40,8 +41,31 @@ def test_golden(case: str) -> None:
     assert rendered == golden.read_text()
 
 
+def _categories(body: dict[str, Any]) -> set[str]:
+    """What a golden input exercises: its kind, TPU generation, host and slice layout,
+    and the optional spec parts that change the rendering."""
+    spec = body["spec"]
+    tpu = spec["tpu"]
+    shape = slice_shape(tpu["type"], tpu["topology"], tpu.get("chipsPerHost"))
+    found = {body["kind"], shape.generation.name}
+    found.add("multi-host" if shape.multi_host else "single-host")
+    if tpu.get("slices", 1) > 1:
+        found.add("multi-slice")
+    if any("template" in spec.get(group, {}) for group in ("head", "worker")):
+        found.add("pod template overrides")
+    if spec.get("reservation", {}).get("policy") == "None":
+        found.add("reservation policy None")
+    return found
+
+
 def test_golden_cases_cover_the_issue_list() -> None:
-    assert len(CASES) >= 8
+    """Every kind and TPU generation, single- and multi-host, multi-slice, template
+    overrides and the ungated policy each have a golden case."""
+    wanted = {c.KIND_CLUSTER, c.KIND_JOB, c.KIND_SERVICE, *(g.name for g in GENERATIONS)}
+    wanted |= {"single-host", "multi-host", "multi-slice"}
+    wanted |= {"pod template overrides", "reservation policy None"}
+    covered = set().union(*(_categories(_load(case)) for case in CASES))
+    assert wanted - covered == set()
 
 
 @pytest.fixture(scope="module")

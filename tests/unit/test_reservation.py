@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from tests.support.builders import holder, nodes_of, reservation, slice_pods
 from tpuslice.model.records import (
     ClusterRef,
     Holder,
@@ -16,64 +18,6 @@ from tpuslice.planning.pools import plan_slices
 
 CLUSTER = ClusterRef("ml", "llm", "uid-llm")
 OTHER = Holder("ml", "other", "uid-other", "tpu-zzzzz", 0)
-
-
-def pool(
-    name: str,
-    count: int = 4,
-    *,
-    topology: str = "4x4",
-    ready: bool = True,
-    cordoned: int = 0,
-    not_ready: int = 0,
-) -> list[NodeInfo]:
-    return [
-        NodeInfo(
-            f"{name}-{i}",
-            name,
-            "tpu-v6e-slice",
-            topology,
-            4,
-            ready=ready and i >= not_ready,
-            schedulable=i >= cordoned,
-        )
-        for i in range(count)
-    ]
-
-
-def slice_pods(
-    replica: str,
-    index: int,
-    hosts: int = 4,
-    *,
-    gated: bool = True,
-    pinned: str | None = None,
-    ready: bool = False,
-    deleting: bool = False,
-    created: int | None = None,
-) -> list[PodInfo]:
-    return [
-        PodInfo(
-            "ml",
-            f"llm-{replica}-{h}",
-            "llm",
-            replica,
-            index,
-            h,
-            gated,
-            pinned,
-            None,
-            ready,
-            deleting,
-        )
-        for h in range(created if created is not None else hosts)
-    ]
-
-
-def ours(
-    pool_name: str, replica: str, index: int, phase: str | None = "Reserved"
-) -> ReservationInfo:
-    return ReservationInfo(pool_name, Holder("ml", "llm", "uid-llm", replica, index), phase)
 
 
 def plan(cluster: ClusterRef = CLUSTER, **kw: Any) -> Any:
@@ -95,7 +39,7 @@ def plan(cluster: ClusterRef = CLUSTER, **kw: Any) -> Any:
 def test_two_complete_slices_two_free_pools_claim_distinct_pools_and_release_all() -> None:
     result = plan(
         pods=slice_pods("tpu-aaaaa", 0) + slice_pods("tpu-bbbbb", 1),
-        nodes=pool("pool-a") + pool("pool-b"),
+        nodes=nodes_of("pool-a") + nodes_of("pool-b"),
     )
     assert [(c.pool, c.holder.replica_name) for c in result.claims] == [
         ("pool-a", "tpu-aaaaa"),
@@ -111,7 +55,7 @@ def test_two_complete_slices_two_free_pools_claim_distinct_pools_and_release_all
 
 def test_incomplete_slice_is_reserved_but_never_released() -> None:
     result = plan(
-        pods=slice_pods("tpu-aaaaa", 0, created=3), nodes=pool("pool-a"), desired_slices=1
+        pods=slice_pods("tpu-aaaaa", 0, hosts=3), nodes=nodes_of("pool-a"), desired_slices=1
     )
     assert [c.pool for c in result.claims] == ["pool-a"]
     assert result.releases == ()
@@ -122,7 +66,7 @@ def test_incomplete_slice_is_reserved_but_never_released() -> None:
 
 def test_one_pool_two_slices_the_second_waits_with_a_useful_message() -> None:
     result = plan(
-        pods=slice_pods("tpu-aaaaa", 0) + slice_pods("tpu-bbbbb", 1), nodes=pool("pool-a")
+        pods=slice_pods("tpu-aaaaa", 0) + slice_pods("tpu-bbbbb", 1), nodes=nodes_of("pool-a")
     )
     assert [c.holder.replica_name for c in result.claims] == ["tpu-aaaaa"]
     assert {r.replica_name for r in result.releases} == {"tpu-aaaaa"}
@@ -137,7 +81,7 @@ def test_one_pool_two_slices_the_second_waits_with_a_useful_message() -> None:
 def test_pool_held_by_another_cluster_is_not_eligible() -> None:
     result = plan(
         pods=slice_pods("tpu-aaaaa", 0),
-        nodes=pool("pool-a"),
+        nodes=nodes_of("pool-a"),
         desired_slices=1,
         reservations=[ReservationInfo("pool-a", OTHER)],
     )
@@ -147,10 +91,10 @@ def test_pool_held_by_another_cluster_is_not_eligible() -> None:
 
 def test_unhealthy_or_wrong_size_pools_are_not_eligible_and_are_explained() -> None:
     nodes = (
-        pool("a-small", 2)
-        + pool("b-notready", not_ready=1)
-        + pool("c-cordoned", cordoned=2)
-        + pool("d-other-topology", topology="8x8")
+        nodes_of("a-small", hosts=2)
+        + nodes_of("b-notready", not_ready=1)
+        + nodes_of("c-cordoned", cordoned=2)
+        + nodes_of("d-other-topology", topology="8x8")
     )
     result = plan(pods=slice_pods("tpu-aaaaa", 0), nodes=nodes, desired_slices=1)
     assert result.claims == ()
@@ -163,7 +107,7 @@ def test_unhealthy_or_wrong_size_pools_are_not_eligible_and_are_explained() -> N
 
 def test_capacity_message_names_a_few_pools_and_counts_the_rest() -> None:
     """Repeated on every waiting slice: 300 held pools must not make it 300 names long."""
-    nodes = [n for i in range(300) for n in pool(f"p{i:03d}")]
+    nodes = [n for i in range(300) for n in nodes_of(f"p{i:03d}")]
     reservations = [
         ReservationInfo(f"p{i:03d}", Holder("ml", "other", "uid-other", f"r{i}", i))
         for i in range(300)
@@ -185,16 +129,11 @@ def test_no_matching_pool_at_all() -> None:
 
 
 def test_held_slice_releases_only_its_gated_pods() -> None:
-    pods = slice_pods("tpu-aaaaa", 0, gated=False, pinned="pool-a")[:2] + [
-        PodInfo(
-            "ml", f"llm-tpu-aaaaa-{h}", "llm", "tpu-aaaaa", 0, h, True, None, None, False, False
-        )
-        for h in (2, 3)
-    ]
+    pods = slice_pods("tpu-aaaaa", 0, gated=False, pool="pool-a")[:2] + slice_pods()[2:]
     result = plan(
         pods=pods,
-        nodes=pool("pool-a"),
-        reservations=[ours("pool-a", "tpu-aaaaa", 0)],
+        nodes=nodes_of("pool-a"),
+        reservations=[reservation("pool-a", holder("tpu-aaaaa", 0))],
         desired_slices=1,
     )
     assert result.claims == ()
@@ -202,44 +141,46 @@ def test_held_slice_releases_only_its_gated_pods() -> None:
 
 
 def test_ready_slice_is_bound_once() -> None:
-    pods = slice_pods("tpu-aaaaa", 0, gated=False, pinned="pool-a", ready=True)
+    pods = slice_pods("tpu-aaaaa", 0, gated=False, pool="pool-a", ready=True)
     result = plan(
         pods=pods,
-        nodes=pool("pool-a"),
-        reservations=[ours("pool-a", "tpu-aaaaa", 0)],
+        nodes=nodes_of("pool-a"),
+        reservations=[reservation("pool-a", holder("tpu-aaaaa", 0))],
         desired_slices=1,
     )
     assert result.slices[0].state == SliceState.READY and result.slices[0].ready_hosts == 4
     assert result.binds == ("pool-a",)
     again = plan(
         pods=pods,
-        nodes=pool("pool-a"),
+        nodes=nodes_of("pool-a"),
         desired_slices=1,
-        reservations=[ours("pool-a", "tpu-aaaaa", 0, phase="Bound")],
+        reservations=[reservation("pool-a", holder("tpu-aaaaa", 0), phase="Bound")],
     )
     assert again.binds == () and again.claims == () and again.releases == () and again.frees == ()
 
 
 def test_reservation_of_a_vanished_replica_is_freed_and_terminating_pods_keep_it() -> None:
-    result = plan(reservations=[ours("pool-a", "tpu-gone1", 0)], nodes=pool("pool-a"))
+    result = plan(
+        reservations=[reservation("pool-a", holder("tpu-gone1", 0))], nodes=nodes_of("pool-a")
+    )
     assert result.frees == ("pool-a",)
     terminating = plan(
-        reservations=[ours("pool-a", "tpu-old01", 0)],
-        nodes=pool("pool-a"),
-        pods=slice_pods("tpu-old01", 0, gated=False, pinned="pool-a", deleting=True),
+        reservations=[reservation("pool-a", holder("tpu-old01", 0))],
+        nodes=nodes_of("pool-a"),
+        pods=slice_pods("tpu-old01", 0, gated=False, pool="pool-a", deleting=True),
     )
     assert terminating.frees == ()
     assert terminating.slices[0].state == SliceState.RELEASING
 
 
 def test_replacement_replica_is_shown_over_the_terminating_one_and_waits_for_the_pool() -> None:
-    old = slice_pods("tpu-old01", 0, gated=False, pinned="pool-a", deleting=True)
+    old = slice_pods("tpu-old01", 0, gated=False, pool="pool-a", deleting=True)
     new = slice_pods("tpu-new01", 0)
     result = plan(
         pods=old + new,
-        nodes=pool("pool-a"),
+        nodes=nodes_of("pool-a"),
         desired_slices=1,
-        reservations=[ours("pool-a", "tpu-old01", 0)],
+        reservations=[reservation("pool-a", holder("tpu-old01", 0))],
     )
     assert result.claims == ()  # pool-a is still held for the old replica's terminating pods
     assert result.slices[0].replica == "tpu-new01"
@@ -249,22 +190,22 @@ def test_replacement_replica_is_shown_over_the_terminating_one_and_waits_for_the
 def test_previous_pool_of_the_index_is_preferred() -> None:
     result = plan(
         pods=slice_pods("tpu-new01", 1),
-        nodes=pool("pool-a") + pool("pool-b"),
+        nodes=nodes_of("pool-a") + nodes_of("pool-b"),
         previous_pools={1: "pool-b"},
     )
     assert [c.pool for c in result.claims] == ["pool-b"]
 
 
 def test_released_pods_can_only_go_back_to_their_pool() -> None:
-    pods = slice_pods("tpu-aaaaa", 0, gated=False, pinned="pool-a")
+    pods = slice_pods("tpu-aaaaa", 0, gated=False, pool="pool-a")
     result = plan(
         pods=pods,
-        nodes=pool("pool-a") + pool("pool-b"),
+        nodes=nodes_of("pool-a") + nodes_of("pool-b"),
         desired_slices=1,
         reservations=[ReservationInfo("pool-a", OTHER)],
     )
     assert result.claims == ()
-    taken_back = plan(pods=pods, nodes=pool("pool-a") + pool("pool-b"), desired_slices=1)
+    taken_back = plan(pods=pods, nodes=nodes_of("pool-a") + nodes_of("pool-b"), desired_slices=1)
     assert [c.pool for c in taken_back.claims] == ["pool-a"]
 
 
@@ -272,7 +213,7 @@ def test_pods_without_multi_host_labels_are_reported() -> None:
     bare = PodInfo(
         "ml", "llm-tpu-worker-x", "llm", None, None, None, True, None, None, False, False
     )
-    result = plan(pods=[bare], nodes=pool("pool-a"))
+    result = plan(pods=[bare], nodes=nodes_of("pool-a"))
     assert result.unindexed_pods == ("llm-tpu-worker-x",)
     assert result.claims == ()
 
@@ -295,13 +236,13 @@ def test_single_host_slices_are_named_by_their_pod() -> None:
 
 def test_policy_none_never_claims() -> None:
     pods = slice_pods("tpu-aaaaa", 0, gated=False, ready=True)
-    result = plan(pods=pods, nodes=pool("pool-a"), gated=False, desired_slices=1)
+    result = plan(pods=pods, nodes=nodes_of("pool-a"), gated=False, desired_slices=1)
     assert result.claims == () and result.releases == ()
     assert result.slices[0].state == SliceState.READY
 
 
 def test_live_replicas_at_any_index_count_and_missing_ones_are_pending() -> None:
-    result = plan(pods=slice_pods("tpu-ccccc", 2), nodes=pool("pool-a"), desired_slices=2)
+    result = plan(pods=slice_pods("tpu-ccccc", 2), nodes=nodes_of("pool-a"), desired_slices=2)
     assert [(s.index, s.state) for s in result.slices] == [
         (0, SliceState.PENDING),
         (2, SliceState.RESERVED),
@@ -310,33 +251,52 @@ def test_live_replicas_at_any_index_count_and_missing_ones_are_pending() -> None
 
 def test_after_scale_down_the_surviving_replica_may_keep_index_one() -> None:
     """KubeRay chooses which replica to delete; the one left can be index 1."""
-    pods = slice_pods("tpu-bbbbb", 1, gated=False, pinned="pool-b", ready=True)
+    pods = slice_pods("tpu-bbbbb", 1, gated=False, pool="pool-b", ready=True)
     result = plan(
         pods=pods,
-        nodes=pool("pool-b"),
+        nodes=nodes_of("pool-b"),
         desired_slices=1,
-        reservations=[ours("pool-b", "tpu-bbbbb", 1, phase="Bound")],
+        reservations=[reservation("pool-b", holder("tpu-bbbbb", 1), phase="Bound")],
     )
     assert [(s.index, s.state) for s in result.slices] == [(1, SliceState.READY)]
 
 
 def test_same_snapshot_same_plan() -> None:
-    kwargs: dict[str, Any] = dict(
-        pods=slice_pods("tpu-bbbbb", 1) + slice_pods("tpu-aaaaa", 0),
-        nodes=pool("pool-b") + pool("pool-a"),
-    )
-    assert plan(**kwargs) == plan(**kwargs)
+    """The plan depends on the snapshot only: not on the order the informers list the
+    objects in, nor on an earlier plan (no state kept between calls). The snapshot has
+    more free pools than slices, so a planner that took pools in listing order would
+    choose differently for the two orders."""
+
+    def snapshot(reverse: bool) -> dict[str, Any]:
+        pods = slice_pods("tpu-bbbbb", 1) + slice_pods("tpu-aaaaa", 0)
+        nodes = nodes_of("pool-b") + nodes_of("pool-a") + nodes_of("pool-d") + nodes_of("pool-c")
+        held = [ReservationInfo("pool-d", OTHER, "Bound")]
+        if reverse:
+            pods, nodes = pods[::-1], nodes[::-1]
+        return dict(pods=pods, nodes=nodes, reservations=held)
+
+    def unordered_releases(result: Any) -> Any:
+        """Releases follow the pods' listing order; each is one independent patch."""
+        return replace(result, releases=frozenset(result.releases))
+
+    first = unordered_releases(plan(**snapshot(reverse=False)))
+    assert len(first.claims) == 2  # two of the three free pools: a choice was made
+    # a plan of another snapshot in between, where tpu-aaaaa can only get pool-c
+    between = plan(pods=slice_pods("tpu-aaaaa", 0), nodes=nodes_of("pool-c"), desired_slices=1)
+    assert [c.pool for c in between.claims] == ["pool-c"]
+    assert unordered_releases(plan(**snapshot(reverse=True))) == first
+    assert unordered_releases(plan(**snapshot(reverse=False))) == first
 
 
 def test_a_held_slice_with_a_pod_terminating_on_a_dead_node_keeps_its_pool_and_says_why() -> None:
     """KubeRay waits for the deleted pod before replacing the replica; a dead kubelet never
     finishes it: the pool stays held, nothing is released, and the message says why."""
-    pods = slice_pods("tpu-aaaaa", 0, gated=False, pinned="pool-a", ready=True)
-    pods[1] = slice_pods("tpu-aaaaa", 0, gated=False, pinned="pool-a", deleting=True)[1]
+    pods = slice_pods("tpu-aaaaa", 0, gated=False, pool="pool-a", ready=True)
+    pods[1] = slice_pods("tpu-aaaaa", 0, gated=False, pool="pool-a", deleting=True)[1]
     ours = ReservationInfo("pool-a", Holder("ml", "llm", "uid-llm", "tpu-aaaaa", 0), "Bound")
     result = plan(
         pods=pods,
-        nodes=pool("pool-a", not_ready=2) + pool("pool-b"),
+        nodes=nodes_of("pool-a", not_ready=2) + nodes_of("pool-b"),
         desired_slices=1,
         reservations=[ours],
     )
@@ -371,7 +331,7 @@ def test_clusters_of_one_shape_without_a_queue_start_their_claims_at_different_p
     """No queue decision (everyone fits): each cluster claims in its own order of the free
     pools, so clusters planning at once on the same view rarely pick the same pool (by
     name, all of them went for the first free one and all but one lost the create)."""
-    nodes = [n for i in range(40) for n in pool(f"pool-{i:02d}")]
+    nodes = [n for i in range(40) for n in nodes_of(f"pool-{i:02d}")]
     picks = []
     for i in range(40):
         ref = ClusterRef("ml", f"c{i}", f"uid-{i}")
@@ -385,7 +345,7 @@ def test_clusters_of_one_shape_without_a_queue_start_their_claims_at_different_p
 def test_a_clusters_claim_order_is_stable_and_skips_only_what_is_taken() -> None:
     """The same view gives the same pool in every pass, and a pool someone else took moves
     the cluster to its next pool without changing its order of the rest."""
-    nodes = [n for i in range(8) for n in pool(f"pool-{i}")]
+    nodes = [n for i in range(8) for n in nodes_of(f"pool-{i}")]
     first = plan(pods=slice_pods("tpu-aaaaa", 0), nodes=nodes, desired_slices=1).claims[0].pool
     again = plan(pods=slice_pods("tpu-aaaaa", 0), nodes=nodes, desired_slices=1).claims[0].pool
     assert first == again

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.unit.test_reservation import CLUSTER, ours, plan, pool, slice_pods
+from tests.support.builders import holder, nodes_of, reservation, slice_pods
+from tests.unit.test_reservation import CLUSTER, plan
 from tpuslice.model.records import (
     Admission,
     CapacityType,
@@ -56,7 +57,7 @@ def test_all_slices_claims_every_pool_at_once_and_releases_only_with_them() -> N
     result = plan(
         gang=GangMode.ALL_SLICES,
         pods=slice_pods("tpu-aaaaa", 0) + slice_pods("tpu-bbbbb", 1),
-        nodes=pool("pool-a") + pool("pool-b"),
+        nodes=nodes_of("pool-a") + nodes_of("pool-b"),
     )
     assert [c.pool for c in result.claims] == ["pool-a", "pool-b"]
     assert len(result.releases) == 8 and result.all_or_nothing
@@ -67,7 +68,7 @@ def test_all_slices_with_one_pool_for_two_slices_claims_nothing() -> None:
     result = plan(
         gang=GangMode.ALL_SLICES,
         pods=slice_pods("tpu-aaaaa", 0) + slice_pods("tpu-bbbbb", 1),
-        nodes=pool("pool-a"),
+        nodes=nodes_of("pool-a"),
     )
     assert result.claims == () and result.releases == ()
     assert {s.state for s in result.slices} == {SliceState.WAITING_FOR_CAPACITY}
@@ -80,7 +81,7 @@ def test_all_slices_waits_for_the_pods_of_every_slice_before_claiming() -> None:
     result = plan(
         gang=GangMode.ALL_SLICES,
         pods=slice_pods("tpu-aaaaa", 0),
-        nodes=pool("pool-a") + pool("pool-b"),
+        nodes=nodes_of("pool-a") + nodes_of("pool-b"),
     )
     assert result.claims == ()
     assert result.slices[0].message == (
@@ -94,8 +95,11 @@ def test_a_partial_gang_gives_its_unreleased_pool_back_when_it_cannot_complete()
     result = plan(
         gang=GangMode.ALL_SLICES,
         pods=slice_pods("tpu-aaaaa", 0) + slice_pods("tpu-bbbbb", 1),
-        nodes=pool("pool-a") + pool("pool-b"),
-        reservations=[ours("pool-a", "tpu-aaaaa", 0), ReservationInfo("pool-b", OTHER)],
+        nodes=nodes_of("pool-a") + nodes_of("pool-b"),
+        reservations=[
+            reservation("pool-a", holder("tpu-aaaaa", 0)),
+            ReservationInfo("pool-b", OTHER),
+        ],
     )
     assert result.frees == ("pool-a",) and result.claims == () and result.releases == ()
     assert result.slices[0].message.startswith("giving node pool pool-a back: ")
@@ -105,8 +109,8 @@ def test_an_uncontended_partial_gang_in_a_queue_keeps_its_pool() -> None:
     result = plan(
         gang=GangMode.ALL_SLICES,
         pods=slice_pods("tpu-aaaaa", 0) + slice_pods("tpu-bbbbb", 1),
-        nodes=pool("pool-a") + pool("pool-b", not_ready=1),
-        reservations=[ours("pool-a", "tpu-aaaaa", 0)],
+        nodes=nodes_of("pool-a") + nodes_of("pool-b", not_ready=1),
+        reservations=[reservation("pool-a", holder("tpu-aaaaa", 0))],
         admission=Admission(pools=(), contended=False, message="1st of 1 waiting"),
     )
     assert result.frees == () and result.releases == ()
@@ -119,12 +123,12 @@ def test_an_uncontended_partial_gang_in_a_queue_keeps_its_pool() -> None:
 
 def test_a_running_slice_of_a_gang_is_never_given_back() -> None:
     """Slice 1 was replaced after a node failure: slice 0 keeps running on its pool."""
-    running = slice_pods("tpu-aaaaa", 0, gated=False, pinned="pool-a", ready=True)
+    running = slice_pods("tpu-aaaaa", 0, gated=False, pool="pool-a", ready=True)
     result = plan(
         gang=GangMode.ALL_SLICES,
         pods=running + slice_pods("tpu-ccccc", 1),
-        nodes=pool("pool-a") + pool("pool-b"),
-        reservations=[ours("pool-a", "tpu-aaaaa", 0, "Bound")],
+        nodes=nodes_of("pool-a") + nodes_of("pool-b"),
+        reservations=[reservation("pool-a", holder("tpu-aaaaa", 0), phase="Bound")],
     )
     assert result.frees == ()
     assert [c.pool for c in result.claims] == ["pool-b"]
@@ -134,7 +138,7 @@ def test_a_running_slice_of_a_gang_is_never_given_back() -> None:
 def test_admission_limits_the_pools_a_cluster_may_claim() -> None:
     kwargs: dict[str, Any] = dict(
         pods=slice_pods("tpu-aaaaa", 0) + slice_pods("tpu-bbbbb", 1),
-        nodes=pool("pool-a") + pool("pool-b") + pool("pool-c"),
+        nodes=nodes_of("pool-a") + nodes_of("pool-b") + nodes_of("pool-c"),
     )
     only_c = plan(admission=Admission(pools=("pool-c",)), **kwargs)
     assert [c.pool for c in only_c.claims] == ["pool-c"]
@@ -279,10 +283,13 @@ def test_pool_request_counts_like_the_planner() -> None:
         hosts=4,
         desired_slices=3,
         gang=GangMode.ALL_SLICES,
-        pods=slice_pods("tpu-aaaaa", 0, gated=False, pinned="pool-a")
+        pods=slice_pods("tpu-aaaaa", 0, gated=False, pool="pool-a")
         + slice_pods("tpu-bbbbb", 1)
-        + slice_pods("tpu-ccccc", 2, created=1),
-        reservations=[ours("pool-a", "tpu-aaaaa", 0), ours("pool-b", "tpu-bbbbb", 1)],
+        + slice_pods("tpu-ccccc", 2, hosts=1),
+        reservations=[
+            reservation("pool-a", holder("tpu-aaaaa", 0)),
+            reservation("pool-b", holder("tpu-bbbbb", 1)),
+        ],
         priority=2,
         created="2026-12-01T00:00:00Z",
     )
@@ -291,7 +298,7 @@ def test_pool_request_counts_like_the_planner() -> None:
 
 
 def test_shape_pools_reads_eligibility_holders_and_blocks() -> None:
-    nodes = pool("pool-a") + pool("pool-b", not_ready=1)
+    nodes = nodes_of("pool-a") + nodes_of("pool-b", not_ready=1)
     index = pool_index(nodes, "tpu-v6e-slice", "4x4")
     facts = shape_pools(index, [ReservationInfo("pool-a", OTHER)], hosts=4, chips_per_host=4)
     assert [(p.name, p.eligible, p.holder) for p in facts] == [

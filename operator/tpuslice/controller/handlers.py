@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
 import kopf
@@ -500,12 +500,14 @@ async def sweep_forever(
     watches: Watches,
     indexed: asyncio.Event,
     config: OperatorConfig,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> None:
     """``sweep_once`` every ``config.sweep_seconds``, never before kopf's indexes are filled
-    (an empty index of clusters would make every holder look gone)."""
+    (an empty index of clusters would make every holder look gone). ``sleep`` is the pause
+    between rounds; a test passes a fake one to run the rounds at its own pace."""
     await indexed.wait()
     while True:
-        await asyncio.sleep(config.sweep_seconds)
+        await sleep(config.sweep_seconds)
         try:
             await sweep_once(kube, indices, watches, config.namespaces)
         except Exception as exc:  # the next round tries again

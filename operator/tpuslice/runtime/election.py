@@ -101,13 +101,18 @@ class Elector:
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
         health: Health | None = None,
         metrics: Metrics | None = None,
+        wait: Callable[[threading.Event, float], bool] = threading.Event.wait,
     ) -> None:
+        """``clock`` times the deadlines and ``wait`` paces the loops (it returns True once
+        the event is set, else after the seconds); a test passes a fake clock's pair so the
+        loops advance with that clock instead of with real time."""
         self.store = store
         self.namespace = namespace
         self.name = name
         self.timings = timings or Timings()
         self._clock = clock
         self._wall = wall
+        self._wait = wait
         self._health = health
         self._metrics = metrics
         self._lock = threading.Lock()
@@ -218,7 +223,7 @@ class Elector:
                 self._health.beat()
             if self.attempt():
                 return True
-            stop.wait(self.timings.retry_period * random.uniform(1.0, leader.JITTER))
+            self._wait(stop, self.timings.retry_period * random.uniform(1.0, leader.JITTER))
         return False
 
     def keep(
@@ -235,7 +240,7 @@ class Elector:
             self._metrics.leading(True)
 
         def renew() -> None:
-            while not self._stop.wait(self.timings.retry_period):
+            while not self._wait(self._stop, self.timings.retry_period):
                 if not alive():
                     log.warning("not renewing the Lease %s: this instance is not alive", self.lease)
                     continue
@@ -248,7 +253,7 @@ class Elector:
                     )
 
         def watch() -> None:
-            while not self._stop.wait(WATCHDOG_SECONDS):
+            while not self._wait(self._stop, WATCHDOG_SECONDS):
                 reason = self.stop_reason()
                 if reason is not None:
                     if self._metrics is not None:
