@@ -1,10 +1,11 @@
 # syntax=docker/dockerfile:1
 # The tpuslice-operator image: `tpuslice run` as a non-root user on a slim,
-# version-pinned Python. Two stages: the first builds wheels of the operator and
-# its runtime dependencies (no compilers or test tools reach the image), the
-# second installs only those wheels. `make image-check` runs the same two pip
-# commands in a fresh virtual environment, and hadolint lints this file (no
-# Docker engine is needed for either).
+# version-pinned Python. Two stages: the first collects the runtime dependencies
+# exactly as requirements.lock pins them (each file checked against its sha256)
+# and builds the operator's own wheel (no compilers or test tools reach the
+# image), the second installs only those wheels, with no index. `make
+# image-check` runs the same pip commands in a fresh virtual environment, and
+# hadolint lints this file (no Docker engine is needed for either).
 #
 # Build:  docker build -t tpuslice-operator:0.1.0 .
 # Pin the base by digest in your own registry mirror for fully reproducible builds.
@@ -14,10 +15,17 @@ ARG PYTHON_IMAGE=python:3.11.14-slim-trixie
 FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+# Every runtime dependency, and only the files the lock names: pip refuses an
+# unpinned or unhashed requirement and a download whose sha256 differs, and takes
+# wheels only, so no sdist's build code runs. `make lock` regenerates the lock from
+# pyproject.toml. Copied before the source, this layer outlives code changes.
+COPY requirements.lock ./
+RUN pip wheel --wheel-dir /wheels --require-hashes --only-binary=:all: -r requirements.lock
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
-# The operator and every runtime dependency as wheels; the [test] extra is not used.
-RUN pip wheel --wheel-dir /wheels .
+# The operator's own wheel; its dependencies are the ones above, and the [test]
+# extra is not used.
+RUN pip wheel --wheel-dir /wheels --no-deps .
 
 FROM ${PYTHON_IMAGE}
 ARG VERSION=0.1.0
@@ -27,7 +35,8 @@ LABEL org.opencontainers.image.title="tpuslice-operator" \
       org.opencontainers.image.licenses="Apache-2.0"
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-# --no-index: exactly the wheels built above, nothing fetched at this stage.
+# --no-index: exactly the wheels collected above, nothing fetched at this stage; a
+# dependency missing from the lock fails here.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels tpuslice-operator==${VERSION}
 # 65532: a numeric non-root user, so runAsNonRoot can be verified by the kubelet.

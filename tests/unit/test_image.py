@@ -1,6 +1,6 @@
 """The Dockerfile, checked without a Docker engine: hadolint, and the promises it makes.
 
-`make image-check` goes further and runs its two pip commands in a fresh venv.
+`make image-check` goes further and runs its pip commands in a fresh venv.
 Not checked anywhere here: that the base tag exists in the registry and that
 the image builds and runs under a container runtime.
 """
@@ -46,6 +46,29 @@ def test_multi_stage_non_root_entrypoint_and_labels() -> None:
     assert "--no-index" in DOCKERFILE and "[test]" not in DOCKERFILE.split("FROM")[-1]
 
 
+def _pip_steps(text: str) -> list[list[str]]:
+    """Each `pip wheel`/`pip install` command in order (comments dropped, continuation
+    lines joined): the verb and the options the image's supply chain rests on."""
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    commands = re.findall(r'pip"? (wheel|install) (-[^\n]*)', code.replace("\\\n", " "))
+    kept = ("--require-hashes", "--only-binary=", "--no-deps", "--no-index", "-r")
+    return [[verb, *(w for w in rest.split() if w.startswith(kept))] for verb, rest in commands]
+
+
+def test_dependencies_are_the_locked_files_and_image_check_runs_the_same_steps() -> None:
+    """The build stage takes the runtime dependencies from requirements.lock, each file
+    checked against its hash, wheels only; the final stage fetches nothing. `make
+    image-check` proves these steps only while it runs the same ones."""
+    steps = _pip_steps(DOCKERFILE)
+    assert steps == [
+        ["wheel", "--require-hashes", "--only-binary=:all:", "-r"],
+        ["wheel", "--no-deps"],
+        ["install", "--no-index"],
+    ]
+    assert "-r requirements.lock" in DOCKERFILE and "\nCOPY requirements.lock ./\n" in DOCKERFILE
+    assert _pip_steps((ROOT / "hack" / "image_check.sh").read_text()) == steps
+
+
 def test_versions_agree() -> None:
     """Image, package and chart appVersion are released together."""
     (version,) = re.findall(r"^ARG VERSION=(\S+)$", DOCKERFILE, flags=re.MULTILINE)
@@ -62,7 +85,7 @@ def test_chart_runs_as_the_image_user() -> None:
 
 def test_wheel_ships_only_the_operator(tmp_path: Path) -> None:
     """The local cluster, fakes and benchmark never reach users' wheel or image."""
-    # What the Dockerfile's build stage copies, built as it builds it (`pip wheel .`).
+    # What the Dockerfile's build stage copies, built as it builds it (`pip wheel --no-deps .`).
     src = tmp_path / "src"
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
