@@ -8,11 +8,22 @@
 # hadolint lints this file (no Docker engine is needed for either).
 #
 # Build:  docker build -t tpuslice-operator:0.1.0 .
-# Pin the base by digest in your own registry mirror for fully reproducible builds.
-
+#
+# The base. A tag can be moved (the official images are rebuilt for Debian
+# updates); a digest cannot. PYTHON_IMAGE_DIGEST pins the base by content: "@"
+# and the digest of the tag's image index, as `docker buildx imagetools inspect
+# python:3.11.14-slim-trixie` or `crane digest python:3.11.14-slim-trixie` print it:
+#   docker build --build-arg PYTHON_IMAGE_DIGEST=@sha256:<64 hex> -t tpuslice-operator:0.1.0 .
+# Both stages then start FROM python:3.11.14-slim-trixie@sha256:<64 hex>: the
+# digest decides, the tag only names it. Empty, the default (no digest is
+# recorded here yet): the tag as the registry serves it at build time.
+# PYTHON_IMAGE names a mirror's copy instead (an exact copy keeps the digest); a
+# builder that refuses a tag and a digest together takes the whole reference
+# there (python@sha256:<64 hex>) with PYTHON_IMAGE_DIGEST left empty.
 ARG PYTHON_IMAGE=python:3.11.14-slim-trixie
+ARG PYTHON_IMAGE_DIGEST=
 
-FROM ${PYTHON_IMAGE} AS build
+FROM ${PYTHON_IMAGE}${PYTHON_IMAGE_DIGEST} AS build
 WORKDIR /src
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 # Every runtime dependency, and only the files the lock names: pip refuses an
@@ -27,7 +38,7 @@ COPY operator/ operator/
 # extra is not used.
 RUN pip wheel --wheel-dir /wheels --no-deps .
 
-FROM ${PYTHON_IMAGE}
+FROM ${PYTHON_IMAGE}${PYTHON_IMAGE_DIGEST}
 ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="tpuslice-operator" \
       org.opencontainers.image.description="Kubernetes operator extending KubeRay for Google Cloud TPUs on GKE" \

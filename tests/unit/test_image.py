@@ -35,6 +35,17 @@ def test_base_is_slim_python_pinned_to_a_patch_release_and_debian() -> None:
     assert re.fullmatch(r"python:3\.11\.\d+-slim-[a-z]+", base), base
 
 
+def test_base_digest_is_a_build_argument_of_both_stages() -> None:
+    """`--build-arg PYTHON_IMAGE_DIGEST=@sha256:...` pins the base by content; a default,
+    once recorded, must have a digest's form (tpusim's stand-in build sets it empty)."""
+    froms = re.findall(r"^FROM (\S+)", DOCKERFILE, flags=re.MULTILINE)
+    assert froms == ["${PYTHON_IMAGE}${PYTHON_IMAGE_DIGEST}"] * 2
+    (digest,) = re.findall(r"^ARG PYTHON_IMAGE_DIGEST=(\S*)$", DOCKERFILE, flags=re.MULTILINE)
+    assert digest == "" or re.fullmatch(r"@sha256:[0-9a-f]{64}", digest), digest
+    # Declared before the first FROM: only such ARGs can be used in a FROM line.
+    assert DOCKERFILE.index("ARG PYTHON_IMAGE_DIGEST=") < DOCKERFILE.index("\nFROM ")
+
+
 def test_multi_stage_non_root_entrypoint_and_labels() -> None:
     assert len(re.findall(r"^FROM ", DOCKERFILE, flags=re.MULTILINE)) == 2
     (user,) = re.findall(r"^USER (\S+)$", DOCKERFILE, flags=re.MULTILINE)
