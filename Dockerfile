@@ -35,7 +35,9 @@ RUN pip wheel --wheel-dir /wheels --require-hashes --only-binary=:all: -r requir
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
 # The operator's own wheel; its dependencies are the ones above, and the [test]
-# extra is not used.
+# extra is not used. Not hash-checked: the build backend (setuptools, from
+# pyproject's [build-system]) that pip's isolated build fetches for this step; it
+# only packs our source and does not reach the image.
 RUN pip wheel --wheel-dir /wheels --no-deps .
 
 FROM ${PYTHON_IMAGE}${PYTHON_IMAGE_DIGEST}
