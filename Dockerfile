@@ -1,25 +1,46 @@
 # syntax=docker/dockerfile:1
 # The tpuslice-operator image: `tpuslice run` as a non-root user on a slim,
-# version-pinned Python. Two stages: the first builds wheels of the operator and
-# its runtime dependencies (no compilers or test tools reach the image), the
-# second installs only those wheels. `make image-check` runs the same two pip
-# commands in a fresh virtual environment, and hadolint lints this file (no
-# Docker engine is needed for either).
+# version-pinned Python. Two stages: the first collects the runtime dependencies
+# exactly as requirements.lock pins them (each file checked against its sha256)
+# and builds the operator's own wheel (no compilers or test tools reach the
+# image), the second installs only those wheels, with no index. `make
+# image-check` runs the same pip commands in a fresh virtual environment, and
+# hadolint lints this file (no Docker engine is needed for either).
 #
 # Build:  docker build -t tpuslice-operator:0.1.0 .
-# Pin the base by digest in your own registry mirror for fully reproducible builds.
-
+#
+# The base. A tag can be moved (the official images are rebuilt for Debian
+# updates); a digest cannot. PYTHON_IMAGE_DIGEST pins the base by content: "@"
+# and the digest of the tag's image index, as `docker buildx imagetools inspect
+# python:3.11.14-slim-trixie` or `crane digest python:3.11.14-slim-trixie` print it:
+#   docker build --build-arg PYTHON_IMAGE_DIGEST=@sha256:<64 hex> -t tpuslice-operator:0.1.0 .
+# Both stages then start FROM python:3.11.14-slim-trixie@sha256:<64 hex>: the
+# digest decides, the tag only names it. Empty, the default (no digest is
+# recorded here yet): the tag as the registry serves it at build time.
+# PYTHON_IMAGE names a mirror's copy instead (an exact copy keeps the digest); a
+# builder that refuses a tag and a digest together takes the whole reference
+# there (python@sha256:<64 hex>) with PYTHON_IMAGE_DIGEST left empty.
 ARG PYTHON_IMAGE=python:3.11.14-slim-trixie
+ARG PYTHON_IMAGE_DIGEST=
 
-FROM ${PYTHON_IMAGE} AS build
+FROM ${PYTHON_IMAGE}${PYTHON_IMAGE_DIGEST} AS build
 WORKDIR /src
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+# Every runtime dependency, and only the files the lock names: pip refuses an
+# unpinned or unhashed requirement and a download whose sha256 differs, and takes
+# wheels only, so no sdist's build code runs. `make lock` regenerates the lock from
+# pyproject.toml. Copied before the source, this layer outlives code changes.
+COPY requirements.lock ./
+RUN pip wheel --wheel-dir /wheels --require-hashes --only-binary=:all: -r requirements.lock
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
-# The operator and every runtime dependency as wheels; the [test] extra is not used.
-RUN pip wheel --wheel-dir /wheels .
+# The operator's own wheel; its dependencies are the ones above, and the [test]
+# extra is not used. Not hash-checked: the build backend (setuptools, from
+# pyproject's [build-system]) that pip's isolated build fetches for this step; it
+# only packs our source and does not reach the image.
+RUN pip wheel --wheel-dir /wheels --no-deps .
 
-FROM ${PYTHON_IMAGE}
+FROM ${PYTHON_IMAGE}${PYTHON_IMAGE_DIGEST}
 ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="tpuslice-operator" \
       org.opencontainers.image.description="Kubernetes operator extending KubeRay for Google Cloud TPUs on GKE" \
@@ -27,7 +48,8 @@ LABEL org.opencontainers.image.title="tpuslice-operator" \
       org.opencontainers.image.licenses="Apache-2.0"
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-# --no-index: exactly the wheels built above, nothing fetched at this stage.
+# --no-index: exactly the wheels collected above, nothing fetched at this stage; a
+# dependency missing from the lock fails here.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-index --find-links=/wheels tpuslice-operator==${VERSION}
 # 65532: a numeric non-root user, so runAsNonRoot can be verified by the kubelet.

@@ -116,6 +116,14 @@ test-realnode: tools $(STAMP) realnode-deps ## Real-node tier: the chart's opera
 image: $(STAMP) ## Build the operator image (docker if a daemon answers, else buildah on a local base)
 	bash hack/image.sh
 
+# The image's dependencies: requirements.lock pins every runtime dependency of the
+# wheel with hashes; the Dockerfile installs only those files. Not run by `make test`
+# (needs PyPI); tests/unit/test_lock.py checks the lock against pyproject.toml.
+LOCK_ARGS ?=
+.PHONY: lock
+lock: ## Regenerate requirements.lock from pyproject.toml (uv in a throwaway venv; LOCK_ARGS=--upgrade for the newest releases)
+	bash hack/lock.sh $(LOCK_ARGS)
+
 # ---------------------------------------------------------------- benchmark
 # Not part of `make test`: starts its own local cluster, minutes (small) to an hour (large).
 SCALE ?= small

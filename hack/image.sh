@@ -9,7 +9,10 @@
 #     the tools cache), builds with `buildah bud --layers` and exports a
 #     docker-archive tar for `ctr images import` (path printed at the end).
 #
-# BUILDER=docker|buildah forces one; IMAGE=name overrides the docker tag's name.
+# BUILDER=docker|buildah forces one; IMAGE=name overrides the docker tag's name;
+# PYTHON_IMAGE_DIGEST=@sha256:... pins the docker build's base by digest (see the
+# Dockerfile). The buildah build is always on the stand-in, which has no digest of
+# the official image.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -27,7 +30,11 @@ if [[ -z $builder ]]; then
 fi
 case $builder in
   docker)
-    exec docker build -t "${IMAGE:-tpuslice-operator}:$version" .
+    args=()
+    if [[ -n ${PYTHON_IMAGE_DIGEST:-} ]]; then
+      args+=(--build-arg "PYTHON_IMAGE_DIGEST=$PYTHON_IMAGE_DIGEST")
+    fi
+    exec docker build "${args[@]}" -t "${IMAGE:-tpuslice-operator}:$version" .
     ;;
   buildah)
     # Needs root (debootstrap, chroot, buildah's storage) and the project's .venv.

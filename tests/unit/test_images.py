@@ -103,6 +103,7 @@ def test_context_follows_the_project_dockerignore(tmp_path: Path) -> None:
         tmp_path,
         {
             "pyproject.toml": "",
+            "requirements.lock": "",
             "README.md": "",
             "Dockerfile": "",
             "operator/tpuslice/cli.py": "",
@@ -119,6 +120,7 @@ def test_context_follows_the_project_dockerignore(tmp_path: Path) -> None:
         "operator/tpuslice/cli.py",
         "operator/tpuslice/data/x.yaml",
         "pyproject.toml",
+        "requirements.lock",
     ]
 
 
@@ -135,8 +137,9 @@ def test_context_files_of_this_repo_are_small() -> None:
     """Walks only what .dockerignore admits (not .git or .venv)."""
     rules = images.parse_dockerignore((ROOT / ".dockerignore").read_text())
     files = images.context_files(ROOT, rules)
-    assert "pyproject.toml" in files and "operator/tpuslice/main/cli.py" in files
-    assert {f.split("/")[0] for f in files} <= {"pyproject.toml", "README.md", "operator"}
+    assert {"pyproject.toml", "requirements.lock", "operator/tpuslice/main/cli.py"} <= set(files)
+    top = {"pyproject.toml", "requirements.lock", "README.md", "operator"}
+    assert {f.split("/")[0] for f in files} <= top
     assert not [f for f in files if "__pycache__" in f]
 
 

@@ -8,7 +8,8 @@ Docker nor a registry is available here, so:
    image on GKE) cannot be pulled. A stand-in is made with ``debootstrap`` (Debian
    bookworm's Python 3.11, a venv at /opt/python so ``pip`` behaves as in the
    official image) and committed into buildah's storage under the exact FROM name,
-   so the build never tries to pull. It is built once per recipe hash.
+   so the build never tries to pull. It is built once per recipe hash. The build
+   sets ``PYTHON_IMAGE_DIGEST`` empty: a stand-in has no digest of the official image.
 2. **Operator.** ``buildah bud`` of the Dockerfile from the repo root, tagged
    with the pyproject version and a content tag (hash of what .dockerignore
    admits, the Dockerfile and the base recipe), exported to a docker-archive tar
@@ -868,6 +869,7 @@ def build_images(
                 version=version,
                 tar_prefix=f"tpuslice-operator-{version}-",
                 key=key,
+                build_args={"PYTHON_IMAGE_DIGEST": ""},
             )
 
             ray_image = None
