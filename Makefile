@@ -24,11 +24,16 @@ install: $(STAMP) ## Create .venv with the operator and its test tools
 dev: install ## Same as install
 
 # ---------------------------------------------------------------- checks
-.PHONY: test test-unit test-contract lint verify sync-crds manifests image-check chart-lint
-test: test-unit image-check test-contract test-e2e test-realnode ## Run every test tier (unit, image install check, Ray contract, e2e on the local cluster, then the real-node tier)
+.PHONY: test test-unit test-harness test-contract lint verify sync-crds manifests image-check chart-lint
+test: test-unit test-harness image-check test-contract test-e2e test-realnode ## Run every test tier (unit, the harness's own tests, image install check, Ray contract, e2e on the local cluster, then the real-node tier)
 
 test-unit: tools $(STAMP) ## Unit tests (seconds; the chart tests use the helm that `make tools` builds)
 	$(PY) -m pytest tests/unit -q
+
+# The harness (tpusim, the benchmark) is not the product: its tests are a tier of
+# their own, next to its code.
+test-harness: tools $(STAMP) ## Unit tests of the test harness: tpusim and the benchmark (seconds; KWOK's stages from `make tools`)
+	$(PY) -m pytest hack/tpusim/tests -q
 
 test-contract: $(STAMP) ## Ray contract tier: our TPU identity through real Ray (local Ray processes, ~1 min)
 	$(PY) -m pytest tests/contract -q

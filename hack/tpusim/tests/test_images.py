@@ -17,7 +17,7 @@ import pytest
 from tpusim import images
 from tpusim.images import BaseRecipe, Buildah
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_short_names_qualify_as_docker_does() -> None:
@@ -135,7 +135,7 @@ def test_context_files_of_this_repo_are_small() -> None:
     """Walks only what .dockerignore admits (not .git or .venv)."""
     rules = images.parse_dockerignore((ROOT / ".dockerignore").read_text())
     files = images.context_files(ROOT, rules)
-    assert "pyproject.toml" in files and "operator/tpuslice/cli.py" in files
+    assert "pyproject.toml" in files and "operator/tpuslice/__init__.py" in files
     assert {f.split("/")[0] for f in files} <= {"pyproject.toml", "README.md", "operator"}
     assert not [f for f in files if "__pycache__" in f]
 
