@@ -31,18 +31,19 @@ test-unit: tools $(STAMP) ## Unit tests (seconds; the chart tests use the helm t
 	$(PY) -m pytest tests/unit -q
 
 # The harness (tpusim, the benchmark) is not the product: its tests are a tier of
-# their own, next to its code.
+# their own, next to its code, and like that code they never import the operator.
 test-harness: tools $(STAMP) ## Unit tests of the test harness: tpusim and the benchmark (seconds; KWOK's stages from `make tools`)
-	$(PY) -m pytest hack/tpusim/tests -q
+	$(PY) -m pytest hack/tpusim/tests hack/bench/tests -q
 
 test-contract: $(STAMP) ## Ray contract tier: our TPU identity through real Ray (local Ray processes, ~1 min)
 	$(PY) -m pytest tests/contract -q
 
 lint: $(STAMP) ## ruff and mypy (the product, tpusim, the benchmark, and the unit tests' fake against kube.ClusterApi)
-	$(VENV)/bin/ruff check operator tests hack/tpusim hack/bench.py
-	$(VENV)/bin/ruff format --check operator tests hack/tpusim hack/bench.py
+	$(VENV)/bin/ruff check operator tests hack/tpusim hack/bench
+	$(VENV)/bin/ruff format --check operator tests hack/tpusim hack/bench
 	$(VENV)/bin/mypy
-	$(VENV)/bin/mypy tests/support/fake_kube.py hack/bench.py
+	$(VENV)/bin/mypy tests/support/fake_kube.py
+	$(VENV)/bin/mypy hack/bench
 
 sync-crds: ## Copy crds/ (the one source) into the chart and manifests/
 	$(PYTHON) hack/sync_crds.py
@@ -114,10 +115,10 @@ BENCH_PLOT ?= docs/bench-scaling.svg
 
 .PHONY: bench bench-plot
 bench: tools $(STAMP) ## Operator vs KubeRay on the local cluster (SCALE=small|medium|large, BENCH_ARGS=--profile); .bench/results-$(SCALE).json
-	$(PY) -P hack/bench.py --scale $(SCALE) $(BENCH_ARGS)
+	$(PY) hack/bench --scale $(SCALE) $(BENCH_ARGS)
 
 bench-plot: $(STAMP) ## Plot the figures against scale from the .bench/results-*.json present into $(BENCH_PLOT)
-	$(PY) -P hack/bench.py --plot $(BENCH_PLOT)
+	$(PY) hack/bench --plot $(BENCH_PLOT)
 
 # ---------------------------------------------------------------- demo
 .PHONY: demo demo-capacity demo-down

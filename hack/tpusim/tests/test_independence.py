@@ -1,6 +1,7 @@
-"""The harness is independent of the operator it tests: a fake GKE that took its labels
-from the operator's tables would mirror a wrong label there, and certificates made by
-the operator's own code would hide a bug in it; every e2e scenario would still pass."""
+"""The harness (tpusim, the benchmark) is independent of the operator it tests: a fake GKE
+that took its labels from the operator's tables would mirror a wrong label there, and
+certificates made by the operator's own code would hide a bug in it; every e2e scenario
+would still pass. Nor does it break when the operator moves a module."""
 
 from __future__ import annotations
 
@@ -27,4 +28,12 @@ def _imports(folder: Path) -> dict[str, set[str]]:
 def test_tpusim_never_imports_the_operator() -> None:
     found = _imports(ROOT / "hack" / "tpusim")
     assert "hack/tpusim/tpusim/certs.py" in found
+    assert not [f for f, names in found.items() if "tpuslice" in names]
+
+
+def test_the_benchmark_never_imports_the_operator() -> None:
+    """It starts the operator and renders with the `tpuslice` command, and names the
+    operator's API from bench.operator_api."""
+    found = _imports(ROOT / "hack" / "bench")
+    assert "hack/bench/bench/runs.py" in found
     assert not [f for f, names in found.items() if "tpuslice" in names]
