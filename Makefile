@@ -24,8 +24,8 @@ install: $(STAMP) ## Create .venv with the operator and its test tools
 dev: install ## Same as install
 
 # ---------------------------------------------------------------- checks
-.PHONY: test test-static test-unit test-chart test-contract lint lint-imports verify verify-crds verify-manifests sync-crds manifests image-check chart-lint
-test: test-static test-unit image-check test-contract test-chart test-e2e test-realnode ## Every tier, fastest first: static checks, unit, image install check, Ray contract, chart (helm), e2e on the local cluster, real node
+.PHONY: test test-static test-unit test-harness test-chart test-contract lint lint-imports verify verify-crds verify-manifests sync-crds manifests image-check chart-lint
+test: test-static test-unit test-harness image-check test-contract test-chart test-e2e test-realnode ## Every tier, fastest first: static checks, unit, the harness's own tests, image install check, Ray contract, chart (helm), e2e on the local cluster, real node
 
 test-static: lint verify-crds ## Static stage (a minute, no Go tools): ruff, strict mypy, the import contracts, the CRD copies
 
@@ -35,14 +35,20 @@ test-unit: $(STAMP) ## Unit tests (no cluster and no Go tools)
 test-chart: tools $(STAMP) verify-manifests ## The chart rendered by helm (the helm that `make tools` builds), manifests/ in step with it
 	$(PY) -m pytest tests/chart -q
 
+# The harness (tpusim, the benchmark) is not the product: its tests are a tier of
+# their own, next to its code, and like that code they never import the operator.
+test-harness: tools $(STAMP) ## Unit tests of the test harness: tpusim and the benchmark (seconds; KWOK's stages from `make tools`)
+	$(PY) -m pytest hack/tpusim/tests hack/bench/tests -q
+
 test-contract: $(STAMP) ## Ray contract tier: our TPU identity through real Ray (local Ray processes, ~1 min)
 	$(PY) -m pytest tests/contract -q
 
 lint: $(STAMP) lint-imports ## ruff and strict mypy (the product, tpusim, the benchmark, and the unit tests' fake against kube.ClusterApi)
-	$(VENV)/bin/ruff check operator tests hack/tpusim hack/bench.py
-	$(VENV)/bin/ruff format --check operator tests hack/tpusim hack/bench.py
+	$(VENV)/bin/ruff check operator tests hack/tpusim hack/bench
+	$(VENV)/bin/ruff format --check operator tests hack/tpusim hack/bench
 	$(VENV)/bin/mypy
-	$(VENV)/bin/mypy tests/support/fake_kube.py hack/bench.py
+	$(VENV)/bin/mypy tests/support/fake_kube.py
+	$(VENV)/bin/mypy hack/bench
 
 lint-imports: $(STAMP) ## The layering rules of docs/architecture.md ([tool.importlinter] in pyproject.toml)
 	PYTHONPATH=operator $(VENV)/bin/lint-imports
@@ -132,10 +138,10 @@ BENCH_PLOT ?= docs/bench-scaling.svg
 
 .PHONY: bench bench-plot
 bench: tools $(STAMP) ## Operator vs KubeRay on the local cluster (SCALE=small|medium|large, BENCH_ARGS=--profile); .bench/results-$(SCALE).json
-	$(PY) -P hack/bench.py --scale $(SCALE) $(BENCH_ARGS)
+	$(PY) hack/bench --scale $(SCALE) $(BENCH_ARGS)
 
 bench-plot: $(STAMP) ## Plot the figures against scale from the .bench/results-*.json present into $(BENCH_PLOT)
-	$(PY) -P hack/bench.py --plot $(BENCH_PLOT)
+	$(PY) hack/bench --plot $(BENCH_PLOT)
 
 # ---------------------------------------------------------------- demo
 .PHONY: demo demo-capacity demo-down

@@ -7,7 +7,6 @@ the image builds and runs under a container runtime.
 
 from __future__ import annotations
 
-import ast
 import re
 import shutil
 import subprocess
@@ -116,24 +115,3 @@ def test_wheel_ships_only_the_operator(tmp_path: Path) -> None:
     assert packages == {"tpuslice"}, packages
     assert not [n for n in names if "devcluster" in n or "tpusim" in n]
     assert "tpuslice/main/cli.py" in names
-
-
-def test_dev_cluster_never_imports_operator_tables() -> None:
-    """The fake GKE takes its labels from its own table; only the PKI helper is shared."""
-    sim = ROOT / "hack" / "tpusim" / "tpusim"
-    imported: set[str] = set()
-    for source in sim.glob("*.py"):
-        for node in ast.walk(ast.parse(source.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                imported.add(node.module)
-            elif isinstance(node, ast.Import):
-                imported.update(alias.name for alias in node.names)
-    assert {m for m in imported if m.split(".")[0] == "tpuslice"} <= {"tpuslice.webhook"}
-    pki_only = [
-        alias.name
-        for source in sim.glob("*.py")
-        for node in ast.walk(ast.parse(source.read_text()))
-        if isinstance(node, ast.ImportFrom) and node.module == "tpuslice.webhook"
-        for alias in node.names
-    ]
-    assert set(pki_only) <= {"pki"}, pki_only

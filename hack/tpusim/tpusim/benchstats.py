@@ -1,4 +1,4 @@
-"""The arithmetic of `make bench` (hack/bench.py), pure and unit-tested without a cluster.
+"""The arithmetic of `make bench` (hack/bench), pure and unit-tested without a cluster.
 
 - percentiles and summaries of latencies (nearest rank);
 - per-cluster timelines: the first-seen time of each milestone of one cluster (TSC

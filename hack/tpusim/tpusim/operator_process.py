@@ -6,6 +6,10 @@ a kubeconfig names. Its identity webhook listens on loopback and its
 configuration points there by URL (or at ``webhook_url``, a balancer in front
 of several), which a local API server can reach.
 
+It is started as users start it, by the ``tpuslice`` console script of this
+interpreter's environment, never by a module path inside the operator: the
+harness does not import the operator or depend on how its modules are laid out.
+
 Leader election is on, as in ``tpuslice run``. Each OperatorProcess has an
 identity (``POD_NAME``) that it keeps across restarts, as a pod keeps its name
 when the kubelet restarts its container: a killed and restarted process leads
@@ -29,7 +33,20 @@ from prometheus_client.parser import text_string_to_metric_families
 from tpusim.kube import wait_for
 from tpusim.processes import free_port
 
-__all__ = ["OperatorProcess"]
+__all__ = ["OperatorProcess", "tpuslice_command"]
+
+
+def tpuslice_command() -> Path:
+    """The ``tpuslice`` console script installed next to this interpreter (``make install``
+    puts it in .venv/bin); found by name, not resolved, so a venv's symlinked python
+    still finds its own bin directory."""
+    path = Path(sys.executable).with_name("tpuslice")
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} is missing: the operator is not installed next to {sys.executable} "
+            "(make install)"
+        )
+    return path
 
 
 @dataclass
@@ -63,9 +80,7 @@ class OperatorProcess:
             log.flush()
             self.proc = subprocess.Popen(
                 [
-                    sys.executable,
-                    "-m",
-                    "tpuslice.main.cli",
+                    str(tpuslice_command()),
                     "run",
                     f"--kubeconfig={self.kubeconfig}",
                     f"--liveness-port={self.health_port}",

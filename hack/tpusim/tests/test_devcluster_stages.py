@@ -9,13 +9,13 @@ import yaml
 from tpusim.stages import DEAD_KUBELET_ANNOTATION, hold_deletion_on_dead_nodes, write_stages
 from tpusim.tools import ToolPaths
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TERM = {"key": f'.metadata.annotations["{DEAD_KUBELET_ANNOTATION}"]', "operator": "DoesNotExist"}
 
 
 def test_kwoks_own_pod_delete_stage_skips_pods_of_dead_nodes(tmp_path: Path) -> None:
     tools = ToolPaths.for_repo(REPO)
-    assert not tools.missing(), "make tools first (make test-unit does)"
+    assert not tools.missing(), "make tools first (make test-harness does)"
     written = write_stages(tools.kwok_stages, tmp_path)
     changed = [p for p in written if p.parent == tmp_path]
     assert [p.name for p in changed] == ["pod-delete.yaml"]

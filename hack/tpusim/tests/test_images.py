@@ -17,7 +17,7 @@ import pytest
 from tpusim import images
 from tpusim.images import BaseRecipe, Buildah
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_short_names_qualify_as_docker_does() -> None:

@@ -1,53 +1,59 @@
-"""`make bench` starts: its imports resolve (regression: after the dev cluster moved to
-hack/tpusim, `python hack/bench.py` imported the folder hack/tpusim as an empty namespace
-package instead of the installed tpusim, and the benchmark failed before it began)."""
+"""`make bench` starts, and its watch handlers, figures and table on made-up events.
+
+The entry is the folder hack/bench: `python hack/bench` puts hack/bench on sys.path, not
+hack/ (where the folder hack/tpusim once shadowed the installed tpusim as an empty
+namespace package, and the benchmark failed before it began)."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from bench.measure import status_patch_figures, timeline, webhook_figures
+from bench.report import fmt_ms, table
+from bench.scenario import HOSTS
+from bench.watches import Recorder
+
+REPO = Path(__file__).resolve().parents[3]
 
 
-def test_make_bench_runs_the_script_without_its_folder_on_the_path() -> None:
-    recipe = re.search(r"^bench:.*\n\t(.+)$", (REPO / "Makefile").read_text(), re.M)
-    assert recipe is not None and "-P hack/bench.py" in recipe.group(1)
+def _recipe(target: str) -> str:
+    recipe = re.search(rf"^{target}:.*\n\t(.+)$", (REPO / "Makefile").read_text(), re.M)
+    assert recipe is not None
+    return recipe.group(1)
 
 
-def test_the_bench_script_imports_and_answers_help() -> None:
+def test_make_bench_runs_the_folder() -> None:
+    assert _recipe("bench").startswith("$(PY) hack/bench --scale $(SCALE)")
+
+
+def test_the_bench_imports_without_the_operator_and_answers_help() -> None:
+    """Every module of the benchmark is imported before --help answers (cli imports the
+    runs, which import the rest); -X importtime lists each import on stderr."""
     done = subprocess.run(
-        [sys.executable, "-P", "hack/bench.py", "--help"],
+        [sys.executable, "-X", "importtime", "hack/bench", "--help"],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert "--scale" in done.stdout
+    assert "--scale" in done.stdout and "--plot PATH" in done.stdout
+    imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()]
+    assert "bench.runs" in imported and "tpusim" in imported
+    assert not [m for m in imported if m.split(".")[0] == "tpuslice"]
 
 
 # ---------------------------------------------------------------- the recorder's timeline
 # The benchmark's watch handlers fed with made-up events. The labels and the gate are
-# written out here (what KubeRay and the operator put on a pod), not taken from the
-# operator's constants.
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_under_test", REPO / "hack/bench.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
+# written out here (what KubeRay and the operator put on a pod), not taken from
+# bench.operator_api, so a wrong name there fails here.
 GATE = "tpuslice.dev/slice-reservation"
 
 
@@ -75,9 +81,8 @@ def _pod(
 
 
 def test_the_recorder_builds_one_clusters_timeline() -> None:
-    bench = _bench()
-    rec = bench.Recorder(namespace="ns")
-    hosts = bench.HOSTS
+    rec = Recorder(namespace="ns")
+    hosts = HOSTS
     rec.applied["c1"] = 10.0
     rec.on_tsc("ADDED", {"metadata": {"name": "c1"}}, 10.01)
     rec.on_raycluster("ADDED", {"metadata": {"name": "c1"}}, 10.5)
@@ -118,29 +123,27 @@ def test_the_recorder_builds_one_clusters_timeline() -> None:
     times = rec.timelines(["c1"], pods=1 + hosts, workers=hosts)["c1"]
     assert (times["pods_ready"], times["rc_ready"], times["tsc_ready"]) == (14, 15, 16.0)
     # on the way to Ready: 2 status changes (False, then True), 3 MODIFIED events
-    figures = bench.status_patch_figures(
+    figures = status_patch_figures(
         rec, ["c1"], {"requests": {"PATCH tpusliceclusters/status": 3.0}}
     )
     assert figures["status_patches_per_cluster"] == 3.0
     assert figures["status_changes_seen_per_cluster"]["max"] == 2.0
     assert figures["tsc_modified_seen_per_cluster"]["max"] == 3.0
-    rows = {r["key"]: r for r in bench.timeline(rec, ["c1"])}
+    rows = {r["key"]: r for r in timeline(rec, ["c1"])}
     assert rows["tsc_ready"]["at_s"]["p50"] == 6.0
     assert rows["reserved"]["step_s"]["p50"] == pytest.approx(11.2 - (11.1 + (hosts - 1) / 10))
 
 
 def test_webhook_figures_from_two_scrapes() -> None:
-    bench = _bench()
     before = {0.005: 10.0, 0.01: 10.0, 0.025: 10.0, math.inf: 10.0}
     after = {0.005: 100.0, 0.01: 108.0, 0.025: 110.0, math.inf: 110.0}
-    figures = bench.webhook_figures(before, after)
+    figures = webhook_figures(before, after)
     assert figures["count"] == 100.0
     assert figures["p99"]["le"] == 0.025 and figures["p50"]["le"] == 0.005
     assert figures["buckets"]["0.01"] == 98.0
 
 
 def test_the_table_prints_the_new_figures() -> None:
-    bench = _bench()
     result = {
         "clusters": 25,
         "nodes": 103,
@@ -152,16 +155,15 @@ def test_the_table_prints_the_new_figures() -> None:
         },
         "kuberay_first_pod_ratio": {"p50": 1.69, "p99": 1.5},
     }
-    text = bench.table(result)
+    text = table(result)
     assert "webhook admission in the burst p50/p99, handler (n; bucket)" in text
     assert "2.1ms / 9.0ms (-; p99 <= 10.0ms)" in text
     assert re.search(r"RayCluster -> first pod, operator/direct run p50/p99 +1.69 / 1.50", text)
     assert "5.00; status changes 5.00/6.00, MODIFIED 8.00/9.00" in text
-    assert bench.fmt_ms(math.inf) == "+Inf" and bench.fmt_ms(None) == "-"
+    assert fmt_ms(math.inf) == "+Inf" and fmt_ms(None) == "-"
 
 
 def test_make_bench_plot_writes_into_docs() -> None:
+    assert _recipe("bench-plot") == "$(PY) hack/bench --plot $(BENCH_PLOT)"
     makefile = (REPO / "Makefile").read_text()
-    recipe = re.search(r"^bench-plot:.*\n\t(.+)$", makefile, re.M)
-    assert recipe is not None and "-P hack/bench.py --plot $(BENCH_PLOT)" in recipe.group(1)
     assert re.search(r"^BENCH_PLOT \?= docs/bench-scaling.svg$", makefile, re.M)

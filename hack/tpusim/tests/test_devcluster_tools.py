@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tpusim.tools import ToolPaths, find_repo_root, read_versions
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_python_and_shell_agree_on_the_tools_dir(tmp_path: Path) -> None:
