@@ -15,6 +15,7 @@ only when a node of the shape changed in a way the decisions see.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -64,6 +65,8 @@ __all__ = [
     "queue_key",
     "shape_of",
 ]
+
+log = logging.getLogger(__name__)
 
 #: Re-plans within one pass after a lost claim (each may lose again to a faster holder).
 CLAIM_REPLANS = 2
@@ -453,11 +456,17 @@ class SliceActuator:
             )
 
     async def _free(self, ref: ClusterRef, pools: Sequence[str], snap: Snapshot) -> bool:
-        by_pool = {r.pool: r for r in snap.reservations}
+        """Delete the plan's frees, each conditional on the uid of the reservation the
+        plan saw (indexed, or created by us and not indexed yet)."""
+        by_pool = {r.pool: r for r in self.pending.reservations(snap.reservations)}
         for pool in pools:
-            if await self.kube.delete_reservation(pool):
+            held = by_pool.get(pool)
+            if held is None:
+                continue
+            if await self.kube.delete_reservation(pool, held.uid):
                 self.pending.reservation_deleted(pool, time.monotonic())
-                replica = by_pool[pool].holder.replica_name if pool in by_pool else "?"
+                replica = held.holder.replica_name
+                log.info("%s %s: freed node pool %s (slice %s)", ref.kind, ref, pool, replica)
                 await self.recorder.normal(
                     ref,
                     events.SLICE_RELEASED,
@@ -492,6 +501,13 @@ class SliceActuator:
                     held.append(claim.holder.replica_name)  # ours, from an earlier pass
                     continue
                 lost.append(claim.pool)
+                log.info(
+                    "%s %s: node pool %s claimed first by %s",
+                    ref.kind,
+                    ref,
+                    claim.pool,
+                    existing.holder.describe(),
+                )
                 self.metrics.claims_lost.inc()
                 await self.recorder.normal(
                     ref,
@@ -502,6 +518,13 @@ class SliceActuator:
                 continue
             self.pending.reservation_created(reservation_info(created), time.monotonic())
             held.append(claim.holder.replica_name)
+            log.info(
+                "%s %s: slice %s claimed node pool %s",
+                ref.kind,
+                ref,
+                claim.holder.replica_name,
+                claim.pool,
+            )
             await self.recorder.normal(
                 ref,
                 events.SLICE_RESERVED,
@@ -527,6 +550,13 @@ class SliceActuator:
             self.pending.pod_released(
                 release.namespace, release.name, release.pool, time.monotonic()
             )
+            log.info(
+                "released pod %s/%s of slice %s to node pool %s",
+                release.namespace,
+                release.name,
+                release.replica_name,
+                release.pool,
+            )
 
         await asyncio.gather(*(one(r) for r in releases))
 
@@ -540,3 +570,4 @@ class SliceActuator:
                 if not exc.not_found:
                     raise
             self.pending.reservation_bound(pool, time.monotonic())
+            log.info("node pool %s bound: every pod of its slice pinned", pool)

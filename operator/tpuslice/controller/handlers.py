@@ -430,7 +430,7 @@ async def tear_down(
     if remaining:
         return [p.name for p in remaining]
     for info in list(holder_index.get(uid, ())):
-        await kube.delete_reservation(info.pool)
+        await kube.delete_reservation(info.pool, info.uid)
     return []
 
 
@@ -486,7 +486,7 @@ async def sweep_once(
 
     freed = []
     for info in orphans(every, live_uid, replica_has_pods, tuple(namespaces)):
-        if await kube.delete_reservation(info.pool, uid=info.uid or None):
+        if await kube.delete_reservation(info.pool, info.uid):
             log.info(
                 "released node pool %s: its holder %s is gone", info.pool, info.holder.describe()
             )

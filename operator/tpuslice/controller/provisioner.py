@@ -479,9 +479,9 @@ class ProvisioningPass:
         if d.stalled and self.stall is None:
             self.stall = Stall(events.PROVISIONING_FAILED, d.stalled)
         if d.give_back and replica:
-            pool = next(
+            held = next(
                 (
-                    r.pool
+                    r
                     for r in self.p.pending.reservations(
                         self.snap.reservations if self.snap else ()
                     )
@@ -490,8 +490,8 @@ class ProvisioningPass:
                 None,
             )
             self.skip_release.add(replica)
-            if pool is not None and await self.p.kube.delete_reservation(pool):
-                self.p.pending.reservation_deleted(pool, time.monotonic())
+            if held is not None and await self.p.kube.delete_reservation(held.pool, held.uid):
+                self.p.pending.reservation_deleted(held.pool, time.monotonic())
             await self.p.recorder.normal(ref, d.reason or events.BOOKING_EXPIRED, d.message)
         if d.replace_slice and replica:
             self.skip_release.add(replica)
