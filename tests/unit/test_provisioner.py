@@ -310,14 +310,14 @@ def test_a_services_pass_for_one_raycluster_sees_only_its_requests() -> None:
     """A TPUSliceService plans each RayCluster apart: the pass for ``svc-a`` decides
     svc-a's requests and those of RayClusters the service no longer has, never the
     pending upgrade cluster's."""
-    from tpuslice.controller.expectations import PendingWrites
+    from tpuslice.controller.expectations import Expectations
     from tpuslice.controller.provisioner import Provisioner
     from tpuslice.controller.recorder import Recorder
     from tpuslice.model.records import ClusterRef
     from tpuslice.spec.parse import parse_slice_parts
 
     kube = FakeKube()
-    provisioner = Provisioner(kube, Recorder(kube), PendingWrites())
+    provisioner = Provisioner(kube, Recorder(kube), Expectations())
     mine = request("svc-a-s0-1", owner="svc-a")
     upgrade = request("svc-b-s0-1", owner="svc-b")
     dead = request("svc-old-s0-1", owner="svc-old")

@@ -6,7 +6,7 @@ SliceReservation is the atomic claim; AlreadyExists means another was first,
 and the pass re-plans at once with the winner's reservation known), release
 whole slices whose claim held (every pod of the slice in one burst of
 patches), and mark fully pinned reservations Bound. Each write is recorded in
-``PendingWrites`` until the watches show it.
+``Expectations`` until the watches show it.
 
 ``PoolIndexCache`` keeps each shape's pool index between passes; it is rebuilt
 only when a node of the shape changed in a way the decisions see.
@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tpuslice.controller.expectations import PendingWrites
+from tpuslice.controller.expectations import Expectations
 from tpuslice.controller.provisioner import Provisioner, ProvisioningPass
 from tpuslice.controller.recorder import Recorder
 from tpuslice.model import constants as c
@@ -301,7 +301,7 @@ class PoolIndexCache:
 @dataclass
 class SliceActuator:
     kube: ClusterApi
-    pending: PendingWrites
+    pending: Expectations
     recorder: Recorder
     metrics: Metrics
     pool_indexes: PoolIndexCache
@@ -330,6 +330,7 @@ class SliceActuator:
         shape = shape_of(spec)
         index = self.pool_indexes.index(shape, snap) or pool_index(snap.nodes, *shape)
         desired = desired_of(snap.cluster, spec) if desired_slices is None else desired_slices
+        self.pending.observed(snap.reservations, snap.pods)
         if keep_pools:
             await self._hand_over(ref, spec, snap, desired)
         prov = self.provisioner.begin(ref, spec, snap, previous) if self.provisioner else None
@@ -464,7 +465,7 @@ class SliceActuator:
             if held is None:
                 continue
             if await self.kube.delete_reservation(pool, held.uid):
-                self.pending.reservation_deleted(pool, time.monotonic())
+                self.pending.reservation_deleted(pool, time.monotonic(), held.uid)
                 replica = held.holder.replica_name
                 log.info("%s %s: freed node pool %s (slice %s)", ref.kind, ref, pool, replica)
                 await self.recorder.normal(

@@ -386,6 +386,7 @@ async def reservation_changed(type: str, body: kopf.Body, memo: kopf.Memo, **_: 
     keys = {info.holder.owner}
     if type == "DELETED":
         metrics.reservation_gone(info.pool)
+        memo.reconciler.pending.reservation_gone(info.pool, info.uid)
     else:
         metrics.reservation_seen(info.pool, info.phase)
     if type is None:

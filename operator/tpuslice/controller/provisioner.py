@@ -58,7 +58,7 @@ from tpuslice.capacity.requests import (
     slices_to_provision,
     worker_template_of,
 )
-from tpuslice.controller.expectations import TTL_SECONDS, PendingWrites
+from tpuslice.controller.expectations import Expectations
 from tpuslice.controller.recorder import Recorder
 from tpuslice.model import constants as c
 from tpuslice.model import events
@@ -157,58 +157,16 @@ class Provisioner:
 
     kube: ClusterApi
     recorder: Recorder
-    pending: PendingWrites
+    pending: Expectations
     kick_later: KickLater = _no_kick
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     _missing_until: float = 0.0
-    #: our writes the watch has not shown yet (as PendingWrites does for reservations):
-    #: requests created, (namespace, name) -> (owner, record, when); requests deleted
-    _made: dict[tuple[str, str], tuple[OwnerKey, ProvisioningRequestInfo, float]] = field(
-        default_factory=dict
-    )
-    _gone: dict[tuple[str, str], tuple[OwnerKey, float]] = field(default_factory=dict)
-    #: requests we marked retired (revoked-node-pool) before the watch shows it
-    _retired: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
-
-    def made(self, owner: OwnerKey, obj: Mapping[str, Any]) -> None:
-        info = provisioning_request_info(obj)
-        self._made[(info.namespace, info.name)] = (owner, info, time.monotonic())
-        self._gone.pop((info.namespace, info.name), None)
-
-    def retired(self, namespace: str, name: str, pool: str) -> None:
-        self._retired[(namespace, name)] = (pool, time.monotonic())
-
-    def deleted(self, owner: OwnerKey, namespace: str, name: str) -> None:
-        self._gone[(namespace, name)] = (owner, time.monotonic())
-        self._made.pop((namespace, name), None)
 
     def _expected(self, view: ProvisioningView, owner: OwnerKey) -> ProvisioningView:
-        """``view`` as it will be once the watch shows our own writes: a request we just
-        created is there, one we just deleted is not (each for up to TTL_SECONDS)."""
-        now = time.monotonic()
-        shown = {(r.namespace, r.name) for r in view.requests}
-        for key, (_, _, at) in list(self._made.items()):
-            if key in shown or now - at > TTL_SECONDS:
-                del self._made[key]
-        for key, (gone_owner, at) in list(self._gone.items()):
-            if (gone_owner == owner and key not in shown) or now - at > TTL_SECONDS:
-                del self._gone[key]
-        for key, (_, at) in list(self._retired.items()):
-            if now - at > TTL_SECONDS or any(
-                (r.namespace, r.name) == key and r.retired for r in view.requests
-            ):
-                del self._retired[key]
-        if not self._made and not self._gone and not self._retired:
-            return view
-        requests = [
-            replace(r, revoked_pool=self._retired[(r.namespace, r.name)][0])
-            if (r.namespace, r.name) in self._retired and not r.retired
-            else r
-            for r in view.requests
-            if (r.namespace, r.name) not in self._gone
-        ]
-        requests += [info for o, info, _ in self._made.values() if o == owner]
-        return replace(view, requests=tuple(requests))
+        """``view`` as it will be once the watch shows our own request writes (kept in
+        ``pending``, the one store of them); what ``view`` confirms is forgotten there."""
+        self.pending.requests_observed(owner, view.requests)
+        return replace(view, requests=tuple(self.pending.requests(owner, view.requests)))
 
     def begin(
         self,
@@ -491,7 +449,7 @@ class ProvisioningPass:
             )
             self.skip_release.add(replica)
             if held is not None and await self.p.kube.delete_reservation(held.pool, held.uid):
-                self.p.pending.reservation_deleted(held.pool, time.monotonic())
+                self.p.pending.reservation_deleted(held.pool, time.monotonic(), held.uid)
             await self.p.recorder.normal(ref, d.reason or events.BOOKING_EXPIRED, d.message)
         if d.replace_slice and replica:
             self.skip_release.add(replica)
@@ -528,7 +486,7 @@ class ProvisioningPass:
         if await self.p.kube.annotate_provisioning_request(
             request.namespace, request.name, {c.ANNOTATION_REVOKED_POOL: lost}
         ):
-            self.p.retired(request.namespace, request.name, lost)
+            self.p.pending.request_retired(request.namespace, request.name, lost, time.monotonic())
             log.info(
                 "kept ProvisioningRequest %s/%s (CapacityRevoked) until node pool %s has no nodes",
                 request.namespace,
@@ -547,7 +505,7 @@ class ProvisioningPass:
         message: str = "",
     ) -> None:
         deleted = await self.p.kube.delete_provisioning_request(namespace, name, uid or None)
-        self.p.deleted(_key(ref), namespace, name)
+        self.p.pending.request_deleted(_key(ref), namespace, name, time.monotonic())
         if deleted:
             log.info(
                 "deleted ProvisioningRequest %s/%s: %s", namespace, name, message or "leftover"
@@ -610,7 +568,9 @@ class ProvisioningPass:
                 await self.p.kube.delete_podtemplate(namespace, name)
                 raise
             return  # made by an earlier pass; the watch shows it soon, and its owner is fixed
-        self.p.made(_key(ref), created)
+        self.p.pending.request_created(
+            _key(ref), provisioning_request_info(created), time.monotonic()
+        )
         uid = str((created.get("metadata") or {}).get("uid") or "")
         if uid:
             await self._patch_template(

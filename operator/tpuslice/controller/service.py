@@ -165,7 +165,7 @@ class ServiceReconciler(Reconciler):
         ]
         for r in gone:
             if await self.kube.delete_reservation(r.pool, r.uid):
-                self.pending.reservation_deleted(r.pool, time.monotonic())
+                self.pending.reservation_deleted(r.pool, time.monotonic(), r.uid)
                 await self.recorder.normal(
                     ref,
                     events.SLICE_RELEASED,
