@@ -61,6 +61,7 @@ __all__ = [
     "decide",
     "group_requests",
     "history_from_status",
+    "lapsed",
     "podtemplate_body",
     "podtemplate_owner_references",
     "pool_matches_selector",
@@ -402,6 +403,14 @@ def group_requests(
     return newest, [r for r in extra if not r.deleting]
 
 
+def lapsed(request: ProvisioningRequestInfo) -> bool:
+    """Whether the request's capacity is over: Failed, its booking expired, or revoked."""
+    return any(
+        request.is_true(kind)
+        for kind in (c.PROVREQ_FAILED, c.PROVREQ_BOOKING_EXPIRED, c.PROVREQ_CAPACITY_REVOKED)
+    )
+
+
 def promised_pools(requests: Iterable[ProvisioningRequestInfo]) -> dict[str, str]:
     """Node pools a live provisioned request names (queued class): pool -> request name.
 
@@ -413,11 +422,8 @@ def promised_pools(requests: Iterable[ProvisioningRequestInfo]) -> dict[str, str
     out: dict[str, str] = {}
     for request in requests:
         pool = request.node_pool
-        lapsed = any(
-            request.is_true(kind)
-            for kind in (c.PROVREQ_FAILED, c.PROVREQ_BOOKING_EXPIRED, c.PROVREQ_CAPACITY_REVOKED)
-        )
-        if pool and request.is_true(c.PROVREQ_PROVISIONED) and not lapsed and not request.deleting:
+        live = not lapsed(request) and not request.deleting
+        if pool and request.is_true(c.PROVREQ_PROVISIONED) and live:
             out[pool] = request.name
     return out
 

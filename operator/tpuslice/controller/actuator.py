@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from tpuslice.capacity.constraints import NO_CONSTRAINTS, CapacityConstraints
 from tpuslice.controller.expectations import Expectations
 from tpuslice.controller.provisioner import Provisioner, ProvisioningPass
 from tpuslice.controller.recorder import Recorder
@@ -265,6 +266,14 @@ def decide_admission(
     return admission_for(decision, queue_key(ref))
 
 
+def constrained(index: PoolIndex, limits: CapacityConstraints) -> PoolIndex:
+    """The pool index narrowed to the pools capacity on demand lets this object use."""
+    if not limits.node_selector and not (limits.excluded & set(index.matching)):
+        return index
+    matching = {name: nodes for name, nodes in index.matching.items() if limits.allows(name, nodes)}
+    return PoolIndex(index.pools, matching)
+
+
 @dataclass
 class PoolIndexCache:
     """Pool indexes per shape, versioned by node changes the decisions see."""
@@ -334,11 +343,9 @@ class SliceActuator:
         if keep_pools:
             await self._hand_over(ref, spec, snap, desired)
         prov = self.provisioner.begin(ref, spec, snap, previous) if self.provisioner else None
-        if prov is not None:
-            index = prov.restrict(index)
-        preferred = previous_pools(previous)
-        if prov is not None:
-            preferred = prov.prefer(preferred)
+        limits = prov.constraints if prov is not None else NO_CONSTRAINTS
+        index = constrained(index, limits)
+        preferred = limits.prefer(previous_pools(previous))
 
         def plan() -> SlicePlan:
             pods = self.pending.pods(snap.pods)
@@ -352,8 +359,7 @@ class SliceActuator:
                 )
             else:
                 admission = None
-            if prov is not None:
-                admission = prov.admit(admission)
+            admission = limits.admit(admission)
             planned = plan_slices(
                 ref,
                 accelerator=spec.shape.generation.gke_accelerator,

@@ -46,14 +46,15 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from tpuslice.capacity.constraints import CapacityConstraints, constraints
 from tpuslice.capacity.requests import (
     consume_annotations,
     decide,
     group_requests,
     history_from_status,
+    lapsed,
     podtemplate_body,
     podtemplate_owner_references,
-    pool_matches_selector,
     request_body,
     slices_to_provision,
     worker_template_of,
@@ -64,7 +65,6 @@ from tpuslice.model import constants as c
 from tpuslice.model import events
 from tpuslice.model.convert import provisioning_request_info, timestamp
 from tpuslice.model.records import (
-    Admission,
     ClusterKey,
     ClusterRef,
     GangMode,
@@ -126,7 +126,7 @@ def promised_elsewhere(records: Iterable[OwnedRequest], owner: OwnerKey) -> froz
     others: set[str] = set()
     for record in records:
         info = record.info
-        if info.node_pool and not info.deleting and not _lapsed(info):
+        if info.node_pool and not info.deleting and not lapsed(info):
             (mine if record.owner == owner else others).add(info.node_pool)
     return frozenset(others - mine)
 
@@ -217,6 +217,12 @@ class ProvisioningPass:
         self.previous = previous
         self.now = now or datetime.now(UTC)
         self.promised = self.view.promised_elsewhere | self.view.revoked_pools
+        #: what this object's planning may use (``capacity.constraints``)
+        self.constraints = (
+            constraints(self.view, spec)
+            if spec is not None
+            else CapacityConstraints(excluded=self.promised)
+        )
         self.facts: dict[int, SliceFacts] = {}
         self._plan_slices: Sequence[SliceStatus] = ()
         self.active = spec is not None
@@ -228,43 +234,6 @@ class ProvisioningPass:
         self.extra: list[ProvisioningRequestInfo] = []
         if spec is not None:
             self.newest, self.extra = group_requests(self.view.requests)
-
-    # ---------------------------------------------------------------- before planning
-    @property
-    def _selector(self) -> Mapping[str, str]:
-        prov = self.spec.provisioning if self.spec is not None else None
-        return prov.node_selector if prov is not None and prov.enabled else {}
-
-    def restrict(self, index: PoolIndex) -> PoolIndex:
-        """The pool index this object plans over: without pools that lack the capacity
-        labels it selects, without pools promised to other objects' requests, and without
-        pools whose capacity GKE revoked (their nodes are about to be deleted)."""
-        selector = self._selector
-        if not selector and not (self.promised & set(index.matching)):
-            return index
-        matching = {
-            name: nodes
-            for name, nodes in index.matching.items()
-            if name not in self.promised and pool_matches_selector(nodes, selector)
-        }
-        return PoolIndex(index.pools, matching)
-
-    def prefer(self, previous_pools: Mapping[int, str]) -> dict[int, str]:
-        """Slice index -> preferred pool: the pool its own live request names first."""
-        out = dict(previous_pools)
-        for (_, index), request in self.newest.items():
-            pool = request.node_pool
-            if pool and request.is_true(c.PROVREQ_PROVISIONED) and not _lapsed(request):
-                out[index] = pool
-        return out
-
-    def admit(self, admission: Admission | None) -> Admission | None:
-        """NotEnoughPools is for objects that wait for pools to exist: one that asks for
-        capacity takes any free eligible pool it may, and asks for the rest."""
-        prov = self.spec.provisioning if self.spec is not None else None
-        if admission is None or not admission.stalled or prov is None or not prov.enabled:
-            return admission
-        return None
 
     # ---------------------------------------------------------------- after planning
     async def act(
@@ -326,7 +295,7 @@ class ProvisioningPass:
         prov = spec.provisioning if spec is not None else None
         if prov is None or prov.queued or request is None or fact.pool is None:
             return None
-        if fact.released or request.is_true(c.PROVREQ_PROVISIONED) or _lapsed(request):
+        if fact.released or request.is_true(c.PROVREQ_PROVISIONED) or lapsed(request):
             return None
         if fact.pool not in _fresh_pools([fact.pool], index, [request]):
             return None
@@ -372,11 +341,11 @@ class ProvisioningPass:
         # oldest outstanding request counts as a request's (it may even be seen before
         # the request's Provisioned: two watches). The rest serve the waiting slices by
         # index (slices_to_provision), so which slices ask stays put while they wait.
-        outstanding = [r for r in self.newest.values() if not _lapsed(r) and not r.deleting]
+        outstanding = [r for r in self.newest.values() if not lapsed(r) and not r.deleting]
         live = {
             k: r
             for k, r in self.newest.items()
-            if r.is_true(c.PROVREQ_PROVISIONED) and not _lapsed(r) and not r.deleting
+            if r.is_true(c.PROVREQ_PROVISIONED) and not lapsed(r) and not r.deleting
         }
         if prov is not None and prov.mode == ProvisioningMode.QUEUED:
             capacity = {r.node_pool for r in outstanding if r.node_pool}
@@ -639,7 +608,7 @@ class ProvisioningPass:
         prov = spec.provisioning if spec is not None else None
         if spec is None or prov is None or prov.queued or request.slice_index is None:
             return
-        if request.is_true(c.PROVREQ_PROVISIONED) or _lapsed(request) or request.deleting:
+        if request.is_true(c.PROVREQ_PROVISIONED) or lapsed(request) or request.deleting:
             return
         worker = worker_template_of(render_ray_cluster_spec(spec)) or {}
         wanted = podtemplate_body(
@@ -704,13 +673,6 @@ def _with_retired(
             failures = max(request.failures, known.failures if known else 0)
             history[index] = SliceProvisioning(request.name, request.attempt, failures)
     return history
-
-
-def _lapsed(request: ProvisioningRequestInfo) -> bool:
-    return any(
-        request.is_true(kind)
-        for kind in (c.PROVREQ_FAILED, c.PROVREQ_BOOKING_EXPIRED, c.PROVREQ_CAPACITY_REVOKED)
-    )
 
 
 def _pods_by_replica(pods: Iterable[PodInfo]) -> dict[str, list[PodInfo]]:
