@@ -22,8 +22,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tpuslice.capacity.constraints import NO_CONSTRAINTS, CapacityConstraints
+from tpuslice.capacity.plan import NO_CAPACITY_PLAN
 from tpuslice.controller.expectations import Expectations
-from tpuslice.controller.provisioner import Provisioner, ProvisioningPass
+from tpuslice.controller.provisioner import Provisioner
 from tpuslice.controller.recorder import Recorder
 from tpuslice.model import constants as c
 from tpuslice.model import events
@@ -388,9 +389,11 @@ class SliceActuator:
         stall = None
         if current.unindexed_pods:
             stall = Stall(events.MULTIHOST_INDEXING_DISABLED, MULTIHOST_HINT)
+        capacity = NO_CAPACITY_PLAN
         if prov is not None:
             pods_now = self.pending.pods(snap.pods)
-            await prov.act(current, pods_now, self.pending.reservations(snap.reservations), index)
+            reservations_now = self.pending.reservations(snap.reservations)
+            capacity = await prov.act(current, pods_now, reservations_now, index)
         acted = await self._free(ref, current.frees, snap)
         held, lost = await self._claim(ref, spec, current)
         for _ in range(CLAIM_REPLANS):
@@ -414,10 +417,9 @@ class SliceActuator:
         releases = [r for r in current.releases if r.replica_name in holding]
         if current.all_or_nothing and lost:
             releases = []  # the gang is not complete: nothing of it may schedule
-        if prov is not None:
-            releases = prov.releases(releases)
+        releases = capacity.releases(releases)
         if releases:
-            await self._release(releases, prov)
+            await self._release(releases, capacity.annotations)
             self.metrics.slices_released(
                 slice_last_created(snap.pods, {r.replica_name for r in releases}), time.time()
             )
@@ -426,8 +428,7 @@ class SliceActuator:
         final = plan() if acted else current
         if final.stalled and stall is None:
             stall = Stall(events.NOT_ENOUGH_POOLS, final.stalled)
-        if prov is not None:
-            final, stall = prov.report(final, stall)
+        final, stall = capacity.report(final, stall)
         return final, stall
 
     async def _hand_over(
@@ -541,13 +542,13 @@ class SliceActuator:
         return held, lost
 
     async def _release(
-        self, releases: Sequence[PodRelease], prov: ProvisioningPass | None = None
+        self, releases: Sequence[PodRelease], annotations: Mapping[str, Mapping[str, str]]
     ) -> None:
         """Patch every pod of the slice(s) at once: the partly-released window is one RTT.
         A slice on a ProvisioningRequest's capacity gets its consume annotations too."""
 
         async def one(release: PodRelease) -> None:
-            notes = prov.release_annotations(release.replica_name) if prov else None
+            notes = annotations.get(release.replica_name)
             try:
                 await self.kube.release_pod(release.namespace, release.name, release.pool, notes)
             except ApiError as exc:

@@ -43,13 +43,13 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from tpuslice.capacity.constraints import CapacityConstraints, constraints
+from tpuslice.capacity.plan import NO_CAPACITY_PLAN, CapacityPlan, fresh_pools, with_retired
+from tpuslice.capacity.plan import plan as capacity_plan
 from tpuslice.capacity.requests import (
-    consume_annotations,
-    decide,
     group_requests,
     history_from_status,
     lapsed,
@@ -71,7 +71,6 @@ from tpuslice.model.records import (
     OwnedRequest,
     OwnerKey,
     PodInfo,
-    ProvisioningAction,
     ProvisioningDecision,
     ProvisioningMode,
     ProvisioningRequestInfo,
@@ -79,9 +78,7 @@ from tpuslice.model.records import (
     ReservationInfo,
     SliceFacts,
     SlicePlan,
-    SliceProvisioning,
     SliceState,
-    SliceStatus,
     Snapshot,
 )
 from tpuslice.planning.pools import PoolIndex, eligible_pools
@@ -91,7 +88,6 @@ from tpuslice.spec.parse import SliceClusterSpec
 from tpuslice.status.conditions import Stall
 
 __all__ = [
-    "FRESH_HOLD_SECONDS",
     "LEFTOVER_TEMPLATE_SECONDS",
     "MISSING_CRD_RETRY_SECONDS",
     "Provisioner",
@@ -107,9 +103,6 @@ MISSING_CRD_RETRY_SECONDS = 30.0
 #: A PodTemplate of ours with no request of its name is deleted once this old (younger
 #: ones may be this very pass's, or a create whose request the watch has not shown yet).
 LEFTOVER_TEMPLATE_SECONDS = 30.0
-#: How long a best-effort slice holding a pool newer than its waiting request waits for
-#: the request's Provisioned before the pool counts as an existing one.
-FRESH_HOLD_SECONDS = 30.0
 
 KickLater = Callable[[ClusterKey, float], None]
 
@@ -224,12 +217,8 @@ class ProvisioningPass:
             else CapacityConstraints(excluded=self.promised)
         )
         self.facts: dict[int, SliceFacts] = {}
-        self._plan_slices: Sequence[SliceStatus] = ()
         self.active = spec is not None
-        self.decisions: dict[int, ProvisioningDecision] = {}
-        self.annotations: dict[str, dict[str, str]] = {}  # replica name -> consume annotations
-        self.skip_release: set[str] = set()  # replica names not to release this pass
-        self.stall: Stall | None = None
+        self.stall: Stall | None = None  # the CRD found missing while creating
         self.newest: dict[tuple[str, int], ProvisioningRequestInfo] = {}
         self.extra: list[ProvisioningRequestInfo] = []
         if spec is not None:
@@ -242,81 +231,35 @@ class ProvisioningPass:
         pods: Sequence[PodInfo],
         reservations: Sequence[ReservationInfo],
         index: PoolIndex,
-    ) -> None:
-        """Decide every slice and carry the decisions out (module docstring)."""
+    ) -> CapacityPlan:
+        """Decide every slice (``capacity.plan``) and carry the writes out (module
+        docstring); the decisions, for the releases and the report."""
         if not self.active:
-            return
+            return NO_CAPACITY_PLAN
         assert self.spec is not None and self.ref is not None
         spec, ref = self.spec, self.ref
-        self._plan_slices = plan.slices
         facts = self.facts = self._facts(plan, pods, reservations, index)
-        history = _with_retired(history_from_status(self.previous), self.extra)
-        for fact in facts.values():
-            request = self.newest.get((fact.raycluster, fact.index))
-            decision = decide(fact, request, spec, now=self.now, history=history.get(fact.index))
-            held = self._fresh_hold(fact, request, index)
-            if held is not None and decision.action == ProvisioningAction.DELETE:
-                decision = held
-            self.decisions[fact.index] = decision
-        gone: list[ProvisioningDecision] = []
-        keys = {(f.raycluster, f.index) for f in facts.values()}
-        for key, request in self.newest.items():
-            if key not in keys:
-                fact = SliceFacts(key[1], key[0], exists=False)
-                gone.append(decide(fact, request, spec, now=self.now))
         replicas = {s.index: s.replica for s in plan.slices}
+        decided = capacity_plan(
+            facts,
+            self.newest,
+            spec,
+            now=self.now,
+            history=with_retired(history_from_status(self.previous), self.extra),
+            replicas=replicas,
+            pool_nodes=index.pools,
+        )
         by_replica = _pods_by_replica(pods)
-        for decision in [*self.decisions.values(), *gone]:
+        for decision in decided.writes:
             await self._carry_out(ref, spec, decision, replicas, by_replica, index)
         for request in self.extra:  # older attempts, retired ones, requests without labels
             if not await self._retire(request, None, index):
                 await self._delete(ref, request.namespace, request.name, request.uid, "")
         await self._templates(ref, index)
-        for index_, decision in self.decisions.items():
-            request = self.newest.get((facts[index_].raycluster, index_))
-            replica = replicas.get(index_)
-            if (
-                decision.action == ProvisioningAction.KEEP
-                and request is not None
-                and replica
-                and not decision.delete
-            ):
-                self.annotations[replica] = consume_annotations(request.name, request.class_name)
-
-    def _fresh_hold(
-        self, fact: SliceFacts, request: ProvisioningRequestInfo | None, index: PoolIndex
-    ) -> ProvisioningDecision | None:
-        """A best-effort slice holding (not yet released) a pool whose nodes are younger
-        than its waiting request and younger than FRESH_HOLD_SECONDS: the pool is most
-        likely the request's capacity, seen before the request's Provisioned (two
-        watches). The release waits for that, so the pods carry the consume annotations;
-        after FRESH_HOLD_SECONDS the pool counts as any existing one."""
-        spec = self.spec
-        prov = spec.provisioning if spec is not None else None
-        if prov is None or prov.queued or request is None or fact.pool is None:
-            return None
-        if fact.released or request.is_true(c.PROVREQ_PROVISIONED) or lapsed(request):
-            return None
-        if fact.pool not in _fresh_pools([fact.pool], index, [request]):
-            return None
-        stamps = [timestamp(n.created) for n in index.pools.get(fact.pool, ())]
-        newest = max(t for t in stamps if t is not None)
-        left = FRESH_HOLD_SECONDS - (self.now - newest).total_seconds()
-        if left <= 0:
-            return None
-        replica = next((s.replica for s in self._plan_slices if s.index == fact.index), None)
-        if replica:
-            self.skip_release.add(replica)
-        return ProvisioningDecision(
-            ProvisioningAction.WAIT,
-            index=fact.index,
-            request=request.name,
-            attempt=request.attempt,
-            failures=request.failures,
-            retry_at=self.now + timedelta(seconds=left),
-            message=f"holds node pool {fact.pool}, new since ProvisioningRequest "
-            f"{request.name}: waiting for the request to say Provisioned before the release",
-        )
+        if decided.retry_at is not None:
+            delay = max(1.0, (decided.retry_at - self.now).total_seconds() + 1.0)
+            self.p.kick_later((ref.namespace, ref.name), delay)
+        return replace(decided, stall=self.stall or decided.stall)
 
     def _facts(
         self,
@@ -350,7 +293,7 @@ class ProvisioningPass:
         if prov is not None and prov.mode == ProvisioningMode.QUEUED:
             capacity = {r.node_pool for r in outstanding if r.node_pool}
         else:
-            capacity = _fresh_pools(free, index, outstanding)
+            capacity = fresh_pools(free, index.pools, outstanding)
         free_existing = len(free - capacity)
         desired = sum(1 for s in plan.slices if s.state != SliceState.RELEASING)
         holding = set(held) | set(claimed)
@@ -400,11 +343,6 @@ class ProvisioningPass:
         index: PoolIndex,
     ) -> None:
         replica = replicas.get(d.index)
-        if d.retry_at is not None:
-            delay = max(1.0, (d.retry_at - self.now).total_seconds() + 1.0)
-            self.p.kick_later((ref.namespace, ref.name), delay)
-        if d.stalled and self.stall is None:
-            self.stall = Stall(events.PROVISIONING_FAILED, d.stalled)
         if d.give_back and replica:
             held = next(
                 (
@@ -416,12 +354,10 @@ class ProvisioningPass:
                 ),
                 None,
             )
-            self.skip_release.add(replica)
             if held is not None and await self.p.kube.delete_reservation(held.pool, held.uid):
                 self.p.pending.reservation_deleted(held.pool, time.monotonic(), held.uid)
             await self.p.recorder.normal(ref, d.reason or events.BOOKING_EXPIRED, d.message)
         if d.replace_slice and replica:
-            self.skip_release.add(replica)
             for pod in by_replica.get(replica, []):
                 if not pod.deleting:
                     await self.p.kube.delete_pod(pod.namespace, pod.name)
@@ -617,7 +553,9 @@ class ProvisioningPass:
             index=request.slice_index,
             attempt=request.attempt,
             worker_template=worker,
-            exclude_pools=sorted(set(index.pools) - _fresh_pools(index.pools, index, [request])),
+            exclude_pools=sorted(
+                set(index.pools) - fresh_pools(index.pools, index.pools, [request])
+            ),
         )["template"]
         affinity = wanted["spec"].get("affinity")
         if ((template.get("template") or {}).get("spec") or {}).get("affinity") == affinity:
@@ -627,52 +565,6 @@ class ProvisioningPass:
             template["name"],
             {"template": {"spec": {"affinity": affinity}}},  # null removes it
         )
-
-    # ---------------------------------------------------------------- the release
-    def releases(self, releases: Sequence[Any]) -> list[Any]:
-        """The plan's releases that stand (none of a slice given back or replaced)."""
-        return [r for r in releases if r.replica_name not in self.skip_release]
-
-    def release_annotations(self, replica: str) -> Mapping[str, str] | None:
-        return self.annotations.get(replica)
-
-    # ---------------------------------------------------------------- report
-    def report(self, plan: SlicePlan, stall: Stall | None) -> tuple[SlicePlan, Stall | None]:
-        """The plan's slices with each decision's state, message and provisioning status;
-        the stall (a plan's own stall comes first)."""
-        if not self.decisions and self.stall is None:
-            return plan, stall
-        slices = []
-        for status in plan.slices:
-            d = self.decisions.get(status.index)
-            if d is None:
-                slices.append(status)
-                continue
-            updated = replace(status, provisioning=d.provisioning_status())
-            if d.state is not None and status.state in (
-                SliceState.WAITING_FOR_CAPACITY,
-                SliceState.PENDING,
-                SliceState.PROVISIONING,
-            ):
-                updated = replace(updated, state=d.state, message=d.message or status.message)
-            slices.append(updated)
-        return replace(plan, slices=tuple(slices)), stall or self.stall
-
-
-def _with_retired(
-    history: dict[int, SliceProvisioning], extra: Iterable[ProvisioningRequestInfo]
-) -> dict[int, SliceProvisioning]:
-    """A retired request still there counts in its slice's history: the next attempt is
-    numbered after it even if status lost the count (the names never collide)."""
-    for request in extra:
-        index = request.slice_index
-        if not request.retired or index is None:
-            continue
-        known = history.get(index)
-        if known is None or known.attempt < request.attempt:
-            failures = max(request.failures, known.failures if known else 0)
-            history[index] = SliceProvisioning(request.name, request.attempt, failures)
-    return history
 
 
 def _pods_by_replica(pods: Iterable[PodInfo]) -> dict[str, list[PodInfo]]:
@@ -701,24 +593,3 @@ def _one_cluster(view: ProvisioningView, name: str, snap: Snapshot) -> Provision
         requests=tuple(r for r in view.requests if mine(r.raycluster)),
         templates=tuple(t for t in view.templates if mine(str(t.get("raycluster") or ""))),
     )
-
-
-def _fresh_pools(
-    free: Iterable[str], index: PoolIndex, outstanding: Sequence[ProvisioningRequestInfo]
-) -> set[str]:
-    """Free pools whose every node was created after the oldest outstanding request.
-
-    Creation timestamps have whole seconds: a node stamped in the same second as the
-    request may be older than it (a pool added just before the slice asked; seen in CI
-    as a gang of two asking twice, its one existing pool taken for a request's). Such a
-    node counts as existing: a request's own capacity takes longer than that to come."""
-    since = [r.created for r in outstanding if r.created is not None]
-    if not since:
-        return set()
-    oldest = min(since)
-    out = set()
-    for pool in free:
-        stamps = [timestamp(n.created) for n in index.pools.get(pool, ())]
-        if stamps and all(t is not None and t > oldest for t in stamps):
-            out.add(pool)
-    return out
