@@ -310,8 +310,8 @@ def test_a_services_pass_for_one_raycluster_sees_only_its_requests() -> None:
     """A TPUSliceService plans each RayCluster apart: the pass for ``svc-a`` decides
     svc-a's requests and those of RayClusters the service no longer has, never the
     pending upgrade cluster's."""
+    from tpuslice.controller.capacity import Provisioner
     from tpuslice.controller.expectations import Expectations
-    from tpuslice.controller.provisioner import Provisioner
     from tpuslice.controller.recorder import Recorder
     from tpuslice.model.records import ClusterRef
     from tpuslice.spec.parse import parse_slice_parts

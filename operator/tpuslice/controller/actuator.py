@@ -23,8 +23,8 @@ from typing import Any
 
 from tpuslice.capacity.constraints import NO_CONSTRAINTS, CapacityConstraints
 from tpuslice.capacity.plan import NO_CAPACITY_PLAN
+from tpuslice.controller.capacity import Provisioner
 from tpuslice.controller.expectations import Expectations
-from tpuslice.controller.provisioner import Provisioner
 from tpuslice.controller.recorder import Recorder
 from tpuslice.model import constants as c
 from tpuslice.model import events
@@ -335,7 +335,13 @@ class SliceActuator:
         ``desired_slices`` overrides the spec's count (a TPUSliceJob that ended wants
         none). ``keep_pools`` (a TPUSliceJob between attempts): pools of slices whose
         pods are gone stay held and go to the new attempt's slices (``handovers``), and
-        while the job holds as many pools as it wants it claims none."""
+        while the job holds as many pools as it wants it claims none.
+
+        Capacity on demand is two calls: its constraints before planning, its plan
+        (carried out) after the first plan. The slices are planned once when no claim
+        is lost and nothing is written; once more after writes (the plan as it stands,
+        for the report); and once more per lost claim, up to ``CLAIM_REPLANS`` (the
+        winner's reservation known): at most ``CLAIM_REPLANS + 2`` times."""
         assert snap.cluster is not None
         shape = shape_of(spec)
         index = self.pool_indexes.index(shape, snap) or pool_index(snap.nodes, *shape)

@@ -24,8 +24,8 @@ from typing import Any, TypeVar, overload
 import kopf
 
 from tpuslice.controller.applier import controlled_by
+from tpuslice.controller.capacity import provisioning_view
 from tpuslice.controller.job import JobReconciler
-from tpuslice.controller.provisioner import provisioning_view
 from tpuslice.controller.reconciler import Reconciler, SnapshotReader, spec_shape
 from tpuslice.controller.service import ServiceReconciler
 from tpuslice.model import constants as c

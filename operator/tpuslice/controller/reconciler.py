@@ -26,8 +26,8 @@ from typing import Any, ClassVar
 
 from tpuslice.controller.actuator import PoolIndexCache, SliceActuator, shape_of
 from tpuslice.controller.applier import Applied, KubeRayApplier, TemplateSchema
+from tpuslice.controller.capacity import Provisioner
 from tpuslice.controller.expectations import Expectations
-from tpuslice.controller.provisioner import Provisioner
 from tpuslice.controller.queue import Backoff, Failure, KickQueue
 from tpuslice.controller.recorder import Recorder
 from tpuslice.controller.statuswriter import StatusWriter, generation

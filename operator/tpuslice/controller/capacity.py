@@ -1,40 +1,34 @@
-"""The actuator for capacity on demand: one ProvisioningRequest per waiting slice.
+"""The executor of capacity on demand: one ProvisioningRequest per waiting slice.
 
-``provisioning.py`` decides (pure, per slice: ``decide``); this part reads the facts
-the decisions need out of a pass's plan and snapshot, and carries them out, inside
-``SliceActuator.act`` (so TPUSliceClusters and TPUSliceJobs get it alike):
+``tpuslice.capacity`` decides (pure); this part reads what the decisions need out
+of a pass's snapshot and plan and carries the decisions out, inside
+``SliceActuator.act`` (so every kind gets it alike), in two calls:
 
-- **before planning** (``Provisioner.begin`` -> ``ProvisioningPass``): the pools the
-  object may take are narrowed (``restrict``): a pool whose nodes lack the capacity
-  labels of ``spec.reservation.provisioning.nodeSelector`` is not eligible
-  (``provisioning.pool_matches_selector``), nor a fresh queued pool that a live
-  request of *another* object names (``provisioning.promised_pools``: Kueue met the
-  same race, kubernetes-sigs/kueue#9048). A slice whose request names a pool prefers
-  it (``prefer``), so each slice of a gang claims its own request's pool. The queue's
-  NotEnoughPools does not apply to an object that asks for capacity (``admit``):
-  pools that do not exist yet are what it asks for.
+- **before planning** (``Provisioner.begin`` -> ``ProvisioningPass``): the object's
+  requests as they will be once the watch shows our own writes (``Expectations``),
+  and from them ``capacity.constraints``: the pools the planner may use (not one a
+  live request of *another* object names, nor a revoked one, and only pools with
+  the capacity ``nodeSelector``'s labels), each slice's preferred pool (its own
+  request's), and whether the queue's NotEnoughPools applies.
 - **after planning** (``ProvisioningPass.act``): the facts per slice
-  (``records.SliceFacts``) from the plan, the pods and the reservations, a
-  ``decide`` per slice (and per request of a slice that is gone), then the writes in
-  the order ``records.ProvisioningDecision`` gives: free the pool of a slice whose
-  booking lapsed before its release, delete requests, create the PodTemplate then
-  the request, then make the request the PodTemplate's controller owner; replace a
+  (``records.SliceFacts``) from the plan, the pods and the reservations, then
+  ``capacity.plan`` decides, and the writes follow in the order
+  ``records.ProvisioningDecision`` gives: free the pool of a slice whose booking
+  lapsed before its release, delete requests, create the PodTemplate then the
+  request, then make the request the PodTemplate's controller owner; replace a
   slice whose capacity was revoked (delete its pods). Leftover PodTemplates (a crash
   between the two creates, a failed create) are deleted once they are older than
   ``LEFTOVER_TEMPLATE_SECONDS``; a template whose request exists but is not its
-  owner yet is given the owner. The releases of the plan that stand get the consume
-  annotations of the slice's request (``release_annotations``).
-- **report** (``ProvisioningPass.report``): each decision's state and message over
-  the planner's slice state, ``status.slices[].provisioning``, a Stalled reason
-  (``ProvisioningFailed``, ``ProvisioningRequestNotInstalled``) and a pass again at
-  the earliest ``retry_at``.
+  owner yet is given the owner. The object is passed again at the earliest
+  ``retry_at``. It returns the ``CapacityPlan``, whose releases, consume
+  annotations and report the actuator uses.
 
 Level-based: every write is decided again from the API server's state in the next
 pass, and the objects' names are fixed by slice and attempt, so a crash at any line
 leaves at worst a PodTemplate without its request (deleted as a leftover) or a
 request whose template is not yet owned by it (given the owner). The only memory is
 when the ProvisioningRequest CRD was last found missing (not asked again for
-``MISSING_CRD_RETRY_SECONDS``).
+``MISSING_CRD_RETRY_SECONDS``); our own unconfirmed writes are in ``Expectations``.
 """
 
 from __future__ import annotations
