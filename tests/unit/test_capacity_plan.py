@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from tpuslice.capacity.objects import request_hash, request_name
 from tpuslice.capacity.plan import NO_CAPACITY_PLAN, CapacityPlan, plan
-from tpuslice.capacity.requests import request_hash, request_name
 from tpuslice.model import constants as c
 from tpuslice.model.records import (
     PodRelease,

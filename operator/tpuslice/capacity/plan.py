@@ -19,7 +19,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from tpuslice.capacity.requests import consume_annotations, decide, lapsed
+from tpuslice.capacity.decide import decide
+from tpuslice.capacity.objects import consume_annotations
+from tpuslice.capacity.requests import lapsed
 from tpuslice.model import constants as c
 from tpuslice.model import events
 from tpuslice.model.convert import timestamp

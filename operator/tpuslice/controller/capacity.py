@@ -41,17 +41,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tpuslice.capacity.constraints import CapacityConstraints, constraints
+from tpuslice.capacity.objects import (
+    podtemplate_body,
+    podtemplate_owner_references,
+    request_body,
+    worker_template_of,
+)
 from tpuslice.capacity.plan import NO_CAPACITY_PLAN, CapacityPlan, fresh_pools, with_retired
 from tpuslice.capacity.plan import plan as capacity_plan
 from tpuslice.capacity.requests import (
     group_requests,
     history_from_status,
     lapsed,
-    podtemplate_body,
-    podtemplate_owner_references,
-    request_body,
     slices_to_provision,
-    worker_template_of,
 )
 from tpuslice.controller.expectations import Expectations
 from tpuslice.controller.recorder import Recorder
@@ -137,7 +139,7 @@ def provisioning_view(
 # ------------------------------------------------------------------ the part
 @dataclass
 class Provisioner:
-    """Carries out ``provisioning.decide`` for every object whose spec asks for capacity
+    """Carries out ``capacity.plan`` for every object whose spec asks for capacity
     (or that still has requests of ours). ``kick_later`` is its reconciler's queue's
     (``KickQueue.kick_later``, earliest time wins): an object is passed again at the
     earliest time a decision asks for."""
