@@ -205,16 +205,16 @@ class ProvisioningPass:
         self.view = view or ProvisioningView()
         self.previous = previous
         self.now = now or datetime.now(UTC)
-        self.promised = self.view.promised_elsewhere | self.view.revoked_pools
         #: what this object's planning may use (``capacity.constraints``)
         self.constraints = (
             constraints(self.view, spec)
             if spec is not None
-            else CapacityConstraints(excluded=self.promised)
+            else CapacityConstraints(
+                excluded=self.view.promised_elsewhere | self.view.revoked_pools
+            )
         )
-        self.facts: dict[int, SliceFacts] = {}
-        self.active = spec is not None
-        self.stall: Stall | None = None  # the CRD found missing while creating
+        #: the one thing carrying out the writes learns: the CRD found missing
+        self.stall: Stall | None = None
         self.newest: dict[tuple[str, int], ProvisioningRequestInfo] = {}
         self.extra: list[ProvisioningRequestInfo] = []
         if spec is not None:
@@ -230,11 +230,10 @@ class ProvisioningPass:
     ) -> CapacityPlan:
         """Decide every slice (``capacity.plan``) and carry the writes out (module
         docstring); the decisions, for the releases and the report."""
-        if not self.active:
+        if self.spec is None or self.ref is None:
             return NO_CAPACITY_PLAN
-        assert self.spec is not None and self.ref is not None
         spec, ref = self.spec, self.ref
-        facts = self.facts = self._facts(plan, pods, reservations, index)
+        facts = self._facts(plan, pods, reservations, index)
         replicas = {s.index: s.replica for s in plan.slices}
         decided = capacity_plan(
             facts,
@@ -247,7 +246,7 @@ class ProvisioningPass:
         )
         by_replica = _pods_by_replica(pods)
         for decision in decided.writes:
-            await self._carry_out(ref, spec, decision, replicas, by_replica, index)
+            await self._carry_out(ref, spec, decision, replicas, by_replica, index, facts)
         for request in self.extra:  # older attempts, retired ones, requests without labels
             if not await self._retire(request, None, index):
                 await self._delete(ref, request.namespace, request.name, request.uid, "")
@@ -337,6 +336,7 @@ class ProvisioningPass:
         replicas: Mapping[int, str | None],
         by_replica: Mapping[str, Sequence[PodInfo]],
         index: PoolIndex,
+        facts: Mapping[int, SliceFacts],
     ) -> None:
         replica = replicas.get(d.index)
         if d.give_back and replica:
@@ -363,11 +363,11 @@ class ProvisioningPass:
             uid = request.uid if request is not None else ""
             posted = d.reason if d.create_attempt is None and not d.replace_slice else ""
             posted = "" if d.give_back else posted
-            fact = self.facts.get(d.index)
+            fact = facts.get(d.index)
             if not await self._retire(request, fact.pool if fact else None, index):
                 await self._delete(ref, ref.namespace, d.delete, uid, posted, d.message)
         if d.create_attempt is not None:
-            await self._create(ref, spec, d, replica, index)
+            await self._create(ref, spec, d, replica, index, facts.get(d.index))
 
     async def _retire(
         self, request: ProvisioningRequestInfo | None, pool: str | None, index: PoolIndex
@@ -424,12 +424,12 @@ class ProvisioningPass:
         d: ProvisioningDecision,
         replica: str | None,
         index: PoolIndex,
+        fact: SliceFacts | None,
     ) -> None:
         assert d.create_attempt is not None
         if self.p.crd_missing():
             self._not_installed(ref)
             return
-        fact = self.facts.get(d.index)
         raycluster = fact.raycluster if fact is not None and fact.raycluster else spec.name
         worker = worker_template_of(render_ray_cluster_spec(spec)) or {}
         template = podtemplate_body(
