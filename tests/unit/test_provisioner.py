@@ -1,4 +1,4 @@
-"""provisioner.py, the requests' actuator, in whole passes against the fake API.
+"""controller/capacity.py, the executor of capacity on demand, in whole passes against the fake API.
 
 The decisions themselves are test_provisioning.py's; here: which writes a pass makes
 and in which order, what the planner may claim, and what the status says.

@@ -1,5 +1,5 @@
 """Capacity on demand, the pure parts: names, the PodTemplate and ProvisioningRequest
-bodies, the converter, backoff, and the per-slice state machine (provisioning.decide)."""
+bodies, the converter, backoff, and the per-slice state machine (capacity.decide)."""
 
 from __future__ import annotations
 

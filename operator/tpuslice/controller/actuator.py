@@ -316,7 +316,7 @@ class SliceActuator:
     metrics: Metrics
     pool_indexes: PoolIndexCache
     specs: SpecCache = field(default_factory=SpecCache)
-    #: capacity on demand (provisioner.py); None: never asks for capacity
+    #: capacity on demand (controller/capacity.py); None: never asks for capacity
     provisioner: Provisioner | None = None
 
     async def act(
