@@ -37,6 +37,8 @@ class FakeKube:
         self.provreq_installed = True
         #: pod name -> the annotations its release patch added
         self.annotations: dict[str, dict[str, str]] = {}
+        #: deletes refused for a stale uid (the API server's 409 Conflict)
+        self.conflicts: list[tuple[str, str]] = []
 
     async def get_ray(self, plural: str, namespace: str, name: str) -> Any:
         self.raycluster_reads.append((namespace, name))
@@ -78,8 +80,15 @@ class FakeKube:
             },
         }
 
-    async def delete_reservation(self, name: str, uid: str | None = None) -> bool:
+    async def delete_reservation(self, name: str, uid: str) -> bool:
+        """Like the API server's delete with a uid precondition: a reservation of that
+        name with another uid answers 409 Conflict (``Kube`` returns False) and stays."""
         self.calls.append(("free", name))
+        current = self.taken.get(name)
+        if current is not None and current.uid and current.uid != uid:
+            self.conflicts.append(("free", name))
+            return False
+        self.taken.pop(name, None)
         return True
 
     async def set_reservation_phase(self, name: str, phase: str, message: str) -> None:

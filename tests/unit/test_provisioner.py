@@ -1,4 +1,4 @@
-"""provisioner.py, the requests' actuator, in whole passes against the fake API.
+"""controller/capacity.py, the executor of capacity on demand, in whole passes against the fake API.
 
 The decisions themselves are test_provisioning.py's; here: which writes a pass makes
 and in which order, what the planner may claim, and what the status says.
@@ -291,14 +291,14 @@ def test_a_services_pass_for_one_raycluster_sees_only_its_requests() -> None:
     """A TPUSliceService plans each RayCluster apart: the pass for ``svc-a`` decides
     svc-a's requests and those of RayClusters the service no longer has, never the
     pending upgrade cluster's."""
-    from tpuslice.controller.expectations import PendingWrites
-    from tpuslice.controller.provisioner import Provisioner
+    from tpuslice.controller.capacity import Provisioner
+    from tpuslice.controller.expectations import Expectations
     from tpuslice.controller.recorder import Recorder
     from tpuslice.model.records import ClusterRef
     from tpuslice.spec.slices import parse_slice_parts
 
     kube = FakeKube()
-    provisioner = Provisioner(kube, Recorder(kube), PendingWrites())
+    provisioner = Provisioner(kube, Recorder(kube), Expectations())
     mine = request("svc-a-s0-1", owner="svc-a")
     upgrade = request("svc-b-s0-1", owner="svc-b")
     dead = request("svc-old-s0-1", owner="svc-old")

@@ -1,5 +1,5 @@
 """Capacity on demand, the pure parts: names, the PodTemplate and ProvisioningRequest
-bodies, the converter, backoff, and the per-slice state machine (provisioning.decide)."""
+bodies, the converter, backoff, and the per-slice state machine (capacity.decide)."""
 
 from __future__ import annotations
 
@@ -12,24 +12,28 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.support import builders
-from tpuslice.capacity.requests import (
+from tpuslice.capacity.decide import (
     CLAIM_WITHIN_SECONDS,
     backoff_seconds,
     config_error,
-    consume_annotations,
     decide,
-    group_requests,
-    history_from_status,
+    retry_time,
+)
+from tpuslice.capacity.objects import (
+    consume_annotations,
     podtemplate_body,
     podtemplate_owner_references,
-    pool_matches_selector,
-    promised_pools,
     request_body,
     request_hash,
     request_name,
-    retry_time,
-    slices_to_provision,
     worker_template_of,
+)
+from tpuslice.capacity.requests import (
+    group_requests,
+    history_from_status,
+    pool_matches_selector,
+    promised_pools,
+    slices_to_provision,
 )
 from tpuslice.model import constants as c
 from tpuslice.model import events

@@ -6,7 +6,7 @@ SliceReservation is the atomic claim; AlreadyExists means another was first,
 and the pass re-plans at once with the winner's reservation known), release
 whole slices whose claim held (every pod of the slice in one burst of
 patches), and mark fully pinned reservations Bound. Each write is recorded in
-``PendingWrites`` until the watches show it.
+``Expectations`` until the watches show it.
 
 ``PoolIndexCache`` keeps each shape's pool index between passes; it is rebuilt
 only when a node of the shape changed in a way the decisions see.
@@ -15,13 +15,16 @@ only when a node of the shape changed in a way the decisions see.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tpuslice.controller.expectations import PendingWrites
-from tpuslice.controller.provisioner import Provisioner, ProvisioningPass
+from tpuslice.capacity.constraints import NO_CONSTRAINTS, CapacityConstraints
+from tpuslice.capacity.plan import NO_CAPACITY_PLAN
+from tpuslice.controller.capacity import Provisioner
+from tpuslice.controller.expectations import Expectations
 from tpuslice.controller.recorder import Recorder
 from tpuslice.model import constants as c
 from tpuslice.model import events
@@ -65,6 +68,8 @@ __all__ = [
     "queue_key",
     "shape_of",
 ]
+
+log = logging.getLogger(__name__)
 
 #: Re-plans within one pass after a lost claim (each may lose again to a faster holder).
 CLAIM_REPLANS = 2
@@ -263,6 +268,14 @@ def decide_admission(
     return admission_for(decision, queue_key(ref))
 
 
+def constrained(index: PoolIndex, limits: CapacityConstraints) -> PoolIndex:
+    """The pool index narrowed to the pools capacity on demand lets this object use."""
+    if not limits.node_selector and not (limits.excluded & set(index.matching)):
+        return index
+    matching = {name: nodes for name, nodes in index.matching.items() if limits.allows(name, nodes)}
+    return PoolIndex(index.pools, matching)
+
+
 @dataclass
 class PoolIndexCache:
     """Pool indexes per shape, versioned by node changes the decisions see."""
@@ -299,12 +312,12 @@ class PoolIndexCache:
 @dataclass
 class SliceActuator:
     kube: ClusterApi
-    pending: PendingWrites
+    pending: Expectations
     recorder: Recorder
     metrics: Metrics
     pool_indexes: PoolIndexCache
     specs: SpecCache = field(default_factory=SpecCache)
-    #: capacity on demand (provisioner.py); None: never asks for capacity
+    #: capacity on demand (controller/capacity.py); None: never asks for capacity
     provisioner: Provisioner | None = None
 
     async def act(
@@ -323,19 +336,24 @@ class SliceActuator:
         ``desired_slices`` overrides the spec's count (a TPUSliceJob that ended wants
         none). ``keep_pools`` (a TPUSliceJob between attempts): pools of slices whose
         pods are gone stay held and go to the new attempt's slices (``handovers``), and
-        while the job holds as many pools as it wants it claims none."""
+        while the job holds as many pools as it wants it claims none.
+
+        Capacity on demand is two calls: its constraints before planning, its plan
+        (carried out) after the first plan. The slices are planned once when no claim
+        is lost and nothing is written; once more after writes (the plan as it stands,
+        for the report); and once more per lost claim, up to ``CLAIM_REPLANS`` (the
+        winner's reservation known): at most ``CLAIM_REPLANS + 2`` times."""
         assert snap.cluster is not None
         shape = shape_of(spec)
         index = self.pool_indexes.index(shape, snap) or pool_index(snap.nodes, *shape)
         desired = desired_of(snap.cluster, spec) if desired_slices is None else desired_slices
+        self.pending.observed(snap.reservations, snap.pods)
         if keep_pools:
             await self._hand_over(ref, spec, snap, desired)
         prov = self.provisioner.begin(ref, spec, snap, previous) if self.provisioner else None
-        if prov is not None:
-            index = prov.restrict(index)
-        preferred = previous_pools(previous)
-        if prov is not None:
-            preferred = prov.prefer(preferred)
+        limits = prov.constraints if prov is not None else NO_CONSTRAINTS
+        index = constrained(index, limits)
+        preferred = limits.prefer(previous_pools(previous))
 
         def plan() -> SlicePlan:
             pods = self.pending.pods(snap.pods)
@@ -349,8 +367,7 @@ class SliceActuator:
                 )
             else:
                 admission = None
-            if prov is not None:
-                admission = prov.admit(admission)
+            admission = limits.admit(admission)
             planned = plan_slices(
                 ref,
                 accelerator=spec.shape.generation.gke_accelerator,
@@ -379,9 +396,11 @@ class SliceActuator:
         stall = None
         if current.unindexed_pods:
             stall = Stall(events.MULTIHOST_INDEXING_DISABLED, MULTIHOST_HINT)
+        capacity = NO_CAPACITY_PLAN
         if prov is not None:
             pods_now = self.pending.pods(snap.pods)
-            await prov.act(current, pods_now, self.pending.reservations(snap.reservations), index)
+            reservations_now = self.pending.reservations(snap.reservations)
+            capacity = await prov.act(current, pods_now, reservations_now, index)
         acted = await self._free(ref, current.frees, snap)
         held, lost = await self._claim(ref, spec, current)
         for _ in range(CLAIM_REPLANS):
@@ -405,10 +424,9 @@ class SliceActuator:
         releases = [r for r in current.releases if r.replica_name in holding]
         if current.all_or_nothing and lost:
             releases = []  # the gang is not complete: nothing of it may schedule
-        if prov is not None:
-            releases = prov.releases(releases)
+        releases = capacity.releases(releases)
         if releases:
-            await self._release(releases, prov)
+            await self._release(releases, capacity.annotations)
             self.metrics.slices_released(
                 slice_last_created(snap.pods, {r.replica_name for r in releases}), time.time()
             )
@@ -417,8 +435,7 @@ class SliceActuator:
         final = plan() if acted else current
         if final.stalled and stall is None:
             stall = Stall(events.NOT_ENOUGH_POOLS, final.stalled)
-        if prov is not None:
-            final, stall = prov.report(final, stall)
+        final, stall = capacity.report(final, stall)
         return final, stall
 
     async def _hand_over(
@@ -454,11 +471,17 @@ class SliceActuator:
             )
 
     async def _free(self, ref: ClusterRef, pools: Sequence[str], snap: Snapshot) -> bool:
-        by_pool = {r.pool: r for r in snap.reservations}
+        """Delete the plan's frees, each conditional on the uid of the reservation the
+        plan saw (indexed, or created by us and not indexed yet)."""
+        by_pool = {r.pool: r for r in self.pending.reservations(snap.reservations)}
         for pool in pools:
-            if await self.kube.delete_reservation(pool):
-                self.pending.reservation_deleted(pool, time.monotonic())
-                replica = by_pool[pool].holder.replica_name if pool in by_pool else "?"
+            held = by_pool.get(pool)
+            if held is None:
+                continue
+            if await self.kube.delete_reservation(pool, held.uid):
+                self.pending.reservation_deleted(pool, time.monotonic(), held.uid)
+                replica = held.holder.replica_name
+                log.info("%s %s: freed node pool %s (slice %s)", ref.kind, ref, pool, replica)
                 await self.recorder.normal(
                     ref,
                     events.SLICE_RELEASED,
@@ -493,6 +516,13 @@ class SliceActuator:
                     held.append(claim.holder.replica_name)  # ours, from an earlier pass
                     continue
                 lost.append(claim.pool)
+                log.info(
+                    "%s %s: node pool %s claimed first by %s",
+                    ref.kind,
+                    ref,
+                    claim.pool,
+                    existing.holder.describe(),
+                )
                 self.metrics.claims_lost.inc()
                 await self.recorder.normal(
                     ref,
@@ -503,6 +533,13 @@ class SliceActuator:
                 continue
             self.pending.reservation_created(reservation_info(created), time.monotonic())
             held.append(claim.holder.replica_name)
+            log.info(
+                "%s %s: slice %s claimed node pool %s",
+                ref.kind,
+                ref,
+                claim.holder.replica_name,
+                claim.pool,
+            )
             await self.recorder.normal(
                 ref,
                 events.SLICE_RESERVED,
@@ -512,13 +549,13 @@ class SliceActuator:
         return held, lost
 
     async def _release(
-        self, releases: Sequence[PodRelease], prov: ProvisioningPass | None = None
+        self, releases: Sequence[PodRelease], annotations: Mapping[str, Mapping[str, str]]
     ) -> None:
         """Patch every pod of the slice(s) at once: the partly-released window is one RTT.
         A slice on a ProvisioningRequest's capacity gets its consume annotations too."""
 
         async def one(release: PodRelease) -> None:
-            notes = prov.release_annotations(release.replica_name) if prov else None
+            notes = annotations.get(release.replica_name)
             try:
                 await self.kube.release_pod(release.namespace, release.name, release.pool, notes)
             except ApiError as exc:
@@ -527,6 +564,13 @@ class SliceActuator:
                 raise
             self.pending.pod_released(
                 release.namespace, release.name, release.pool, time.monotonic()
+            )
+            log.info(
+                "released pod %s/%s of slice %s to node pool %s",
+                release.namespace,
+                release.name,
+                release.replica_name,
+                release.pool,
             )
 
         await asyncio.gather(*(one(r) for r in releases))
@@ -541,3 +585,4 @@ class SliceActuator:
                 if not exc.not_found:
                     raise
             self.pending.reservation_bound(pool, time.monotonic())
+            log.info("node pool %s bound: every pod of its slice pinned", pool)

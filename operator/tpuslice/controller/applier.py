@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuslice.controller.expectations import PendingWrites
+from tpuslice.controller.expectations import Expectations
 from tpuslice.model import constants as c
 from tpuslice.model import events
 from tpuslice.model.convert import raycluster_info
@@ -186,7 +186,7 @@ class TemplateSchema:
 @dataclass
 class KubeRayApplier:
     kube: ClusterApi
-    pending: PendingWrites
+    pending: Expectations
     schema: TemplateSchema
 
     async def apply(self, rendered: Mapping[str, Any], actual: Mapping[str, Any] | None) -> Applied:

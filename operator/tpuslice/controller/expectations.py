@@ -1,13 +1,20 @@
 """Our own writes that the watches have not shown yet: the expectations of one process.
 
 A pass acts on a snapshot of the indexes, and a write of ours (a reservation
-created, a pod released, a RayCluster applied) reaches the indexes only when
-its watch event arrives, tens of milliseconds later. Without this record the
-next pass, kicked by the write's own side effects, would read the old state
-and write again (a second claim, a second patch). Each entry is dropped as
-soon as the indexes show the write, or after ``TTL_SECONDS`` (a relist can skip
-short-lived objects). It is never the truth: after a restart it is empty and
-the next pass decides from the API server's state alone.
+created or deleted, a pod released, a KubeRay object applied, a
+ProvisioningRequest created, deleted or marked retired) reaches the indexes only
+when its watch event arrives, tens of milliseconds later. Without this record the
+next pass, kicked by the write's own side effects, would read the old state and
+write again (a second claim, a second patch, a second request). It is never the
+truth: after a restart it is empty and the next pass decides from the API
+server's state alone.
+
+One store serves every kind and every shape, while each pass reads it through a
+view of its own (one shape's reservations, one object's requests). So reading
+never changes it: a view that does not show an entry proves nothing about it.
+Entries go only in explicit steps: ``observed`` (a view shows the write took
+effect), ``reservation_gone`` (the watch's delete event) and ``expire`` (older than
+``TTL_SECONDS``: a relist can skip short-lived objects).
 
 Pure: the caller passes the clock, so it is tested without sleeping.
 """
@@ -17,26 +24,36 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from tpuslice.model.records import OwnerKey, PodInfo, ReservationInfo
+from tpuslice.model.records import OwnerKey, PodInfo, ProvisioningRequestInfo, ReservationInfo
 
-__all__ = ["TTL_SECONDS", "PendingWrites"]
+__all__ = ["TTL_SECONDS", "Expectations"]
 
 #: How long a write of ours may stay invisible in the indexes before we stop assuming it.
 TTL_SECONDS = 30.0
 
+RequestKey = tuple[str, str]  # a ProvisioningRequest's (namespace, name)
+
 
 @dataclass
-class PendingWrites:
+class Expectations:
     """Writes not yet seen through the watches, each with the time (monotonic) it was made.
 
     ``created`` also holds a reservation read back after a lost claim (another
-    holder's), so the re-plan of the same pass sees that pool as taken."""
+    holder's), so the re-plan of the same pass sees that pool as taken. ``deleted``
+    holds the uid of the reservation deleted: only that one is hidden, a newer claim
+    of the pool shows."""
 
     created: dict[str, tuple[ReservationInfo, float]] = field(default_factory=dict)
-    deleted: dict[str, float] = field(default_factory=dict)
+    deleted: dict[str, tuple[str, float]] = field(default_factory=dict)
     released: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
     bound: dict[str, float] = field(default_factory=dict)  # phase Bound sent, per pool
     applied: dict[OwnerKey, tuple[str, float]] = field(default_factory=dict)  # by (kind, ns, name)
+    #: ProvisioningRequests: created (with their owner), deleted, marked retired (its pool)
+    requests_created: dict[RequestKey, tuple[OwnerKey, ProvisioningRequestInfo, float]] = field(
+        default_factory=dict
+    )
+    requests_deleted: dict[RequestKey, tuple[OwnerKey, float]] = field(default_factory=dict)
+    requests_retired: dict[RequestKey, tuple[str, float]] = field(default_factory=dict)
 
     # ------------------------------------------------------------ recording
     def reservation_created(self, info: ReservationInfo, now: float) -> None:
@@ -49,8 +66,9 @@ class PendingWrites:
         another's): the indexes will show it, the re-plan must see it now."""
         self.created[info.pool] = (info, now)
 
-    def reservation_deleted(self, pool: str, now: float) -> None:
-        self.deleted[pool] = now
+    def reservation_deleted(self, pool: str, now: float, uid: str = "") -> None:
+        """The reservation ``uid`` of ``pool`` deleted ("" when unknown: any of the pool)."""
+        self.deleted[pool] = (uid, now)
         self.created.pop(pool, None)
         self.bound.pop(pool, None)
 
@@ -64,24 +82,86 @@ class PendingWrites:
         """A RayCluster, RayJob or RayService (``key``: its kind, namespace, name) applied."""
         self.applied[key] = (digest, now)
 
-    # ------------------------------------------------------------ reading
+    def request_created(self, owner: OwnerKey, info: ProvisioningRequestInfo, now: float) -> None:
+        key = (info.namespace, info.name)
+        self.requests_created[key] = (owner, info, now)
+        self.requests_deleted.pop(key, None)
+
+    def request_deleted(self, owner: OwnerKey, namespace: str, name: str, now: float) -> None:
+        self.requests_deleted[(namespace, name)] = (owner, now)
+        self.requests_created.pop((namespace, name), None)
+
+    def request_retired(self, namespace: str, name: str, pool: str, now: float) -> None:
+        """A CapacityRevoked request kept, marked retired with the pool it ran on."""
+        self.requests_retired[(namespace, name)] = (pool, now)
+
+    # ------------------------------------------------------------ forgetting
     def expire(self, now: float) -> None:
+        """Forget every write older than ``TTL_SECONDS``."""
+
         def fresh(stamp: float) -> bool:
             return now - stamp <= TTL_SECONDS
 
         self.created = {k: v for k, v in self.created.items() if fresh(v[1])}
         self.released = {k: v for k, v in self.released.items() if fresh(v[1])}
-        self.deleted = {k: v for k, v in self.deleted.items() if fresh(v)}
+        self.deleted = {k: v for k, v in self.deleted.items() if fresh(v[1])}
         self.bound = {k: v for k, v in self.bound.items() if fresh(v)}
         self.applied = {k: v for k, v in self.applied.items() if fresh(v[1])}
+        self.requests_created = {k: v for k, v in self.requests_created.items() if fresh(v[2])}
+        self.requests_deleted = {k: v for k, v in self.requests_deleted.items() if fresh(v[1])}
+        self.requests_retired = {k: v for k, v in self.requests_retired.items() if fresh(v[1])}
 
+    def observed(
+        self,
+        reservations: Iterable[ReservationInfo] = (),
+        pods: Iterable[PodInfo] = (),
+    ) -> None:
+        """Forget the writes these indexed objects show took effect: a reservation
+        created (shown with its holder), the phase Bound (shown Bound), a pod released
+        (shown ungated), a deleted pool's newer reservation (shown with another uid).
+        What a view does not show proves nothing (it may be another shape's)."""
+        for r in reservations:
+            made = self.created.get(r.pool)
+            if made is not None and made[0].holder == r.holder:
+                del self.created[r.pool]
+            if r.phase == "Bound":
+                self.bound.pop(r.pool, None)
+            gone = self.deleted.get(r.pool)
+            if gone is not None and gone[0] and r.uid and r.uid != gone[0]:
+                del self.deleted[r.pool]
+        for pod in pods:
+            if not pod.gated:
+                self.released.pop((pod.namespace, pod.name), None)
+
+    def reservation_gone(self, pool: str, uid: str = "") -> None:
+        """The watch showed the reservation ``uid`` of ``pool`` deleted."""
+        gone = self.deleted.get(pool)
+        if gone is not None and (not gone[0] or not uid or gone[0] == uid):
+            del self.deleted[pool]
+
+    def requests_observed(self, owner: OwnerKey, shown: Iterable[ProvisioningRequestInfo]) -> None:
+        """Forget the request writes ``shown`` (every request of ``owner``, as indexed)
+        proves: a created one shown, a deleted one of ``owner`` not shown any more, a
+        retired one shown retired."""
+        listed = list(shown)
+        keys = {(r.namespace, r.name) for r in listed}
+        for key in [k for k in self.requests_created if k in keys]:
+            del self.requests_created[key]
+        for key, (gone_owner, _) in list(self.requests_deleted.items()):
+            if gone_owner == owner and key not in keys:
+                del self.requests_deleted[key]
+        for r in listed:
+            if r.retired:
+                self.requests_retired.pop((r.namespace, r.name), None)
+
+    def ray_seen(self, key: OwnerKey) -> None:
+        self.applied.pop(key, None)
+
+    # ------------------------------------------------------------ reading (pure)
     def applied_digest(self, key: OwnerKey) -> str | None:
         """The hash of a KubeRay object we applied that the watch has not shown yet."""
         entry = self.applied.get(key)
         return entry[0] if entry else None
-
-    def ray_seen(self, key: OwnerKey) -> None:
-        self.applied.pop(key, None)
 
     def is_bound(self, pool: str) -> bool:
         return pool in self.bound
@@ -90,30 +170,49 @@ class PendingWrites:
         """Replica names of ``uid``'s reservations created but not yet indexed."""
         return {i.holder.replica_name for i, _ in self.created.values() if i.holder.uid == uid}
 
+    def _hidden(self, r: ReservationInfo) -> bool:
+        gone = self.deleted.get(r.pool)
+        return gone is not None and (not gone[0] or not r.uid or gone[0] == r.uid)
+
     def reservations(self, indexed: Iterable[ReservationInfo]) -> list[ReservationInfo]:
-        """The indexed reservations with our unconfirmed creations and deletions applied;
-        entries the index already shows are dropped."""
+        """The indexed reservations with our unconfirmed creations and deletions applied
+        (a creation the index already shows reads as the index has it)."""
         seen = {r.pool: r for r in indexed}
-        for pool in [p for p in self.bound if p in seen and seen[p].phase == "Bound"]:
-            del self.bound[pool]
-        for pool, (info, _) in list(self.created.items()):
-            if pool in seen and seen[pool].holder == info.holder:
-                del self.created[pool]
-        for pool in [p for p in self.deleted if p not in seen]:
-            del self.deleted[pool]
-        merged = {p: r for p, r in seen.items() if p not in self.deleted}
-        merged.update({p: info for p, (info, _) in self.created.items()})
+        merged = {p: r for p, r in seen.items() if not self._hidden(r)}
+        for pool, (info, _) in self.created.items():
+            if pool not in seen or seen[pool].holder != info.holder:
+                merged[pool] = info
+            else:
+                merged[pool] = seen[pool]
         return list(merged.values())
 
     def pods(self, indexed: Iterable[PodInfo]) -> list[PodInfo]:
-        """The indexed pods, those we released shown released (ungated, pinned)."""
+        """The indexed pods, those we released and the index shows gated shown released
+        (ungated, pinned)."""
         out = []
         for pod in indexed:
-            key = (pod.namespace, pod.name)
-            if key in self.released:
-                if not pod.gated:
-                    del self.released[key]
-                else:
-                    pod = replace(pod, gated=False, pinned_pool=self.released[key][0])
+            entry = self.released.get((pod.namespace, pod.name))
+            if entry is not None and pod.gated:
+                pod = replace(pod, gated=False, pinned_pool=entry[0])
             out.append(pod)
+        return out
+
+    def requests(
+        self, owner: OwnerKey, shown: Iterable[ProvisioningRequestInfo]
+    ) -> list[ProvisioningRequestInfo]:
+        """``owner``'s indexed requests as they will be once the watch shows our writes:
+        one we created is there, one we deleted is not, one we retired reads retired."""
+        listed = [r for r in shown if (r.namespace, r.name) not in self.requests_deleted]
+        out = [
+            replace(r, revoked_pool=self.requests_retired[(r.namespace, r.name)][0])
+            if (r.namespace, r.name) in self.requests_retired and not r.retired
+            else r
+            for r in listed
+        ]
+        keys = {(r.namespace, r.name) for r in listed}
+        out += [
+            info
+            for key, (o, info, _) in self.requests_created.items()
+            if o == owner and key not in keys
+        ]
         return out

@@ -24,8 +24,8 @@ from typing import Any, TypeVar, overload
 import kopf
 
 from tpuslice.controller.applier import controlled_by
+from tpuslice.controller.capacity import provisioning_view
 from tpuslice.controller.job import JobReconciler
-from tpuslice.controller.provisioner import provisioning_view
 from tpuslice.controller.reconciler import Reconciler, SnapshotReader, spec_shape
 from tpuslice.controller.service import ServiceReconciler
 from tpuslice.model import constants as c
@@ -386,6 +386,7 @@ async def reservation_changed(type: str, body: kopf.Body, memo: kopf.Memo, **_: 
     keys = {info.holder.owner}
     if type == "DELETED":
         metrics.reservation_gone(info.pool)
+        memo.reconciler.pending.reservation_gone(info.pool, info.uid)
     else:
         metrics.reservation_seen(info.pool, info.phase)
     if type is None:
@@ -430,7 +431,7 @@ async def tear_down(
     if remaining:
         return [p.name for p in remaining]
     for info in list(holder_index.get(uid, ())):
-        await kube.delete_reservation(info.pool)
+        await kube.delete_reservation(info.pool, info.uid)
     return []
 
 
@@ -486,7 +487,7 @@ async def sweep_once(
 
     freed = []
     for info in orphans(every, live_uid, replica_has_pods, tuple(namespaces)):
-        if await kube.delete_reservation(info.pool, uid=info.uid or None):
+        if await kube.delete_reservation(info.pool, info.uid):
             log.info(
                 "released node pool %s: its holder %s is gone", info.pool, info.holder.describe()
             )

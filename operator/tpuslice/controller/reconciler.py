@@ -12,7 +12,7 @@ through named parts, and writes status only when it changed:
 
 A pass that raises is reported on the object (a condition, a rate-limited
 event) and retried with backoff. The only memory kept between passes is the
-record of our own unconfirmed writes (``pending.PendingWrites``) and caches;
+record of our own unconfirmed writes (``expectations.Expectations``) and caches;
 after a restart the next pass decides from the API server's state alone.
 """
 
@@ -26,8 +26,8 @@ from typing import Any, ClassVar
 
 from tpuslice.controller.actuator import PoolIndexCache, SliceActuator, shape_of
 from tpuslice.controller.applier import Applied, KubeRayApplier, TemplateSchema
-from tpuslice.controller.expectations import PendingWrites
-from tpuslice.controller.provisioner import Provisioner
+from tpuslice.controller.capacity import Provisioner
+from tpuslice.controller.expectations import Expectations
 from tpuslice.controller.queue import Backoff, Failure, KickQueue
 from tpuslice.controller.recorder import Recorder
 from tpuslice.controller.statuswriter import StatusWriter, generation
@@ -150,7 +150,7 @@ class Reconciler:
     kube: ClusterApi
     read: SnapshotReader
     metrics: Metrics = field(default_factory=Metrics)
-    pending: PendingWrites = field(default_factory=PendingWrites)
+    pending: Expectations = field(default_factory=Expectations)
     pool_indexes: PoolIndexCache = field(default_factory=PoolIndexCache)
     backoff: Backoff = field(default_factory=Backoff)
     schema: TemplateSchema | None = None  # shared between kinds when given

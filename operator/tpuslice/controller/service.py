@@ -165,8 +165,8 @@ class ServiceReconciler(Reconciler):
             and r.holder.replica_name not in with_pods
         ]
         for r in gone:
-            if await self.kube.delete_reservation(r.pool, uid=r.uid or None):
-                self.pending.reservation_deleted(r.pool, time.monotonic())
+            if await self.kube.delete_reservation(r.pool, r.uid):
+                self.pending.reservation_deleted(r.pool, time.monotonic(), r.uid)
                 await self.recorder.normal(
                     ref,
                     events.SLICE_RELEASED,

@@ -33,7 +33,7 @@ RAYCLUSTER_NAME_TAKEN: Final = "RayClusterNameTaken"
 # More slices than node pools of the shape exist (SlicePlan.stalled / Admission.stalled).
 NOT_ENOUGH_POOLS: Final = "NotEnoughPools"
 
-# Capacity on demand (spec.reservation.provisioning; provisioning.py decides).
+# Capacity on demand (spec.reservation.provisioning; capacity/decide.py decides).
 PROVISIONING_REQUESTED: Final = "ProvisioningRequested"  # a request was created for a slice
 CAPACITY_PROVISIONED: Final = "CapacityProvisioned"  # Provisioned=True: claiming its pool
 PROVISIONING_RETRY: Final = "ProvisioningRetry"  # a failed/expired attempt, retried after backoff

@@ -451,7 +451,7 @@ class OwnedRequest:
 class ProvisioningView:
     """What a snapshot holds of capacity on demand for one TPUSlice object: its own
     ProvisioningRequests and PodTemplates (``convert.podtemplate_record``), and the
-    node pools live requests of *other* objects name (``provisioning.promised_pools``)."""
+    node pools live requests of *other* objects name (``capacity.requests.promised_pools``)."""
 
     requests: Sequence[ProvisioningRequestInfo] = ()
     templates: Sequence[Mapping[str, Any]] = ()
@@ -462,7 +462,7 @@ class ProvisioningView:
 
 @dataclass(frozen=True)
 class SliceFacts:
-    """One slice as the per-slice provisioning decision sees it (provisioning.decide).
+    """One slice as the per-slice provisioning decision sees it (``capacity.decide``).
 
     ``exists`` is False when the slice is gone: its index is beyond spec.tpu.slices
     (scale-down), it is suspended, or its pods are gone and not being replaced."""

@@ -79,7 +79,7 @@ class ClusterApi(Protocol):
 
     async def get_reservation(self, name: str) -> Any: ...
 
-    async def delete_reservation(self, name: str, uid: str | None = None) -> bool: ...
+    async def delete_reservation(self, name: str, uid: str) -> bool: ...
 
     async def set_reservation_phase(self, name: str, phase: str, message: str) -> None: ...
 
@@ -196,6 +196,20 @@ def _raise_for(status: int, reason: str, data: bytes) -> None:
     )
 
 
+def _target(path: str, body: Any) -> str:
+    """The name a write is about: the object's, from the path or (a create) the body."""
+    meta = body.get("metadata") if isinstance(body, Mapping) else None
+    name = meta.get("name") or meta.get("generateName") if isinstance(meta, Mapping) else None
+    namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+    if not name or path.rsplit("/", 1)[-1] == "status":
+        parts = path.split("/")
+        if parts[-1] == "status":
+            parts = parts[:-1]
+        name = parts[-1]
+        namespace = parts[parts.index("namespaces") + 1] if "namespaces" in parts[:-1] else None
+    return f"{namespace}/{name}" if namespace else str(name)
+
+
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -279,10 +293,27 @@ class Kube:
         in ``executor``."""
         self.metrics.api_request(method, resource)
         try:
-            return self.request(method, path, query, body, content_type, timeout)
-        except Exception:
+            result = self.request(method, path, query, body, content_type, timeout)
+        except ApiError as exc:
             self.metrics.api_error()
+            if method != "GET":
+                log.debug(
+                    "%s %s %s: %s %s",
+                    method,
+                    resource,
+                    _target(path, body),
+                    exc.status,
+                    exc.reason,
+                )
             raise
+        except Exception as exc:
+            self.metrics.api_error()
+            if method != "GET":
+                log.debug("%s %s %s: %s", method, resource, _target(path, body), exc)
+            raise
+        if method != "GET":
+            log.debug("%s %s %s: ok", method, resource, _target(path, body))
+        return result
 
     async def call(
         self,
@@ -383,11 +414,10 @@ class Kube:
             resource="slicereservations",
         )
 
-    async def delete_reservation(self, name: str, uid: str | None = None) -> bool:
-        """Delete (only the reservation with ``uid`` when given); False if already gone."""
-        body: dict[str, Any] = {"propagationPolicy": "Background"}
-        if uid:
-            body["preconditions"] = {"uid": uid}
+    async def delete_reservation(self, name: str, uid: str) -> bool:
+        """Delete exactly the reservation with ``uid``; False if it is gone or the pool's
+        reservation is another one now (409: a new claim of the pool is never deleted)."""
+        body = {"propagationPolicy": "Background", "preconditions": {"uid": uid}}
         try:
             await self.call(
                 "DELETE",

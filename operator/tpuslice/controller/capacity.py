@@ -1,40 +1,34 @@
-"""The actuator for capacity on demand: one ProvisioningRequest per waiting slice.
+"""The executor of capacity on demand: one ProvisioningRequest per waiting slice.
 
-``provisioning.py`` decides (pure, per slice: ``decide``); this part reads the facts
-the decisions need out of a pass's plan and snapshot, and carries them out, inside
-``SliceActuator.act`` (so TPUSliceClusters and TPUSliceJobs get it alike):
+``tpuslice.capacity`` decides (pure); this part reads what the decisions need out
+of a pass's snapshot and plan and carries the decisions out, inside
+``SliceActuator.act`` (so every kind gets it alike), in two calls:
 
-- **before planning** (``Provisioner.begin`` -> ``ProvisioningPass``): the pools the
-  object may take are narrowed (``restrict``): a pool whose nodes lack the capacity
-  labels of ``spec.reservation.provisioning.nodeSelector`` is not eligible
-  (``provisioning.pool_matches_selector``), nor a fresh queued pool that a live
-  request of *another* object names (``provisioning.promised_pools``: Kueue met the
-  same race, kubernetes-sigs/kueue#9048). A slice whose request names a pool prefers
-  it (``prefer``), so each slice of a gang claims its own request's pool. The queue's
-  NotEnoughPools does not apply to an object that asks for capacity (``admit``):
-  pools that do not exist yet are what it asks for.
+- **before planning** (``Provisioner.begin`` -> ``ProvisioningPass``): the object's
+  requests as they will be once the watch shows our own writes (``Expectations``),
+  and from them ``capacity.constraints``: the pools the planner may use (not one a
+  live request of *another* object names, nor a revoked one, and only pools with
+  the capacity ``nodeSelector``'s labels), each slice's preferred pool (its own
+  request's), and whether the queue's NotEnoughPools applies.
 - **after planning** (``ProvisioningPass.act``): the facts per slice
-  (``records.SliceFacts``) from the plan, the pods and the reservations, a
-  ``decide`` per slice (and per request of a slice that is gone), then the writes in
-  the order ``records.ProvisioningDecision`` gives: free the pool of a slice whose
-  booking lapsed before its release, delete requests, create the PodTemplate then
-  the request, then make the request the PodTemplate's controller owner; replace a
+  (``records.SliceFacts``) from the plan, the pods and the reservations, then
+  ``capacity.plan`` decides, and the writes follow in the order
+  ``records.ProvisioningDecision`` gives: free the pool of a slice whose booking
+  lapsed before its release, delete requests, create the PodTemplate then the
+  request, then make the request the PodTemplate's controller owner; replace a
   slice whose capacity was revoked (delete its pods). Leftover PodTemplates (a crash
   between the two creates, a failed create) are deleted once they are older than
   ``LEFTOVER_TEMPLATE_SECONDS``; a template whose request exists but is not its
-  owner yet is given the owner. The releases of the plan that stand get the consume
-  annotations of the slice's request (``release_annotations``).
-- **report** (``ProvisioningPass.report``): each decision's state and message over
-  the planner's slice state, ``status.slices[].provisioning``, a Stalled reason
-  (``ProvisioningFailed``, ``ProvisioningRequestNotInstalled``) and a pass again at
-  the earliest ``retry_at``.
+  owner yet is given the owner. The object is passed again at the earliest
+  ``retry_at``. It returns the ``CapacityPlan``, whose releases, consume
+  annotations and report the actuator uses.
 
 Level-based: every write is decided again from the API server's state in the next
 pass, and the objects' names are fixed by slice and attempt, so a crash at any line
 leaves at worst a PodTemplate without its request (deleted as a leftover) or a
 request whose template is not yet owned by it (given the owner). The only memory is
 when the ProvisioningRequest CRD was last found missing (not asked again for
-``MISSING_CRD_RETRY_SECONDS``).
+``MISSING_CRD_RETRY_SECONDS``); our own unconfirmed writes are in ``Expectations``.
 """
 
 from __future__ import annotations
@@ -43,35 +37,36 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-from tpuslice.capacity.requests import (
-    consume_annotations,
-    decide,
-    group_requests,
-    history_from_status,
+from tpuslice.capacity.constraints import CapacityConstraints, constraints
+from tpuslice.capacity.objects import (
     podtemplate_body,
     podtemplate_owner_references,
-    pool_matches_selector,
     request_body,
-    slices_to_provision,
     worker_template_of,
 )
-from tpuslice.controller.expectations import TTL_SECONDS, PendingWrites
+from tpuslice.capacity.plan import NO_CAPACITY_PLAN, CapacityPlan, fresh_pools, with_retired
+from tpuslice.capacity.plan import plan as capacity_plan
+from tpuslice.capacity.requests import (
+    group_requests,
+    history_from_status,
+    lapsed,
+    slices_to_provision,
+)
+from tpuslice.controller.expectations import Expectations
 from tpuslice.controller.recorder import Recorder
 from tpuslice.model import constants as c
 from tpuslice.model import events
 from tpuslice.model.convert import provisioning_request_info, timestamp
 from tpuslice.model.records import (
-    Admission,
     ClusterKey,
     ClusterRef,
     GangMode,
     OwnedRequest,
     OwnerKey,
     PodInfo,
-    ProvisioningAction,
     ProvisioningDecision,
     ProvisioningMode,
     ProvisioningRequestInfo,
@@ -79,9 +74,7 @@ from tpuslice.model.records import (
     ReservationInfo,
     SliceFacts,
     SlicePlan,
-    SliceProvisioning,
     SliceState,
-    SliceStatus,
     Snapshot,
 )
 from tpuslice.planning.pools import PoolIndex, eligible_pools
@@ -91,7 +84,6 @@ from tpuslice.spec.parts import SliceClusterSpec
 from tpuslice.status.conditions import Stall
 
 __all__ = [
-    "FRESH_HOLD_SECONDS",
     "LEFTOVER_TEMPLATE_SECONDS",
     "MISSING_CRD_RETRY_SECONDS",
     "Provisioner",
@@ -107,9 +99,6 @@ MISSING_CRD_RETRY_SECONDS = 30.0
 #: A PodTemplate of ours with no request of its name is deleted once this old (younger
 #: ones may be this very pass's, or a create whose request the watch has not shown yet).
 LEFTOVER_TEMPLATE_SECONDS = 30.0
-#: How long a best-effort slice holding a pool newer than its waiting request waits for
-#: the request's Provisioned before the pool counts as an existing one.
-FRESH_HOLD_SECONDS = 30.0
 
 KickLater = Callable[[ClusterKey, float], None]
 
@@ -126,7 +115,7 @@ def promised_elsewhere(records: Iterable[OwnedRequest], owner: OwnerKey) -> froz
     others: set[str] = set()
     for record in records:
         info = record.info
-        if info.node_pool and not info.deleting and not _lapsed(info):
+        if info.node_pool and not info.deleting and not lapsed(info):
             (mine if record.owner == owner else others).add(info.node_pool)
     return frozenset(others - mine)
 
@@ -150,65 +139,23 @@ def provisioning_view(
 # ------------------------------------------------------------------ the part
 @dataclass
 class Provisioner:
-    """Carries out ``provisioning.decide`` for every object whose spec asks for capacity
+    """Carries out ``capacity.plan`` for every object whose spec asks for capacity
     (or that still has requests of ours). ``kick_later`` is its reconciler's queue's
     (``KickQueue.kick_later``, earliest time wins): an object is passed again at the
     earliest time a decision asks for."""
 
     kube: ClusterApi
     recorder: Recorder
-    pending: PendingWrites
+    pending: Expectations
     kick_later: KickLater = _no_kick
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     _missing_until: float = 0.0
-    #: our writes the watch has not shown yet (as PendingWrites does for reservations):
-    #: requests created, (namespace, name) -> (owner, record, when); requests deleted
-    _made: dict[tuple[str, str], tuple[OwnerKey, ProvisioningRequestInfo, float]] = field(
-        default_factory=dict
-    )
-    _gone: dict[tuple[str, str], tuple[OwnerKey, float]] = field(default_factory=dict)
-    #: requests we marked retired (revoked-node-pool) before the watch shows it
-    _retired: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
-
-    def made(self, owner: OwnerKey, obj: Mapping[str, Any]) -> None:
-        info = provisioning_request_info(obj)
-        self._made[(info.namespace, info.name)] = (owner, info, time.monotonic())
-        self._gone.pop((info.namespace, info.name), None)
-
-    def retired(self, namespace: str, name: str, pool: str) -> None:
-        self._retired[(namespace, name)] = (pool, time.monotonic())
-
-    def deleted(self, owner: OwnerKey, namespace: str, name: str) -> None:
-        self._gone[(namespace, name)] = (owner, time.monotonic())
-        self._made.pop((namespace, name), None)
 
     def _expected(self, view: ProvisioningView, owner: OwnerKey) -> ProvisioningView:
-        """``view`` as it will be once the watch shows our own writes: a request we just
-        created is there, one we just deleted is not (each for up to TTL_SECONDS)."""
-        now = time.monotonic()
-        shown = {(r.namespace, r.name) for r in view.requests}
-        for key, (_, _, at) in list(self._made.items()):
-            if key in shown or now - at > TTL_SECONDS:
-                del self._made[key]
-        for key, (gone_owner, at) in list(self._gone.items()):
-            if (gone_owner == owner and key not in shown) or now - at > TTL_SECONDS:
-                del self._gone[key]
-        for key, (_, at) in list(self._retired.items()):
-            if now - at > TTL_SECONDS or any(
-                (r.namespace, r.name) == key and r.retired for r in view.requests
-            ):
-                del self._retired[key]
-        if not self._made and not self._gone and not self._retired:
-            return view
-        requests = [
-            replace(r, revoked_pool=self._retired[(r.namespace, r.name)][0])
-            if (r.namespace, r.name) in self._retired and not r.retired
-            else r
-            for r in view.requests
-            if (r.namespace, r.name) not in self._gone
-        ]
-        requests += [info for o, info, _ in self._made.values() if o == owner]
-        return replace(view, requests=tuple(requests))
+        """``view`` as it will be once the watch shows our own request writes (kept in
+        ``pending``, the one store of them); what ``view`` confirms is forgotten there."""
+        self.pending.requests_observed(owner, view.requests)
+        return replace(view, requests=tuple(self.pending.requests(owner, view.requests)))
 
     def begin(
         self,
@@ -258,55 +205,20 @@ class ProvisioningPass:
         self.view = view or ProvisioningView()
         self.previous = previous
         self.now = now or datetime.now(UTC)
-        self.promised = self.view.promised_elsewhere | self.view.revoked_pools
-        self.facts: dict[int, SliceFacts] = {}
-        self._plan_slices: Sequence[SliceStatus] = ()
-        self.active = spec is not None
-        self.decisions: dict[int, ProvisioningDecision] = {}
-        self.annotations: dict[str, dict[str, str]] = {}  # replica name -> consume annotations
-        self.skip_release: set[str] = set()  # replica names not to release this pass
+        #: what this object's planning may use (``capacity.constraints``)
+        self.constraints = (
+            constraints(self.view, spec)
+            if spec is not None
+            else CapacityConstraints(
+                excluded=self.view.promised_elsewhere | self.view.revoked_pools
+            )
+        )
+        #: the one thing carrying out the writes learns: the CRD found missing
         self.stall: Stall | None = None
         self.newest: dict[tuple[str, int], ProvisioningRequestInfo] = {}
         self.extra: list[ProvisioningRequestInfo] = []
         if spec is not None:
             self.newest, self.extra = group_requests(self.view.requests)
-
-    # ---------------------------------------------------------------- before planning
-    @property
-    def _selector(self) -> Mapping[str, str]:
-        prov = self.spec.provisioning if self.spec is not None else None
-        return prov.node_selector if prov is not None and prov.enabled else {}
-
-    def restrict(self, index: PoolIndex) -> PoolIndex:
-        """The pool index this object plans over: without pools that lack the capacity
-        labels it selects, without pools promised to other objects' requests, and without
-        pools whose capacity GKE revoked (their nodes are about to be deleted)."""
-        selector = self._selector
-        if not selector and not (self.promised & set(index.matching)):
-            return index
-        matching = {
-            name: nodes
-            for name, nodes in index.matching.items()
-            if name not in self.promised and pool_matches_selector(nodes, selector)
-        }
-        return PoolIndex(index.pools, matching)
-
-    def prefer(self, previous_pools: Mapping[int, str]) -> dict[int, str]:
-        """Slice index -> preferred pool: the pool its own live request names first."""
-        out = dict(previous_pools)
-        for (_, index), request in self.newest.items():
-            pool = request.node_pool
-            if pool and request.is_true(c.PROVREQ_PROVISIONED) and not _lapsed(request):
-                out[index] = pool
-        return out
-
-    def admit(self, admission: Admission | None) -> Admission | None:
-        """NotEnoughPools is for objects that wait for pools to exist: one that asks for
-        capacity takes any free eligible pool it may, and asks for the rest."""
-        prov = self.spec.provisioning if self.spec is not None else None
-        if admission is None or not admission.stalled or prov is None or not prov.enabled:
-            return admission
-        return None
 
     # ---------------------------------------------------------------- after planning
     async def act(
@@ -315,81 +227,34 @@ class ProvisioningPass:
         pods: Sequence[PodInfo],
         reservations: Sequence[ReservationInfo],
         index: PoolIndex,
-    ) -> None:
-        """Decide every slice and carry the decisions out (module docstring)."""
-        if not self.active:
-            return
-        assert self.spec is not None and self.ref is not None
+    ) -> CapacityPlan:
+        """Decide every slice (``capacity.plan``) and carry the writes out (module
+        docstring); the decisions, for the releases and the report."""
+        if self.spec is None or self.ref is None:
+            return NO_CAPACITY_PLAN
         spec, ref = self.spec, self.ref
-        self._plan_slices = plan.slices
-        facts = self.facts = self._facts(plan, pods, reservations, index)
-        history = _with_retired(history_from_status(self.previous), self.extra)
-        for fact in facts.values():
-            request = self.newest.get((fact.raycluster, fact.index))
-            decision = decide(fact, request, spec, now=self.now, history=history.get(fact.index))
-            held = self._fresh_hold(fact, request, index)
-            if held is not None and decision.action == ProvisioningAction.DELETE:
-                decision = held
-            self.decisions[fact.index] = decision
-        gone: list[ProvisioningDecision] = []
-        keys = {(f.raycluster, f.index) for f in facts.values()}
-        for key, request in self.newest.items():
-            if key not in keys:
-                fact = SliceFacts(key[1], key[0], exists=False)
-                gone.append(decide(fact, request, spec, now=self.now))
+        facts = self._facts(plan, pods, reservations, index)
         replicas = {s.index: s.replica for s in plan.slices}
+        decided = capacity_plan(
+            facts,
+            self.newest,
+            spec,
+            now=self.now,
+            history=with_retired(history_from_status(self.previous), self.extra),
+            replicas=replicas,
+            pool_nodes=index.pools,
+        )
         by_replica = _pods_by_replica(pods)
-        for decision in [*self.decisions.values(), *gone]:
-            await self._carry_out(ref, spec, decision, replicas, by_replica, index)
+        for decision in decided.writes:
+            await self._carry_out(ref, spec, decision, replicas, by_replica, index, facts)
         for request in self.extra:  # older attempts, retired ones, requests without labels
             if not await self._retire(request, None, index):
                 await self._delete(ref, request.namespace, request.name, request.uid, "")
         await self._templates(ref, index)
-        for index_, decision in self.decisions.items():
-            request = self.newest.get((facts[index_].raycluster, index_))
-            replica = replicas.get(index_)
-            if (
-                decision.action == ProvisioningAction.KEEP
-                and request is not None
-                and replica
-                and not decision.delete
-            ):
-                self.annotations[replica] = consume_annotations(request.name, request.class_name)
-
-    def _fresh_hold(
-        self, fact: SliceFacts, request: ProvisioningRequestInfo | None, index: PoolIndex
-    ) -> ProvisioningDecision | None:
-        """A best-effort slice holding (not yet released) a pool whose nodes are younger
-        than its waiting request and younger than FRESH_HOLD_SECONDS: the pool is most
-        likely the request's capacity, seen before the request's Provisioned (two
-        watches). The release waits for that, so the pods carry the consume annotations;
-        after FRESH_HOLD_SECONDS the pool counts as any existing one."""
-        spec = self.spec
-        prov = spec.provisioning if spec is not None else None
-        if prov is None or prov.queued or request is None or fact.pool is None:
-            return None
-        if fact.released or request.is_true(c.PROVREQ_PROVISIONED) or _lapsed(request):
-            return None
-        if fact.pool not in _fresh_pools([fact.pool], index, [request]):
-            return None
-        stamps = [timestamp(n.created) for n in index.pools.get(fact.pool, ())]
-        newest = max(t for t in stamps if t is not None)
-        left = FRESH_HOLD_SECONDS - (self.now - newest).total_seconds()
-        if left <= 0:
-            return None
-        replica = next((s.replica for s in self._plan_slices if s.index == fact.index), None)
-        if replica:
-            self.skip_release.add(replica)
-        return ProvisioningDecision(
-            ProvisioningAction.WAIT,
-            index=fact.index,
-            request=request.name,
-            attempt=request.attempt,
-            failures=request.failures,
-            retry_at=self.now + timedelta(seconds=left),
-            message=f"holds node pool {fact.pool}, new since ProvisioningRequest "
-            f"{request.name}: waiting for the request to say Provisioned before the release",
-        )
+        if decided.retry_at is not None:
+            delay = max(1.0, (decided.retry_at - self.now).total_seconds() + 1.0)
+            self.p.kick_later((ref.namespace, ref.name), delay)
+        return replace(decided, stall=self.stall or decided.stall)
 
     def _facts(
         self,
@@ -414,16 +279,16 @@ class ProvisioningPass:
         # oldest outstanding request counts as a request's (it may even be seen before
         # the request's Provisioned: two watches). The rest serve the waiting slices by
         # index (slices_to_provision), so which slices ask stays put while they wait.
-        outstanding = [r for r in self.newest.values() if not _lapsed(r) and not r.deleting]
+        outstanding = [r for r in self.newest.values() if not lapsed(r) and not r.deleting]
         live = {
             k: r
             for k, r in self.newest.items()
-            if r.is_true(c.PROVREQ_PROVISIONED) and not _lapsed(r) and not r.deleting
+            if r.is_true(c.PROVREQ_PROVISIONED) and not lapsed(r) and not r.deleting
         }
         if prov is not None and prov.mode == ProvisioningMode.QUEUED:
             capacity = {r.node_pool for r in outstanding if r.node_pool}
         else:
-            capacity = _fresh_pools(free, index, outstanding)
+            capacity = fresh_pools(free, index.pools, outstanding)
         free_existing = len(free - capacity)
         desired = sum(1 for s in plan.slices if s.state != SliceState.RELEASING)
         holding = set(held) | set(claimed)
@@ -471,17 +336,13 @@ class ProvisioningPass:
         replicas: Mapping[int, str | None],
         by_replica: Mapping[str, Sequence[PodInfo]],
         index: PoolIndex,
+        facts: Mapping[int, SliceFacts],
     ) -> None:
         replica = replicas.get(d.index)
-        if d.retry_at is not None:
-            delay = max(1.0, (d.retry_at - self.now).total_seconds() + 1.0)
-            self.p.kick_later((ref.namespace, ref.name), delay)
-        if d.stalled and self.stall is None:
-            self.stall = Stall(events.PROVISIONING_FAILED, d.stalled)
         if d.give_back and replica:
-            pool = next(
+            held = next(
                 (
-                    r.pool
+                    r
                     for r in self.p.pending.reservations(
                         self.snap.reservations if self.snap else ()
                     )
@@ -489,12 +350,10 @@ class ProvisioningPass:
                 ),
                 None,
             )
-            self.skip_release.add(replica)
-            if pool is not None and await self.p.kube.delete_reservation(pool):
-                self.p.pending.reservation_deleted(pool, time.monotonic())
+            if held is not None and await self.p.kube.delete_reservation(held.pool, held.uid):
+                self.p.pending.reservation_deleted(held.pool, time.monotonic(), held.uid)
             await self.p.recorder.normal(ref, d.reason or events.BOOKING_EXPIRED, d.message)
         if d.replace_slice and replica:
-            self.skip_release.add(replica)
             for pod in by_replica.get(replica, []):
                 if not pod.deleting:
                     await self.p.kube.delete_pod(pod.namespace, pod.name)
@@ -504,11 +363,11 @@ class ProvisioningPass:
             uid = request.uid if request is not None else ""
             posted = d.reason if d.create_attempt is None and not d.replace_slice else ""
             posted = "" if d.give_back else posted
-            fact = self.facts.get(d.index)
+            fact = facts.get(d.index)
             if not await self._retire(request, fact.pool if fact else None, index):
                 await self._delete(ref, ref.namespace, d.delete, uid, posted, d.message)
         if d.create_attempt is not None:
-            await self._create(ref, spec, d, replica, index)
+            await self._create(ref, spec, d, replica, index, facts.get(d.index))
 
     async def _retire(
         self, request: ProvisioningRequestInfo | None, pool: str | None, index: PoolIndex
@@ -528,7 +387,7 @@ class ProvisioningPass:
         if await self.p.kube.annotate_provisioning_request(
             request.namespace, request.name, {c.ANNOTATION_REVOKED_POOL: lost}
         ):
-            self.p.retired(request.namespace, request.name, lost)
+            self.p.pending.request_retired(request.namespace, request.name, lost, time.monotonic())
             log.info(
                 "kept ProvisioningRequest %s/%s (CapacityRevoked) until node pool %s has no nodes",
                 request.namespace,
@@ -547,7 +406,7 @@ class ProvisioningPass:
         message: str = "",
     ) -> None:
         deleted = await self.p.kube.delete_provisioning_request(namespace, name, uid or None)
-        self.p.deleted(_key(ref), namespace, name)
+        self.p.pending.request_deleted(_key(ref), namespace, name, time.monotonic())
         if deleted:
             log.info(
                 "deleted ProvisioningRequest %s/%s: %s", namespace, name, message or "leftover"
@@ -565,12 +424,12 @@ class ProvisioningPass:
         d: ProvisioningDecision,
         replica: str | None,
         index: PoolIndex,
+        fact: SliceFacts | None,
     ) -> None:
         assert d.create_attempt is not None
         if self.p.crd_missing():
             self._not_installed(ref)
             return
-        fact = self.facts.get(d.index)
         raycluster = fact.raycluster if fact is not None and fact.raycluster else spec.name
         worker = worker_template_of(render_ray_cluster_spec(spec)) or {}
         template = podtemplate_body(
@@ -610,7 +469,9 @@ class ProvisioningPass:
                 await self.p.kube.delete_podtemplate(namespace, name)
                 raise
             return  # made by an earlier pass; the watch shows it soon, and its owner is fixed
-        self.p.made(_key(ref), created)
+        self.p.pending.request_created(
+            _key(ref), provisioning_request_info(created), time.monotonic()
+        )
         uid = str((created.get("metadata") or {}).get("uid") or "")
         if uid:
             await self._patch_template(
@@ -679,7 +540,7 @@ class ProvisioningPass:
         prov = spec.provisioning if spec is not None else None
         if spec is None or prov is None or prov.queued or request.slice_index is None:
             return
-        if request.is_true(c.PROVREQ_PROVISIONED) or _lapsed(request) or request.deleting:
+        if request.is_true(c.PROVREQ_PROVISIONED) or lapsed(request) or request.deleting:
             return
         worker = worker_template_of(render_ray_cluster_spec(spec)) or {}
         wanted = podtemplate_body(
@@ -688,7 +549,9 @@ class ProvisioningPass:
             index=request.slice_index,
             attempt=request.attempt,
             worker_template=worker,
-            exclude_pools=sorted(set(index.pools) - _fresh_pools(index.pools, index, [request])),
+            exclude_pools=sorted(
+                set(index.pools) - fresh_pools(index.pools, index.pools, [request])
+            ),
         )["template"]
         affinity = wanted["spec"].get("affinity")
         if ((template.get("template") or {}).get("spec") or {}).get("affinity") == affinity:
@@ -698,59 +561,6 @@ class ProvisioningPass:
             template["name"],
             {"template": {"spec": {"affinity": affinity}}},  # null removes it
         )
-
-    # ---------------------------------------------------------------- the release
-    def releases(self, releases: Sequence[Any]) -> list[Any]:
-        """The plan's releases that stand (none of a slice given back or replaced)."""
-        return [r for r in releases if r.replica_name not in self.skip_release]
-
-    def release_annotations(self, replica: str) -> Mapping[str, str] | None:
-        return self.annotations.get(replica)
-
-    # ---------------------------------------------------------------- report
-    def report(self, plan: SlicePlan, stall: Stall | None) -> tuple[SlicePlan, Stall | None]:
-        """The plan's slices with each decision's state, message and provisioning status;
-        the stall (a plan's own stall comes first)."""
-        if not self.decisions and self.stall is None:
-            return plan, stall
-        slices = []
-        for status in plan.slices:
-            d = self.decisions.get(status.index)
-            if d is None:
-                slices.append(status)
-                continue
-            updated = replace(status, provisioning=d.provisioning_status())
-            if d.state is not None and status.state in (
-                SliceState.WAITING_FOR_CAPACITY,
-                SliceState.PENDING,
-                SliceState.PROVISIONING,
-            ):
-                updated = replace(updated, state=d.state, message=d.message or status.message)
-            slices.append(updated)
-        return replace(plan, slices=tuple(slices)), stall or self.stall
-
-
-def _with_retired(
-    history: dict[int, SliceProvisioning], extra: Iterable[ProvisioningRequestInfo]
-) -> dict[int, SliceProvisioning]:
-    """A retired request still there counts in its slice's history: the next attempt is
-    numbered after it even if status lost the count (the names never collide)."""
-    for request in extra:
-        index = request.slice_index
-        if not request.retired or index is None:
-            continue
-        known = history.get(index)
-        if known is None or known.attempt < request.attempt:
-            failures = max(request.failures, known.failures if known else 0)
-            history[index] = SliceProvisioning(request.name, request.attempt, failures)
-    return history
-
-
-def _lapsed(request: ProvisioningRequestInfo) -> bool:
-    return any(
-        request.is_true(kind)
-        for kind in (c.PROVREQ_FAILED, c.PROVREQ_BOOKING_EXPIRED, c.PROVREQ_CAPACITY_REVOKED)
-    )
 
 
 def _pods_by_replica(pods: Iterable[PodInfo]) -> dict[str, list[PodInfo]]:
@@ -779,24 +589,3 @@ def _one_cluster(view: ProvisioningView, name: str, snap: Snapshot) -> Provision
         requests=tuple(r for r in view.requests if mine(r.raycluster)),
         templates=tuple(t for t in view.templates if mine(str(t.get("raycluster") or ""))),
     )
-
-
-def _fresh_pools(
-    free: Iterable[str], index: PoolIndex, outstanding: Sequence[ProvisioningRequestInfo]
-) -> set[str]:
-    """Free pools whose every node was created after the oldest outstanding request.
-
-    Creation timestamps have whole seconds: a node stamped in the same second as the
-    request may be older than it (a pool added just before the slice asked; seen in CI
-    as a gang of two asking twice, its one existing pool taken for a request's). Such a
-    node counts as existing: a request's own capacity takes longer than that to come."""
-    since = [r.created for r in outstanding if r.created is not None]
-    if not since:
-        return set()
-    oldest = min(since)
-    out = set()
-    for pool in free:
-        stamps = [timestamp(n.created) for n in index.pools.get(pool, ())]
-        if stamps and all(t is not None and t > oldest for t in stamps):
-            out.add(pool)
-    return out
