@@ -1,4 +1,4 @@
-"""Capacity on demand end to end (issue 15): the operator asks GKE for node pools.
+"""Capacity on demand end to end: the operator asks GKE for node pools.
 
 A TPUSliceCluster with ``spec.reservation.provisioning`` whose slices find no free
 node pool gets one ProvisioningRequest per waiting slice; the fake GKE provisioner

@@ -1,4 +1,4 @@
-"""Gangs, the queue per shape and pool preference on the local cluster (issue 14).
+"""Gangs, the queue per shape and pool preference on the local cluster.
 
 A multislice TPUSliceCluster (``spec.tpu.slices > 1``; ``spec.reservation.gang``
 defaults to ``AllSlices`` then) holds a node pool for every slice or none, and no pod

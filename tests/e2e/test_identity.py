@@ -1,4 +1,4 @@
-"""The TPU identity webhook called by the real API server over TLS (issue 5, e2e).
+"""The TPU identity webhook called by the real API server over TLS.
 
 The operator process serves the webhook on loopback and applies the
 MutatingWebhookConfiguration itself; KubeRay creates the pods, so every pod here

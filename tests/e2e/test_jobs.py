@@ -1,4 +1,4 @@
-"""TPUSliceJob on the local cluster with the real KubeRay (issue 16).
+"""TPUSliceJob on the local cluster with the real KubeRay.
 
 KubeRay makes each attempt's RayCluster (``<job>-<random>``) and the submitter Job.
 The local cluster's pods never run Ray: the submitter pod is completed by KWOK, and

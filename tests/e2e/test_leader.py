@@ -1,4 +1,4 @@
-"""Several operator instances at once (issue 13): one Lease, one actor, every replica a webhook.
+"""Several operator instances at once: one Lease, one actor, every replica a webhook.
 
 - Two instances of one deployment: only the Lease holder writes (counted per
   process from its own /metrics); SIGKILL it and the standby takes over within

@@ -1,4 +1,4 @@
-"""The operator on the local simulated GKE cluster, scenario by scenario (issue 4, a-h).
+"""The operator on the local simulated GKE cluster, scenario by scenario.
 
 Each scenario is what a user would do and see: apply a TPUSliceCluster, watch
 conditions, pods, reservations. The real scheduler places pods, the real

@@ -1,4 +1,4 @@
-"""TPUSliceService on the local cluster with the real KubeRay (issue 16).
+"""TPUSliceService on the local cluster with the real KubeRay.
 
 KubeRay makes the RayService's RayCluster (``<service>-<random>``), the
 operator reserves its slices and releases its pods onto them. The local

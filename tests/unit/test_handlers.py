@@ -227,7 +227,7 @@ def test_register_wires_no_timer_or_finalizer_on_reservations() -> None:
 
 def test_the_resync_timer_first_ticks_after_one_interval() -> None:
     """At start-up each object's listing event gives it a pass; a timer firing at once was
-    one more pass per object, run one after another on the loop (issue 17's restart)."""
+    one more pass per object, run one after another on the loop (a slower restart)."""
     registry = kopf.OperatorRegistry()
     config = OperatorConfig()
     register(registry, config)

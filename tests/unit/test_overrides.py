@@ -45,8 +45,8 @@ def errors(template: Any, schema: dict[str, Any] | None, group: str = "worker") 
     return [str(e) for e in err.value.errors]
 
 
-# Regression (issue 12): a named-list item whose name is a map or a list raised
-# "TypeError: unhashable type" in the merge, every pass, and the cluster got no status.
+# A named-list item whose name is a map or a list must be a field error, not a
+# "TypeError: unhashable type" in the merge on every pass with no status.
 @pytest.mark.parametrize(
     ("template", "expected"),
     [
@@ -110,14 +110,14 @@ def test_named_list_items_need_string_unique_names(template: Any, expected: str)
 def test_a_map_or_list_the_operator_renders_cannot_be_replaced_by_a_scalar(
     template: Any, expected: str
 ) -> None:
-    """A null nodeSelector used to drop the TPU selectors silently."""
+    """A null nodeSelector must not drop the TPU selectors silently."""
     assert errors(template, None) == [expected]
 
 
 @pytest.mark.parametrize(
     ("template", "expected"),
     [
-        # Regression (issue 12): server-side apply answered 500 for both.
+        # Unchecked, server-side apply answers 500 for both.
         (
             {"spec": {"hostNetwork": "yes"}},
             "spec.worker.template.spec.hostNetwork: must be true or false, got the string 'yes'",

@@ -119,7 +119,7 @@ def test_lost_claim_releases_nothing() -> None:
 
 
 def test_the_loser_of_a_claim_replans_at_once_and_takes_another_free_pool() -> None:
-    """Issue 13: the loser used to report Reserved on the winner's pool until a resync."""
+    """The loser must not report Reserved on the winner's pool until a resync."""
     other = ReservationInfo("pool-a", Holder("ml", "other", "uid-other", "tpu-zzzzz", 0))
     kube = FakeKube(taken={"pool-a": other})
     run(
@@ -323,8 +323,8 @@ TYPED_PATCH_500 = ApiError(
 
 
 def test_apply_answered_500_typed_patch_is_rayclusterrejected_naming_the_users_field() -> None:
-    """Regression (issue 12): the 500 was re-raised every 5 s with a traceback and the
-    cluster never got a status. (With KubeRay's schema such an override is already an
+    """A 500 must not be re-raised every 5 s with a traceback and no status on the
+    cluster. (With KubeRay's schema such an override is already an
     InvalidSpec; here the CRD has none, as an older or unknown KubeRay might.)"""
     kube = FakeKube(apply_error=TYPED_PATCH_500)
     kube.crd = {"spec": {"versions": []}}
@@ -338,7 +338,7 @@ def test_apply_answered_500_typed_patch_is_rayclusterrejected_naming_the_users_f
 
 
 def test_a_raycluster_of_that_name_not_ours_is_never_applied_and_the_cluster_is_stalled() -> None:
-    """Issue 13: a forced server-side apply used to take another's RayCluster over."""
+    """A forced server-side apply would take another's RayCluster over."""
     kube = FakeKube()
     body = cluster_body()
     ns, name = body["metadata"]["namespace"], body["metadata"]["name"]

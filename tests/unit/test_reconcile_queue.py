@@ -1,4 +1,4 @@
-"""The shell's use of the queue and gangs (issue 14): one pass against the fake API."""
+"""The shell's use of the queue and gangs : one pass against the fake API."""
 
 from __future__ import annotations
 

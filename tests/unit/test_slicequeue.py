@@ -1,4 +1,4 @@
-"""Gangs, the queue per shape and pool preference: readable examples (issue 14)."""
+"""Gangs, the queue per shape and pool preference: readable examples."""
 
 from __future__ import annotations
 

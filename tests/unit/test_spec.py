@@ -90,7 +90,7 @@ def test_all_errors_are_reported_at_once() -> None:
     ],
 )
 def test_any_json_is_judged_field_by_field(body: Any, expected: str) -> None:
-    """Issue 12: arbitrary input is a SpecError naming the field, never a TypeError."""
+    """Arbitrary input is a SpecError naming the field, never a TypeError."""
     with pytest.raises(SpecError) as err:
         parse_cluster(body)
     assert expected in str(err.value)

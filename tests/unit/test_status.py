@@ -153,8 +153,8 @@ def test_may_fold_is_anything_but_a_condition_flip_or_a_new_generation() -> None
 
 
 def test_thousands_of_blocked_slices_give_a_bounded_summary_the_crd_accepts() -> None:
-    """Regression (issue 12): from ~550 pending slices the Ready message listed every
-    slice, passed the CRD's 32,768 characters, and every status write was refused."""
+    """Listing every slice, a Ready message passes the CRD's 32,768 characters from ~550
+    pending slices on, and every status write is refused."""
     import json
 
     from tests.support.crd import validate

@@ -493,7 +493,7 @@ class Panel:
     #: older results file can name the same figure by another key
     series: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]
     factor: float = 1.0  # unit of the plot: 1000 for milliseconds
-    target: float | None = None  # issue 17's target, drawn as a dashed line
+    target: float | None = None  # the design's target, drawn as a dashed line
     #: a figure about every cluster of a run (all Ready): no point for a run that hit
     #: its bound, where it would be the time of the few that got there
     every_cluster: bool = False

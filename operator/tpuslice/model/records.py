@@ -348,7 +348,7 @@ class Admission:
     """The queue's word for one cluster in this pass; plan_slices obeys it.
 
     ``pools`` are the pools it may claim now (already in its preference order);
-    ``None`` means no queue governs the cluster (any free eligible pool, as before)."""
+    ``None`` means no queue governs the cluster (any free eligible pool)."""
 
     pools: tuple[str, ...] | None = None
     position: int | None = None  # 1-based among the shape's waiting requests

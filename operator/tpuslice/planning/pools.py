@@ -385,7 +385,7 @@ def plan_slices(
 
     ``admission`` is the shape queue's decision for this cluster (slicequeue.py): the
     pools it may claim now, its place in the queue and the text explaining the wait.
-    None means no queue: any free eligible pool, as before.
+    None means no queue: any free eligible pool.
     """
     wanted = _Wanted(accelerator, topology, hosts, chips_per_host)
     replicas, unindexed = _group_replicas(pods, hosts)

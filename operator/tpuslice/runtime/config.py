@@ -36,7 +36,7 @@ class OperatorConfig:
     webhook_namespace: str | None = None  # the Service's namespace
     webhook_cert_dir: str = "/tmp/tpuslice-webhook"  # tls.crt/tls.key/ca.crt used if present
     #: The Secret (in webhook_namespace) every replica shares its CA and serving
-    #: certificate through (webhookcerts.py); None: cert dir only, as before.
+    #: certificate through (webhookcerts.py); None: the cert dir only.
     webhook_secret: str | None = None
     webhook_cert_check_seconds: float = 60.0  # re-read the Secret or mounted files
     manage_webhook_configuration: bool = True  # apply the MutatingWebhookConfiguration

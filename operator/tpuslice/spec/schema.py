@@ -1,9 +1,9 @@
 """Judge a value against a structural schema (the OpenAPI subset CRDs use), naming the field.
 
 The pod-template overrides of a TPUSliceCluster are free-form in our CRD (it
-cannot carry the whole pod schema), so a wrong type there used to reach the
-API server inside the rendered RayCluster, where server-side apply answered
-500 and nothing named the user's field. The operator therefore reads the
+cannot carry the whole pod schema), so unchecked, a wrong type there would reach
+the API server inside the rendered RayCluster, where server-side apply answers
+500 and nothing names the user's field. The operator therefore reads the
 template schema from the KubeRay RayCluster CRD installed in the cluster
 (``template_schema``) and judges each template before applying it, the way
 the API server would, but stricter where the API server is silent: unknown
