@@ -16,7 +16,7 @@ from tpuslice.spec.parts import (
     SUBMISSION_MODES,
     FieldError,
     GroupSpec,
-    SliceClusterSpec,
+    OwnedClusterSpec,
     SpecError,
     SubmissionMode,
     _boolean,
@@ -96,23 +96,10 @@ class JobSettings:
 
 
 @dataclass(frozen=True)
-class SliceJobSpec:
+class SliceJobSpec(OwnedClusterSpec):
     """A validated TPUSliceJob: its cluster parts and its job, every default applied."""
 
-    cluster: SliceClusterSpec
     job: JobSettings
-
-    @property
-    def name(self) -> str:
-        return self.cluster.name
-
-    @property
-    def namespace(self) -> str:
-        return self.cluster.namespace
-
-    @property
-    def uid(self) -> str:
-        return self.cluster.uid
 
 
 def _submitter_config(value: Any, path: str, errors: list[FieldError]) -> None:

@@ -25,6 +25,7 @@ from tpuslice.model.topology import SliceShape, TopologyError, slice_shape
 __all__ = [
     "FieldError",
     "GroupSpec",
+    "OwnedClusterSpec",
     "ProvisioningSpec",
     "RetryPolicy",
     "SliceClusterSpec",
@@ -156,6 +157,26 @@ class SliceClusterSpec:
     def gated(self) -> bool:
         """Whether worker pods wait for a reserved node pool before scheduling."""
         return self.reservation_policy == "NodePool"
+
+
+@dataclass(frozen=True)
+class OwnedClusterSpec:
+    """The cluster parts of a kind that owns a KubeRay object other than a RayCluster (a
+    RayJob, a RayService): the object is named, placed and owned as the TPUSlice object."""
+
+    cluster: SliceClusterSpec
+
+    @property
+    def name(self) -> str:
+        return self.cluster.name
+
+    @property
+    def namespace(self) -> str:
+        return self.cluster.namespace
+
+    @property
+    def uid(self) -> str:
+        return self.cluster.uid
 
 
 def default_image(ray_version: str) -> str:

@@ -14,7 +14,7 @@ from tpuslice.spec.parts import (
     _SERVE_CONFIG_EXAMPLE,
     _SERVICE_SPEC_FIELDS,
     FieldError,
-    SliceClusterSpec,
+    OwnedClusterSpec,
     SpecError,
     _cluster_parts,
     _describe,
@@ -64,23 +64,10 @@ class ServeSettings:
 
 
 @dataclass(frozen=True)
-class SliceServiceSpec:
+class SliceServiceSpec(OwnedClusterSpec):
     """A validated TPUSliceService: its cluster parts and its Serve settings."""
 
-    cluster: SliceClusterSpec
     serve: ServeSettings
-
-    @property
-    def name(self) -> str:
-        return self.cluster.name
-
-    @property
-    def namespace(self) -> str:
-        return self.cluster.namespace
-
-    @property
-    def uid(self) -> str:
-        return self.cluster.uid
 
 
 def _upgrade_strategy(value: Any, errors: list[FieldError]) -> None:
