@@ -114,7 +114,6 @@ PODTEMPLATE_KIND: Final = "PodTemplate"
 PODTEMPLATE_PLURAL: Final = "podtemplates"
 PROVREQ_CLASS_BEST_EFFORT_ATOMIC: Final = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
 PROVREQ_CLASS_QUEUED: Final = "queued-provisioning.gke.io"
-PROVREQ_CLASS_CHECK_CAPACITY: Final = "check-capacity.autoscaling.x-k8s.io"
 # Both on every pod of a slice whose capacity came from a request (added by the release
 # patch): pods carrying them never trigger a normal scale-up.
 ANNOTATION_CONSUME_PROVREQ: Final = "autoscaling.x-k8s.io/consume-provisioning-request"
@@ -125,11 +124,9 @@ PROVREQ_PROVISIONED: Final = "Provisioned"
 PROVREQ_FAILED: Final = "Failed"
 PROVREQ_BOOKING_EXPIRED: Final = "BookingExpired"
 PROVREQ_CAPACITY_REVOKED: Final = "CapacityRevoked"
-# status.provisioningClassDetails keys GKE's queued class writes.
+# The status.provisioningClassDetails key naming the node pool GKE's queued class made.
 PROVREQ_DETAIL_NODE_POOL: Final = "NodePoolName"
-PROVREQ_DETAIL_RESIZE_REQUEST: Final = "ResizeRequestName"
-# GKE labels the nodes of a queued pool with the request's resize request, and taints them.
-NODE_LABEL_PROVISIONING_REQUEST: Final = "autoscaling.gke.io/provisioning-request"
+# GKE taints the nodes of a queued pool.
 QUEUED_TAINT_KEY: Final = "cloud.google.com/gke-queued"
 # Capacity is booked for this long after Provisioned=True (OSS processors/provreq
 # defaultReservationTime, GKE provreqstate BookingDuration); both hard-coded.
@@ -171,8 +168,6 @@ RAY_PLURALS: Final = {
 }
 # KubeRay labels every RayCluster (and submitter Job) it makes for a RayJob or a
 # RayService with the owner's name and kind (RayJob / RayService).
-KUBERAY_LABEL_ORIGINATED_FROM_NAME: Final = "ray.io/originated-from-cr-name"
-KUBERAY_LABEL_ORIGINATED_FROM_KIND: Final = "ray.io/originated-from-crd"
 KUBERAY_LABEL_CLUSTER: Final = "ray.io/cluster"
 KUBERAY_LABEL_GROUP: Final = "ray.io/group"
 KUBERAY_LABEL_NODE_TYPE: Final = "ray.io/node-type"

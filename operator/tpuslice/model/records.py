@@ -15,7 +15,11 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from tpuslice.model.constants import KIND_CLUSTER, PROVREQ_CAPACITY_REVOKED
+from tpuslice.model.constants import (
+    KIND_CLUSTER,
+    PROVREQ_CAPACITY_REVOKED,
+    PROVREQ_DETAIL_NODE_POOL,
+)
 
 __all__ = [
     "Admission",
@@ -358,10 +362,6 @@ class Admission:
     stalled: str | None = None  # NotEnoughPools message: leaves the queue
     message: str = ""  # why it waits (queue_message), for WaitingForCapacity
 
-    @property
-    def may_claim(self) -> int | None:
-        return None if self.pools is None else len(self.pools)
-
 
 @dataclass(frozen=True)
 class QueueDecision:
@@ -421,7 +421,7 @@ class ProvisioningRequestInfo:
     @property
     def node_pool(self) -> str | None:
         """The node pool GKE's queued class made for it (provisioningClassDetails)."""
-        return self.details.get("NodePoolName") or None
+        return self.details.get(PROVREQ_DETAIL_NODE_POOL) or None
 
     @property
     def retired(self) -> bool:

@@ -60,10 +60,6 @@ class Generation:
     aliases: tuple[str, ...]  # other spellings users write (GKE label, Ray name)
     shape_rule: str  # the offered shapes in words, for error messages
 
-    @property
-    def counts_cores(self) -> bool:
-        return self.cores_per_chip == 2
-
 
 def _larger_3d_shapes(max_x: int, max_y: int, max_z: int) -> set[str]:
     """Shapes whose every dimension is a multiple of 4 (whole 4-chip hosts)."""

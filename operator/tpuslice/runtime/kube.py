@@ -584,15 +584,6 @@ class Kube:
             raise
         return True
 
-    async def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
-        result = await self.call(
-            "GET",
-            api_path("", "v1", "pods", namespace=namespace),
-            resource="pods",
-            query={"labelSelector": label_selector},
-        )
-        return list(result.get("items") or [])
-
     # ------------------------------------------------------------ admission
     def apply_webhook_configuration(self, body: Mapping[str, Any]) -> None:
         """Server-side apply; every replica applies the same body (the same shared CA),
