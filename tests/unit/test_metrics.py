@@ -51,14 +51,14 @@ def test_slice_last_created_takes_the_newest_pod_of_each_named_slice() -> None:
 
 def test_slices_gauge_is_replaced_per_cluster_and_forgotten() -> None:
     m = Metrics()
-    m.cluster_slices(("ns", "a"), ["Reserved", "Reserved"])
-    m.cluster_slices(("ns", "b"), ["Pending"])
-    m.cluster_slices(("ns", "a"), ["Ready", "Reserved"])
+    m.cluster_slices(("TPUSliceCluster", "ns", "a"), ["Reserved", "Reserved"])
+    m.cluster_slices(("TPUSliceCluster", "ns", "b"), ["Pending"])
+    m.cluster_slices(("TPUSliceCluster", "ns", "a"), ["Ready", "Reserved"])
     assert value(m, "tpuslice_slices", state="Reserved") == 1
     assert value(m, "tpuslice_slices", state="Ready") == 1
     assert value(m, "tpuslice_slices", state="Pending") == 1
-    m.forget_cluster(("ns", "a"))
-    m.forget_cluster(("ns", "gone"))
+    m.forget_cluster(("TPUSliceCluster", "ns", "a"))
+    m.forget_cluster(("TPUSliceCluster", "ns", "gone"))
     assert value(m, "tpuslice_slices", state="Reserved") == 0
     assert value(m, "tpuslice_slices", state="Ready") == 0
     assert value(m, "tpuslice_slices", state="Pending") == 1

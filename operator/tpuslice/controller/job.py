@@ -130,7 +130,7 @@ class JobReconciler(Reconciler):
             ref, spec.cluster, snap, previous, desired_slices=desired, keep_pools=wants
         )
         self._track_waiting(key, spec.cluster, waiting_for_capacity(plan))
-        self.metrics.cluster_slices(key, (str(s.state) for s in plan.slices))
+        self.metrics.cluster_slices(self.object_key(key), (str(s.state) for s in plan.slices))
         observed = job_observed(
             spec, body, snap, plan, desired, applied.ok, applied.stall or plan_stall
         )

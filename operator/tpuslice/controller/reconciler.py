@@ -33,7 +33,15 @@ from tpuslice.controller.recorder import Recorder
 from tpuslice.controller.statuswriter import StatusWriter, generation
 from tpuslice.model import constants as c
 from tpuslice.model import events
-from tpuslice.model.records import ClusterKey, ClusterRef, Shape, SlicePlan, SliceState, Snapshot
+from tpuslice.model.records import (
+    ClusterKey,
+    ClusterRef,
+    OwnerKey,
+    Shape,
+    SlicePlan,
+    SliceState,
+    Snapshot,
+)
 from tpuslice.planning.queue import shape_name
 from tpuslice.render.kuberay import render_raycluster
 from tpuslice.runtime.kube import ApiError, ClusterApi
@@ -181,6 +189,11 @@ class Reconciler:
     #: The kind of object this reconciler's passes are for.
     kind: ClassVar[str] = c.KIND_CLUSTER
 
+    def object_key(self, key: ClusterKey) -> OwnerKey:
+        """(kind, namespace, name): what the process-wide metrics count by, so objects
+        of different kinds with one name in one namespace stay apart."""
+        return (self.kind, key[0], key[1])
+
     # ------------------------------------------------------------ what handlers call
     async def kick(self, key: ClusterKey) -> None:
         await self.queue.kick(key)
@@ -209,12 +222,10 @@ class Reconciler:
             self.actuator.specs.forget(uid)
         self._applied_once.discard(key)
         self.backoff.succeeded(key)
-        self.metrics.forget_cluster(key)
+        self.metrics.forget_cluster(self.object_key(key))
         self._waiting_since.pop(key, None)
-        for shape, keys in self._waiting.items():
-            if key in keys:
-                keys.discard(key)
-                self.metrics.queue(shape_name(shape), len(keys))
+        for keys in self._waiting.values():
+            keys.discard(key)
 
     # ------------------------------------------------------------ one pass
     async def run_pass(self, key: ClusterKey) -> None:
@@ -259,7 +270,7 @@ class Reconciler:
         self.pending.expire(time.monotonic())
         plan, plan_stall = await self.actuator.act(ref, spec, snap, previous)
         self._track_waiting(key, spec, waiting_for_capacity(plan))
-        self.metrics.cluster_slices(key, (str(s.state) for s in plan.slices))
+        self.metrics.cluster_slices(self.object_key(key), (str(s.state) for s in plan.slices))
         observed = observed_of(spec, body, snap, plan, applied, applied.stall or plan_stall)
         await self.status.write(body, previous, observed)
 
@@ -284,7 +295,7 @@ class Reconciler:
             since = self._waiting_since.pop(key, None)
             if since is not None:
                 self.metrics.waited(label, time.monotonic() - since)
-        self.metrics.queue(label, len(waiting))
+        self.metrics.shape_waiting(label, self.object_key(key), waits)
 
     async def _failed(
         self, key: ClusterKey, cluster: Mapping[str, Any] | None, exc: Exception

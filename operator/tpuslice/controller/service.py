@@ -124,6 +124,7 @@ class ServiceReconciler(Reconciler):
         clusters: dict[str, ClusterSlices] = {}
         stall: Stall | None = None
         waiting = False
+        states: list[str] = []
         for name in service_clusters(snap):
             ref = ClusterRef(
                 meta.get("namespace", ""),
@@ -144,8 +145,10 @@ class ServiceReconciler(Reconciler):
                 ray_cluster_ready=bool(found and found.get("state") == "ready"),
             )
             waiting = waiting or waiting_for_capacity(plan)
+            states.extend(str(s.state) for s in plan.slices)
         key = (meta.get("namespace", ""), meta.get("name", ""))
         self._track_waiting(key, spec.cluster, waiting)
+        self.metrics.cluster_slices(self.object_key(key), states)
         return clusters, stall
 
     async def _give_back_gone(

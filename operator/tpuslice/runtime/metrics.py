@@ -28,7 +28,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from tpuslice.model.records import PodInfo
+from tpuslice.model.records import OwnerKey, PodInfo
 
 __all__ = ["Metrics", "parse_timestamp", "serve", "slice_last_created"]
 
@@ -38,8 +38,6 @@ log = logging.getLogger(__name__)
 FAST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 #: End-to-end latencies measured from a creationTimestamp (whole seconds).
 SLOW_BUCKETS = (0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
-
-ClusterKey = tuple[str, str]
 
 
 def parse_timestamp(value: str) -> float | None:
@@ -108,14 +106,15 @@ class Metrics:
         )
         self.slices = Gauge(
             "tpuslice_slices",
-            "Slices of all TPUSliceClusters by state (Pending, WaitingForCapacity, Reserved, "
-            "Scheduled, Ready, Releasing), as of each cluster's last pass.",
+            "Slices of all TPUSliceClusters, TPUSliceJobs and TPUSliceServices by state (Pending, "
+            "WaitingForCapacity, Reserved, Scheduled, Ready, Releasing), as of each one's last "
+            "pass.",
             ["state"],
             registry=r,
         )
         self.queue_length = Gauge(
             "tpuslice_queue_length",
-            "TPUSliceClusters waiting for node pools of one TPU shape (a slice "
+            "Objects of every kind waiting for node pools of one TPU shape (a slice "
             "WaitingForCapacity, or Stalled NotEnoughPools), as of each one's last pass.",
             ["shape"],
             registry=r,
@@ -175,7 +174,12 @@ class Metrics:
         )
         # process_resident_memory_bytes, process_cpu_seconds_total, ... (Linux /proc)
         ProcessCollector(registry=r)
-        self._slices_by_cluster: dict[ClusterKey, Tally[str]] = {}
+        #: Keyed by (kind, namespace, name): a TPUSliceCluster and a TPUSliceJob of one
+        #: name in one namespace are two contributions, not one.
+        self._slices_by_cluster: dict[OwnerKey, Tally[str]] = {}
+        #: Who waits for each shape, of every kind: one reconciler per kind reports here,
+        #: so the gauge counts them all rather than the last kind that passed.
+        self._waiting_by_shape: dict[str, set[OwnerKey]] = {}
         self._reservation_phase: dict[str, str] = {}
 
     # ------------------------------------------------------------ reconcile
@@ -199,7 +203,7 @@ class Metrics:
             if start is not None:
                 self.slice_release_seconds.observe(max(0.0, now - start))
 
-    def cluster_slices(self, key: ClusterKey, states: Iterable[str]) -> None:
+    def cluster_slices(self, key: OwnerKey, states: Iterable[str]) -> None:
         """Replace one cluster's contribution to ``tpuslice_slices`` (a delta, not a recount)."""
         new = Tally(states)
         old = self._slices_by_cluster.get(key, Tally())
@@ -214,11 +218,23 @@ class Metrics:
         else:
             self._slices_by_cluster.pop(key, None)
 
-    def forget_cluster(self, key: ClusterKey) -> None:
+    def forget_cluster(self, key: OwnerKey) -> None:
+        """An object is gone: its slices and its places in the shapes' queues."""
         self.cluster_slices(key, ())
+        for shape, keys in self._waiting_by_shape.items():
+            if key in keys:
+                keys.discard(key)
+                self.queue_length.labels(shape).set(len(keys))
 
-    def queue(self, shape: str, waiting: int) -> None:
-        self.queue_length.labels(shape).set(waiting)
+    def shape_waiting(self, shape: str, key: OwnerKey, waits: bool) -> None:
+        """Whether one object waits for pools of ``shape`` as of its last pass;
+        ``tpuslice_queue_length{shape}`` is the count of those that do, of every kind."""
+        keys = self._waiting_by_shape.setdefault(shape, set())
+        if waits:
+            keys.add(key)
+        else:
+            keys.discard(key)
+        self.queue_length.labels(shape).set(len(keys))
 
     def waited(self, shape: str, seconds: float) -> None:
         self.queue_wait_seconds.labels(shape).observe(seconds)
