@@ -5,20 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.support.builders import nodes_of
 from tests.support.fake_kube import FakeKube
 from tests.unit.test_reconcile_owned import (
     JOB_UID,
     SVC_UID,
     job_body,
-    nodes,
     owned,
     run,
     service_body,
     worker_pods,
 )
-from tpuslice.controller.job import JobReconciler
+from tpuslice.controller.job import JobKind
 from tpuslice.controller.reconciler import Reconciler
-from tpuslice.controller.service import ServiceReconciler
+from tpuslice.controller.service import ServiceKind
 from tpuslice.model.records import Snapshot
 from tpuslice.runtime.metrics import Metrics
 
@@ -45,13 +45,13 @@ def cluster_body(name: str) -> dict[str, Any]:
 def job_snapshot(pools: tuple[str, ...]) -> Snapshot:
     pods = worker_pods("train", "TPUSliceJob", "att-0", "train-a")
     return Snapshot(
-        job_body(), pods, nodes(*pools), [], None, owned=owned(JOB_UID, {"jobStatus": "RUNNING"})
+        job_body(), pods, nodes_of(*pools), [], None, owned=owned(JOB_UID, {"jobStatus": "RUNNING"})
     )
 
 
 def cluster_snapshot(name: str, pools: tuple[str, ...]) -> Snapshot:
     pods = worker_pods(name, "TPUSliceCluster", f"{name}-0", name)
-    return Snapshot(cluster_body(name), pods, nodes(*pools), [], None)
+    return Snapshot(cluster_body(name), pods, nodes_of(*pools), [], None)
 
 
 def service_snapshot(pools: tuple[str, ...]) -> Snapshot:
@@ -59,7 +59,7 @@ def service_snapshot(pools: tuple[str, ...]) -> Snapshot:
     return Snapshot(
         service_body(),
         pods,
-        nodes(*pools),
+        nodes_of(*pools),
         [],
         None,
         owned=owned(SVC_UID, {"pendingServiceStatus": {"rayClusterName": "serve-a"}}),
@@ -70,8 +70,10 @@ def service_snapshot(pools: tuple[str, ...]) -> Snapshot:
 def test_the_queue_length_of_a_shape_counts_waiting_objects_of_every_kind() -> None:
     metrics = Metrics()
     clusters = Reconciler(FakeKube(), lambda key: cluster_snapshot("a", ()), metrics=metrics)
-    jobs = JobReconciler(FakeKube(), lambda key: job_snapshot(()), metrics=metrics)
-    services = ServiceReconciler(FakeKube(), lambda key: service_snapshot(()), metrics=metrics)
+    jobs = Reconciler(FakeKube(), lambda key: job_snapshot(()), metrics=metrics, adapter=JobKind())
+    services = Reconciler(
+        FakeKube(), lambda key: service_snapshot(()), metrics=metrics, adapter=ServiceKind()
+    )
     run(clusters, ("ml", "a"))
     run(jobs, ("ml", "train"))
     run(services, ("ml", "serve"))
@@ -85,7 +87,9 @@ def test_a_cluster_and_a_job_of_one_name_both_count_their_slices() -> None:
     clusters = Reconciler(
         FakeKube(), lambda key: cluster_snapshot("train", ("pool-a",)), metrics=metrics
     )
-    jobs = JobReconciler(FakeKube(), lambda key: job_snapshot(("pool-b",)), metrics=metrics)
+    jobs = Reconciler(
+        FakeKube(), lambda key: job_snapshot(("pool-b",)), metrics=metrics, adapter=JobKind()
+    )
     run(clusters, ("ml", "train"))
     run(jobs, ("ml", "train"))
     total = sum(
@@ -97,8 +101,11 @@ def test_a_cluster_and_a_job_of_one_name_both_count_their_slices() -> None:
 
 def test_a_service_pass_reports_its_slices() -> None:
     metrics = Metrics()
-    services = ServiceReconciler(
-        FakeKube(), lambda key: service_snapshot(("pool-a",)), metrics=metrics
+    services = Reconciler(
+        FakeKube(),
+        lambda key: service_snapshot(("pool-a",)),
+        metrics=metrics,
+        adapter=ServiceKind(),
     )
     run(services, ("ml", "serve"))
     total = sum(

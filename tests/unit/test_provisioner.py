@@ -316,7 +316,7 @@ def test_a_services_pass_for_one_raycluster_sees_only_its_requests() -> None:
 def test_a_job_asks_for_its_current_rayclusters_slice_by_that_rayclusters_name() -> None:
     """A TPUSliceJob goes through the same actuator: the request is named by the
     attempt's RayCluster (``<job>-<random>``) and labelled with the owner kind."""
-    from tpuslice.controller.job import JobReconciler
+    from tpuslice.controller.job import JobKind
     from tpuslice.model.convert import ray_owner_info
 
     job = tpuslice(
@@ -348,7 +348,7 @@ def test_a_job_asks_for_its_current_rayclusters_slice_by_that_rayclusters_name()
     )
     snap = Snapshot(job, workers, [], [], None, owned=rayjob, provisioning=ProvisioningView())
     kube = FakeKube()
-    asyncio.run(JobReconciler(kube, lambda key: snap).kick(("ml", "train")))
+    asyncio.run(Reconciler(kube, lambda key: snap, adapter=JobKind()).kick(("ml", "train")))
     made = kube.requests[("ml", "train-x7k2p-s0-1")]
     assert made["metadata"]["labels"][c.LABEL_OWNER_KIND] == "TPUSliceJob"
     assert made["metadata"]["labels"][c.LABEL_RAYCLUSTER] == "train-x7k2p"

@@ -8,8 +8,9 @@ from typing import Any
 
 from tests.support.builders import holder, nodes_of, reservation, slice_pods, tpu, tpuslice
 from tests.support.fake_kube import FakeKube
-from tpuslice.controller.job import JobReconciler
-from tpuslice.controller.service import ServiceReconciler, service_clusters
+from tpuslice.controller.job import JobKind
+from tpuslice.controller.reconciler import Reconciler
+from tpuslice.controller.service import ServiceKind, service_clusters
 from tpuslice.model import constants as c
 from tpuslice.model.convert import ray_owner_info
 from tpuslice.model.records import ClusterRef, PodInfo, ReservationInfo, Snapshot
@@ -177,7 +178,7 @@ def test_a_retry_hands_the_pool_over_and_releases_the_new_slice_without_a_claim(
         None,
         owned=owned(JOB_UID, {"jobDeploymentStatus": "Running", "rayClusterName": "train-b"}),
     )
-    run(JobReconciler(kube, lambda key: snap), ("ml", "train"))
+    run(Reconciler(kube, lambda key: snap, adapter=JobKind()), ("ml", "train"))
     assert ("handover", "pool-a", "new-0") in kube.calls
     assert not [c for c in kube.calls if c[0] == "claim"]
     assert sorted(c for c in kube.calls if c[0] == "release") == [
@@ -197,7 +198,7 @@ def test_between_attempts_the_job_keeps_its_pool_and_claims_nothing() -> None:
         None,
         owned=owned(JOB_UID, {"jobDeploymentStatus": "Retrying", "failed": 1}),
     )
-    run(JobReconciler(kube, lambda key: snap), ("ml", "train"))
+    run(Reconciler(kube, lambda key: snap, adapter=JobKind()), ("ml", "train"))
     assert not [c for c in kube.calls if c[0] in ("free", "claim", "handover")], kube.calls
     assert kube.status is not None and kube.status["attempts"] == 1
 
@@ -212,7 +213,7 @@ def test_an_ended_job_gives_its_pools_back_once_its_pods_are_gone() -> None:
         None,
         owned=owned(JOB_UID, {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}),
     )
-    run(JobReconciler(kube, lambda key: snap), ("ml", "train"))
+    run(Reconciler(kube, lambda key: snap, adapter=JobKind()), ("ml", "train"))
     assert ("free", "pool-a") in kube.calls
     assert kube.status is not None
     complete = next(c for c in kube.status["conditions"] if c["type"] == "Complete")
@@ -222,7 +223,7 @@ def test_an_ended_job_gives_its_pools_back_once_its_pods_are_gone() -> None:
 def test_the_rayjob_is_applied_with_the_jobs_labels() -> None:
     kube = FakeKube()
     snap = Snapshot(job_body(), [], nodes_of("pool-a"), [], None)
-    run(JobReconciler(kube, lambda key: snap), ("ml", "train"))
+    run(Reconciler(kube, lambda key: snap, adapter=JobKind()), ("ml", "train"))
     (rayjob,) = kube.applied
     assert rayjob["kind"] == "RayJob"
     assert rayjob["metadata"]["labels"]["tpuslice.dev/job"] == "train"
@@ -253,7 +254,7 @@ def test_each_cluster_of_a_service_is_planned_apart_and_the_serving_pool_is_kept
         rayclusters={"serve-a": {"state": "ready"}, "serve-b": {"state": None}},
     )
     assert service_clusters(snap) == ["serve-a", "serve-b"]
-    run(ServiceReconciler(kube, lambda key: snap), ("ml", "serve"))
+    run(Reconciler(kube, lambda key: snap, adapter=ServiceKind()), ("ml", "serve"))
     assert [c for c in kube.calls if c[0] == "claim"] == [("claim", "pool-b")]
     assert not [c for c in kube.calls if c[0] == "free"]
     assert sorted(c for c in kube.calls if c[0] == "release") == [
@@ -284,7 +285,7 @@ def test_an_upgrade_without_a_spare_pool_waits_and_says_so() -> None:
         ),
         rayclusters={"serve-a": {"state": "ready"}, "serve-b": {"state": None}},
     )
-    run(ServiceReconciler(kube, lambda key: snap), ("ml", "serve"))
+    run(Reconciler(kube, lambda key: snap, adapter=ServiceKind()), ("ml", "serve"))
     assert not [c for c in kube.calls if c[0] in ("claim", "free", "release")], kube.calls
     assert kube.status is not None
     reasons = {c["type"]: c["reason"] for c in kube.status["conditions"]}
@@ -302,5 +303,5 @@ def test_the_pool_of_a_cluster_kuberay_deleted_is_given_back_once_its_pods_are_g
         ray_cluster="serve-old",
     )
     snap = Snapshot(service_body(), [], nodes_of("pool-a"), [old], None, owned=owned(SVC_UID, {}))
-    run(ServiceReconciler(kube, lambda key: snap), ("ml", "serve"))
+    run(Reconciler(kube, lambda key: snap, adapter=ServiceKind()), ("ml", "serve"))
     assert ("free", "pool-a") in kube.calls

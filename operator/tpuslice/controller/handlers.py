@@ -23,11 +23,12 @@ from typing import Any, TypeVar, overload
 
 import kopf
 
-from tpuslice.controller.applier import controlled_by
+from tpuslice.controller.actuator import PoolIndexCache
+from tpuslice.controller.applier import TemplateSchema, controlled_by
 from tpuslice.controller.capacity import provisioning_view
-from tpuslice.controller.job import JobReconciler
+from tpuslice.controller.expectations import Expectations
+from tpuslice.controller.kinds import KINDS
 from tpuslice.controller.reconciler import Reconciler, SnapshotReader, spec_shape
-from tpuslice.controller.service import ServiceReconciler
 from tpuslice.model import constants as c
 from tpuslice.model.convert import (
     cluster_record,
@@ -229,25 +230,24 @@ async def configure(
     memo.heartbeat = asyncio.get_running_loop().create_task(_beat(health))
     kube: Kube = memo.kube  # made by app.run_operator, shared with leader election
     watches = Watches()
-    reconciler = Reconciler(kube, make_reader(indices, watches), metrics=metrics)
-    jobs = JobReconciler(
-        kube,
-        make_reader(indices, watches, c.KIND_JOB),
-        metrics=metrics,
-        pending=reconciler.pending,
-        pool_indexes=reconciler.pool_indexes,
-        schema=reconciler.templates,
-    )
-    services = ServiceReconciler(
-        kube,
-        make_reader(indices, watches, c.KIND_SERVICE),
-        metrics=metrics,
-        pending=reconciler.pending,
-        pool_indexes=reconciler.pool_indexes,
-        schema=reconciler.templates,
-    )
+    # One record of our writes, one index of the pools and one template schema for every
+    # kind: a pass of one kind sees the claims a pass of another made a moment ago.
+    pending, pool_indexes, templates = Expectations(), PoolIndexCache(), TemplateSchema(kube)
+    reconcilers = {
+        kind: Reconciler(
+            kube,
+            make_reader(indices, watches, kind),
+            metrics=metrics,
+            pending=pending,
+            pool_indexes=pool_indexes,
+            schema=templates,
+            adapter=adapter,
+        )
+        for kind, adapter in KINDS.items()
+    }
+    reconciler = reconcilers[c.KIND_CLUSTER]
     memo.watches, memo.reconciler = watches, reconciler
-    memo.reconcilers = {c.KIND_CLUSTER: reconciler, c.KIND_JOB: jobs, c.KIND_SERVICE: services}
+    memo.reconcilers = reconcilers
     memo.indexed = asyncio.Event()
     for each in memo.reconcilers.values():
         each.hold_until_indexed()

@@ -1,40 +1,38 @@
-"""One level-based pass per TPUSliceJob: the RayJob applied, its slices held across retries.
+"""The TPUSliceJob adapter of the pass: the RayJob applied, its slices held across retries.
 
-The same parts as a TPUSliceCluster's pass (``reconcile.Reconciler``), in the
-same order, with what differs for a job:
+What differs from a TPUSliceCluster:
 
-1. read the snapshot: the TPUSliceJob, its RayJob and the RayClusters KubeRay
+1. the snapshot holds the TPUSliceJob, its RayJob and the RayClusters KubeRay
    made for it (found by the ``tpuslice.dev/job`` label KubeRay copies onto
-   them, never by name: each attempt's is ``<job>-<random>``), the pods of the
-   job (labelled with its name and kind), nodes and reservations;
-2. parse and render the RayJob (``spec.parse_job``, ``render.render_rayjob``);
-3. apply it when needed (``applier.KubeRayApplier``);
-4. plan and act on the slices with the job as the holder: while the job has
-   not ended, pools whose slices' pods are gone stay held and are handed to the
-   next attempt's slices (``SliceActuator.act(keep_pools=True)``), so a retry
-   never waits in the queue; once the job has ended (or is suspended) it wants
-   no slices, and each pool is released when its pods are gone;
-5. write the status (``job_status.compute_job_status``).
+   them, never by name: each attempt's is ``<job>-<random>``), and the pods of
+   the job (labelled with its name and kind);
+2. the RayJob is parsed and rendered (``spec.job.parse_job``,
+   ``render.kuberay.render_rayjob``);
+3. its one slice set has the job as the holder: while the job has not ended,
+   pools whose slices' pods are gone stay held and are handed to the next
+   attempt's slices (``keep_pools``), so a retry never waits in the queue; once
+   the job has ended (or is suspended) it wants no slices, and each pool is
+   released when its pods are gone;
+4. the status is ``status.job.compute_job_status``.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from tpuslice.controller.reconciler import Reconciler, unparsed_slices, waiting_for_capacity
+from tpuslice.controller.adapter import ActedSet, SliceSet, StatusOut, unparsed_slices
+from tpuslice.controller.applier import Applied
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
-from tpuslice.model import events
-from tpuslice.model.records import ClusterKey, ClusterRef, SlicePlan, Snapshot
+from tpuslice.model.records import ClusterRef, SlicePlan, Snapshot
 from tpuslice.render.kuberay import render_rayjob
 from tpuslice.spec.job import SliceJobSpec, parse_job
-from tpuslice.spec.parts import SpecError
+from tpuslice.spec.parts import SliceClusterSpec
 from tpuslice.status.conditions import ClusterSlices, Stall
 from tpuslice.status.job import JobObserved, compute_job_status, job_ended
 
-__all__ = ["JobReconciler", "job_observed"]
+__all__ = ["JobKind", "job_observed"]
 
 
 def _current_cluster(
@@ -59,7 +57,7 @@ def job_observed(
     applied: bool,
     stall: Stall | None,
 ) -> JobObserved:
-    """What this pass saw, for ``job_status.compute_job_status``."""
+    """What this pass saw, for ``status.job.compute_job_status``."""
     ray_status = (snap.owned or {}).get("status") if snap.owned is not None else None
     return JobObserved(
         generation=generation(body),
@@ -95,44 +93,50 @@ def _invalid(body: Mapping[str, Any], stall: Stall) -> JobObserved:
     )
 
 
-class JobReconciler(Reconciler):
-    """TPUSliceJob passes: the parts of ``Reconciler``, a job's rules (module docstring)."""
+class JobKind:
+    """TPUSliceJob: the RayJob of its name and one set of slices kept across retries."""
 
-    kind: ClassVar[str] = c.KIND_JOB
+    kind = c.KIND_JOB
+    counts_creation = False
 
-    async def _reconcile(self, key: ClusterKey, snap: Snapshot) -> None:
-        body = snap.cluster
-        if body is None:
-            self.forget(key)
-            return
-        meta = body.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
-            return  # the finalizer tears down
-        ref = ClusterRef(
-            meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""), kind=self.kind
-        )
-        previous = self.status.previous(key, body)
-        try:
-            spec = parse_job(body)
-            rendered = render_rayjob(spec, await self.templates.get())
-        except SpecError as exc:
-            stall = Stall(events.INVALID_SPEC, str(exc))
-            status = compute_job_status(_invalid(body, stall), previous, self.status.now())
-            await self.status.write_status(body, previous, status, ())
-            return
-        applied = await self.applier.apply(rendered, snap.owned)
-        self.pending.expire(time.monotonic())
+    def parse(self, body: Mapping[str, Any]) -> SliceJobSpec:
+        return parse_job(body)
+
+    def cluster_spec(self, parsed: SliceJobSpec) -> SliceClusterSpec:
+        return parsed.cluster
+
+    def render(self, parsed: SliceJobSpec, templates: Any) -> dict[str, Any]:
+        return render_rayjob(parsed, templates)
+
+    def owned(self, snap: Snapshot) -> Mapping[str, Any] | None:
+        return snap.owned
+
+    def slice_sets(
+        self, ref: ClusterRef, parsed: SliceJobSpec, snap: Snapshot, previous: Mapping[str, Any]
+    ) -> list[SliceSet]:
         ray_status = (snap.owned or {}).get("status") or {}
         ended = job_ended(ray_status) if snap.owned is not None else False
-        wants = not ended and not spec.job.suspend
-        desired = spec.cluster.slices if wants else 0
-        plan, plan_stall = await self.actuator.act(
-            ref, spec.cluster, snap, previous, desired_slices=desired, keep_pools=wants
-        )
-        self._track_waiting(key, spec.cluster, waiting_for_capacity(plan))
-        self.metrics.cluster_slices(self.object_key(key), (str(s.state) for s in plan.slices))
-        observed = job_observed(
-            spec, body, snap, plan, desired, applied.ok, applied.stall or plan_stall
-        )
-        status = compute_job_status(observed, previous, self.status.now())
-        await self.status.write_status(body, previous, status, plan.slices)
+        wants = not ended and not parsed.job.suspend
+        desired = parsed.cluster.slices if wants else 0
+        return [SliceSet(ref, parsed.cluster, snap, previous, desired=desired, keep_pools=wants)]
+
+    def status(
+        self,
+        parsed: SliceJobSpec,
+        body: Mapping[str, Any],
+        snap: Snapshot,
+        acted: Sequence[ActedSet],
+        applied: Applied,
+        stall: Stall | None,
+        previous: Mapping[str, Any],
+        now: str,
+    ) -> StatusOut:
+        (only,) = acted
+        desired = only.slices.desired or 0
+        observed = job_observed(parsed, body, snap, only.plan, desired, applied.ok, stall)
+        return StatusOut(compute_job_status(observed, previous, now), only.plan.slices)
+
+    def invalid_status(
+        self, body: Mapping[str, Any], stall: Stall, previous: Mapping[str, Any], now: str
+    ) -> StatusOut:
+        return StatusOut(compute_job_status(_invalid(body, stall), previous, now))

@@ -1,19 +1,22 @@
-"""One level-based pass per TPUSliceCluster, as a short sequence of named steps.
+"""One level-based pass for every TPUSlice kind, as a short sequence of named steps.
 
-A pass reads desired state (the spec) and actual state (RayCluster, pods,
+A pass reads desired state (the spec) and actual state (the KubeRay object, pods,
 nodes, reservations) from a snapshot of the indexes, acts on the difference
 through named parts, and writes status only when it changed:
 
-1. read the snapshot; a cluster in backoff waits (``kicks.Backoff``);
-2. parse the spec and render the RayCluster (``spec.py``, ``render.py``);
-3. apply the RayCluster when needed (``applier.KubeRayApplier``);
-4. plan and act on the slices (``actuator.SliceActuator``);
-5. write status and events (``statuswriter.StatusWriter``).
+1. read the snapshot; an object in backoff waits (``queue.Backoff``);
+2. parse the spec and render the KubeRay object (the kind's adapter);
+3. apply it when needed (``applier.KubeRayApplier``);
+4. plan and act on each of the kind's slice sets (``actuator.SliceActuator``), and
+   give back the pools no slice set holds any more once their pods are gone;
+5. write status and events (the kind's status, ``statuswriter.StatusWriter``).
 
-A pass that raises is reported on the object (a condition, a rate-limited
-event) and retried with backoff. The only memory kept between passes is the
-record of our own unconfirmed writes (``expectations.Expectations``) and caches;
-after a restart the next pass decides from the API server's state alone.
+What differs between kinds is the adapter's (``adapter.KindAdapter``: parse, render,
+the owned object, the slice sets, the status); the pass is written once. A pass that
+raises is reported on the object (a condition, a rate-limited event) and retried
+with backoff. The only memory kept between passes is the record of our own
+unconfirmed writes (``expectations.Expectations``) and caches; after a restart the
+next pass decides from the API server's state alone.
 """
 
 from __future__ import annotations
@@ -22,16 +25,17 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any
 
 from tpuslice.controller.actuator import PoolIndexCache, SliceActuator, shape_of
+from tpuslice.controller.adapter import ActedSet, KindAdapter, SliceSet
 from tpuslice.controller.applier import Applied, KubeRayApplier, TemplateSchema
 from tpuslice.controller.capacity import Provisioner
+from tpuslice.controller.cluster import ClusterKind
 from tpuslice.controller.expectations import Expectations
 from tpuslice.controller.queue import Backoff, Failure, KickQueue
 from tpuslice.controller.recorder import Recorder
 from tpuslice.controller.statuswriter import StatusWriter, generation
-from tpuslice.model import constants as c
 from tpuslice.model import events
 from tpuslice.model.records import (
     ClusterKey,
@@ -43,15 +47,14 @@ from tpuslice.model.records import (
     Snapshot,
 )
 from tpuslice.planning.queue import shape_name
-from tpuslice.render.kuberay import render_raycluster
 from tpuslice.runtime.kube import ApiError, ClusterApi
+from tpuslice.runtime.logcontext import current_object
 from tpuslice.runtime.metrics import Metrics
-from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.parts import SliceClusterSpec, SpecError
 from tpuslice.spec.slices import parse_slice_parts
-from tpuslice.status.conditions import MAX_MESSAGE, Observed, Stall, truncate
+from tpuslice.status.conditions import MAX_MESSAGE, Stall, truncate
 
-__all__ = ["Reconciler", "SnapshotReader", "error_text", "spec_shape", "unparsed_slices"]
+__all__ = ["Reconciler", "SnapshotReader", "error_text", "spec_shape"]
 
 log = logging.getLogger(__name__)
 
@@ -75,58 +78,6 @@ def error_text(exc: BaseException) -> str:
     return truncate(" ".join(text.split()), 1024)
 
 
-def observed_of(
-    spec: SliceClusterSpec,
-    body: Mapping[str, Any],
-    snap: Snapshot,
-    plan: SlicePlan,
-    applied: Applied,
-    stall: Stall | None,
-) -> Observed:
-    """What this pass saw, for ``status.compute_status``."""
-    return Observed(
-        generation=generation(body),
-        accelerator_type=spec.shape.accelerator_type,
-        hosts_per_slice=spec.shape.hosts,
-        chips_per_host=spec.shape.chips_per_host,
-        ray_cluster=spec.name,
-        desired_slices=0 if spec.suspend else spec.slices,
-        slices=plan.slices,
-        ray_cluster_ready=bool(snap.raycluster and snap.raycluster.get("state") == "ready"),
-        suspended=spec.suspend,
-        gated=spec.gated,
-        applied=applied.ok,
-        stall=stall,
-    )
-
-
-def unparsed_slices(body: Mapping[str, Any]) -> int:
-    """``spec.tpu.slices`` of an object whose spec cannot be parsed, when it is a count,
-    else 1: what the status of any kind reports as desired next to the stall."""
-    spec = body.get("spec")
-    tpu = spec.get("tpu") if isinstance(spec, Mapping) else None
-    slices = tpu.get("slices") if isinstance(tpu, Mapping) else None
-    return slices if isinstance(slices, int) and slices >= 0 else 1
-
-
-def stalled_observation(body: Mapping[str, Any], stall: Stall) -> Observed:
-    """For a spec that cannot be parsed: no shape is known, only the stall."""
-    return Observed(
-        generation=generation(body),
-        accelerator_type="",
-        hosts_per_slice=0,
-        chips_per_host=0,
-        ray_cluster=str((body.get("metadata") or {}).get("name", "")),
-        desired_slices=unparsed_slices(body),
-        slices=(),
-        ray_cluster_ready=False,
-        suspended=False,
-        gated=False,
-        applied=False,
-        stall=stall,
-    )
-
-
 #: Slice states that wait for a pool of the shape (kicked when its pools change): a
 #: Provisioning slice claims the pool its request brings once the nodes are Ready.
 WAITING_STATES = (SliceState.WAITING_FOR_CAPACITY, SliceState.PROVISIONING)
@@ -148,9 +99,8 @@ def failure_message(failure: Failure) -> str:
 
 @dataclass
 class Reconciler:
-    """The parts of the shell wired together, and the pass that uses them: for
-    TPUSliceClusters here; ``reconcile_job.JobReconciler`` runs the same parts, and the
-    same pass skeleton (``run_pass``: backoff, failure reporting), for TPUSliceJobs.
+    """The parts of the shell wired together, and the one pass that uses them for the
+    objects of one kind (``adapter``: what the kind says; ``kinds.KINDS``).
 
     Reconcilers of different kinds share ``pending`` and ``pool_indexes`` (one record
     of our writes, one index of the pools per process)."""
@@ -162,6 +112,7 @@ class Reconciler:
     pool_indexes: PoolIndexCache = field(default_factory=PoolIndexCache)
     backoff: Backoff = field(default_factory=Backoff)
     schema: TemplateSchema | None = None  # shared between kinds when given
+    adapter: KindAdapter = field(default_factory=ClusterKind)
     _waiting: dict[Shape, set[ClusterKey]] = field(default_factory=dict)
     _waiting_since: dict[ClusterKey, float] = field(default_factory=dict)  # the queue metric
     _applied_once: set[ClusterKey] = field(default_factory=set)  # for the creation metric
@@ -186,8 +137,10 @@ class Reconciler:
             kind=self.kind,
         )
 
-    #: The kind of object this reconciler's passes are for.
-    kind: ClassVar[str] = c.KIND_CLUSTER
+    @property
+    def kind(self) -> str:
+        """The kind of object this reconciler's passes are for."""
+        return self.adapter.kind
 
     def object_key(self, key: ClusterKey) -> OwnerKey:
         """(kind, namespace, name): what the process-wide metrics count by, so objects
@@ -229,7 +182,15 @@ class Reconciler:
 
     # ------------------------------------------------------------ one pass
     async def run_pass(self, key: ClusterKey) -> None:
-        """One pass over ``key``; never raises (a failure is reported and backed off)."""
+        """One pass over ``key``; never raises (a failure is reported and backed off).
+        Every line logged during the pass names the object (``runtime.logcontext``)."""
+        named = current_object.set(f"{self.kind}/{key[0]}/{key[1]}")
+        try:
+            await self._run_pass(key)
+        finally:
+            current_object.reset(named)
+
+    async def _run_pass(self, key: ClusterKey) -> None:
         began = time.perf_counter()
         snap: Snapshot | None = None
         try:
@@ -253,31 +214,81 @@ class Reconciler:
         if body is None:
             self.forget(key)
             return
-        meta = body.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
+        if (body.get("metadata") or {}).get("deletionTimestamp"):
             return  # the finalizer handler tears down; applying now would recreate
-        ref = ClusterRef(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""))
+        kind = self.adapter
+        ref = ClusterRef.of(body, kind.kind)
         previous = self.status.previous(key, body)
         try:
-            spec = parse_cluster(body)
-            rendered = render_raycluster(spec, await self.templates.get())
+            parsed = kind.parse(body)
+            rendered = kind.render(parsed, await self.templates.get())
         except SpecError as exc:
-            stall = Stall(events.INVALID_SPEC, str(exc))
-            await self.status.write(body, previous, stalled_observation(body, stall))
+            invalid = Stall(events.INVALID_SPEC, str(exc))
+            out = kind.invalid_status(body, invalid, previous, self.status.now())
+            await self.status.write_status(body, previous, out.status, out.slices)
             return
-        applied = await self.applier.apply(rendered, snap.raycluster)
-        self._count_creation(key, body, snap, applied)
+        owned = kind.owned(snap)
+        applied = await self.applier.apply(rendered, owned)
+        if kind.counts_creation:
+            self._count_creation(key, body, owned, applied)
         self.pending.expire(time.monotonic())
-        plan, plan_stall = await self.actuator.act(ref, spec, snap, previous)
-        self._track_waiting(key, spec, waiting_for_capacity(plan))
-        self.metrics.cluster_slices(self.object_key(key), (str(s.state) for s in plan.slices))
-        observed = observed_of(spec, body, snap, plan, applied, applied.stall or plan_stall)
-        await self.status.write(body, previous, observed)
+        acted, plan_stall = await self._act(kind.slice_sets(ref, parsed, snap, previous))
+        await self._give_back_unheld(ref, snap, {each.slices.ref.ray_cluster for each in acted})
+        waits = any(waiting_for_capacity(each.plan) for each in acted)
+        self._track_waiting(key, kind.cluster_spec(parsed), waits)
+        states = (str(s.state) for each in acted for s in each.plan.slices)
+        self.metrics.cluster_slices(self.object_key(key), states)
+        stall = applied.stall or plan_stall
+        out = kind.status(parsed, body, snap, acted, applied, stall, previous, self.status.now())
+        await self.status.write_status(body, previous, out.status, out.slices)
+
+    async def _act(self, slice_sets: Iterable[SliceSet]) -> tuple[list[ActedSet], Stall | None]:
+        """Each slice set planned and acted on; the first stall any of them revealed."""
+        acted: list[ActedSet] = []
+        stall: Stall | None = None
+        for each in slice_sets:
+            plan, plan_stall = await self.actuator.act(
+                each.ref,
+                each.spec,
+                each.snap,
+                each.previous,
+                desired_slices=each.desired,
+                keep_pools=each.keep_pools,
+            )
+            acted.append(ActedSet(each, plan))
+            stall = stall or plan_stall
+        return acted, stall
+
+    async def _give_back_unheld(self, ref: ClusterRef, snap: Snapshot, live: set[str]) -> None:
+        """Delete the object's reservations that no slice set of this pass holds (a
+        TPUSliceService's RayCluster KubeRay deleted after an upgrade, or the one it
+        replaced) once no pod of theirs is left: no pass plans for them any more."""
+        with_pods = {p.replica_name for p in snap.pods}
+        gone = [
+            r
+            for r in self.pending.reservations(snap.reservations)
+            if r.holder.uid == ref.uid
+            and r.holder.ray_cluster not in live
+            and r.holder.replica_name not in with_pods
+        ]
+        for r in gone:
+            if await self.kube.delete_reservation(r.pool, r.uid):
+                self.pending.reservation_deleted(r.pool, time.monotonic(), r.uid)
+                await self.recorder.normal(
+                    ref,
+                    events.SLICE_RELEASED,
+                    f"released node pool {r.pool} (RayCluster {r.holder.ray_cluster or '?'} "
+                    f"is gone)",
+                )
 
     def _count_creation(
-        self, key: ClusterKey, body: Mapping[str, Any], snap: Snapshot, applied: Applied
+        self,
+        key: ClusterKey,
+        body: Mapping[str, Any],
+        owned: Mapping[str, Any] | None,
+        applied: Applied,
     ) -> None:
-        if applied.ok and snap.raycluster is None and key not in self._applied_once:
+        if applied.ok and owned is None and key not in self._applied_once:
             self._applied_once.add(key)  # an apply was sent and the RayCluster was missing
             created = (body.get("metadata") or {}).get("creationTimestamp", "")
             self.metrics.raycluster_created(created, time.time())
@@ -320,13 +331,7 @@ class Reconciler:
         try:
             await self.status.write_failure(key, cluster, message)
             if failure.event_due:
-                meta = cluster.get("metadata") or {}
-                ref = ClusterRef(
-                    meta.get("namespace", ""),
-                    meta.get("name", ""),
-                    meta.get("uid", ""),
-                    kind=self.kind,
-                )
+                ref = ClusterRef.of(cluster, self.kind)
                 await self.recorder.warning(ref, events.RECONCILE_ERROR, message)
                 self.backoff.event_posted(key, time.monotonic())
         except Exception as write_error:  # the API server may be what fails

@@ -29,8 +29,6 @@ from tpuslice.model import events
 from tpuslice.model.records import ClusterKey, ClusterRef, SliceStatus
 from tpuslice.runtime.kube import ClusterApi
 from tpuslice.status.conditions import (
-    Observed,
-    compute_status,
     failure_status,
     may_fold,
     slice_events,
@@ -79,13 +77,6 @@ class StatusWriter:
         """The status this pass starts from: what we last wrote (the watch may not have
         shown it yet), else the object's."""
         return self._written.get(key) or dict(body.get("status") or {})
-
-    async def write(
-        self, body: Mapping[str, Any], previous: Mapping[str, Any], observed: Observed
-    ) -> None:
-        """A TPUSliceCluster's status from what the pass observed."""
-        status = compute_status(observed, previous, _now())
-        await self.write_status(body, previous, status, observed.slices)
 
     def now(self) -> str:
         """The time stamp for conditions that change in this write."""

@@ -35,6 +35,7 @@ from tpuslice.runtime.config import OperatorConfig
 from tpuslice.runtime.election import Elector, KubeLeases
 from tpuslice.runtime.health import Health, serve_health
 from tpuslice.runtime.kube import Kube
+from tpuslice.runtime.logcontext import ObjectPrefix
 from tpuslice.runtime.metrics import Metrics, serve
 from tpuslice.webhook.serving import IdentityWebhook, start_identity_webhook
 
@@ -60,6 +61,8 @@ def _configure_logging(config: OperatorConfig) -> None:
     level = getattr(logging, config.log_level.upper(), logging.INFO)
     kopf.configure(verbose=level <= logging.DEBUG, log_format=kopf.LogFormat.PLAIN)
     logging.getLogger().setLevel(level)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(ObjectPrefix())
     if level > logging.DEBUG:
         # kopf logs every successful handler call at INFO: one line per pod event.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)

@@ -114,6 +114,18 @@ class ClusterRef:
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @classmethod
+    def of(cls, body: Mapping[str, Any], kind: str, ray_cluster: str = "") -> ClusterRef:
+        """The reference to the object ``body`` of ``kind``: the one place it is built."""
+        meta = body.get("metadata") or {}
+        return cls(
+            str(meta.get("namespace") or ""),
+            str(meta.get("name") or ""),
+            str(meta.get("uid") or ""),
+            kind=kind,
+            ray_cluster=ray_cluster,
+        )
+
     def holds(self, holder: Holder) -> bool:
         """Whether a reservation of ``holder`` is one of this pass's own."""
         return holder.uid == self.uid and holder.ray_cluster == self.ray_cluster

@@ -1,0 +1,110 @@
+"""The TPUSliceCluster adapter of the pass: one RayCluster of the object's name, one
+slice set, and the TPUSliceCluster status (``status.conditions.compute_status``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tpuslice.controller.adapter import ActedSet, SliceSet, StatusOut, unparsed_slices
+from tpuslice.controller.applier import Applied
+from tpuslice.controller.statuswriter import generation
+from tpuslice.model import constants as c
+from tpuslice.model.records import ClusterRef, SlicePlan, Snapshot
+from tpuslice.render.kuberay import render_raycluster
+from tpuslice.spec.cluster import parse_cluster
+from tpuslice.spec.parts import SliceClusterSpec
+from tpuslice.status.conditions import Observed, Stall, compute_status
+
+__all__ = ["ClusterKind", "observed_of", "stalled_observation"]
+
+
+def observed_of(
+    spec: SliceClusterSpec,
+    body: Mapping[str, Any],
+    snap: Snapshot,
+    plan: SlicePlan,
+    applied: Applied,
+    stall: Stall | None,
+) -> Observed:
+    """What this pass saw, for ``status.compute_status``."""
+    return Observed(
+        generation=generation(body),
+        accelerator_type=spec.shape.accelerator_type,
+        hosts_per_slice=spec.shape.hosts,
+        chips_per_host=spec.shape.chips_per_host,
+        ray_cluster=spec.name,
+        desired_slices=0 if spec.suspend else spec.slices,
+        slices=plan.slices,
+        ray_cluster_ready=bool(snap.raycluster and snap.raycluster.get("state") == "ready"),
+        suspended=spec.suspend,
+        gated=spec.gated,
+        applied=applied.ok,
+        stall=stall,
+    )
+
+
+def stalled_observation(body: Mapping[str, Any], stall: Stall) -> Observed:
+    """For a spec that cannot be parsed: no shape is known, only the stall."""
+    return Observed(
+        generation=generation(body),
+        accelerator_type="",
+        hosts_per_slice=0,
+        chips_per_host=0,
+        ray_cluster=str((body.get("metadata") or {}).get("name", "")),
+        desired_slices=unparsed_slices(body),
+        slices=(),
+        ray_cluster_ready=False,
+        suspended=False,
+        gated=False,
+        applied=False,
+        stall=stall,
+    )
+
+
+class ClusterKind:
+    """TPUSliceCluster: the RayCluster of its name and its one set of slices."""
+
+    kind = c.KIND_CLUSTER
+    counts_creation = True
+
+    def parse(self, body: Mapping[str, Any]) -> SliceClusterSpec:
+        return parse_cluster(body)
+
+    def cluster_spec(self, parsed: SliceClusterSpec) -> SliceClusterSpec:
+        return parsed
+
+    def render(self, parsed: SliceClusterSpec, templates: Any) -> dict[str, Any]:
+        return render_raycluster(parsed, templates)
+
+    def owned(self, snap: Snapshot) -> Mapping[str, Any] | None:
+        return snap.raycluster
+
+    def slice_sets(
+        self,
+        ref: ClusterRef,
+        parsed: SliceClusterSpec,
+        snap: Snapshot,
+        previous: Mapping[str, Any],
+    ) -> list[SliceSet]:
+        return [SliceSet(ref, parsed, snap, previous)]
+
+    def status(
+        self,
+        parsed: SliceClusterSpec,
+        body: Mapping[str, Any],
+        snap: Snapshot,
+        acted: Sequence[ActedSet],
+        applied: Applied,
+        stall: Stall | None,
+        previous: Mapping[str, Any],
+        now: str,
+    ) -> StatusOut:
+        (only,) = acted
+        observed = observed_of(parsed, body, snap, only.plan, applied, stall)
+        return StatusOut(compute_status(observed, previous, now), observed.slices)
+
+    def invalid_status(
+        self, body: Mapping[str, Any], stall: Stall, previous: Mapping[str, Any], now: str
+    ) -> StatusOut:
+        return StatusOut(compute_status(stalled_observation(body, stall), previous, now))
