@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tpuslice.controller.applier import Applied
+from tpuslice.controller.statuswriter import generation
 from tpuslice.model.records import ClusterRef, SlicePlan, SliceStatus, Snapshot
 from tpuslice.spec.parts import SliceClusterSpec
 from tpuslice.status.conditions import Stall
 
-__all__ = ["ActedSet", "KindAdapter", "SliceSet", "StatusOut", "unparsed_slices"]
+__all__ = ["ActedSet", "KindAdapter", "SliceSet", "StatusOut", "unparsed_fields", "unparsed_slices"]
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,21 @@ class KindAdapter(Protocol):
     ) -> StatusOut:
         """The status of an object whose spec cannot be parsed or rendered."""
         ...
+
+
+def unparsed_fields(body: Mapping[str, Any], stall: Stall) -> dict[str, Any]:
+    """What every kind's observed record holds for a spec that cannot be parsed: no
+    shape is known, nothing was applied, only the stall and the count asked for."""
+    return {
+        "generation": generation(body),
+        "accelerator_type": "",
+        "hosts_per_slice": 0,
+        "chips_per_host": 0,
+        "desired_slices": unparsed_slices(body),
+        "gated": False,
+        "applied": False,
+        "stall": stall,
+    }
 
 
 def unparsed_slices(body: Mapping[str, Any]) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tpuslice.controller.adapter import ActedSet, SliceSet, StatusOut, unparsed_slices
+from tpuslice.controller.adapter import ActedSet, SliceSet, StatusOut, unparsed_fields
 from tpuslice.controller.applier import Applied
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
@@ -47,18 +47,11 @@ def observed_of(
 def stalled_observation(body: Mapping[str, Any], stall: Stall) -> Observed:
     """For a spec that cannot be parsed: no shape is known, only the stall."""
     return Observed(
-        generation=generation(body),
-        accelerator_type="",
-        hosts_per_slice=0,
-        chips_per_host=0,
+        **unparsed_fields(body, stall),
         ray_cluster=str((body.get("metadata") or {}).get("name", "")),
-        desired_slices=unparsed_slices(body),
         slices=(),
         ray_cluster_ready=False,
         suspended=False,
-        gated=False,
-        applied=False,
-        stall=stall,
     )
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tpuslice.controller.adapter import ActedSet, SliceSet, StatusOut, unparsed_slices
+from tpuslice.controller.adapter import ActedSet, SliceSet, StatusOut, unparsed_fields
 from tpuslice.controller.applier import Applied
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
@@ -78,18 +78,11 @@ def job_observed(
 def _invalid(body: Mapping[str, Any], stall: Stall) -> JobObserved:
     """For a spec that cannot be parsed: no shape is known, only the stall."""
     return JobObserved(
-        generation=generation(body),
-        accelerator_type="",
-        hosts_per_slice=0,
-        chips_per_host=0,
+        **unparsed_fields(body, stall),
         ray_job=str((body.get("metadata") or {}).get("name", "")),
-        desired_slices=unparsed_slices(body),
         ray_job_status=None,
         cluster=None,
         suspend=False,
-        gated=False,
-        applied=False,
-        stall=stall,
     )
 
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from tpuslice.controller.adapter import ActedSet, SliceSet, StatusOut, unparsed_slices
+from tpuslice.controller.adapter import ActedSet, SliceSet, StatusOut, unparsed_fields
 from tpuslice.controller.applier import Applied
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
@@ -52,17 +52,10 @@ def service_clusters(snap: Snapshot) -> list[str]:
 
 def _invalid(body: Mapping[str, Any], stall: Stall) -> ServiceObserved:
     return ServiceObserved(
-        generation=generation(body),
-        accelerator_type="",
-        hosts_per_slice=0,
-        chips_per_host=0,
+        **unparsed_fields(body, stall),
         ray_service=str((body.get("metadata") or {}).get("name", "")),
-        desired_slices=unparsed_slices(body),
         ray_service_status=None,
         clusters={},
-        gated=False,
-        applied=False,
-        stall=stall,
     )
 
 
