@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from tests.support.builders import holder, nodes_of, reservation, slice_pods, tpu, tpuslice
 from tests.support.fake_kube import FakeKube
 from tpuslice.controller.job import JobKind
@@ -305,3 +307,25 @@ def test_the_pool_of_a_cluster_kuberay_deleted_is_given_back_once_its_pods_are_g
     snap = Snapshot(service_body(), [], nodes_of("pool-a"), [old], None, owned=owned(SVC_UID, {}))
     run(Reconciler(kube, lambda key: snap, adapter=ServiceKind()), ("ml", "serve"))
     assert ("free", "pool-a") in kube.calls
+
+
+@pytest.mark.parametrize(
+    ("body", "adapter", "key"),
+    [
+        (job_body, JobKind(), ("ml", "train")),
+        (service_body, ServiceKind(), ("ml", "serve")),
+    ],
+)
+def test_a_job_or_service_with_a_bad_spec_is_stalled_naming_the_field(
+    body: Any, adapter: Any, key: tuple[str, str]
+) -> None:
+    """The pass is the same for every kind: a spec error ends the pass as InvalidSpec
+    naming the field, with the count the object asked for, and nothing applied."""
+    bad = body()
+    bad["spec"]["tpu"]["topology"] = "3x3"
+    kube = FakeKube()
+    run(Reconciler(kube, lambda k: Snapshot(bad, [], [], [], None), adapter=adapter), key)
+    stalled = next(x for x in kube.status["conditions"] if x["type"] == "Stalled")
+    assert (stalled["status"], stalled["reason"]) == ("True", "InvalidSpec")
+    assert "spec.tpu.topology" in stalled["message"]
+    assert not [call for call in kube.calls if call[0] == "apply"]
