@@ -25,10 +25,18 @@ from typing import Any, Protocol
 from tpuslice.controller.applier import Applied
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model.records import ClusterRef, SlicePlan, SliceStatus, Snapshot
-from tpuslice.spec.parts import SliceClusterSpec
+from tpuslice.spec.parts import OwnedClusterSpec, SliceClusterSpec
 from tpuslice.status.conditions import Stall
 
-__all__ = ["ActedSet", "KindAdapter", "SliceSet", "StatusOut", "unparsed_fields", "unparsed_slices"]
+__all__ = [
+    "ActedSet",
+    "KindAdapter",
+    "OwnsKubeRayObject",
+    "SliceSet",
+    "StatusOut",
+    "unparsed_fields",
+    "unparsed_slices",
+]
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,20 @@ class KindAdapter(Protocol):
     ) -> StatusOut:
         """The status of an object whose spec cannot be parsed or rendered."""
         ...
+
+
+class OwnsKubeRayObject:
+    """What a TPUSliceJob's and a TPUSliceService's adapters share: the KubeRay object they
+    own (a RayJob, a RayService) is not a RayCluster, KubeRay makes the RayClusters, and
+    the spec's cluster parts sit under ``cluster`` (``spec.parts.OwnedClusterSpec``)."""
+
+    counts_creation = False
+
+    def cluster_spec(self, parsed: OwnedClusterSpec) -> SliceClusterSpec:
+        return parsed.cluster
+
+    def owned(self, snap: Snapshot) -> Mapping[str, Any] | None:
+        return snap.owned
 
 
 def unparsed_fields(body: Mapping[str, Any], stall: Stall) -> dict[str, Any]:

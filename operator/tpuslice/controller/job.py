@@ -21,14 +21,19 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tpuslice.controller.adapter import ActedSet, SliceSet, StatusOut, unparsed_fields
+from tpuslice.controller.adapter import (
+    ActedSet,
+    OwnsKubeRayObject,
+    SliceSet,
+    StatusOut,
+    unparsed_fields,
+)
 from tpuslice.controller.applier import Applied
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
 from tpuslice.model.records import ClusterRef, SlicePlan, Snapshot
 from tpuslice.render.kuberay import render_rayjob
 from tpuslice.spec.job import SliceJobSpec, parse_job
-from tpuslice.spec.parts import SliceClusterSpec
 from tpuslice.status.conditions import ClusterSlices, Stall
 from tpuslice.status.job import JobObserved, compute_job_status, job_ended
 
@@ -86,23 +91,16 @@ def _invalid(body: Mapping[str, Any], stall: Stall) -> JobObserved:
     )
 
 
-class JobKind:
+class JobKind(OwnsKubeRayObject):
     """TPUSliceJob: the RayJob of its name and one set of slices kept across retries."""
 
     kind = c.KIND_JOB
-    counts_creation = False
 
     def parse(self, body: Mapping[str, Any]) -> SliceJobSpec:
         return parse_job(body)
 
-    def cluster_spec(self, parsed: SliceJobSpec) -> SliceClusterSpec:
-        return parsed.cluster
-
     def render(self, parsed: SliceJobSpec, templates: Any) -> dict[str, Any]:
         return render_rayjob(parsed, templates)
-
-    def owned(self, snap: Snapshot) -> Mapping[str, Any] | None:
-        return snap.owned
 
     def slice_sets(
         self, ref: ClusterRef, parsed: SliceJobSpec, snap: Snapshot, previous: Mapping[str, Any]

@@ -28,13 +28,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from tpuslice.controller.adapter import ActedSet, SliceSet, StatusOut, unparsed_fields
+from tpuslice.controller.adapter import (
+    ActedSet,
+    OwnsKubeRayObject,
+    SliceSet,
+    StatusOut,
+    unparsed_fields,
+)
 from tpuslice.controller.applier import Applied
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
 from tpuslice.model.records import ClusterRef, Snapshot
 from tpuslice.render.kuberay import render_rayservice
-from tpuslice.spec.parts import SliceClusterSpec
 from tpuslice.spec.service import SliceServiceSpec, parse_service
 from tpuslice.status.conditions import ClusterSlices, Stall
 from tpuslice.status.service import ServiceObserved, compute_service_status
@@ -59,23 +64,16 @@ def _invalid(body: Mapping[str, Any], stall: Stall) -> ServiceObserved:
     )
 
 
-class ServiceKind:
+class ServiceKind(OwnsKubeRayObject):
     """TPUSliceService: the RayService of its name, a slice set per RayCluster of it."""
 
     kind = c.KIND_SERVICE
-    counts_creation = False
 
     def parse(self, body: Mapping[str, Any]) -> SliceServiceSpec:
         return parse_service(body)
 
-    def cluster_spec(self, parsed: SliceServiceSpec) -> SliceClusterSpec:
-        return parsed.cluster
-
     def render(self, parsed: SliceServiceSpec, templates: Any) -> dict[str, Any]:
         return render_rayservice(parsed, templates)
-
-    def owned(self, snap: Snapshot) -> Mapping[str, Any] | None:
-        return snap.owned
 
     def slice_sets(
         self,
