@@ -126,24 +126,24 @@ def test_followed_kind_paths_and_conversion() -> None:
 
 
 def test_kicks_wait_until_kopf_has_filled_its_indexes() -> None:
-    reads: list[tuple[str, str]] = []
+    reads: list[tuple[str, str, str]] = []
 
-    def read(key: tuple[str, str]) -> Snapshot:
+    def read(key: tuple[str, str, str]) -> Snapshot:
         reads.append(key)
         return Snapshot(cluster=None, pods=[], nodes=[], reservations=[], raycluster=None)
 
     async def scenario() -> None:
         reconciler = Reconciler(None, read)  # type: ignore[arg-type]
         reconciler.hold_until_indexed()
-        await reconciler.kick(("ml", "llm"))
-        await reconciler.kick(("ml", "llm"))
+        await reconciler.kick(("TPUSliceCluster", "ml", "llm"))
+        await reconciler.kick(("TPUSliceCluster", "ml", "llm"))
         assert reads == []
         reconciler.indexed()
-        await asyncio.sleep(0.01)
-        assert reads == [("ml", "llm")]
+        await reconciler.queue.drain()
+        assert reads == [("TPUSliceCluster", "ml", "llm")]
         reconciler.indexed()  # idempotent
-        await reconciler.kick(("ml", "other"))
-        assert reads == [("ml", "llm"), ("ml", "other")]
+        await reconciler.kick(("TPUSliceCluster", "ml", "other"))
+        assert reads == [("TPUSliceCluster", "ml", "llm"), ("TPUSliceCluster", "ml", "other")]
 
     asyncio.run(scenario())
 
@@ -312,10 +312,12 @@ def test_pods_gone_waits_on_the_store_and_reports_what_is_left() -> None:
             "ADDED",
             {("ml", "w0"): pod("w0", replica="tpu-a")},
         )
-        assert [p.name for p in await w.pods_gone(("ml", "llm"), 0.05, poll=0.01)] == ["w0"]
+        # No time left: what is still in the store, at once.
+        assert [
+            p.name for p in await w.pods_gone(("TPUSliceCluster", "ml", "llm"), 0.0, poll=0.01)
+        ] == ["w0"]
 
-        async def delete_later() -> None:
-            await asyncio.sleep(0.05)
+        async def delete_later() -> None:  # runs while pods_gone waits between two looks
             apply(
                 w.pods,
                 "DELETED",
@@ -323,7 +325,7 @@ def test_pods_gone_waits_on_the_store_and_reports_what_is_left() -> None:
             )
 
         task = asyncio.create_task(delete_later())
-        assert await w.pods_gone(("ml", "llm"), 5.0, poll=0.01) == []
+        assert await w.pods_gone(("TPUSliceCluster", "ml", "llm"), 5.0, poll=0.01) == []
         await task
 
     asyncio.run(scenario())

@@ -68,8 +68,8 @@ class Cluster:
     done: bool = False
 
     @property
-    def key(self) -> tuple[str, str]:
-        return self.ref.namespace, self.ref.name
+    def key(self) -> tuple[str, str, str]:
+        return self.ref.key
 
 
 @dataclass

@@ -78,7 +78,7 @@ def test_the_reader_gives_the_clusters_pods_nodes_raycluster_and_both_kinds_of_r
     old_shape = ReservationInfo("pool-old", OURS)
     idx = indices({("ml", "llm"): cluster_body()}, [same_shape])
     idx["reservation_holder_index"][UID] = [old_shape]
-    snap = make_reader(idx, watches)(("ml", "llm"))
+    snap = make_reader(idx, watches)(("TPUSliceCluster", "ml", "llm"))
     assert snap.cluster is not None and snap.cluster["metadata"]["uid"] == UID
     assert [p.name for p in snap.pods] == ["w0"]
     assert [n.name for n in snap.nodes] == ["n0"]
@@ -93,14 +93,14 @@ def test_the_reader_gives_the_other_clusters_of_the_shape_with_their_pods() -> N
     other = cluster_body()
     other["metadata"] = {**other["metadata"], "name": "other", "uid": "uid-other"}
     idx = indices({("ml", "llm"): cluster_body(), ("ml", "other"): other})
-    snap = make_reader(idx, watches)(("ml", "llm"))
+    snap = make_reader(idx, watches)(("TPUSliceCluster", "ml", "llm"))
     assert [
         (m.cluster["metadata"]["name"], [p.name for p in m.pods]) for m in snap.shape_members
     ] == [("other", ["x0"])]
 
 
 def test_the_reader_of_a_deleted_cluster_has_no_cluster_and_no_nodes() -> None:
-    snap = make_reader(indices(), Watches())(("ml", "gone"))
+    snap = make_reader(indices(), Watches())(("TPUSliceCluster", "ml", "gone"))
     assert snap.cluster is None and list(snap.nodes) == [] and list(snap.reservations) == []
 
 
@@ -248,8 +248,8 @@ def test_a_reservation_listing_event_kicks_nobody() -> None:
         def kick_soon(self, keys: object) -> None:
             kicked.append(keys)
 
-        def waiting_for(self, shape: object) -> set[tuple[str, str]]:
-            return {("ml", "waiting")}
+        def waiting_for(self, shape: object) -> set[tuple[str, str, str]]:
+            return {("TPUSliceCluster", "ml", "waiting")}
 
     memo = kopf.Memo()
     memo.reconcilers = {"TPUSliceCluster": Reconciler()}
@@ -268,4 +268,8 @@ def test_a_reservation_listing_event_kicks_nobody() -> None:
     asyncio.run(reservation_changed(type=None, body=body, memo=memo))  # type: ignore[arg-type]
     assert kicked == []
     asyncio.run(reservation_changed(type="ADDED", body=body, memo=memo))
-    assert kicked and ("ml", "waiting") in kicked[0] and ("ml", "llm") in kicked[0]
+    assert (
+        kicked
+        and ("TPUSliceCluster", "ml", "waiting") in kicked[0]
+        and ("TPUSliceCluster", "ml", "llm") in kicked[0]
+    )

@@ -6,7 +6,7 @@ import asyncio
 
 from tpuslice.controller.queue import Backoff, KickQueue, backoff_seconds
 
-KEY = ("ml", "llm")
+KEY = ("TPUSliceCluster", "ml", "llm")
 
 
 def test_backoff_doubles_from_5s_and_is_capped_at_5_minutes() -> None:
@@ -45,7 +45,7 @@ def test_kicks_during_a_pass_fold_into_one_more_pass() -> None:
     async def scenario() -> None:
         gate = asyncio.Event()
 
-        async def run(key: tuple[str, str]) -> None:
+        async def run(key: tuple[str, str, str]) -> None:
             runs.append(len(runs))
             if len(runs) == 1:
                 await gate.wait()
@@ -63,17 +63,17 @@ def test_kicks_during_a_pass_fold_into_one_more_pass() -> None:
 
 
 def test_kicks_are_held_until_indexed_then_run_once_each() -> None:
-    runs: list[tuple[str, str]] = []
+    runs: list[tuple[str, str, str]] = []
 
     async def scenario() -> None:
-        async def run(key: tuple[str, str]) -> None:
+        async def run(key: tuple[str, str, str]) -> None:
             runs.append(key)
 
         queue = KickQueue(run)
         queue.hold_until_indexed()
         await queue.kick(KEY)
         await queue.kick(KEY)
-        await queue.kick(("ml", "other"))
+        await queue.kick(("TPUSliceCluster", "ml", "other"))
         assert runs == []
         queue.indexed()
         await queue.drain()
@@ -81,14 +81,14 @@ def test_kicks_are_held_until_indexed_then_run_once_each() -> None:
         await queue.drain()
 
     asyncio.run(scenario())
-    assert sorted(runs) == [("ml", "llm"), ("ml", "other")]
+    assert sorted(runs) == [("TPUSliceCluster", "ml", "llm"), ("TPUSliceCluster", "ml", "other")]
 
 
 def test_kick_later_keeps_at_most_one_pending_pass() -> None:
-    runs: list[tuple[str, str]] = []
+    runs: list[tuple[str, str, str]] = []
 
     async def scenario() -> None:
-        async def run(key: tuple[str, str]) -> None:
+        async def run(key: tuple[str, str, str]) -> None:
             runs.append(key)
 
         queue = KickQueue(run)
@@ -110,7 +110,7 @@ def test_a_sooner_kick_later_replaces_a_later_one() -> None:
         loop = asyncio.get_running_loop()
         start = loop.time()
 
-        async def run(key: tuple[str, str]) -> None:
+        async def run(key: tuple[str, str, str]) -> None:
             runs.append(loop.time() - start)
 
         queue = KickQueue(run)
@@ -127,19 +127,19 @@ def test_kicks_soon_before_the_pass_starts_fold_into_that_pass() -> None:
     """At start-up a cluster is kicked by its listing, the held kicks and its reservations
     before its pass starts: one pass, not one per kick; a kick after it started still gets
     one more."""
-    runs: list[tuple[str, str]] = []
+    runs: list[tuple[str, str, str]] = []
 
     async def scenario() -> None:
         started, gate = asyncio.Event(), asyncio.Event()
 
-        async def run(key: tuple[str, str]) -> None:
+        async def run(key: tuple[str, str, str]) -> None:
             runs.append(key)
             if key == KEY and not gate.is_set():
                 started.set()
                 await gate.wait()
 
         queue = KickQueue(run)
-        other = ("ml", "other")
+        other = ("TPUSliceCluster", "ml", "other")
         queue.kick_soon([KEY, other])
         queue.kick_soon([KEY])
         queue.kick_soon([KEY, other])
@@ -150,4 +150,4 @@ def test_kicks_soon_before_the_pass_starts_fold_into_that_pass() -> None:
         await queue.drain()
 
     asyncio.run(scenario())
-    assert sorted(runs) == [KEY, KEY, ("ml", "other")]
+    assert sorted(runs) == [KEY, KEY, ("TPUSliceCluster", "ml", "other")]

@@ -93,8 +93,8 @@ def test_reconcile_pass_records_result_creation_release_and_slices() -> None:
     reconciler = Reconciler(FakeKube(), lambda key: snap, metrics=m)
 
     async def twice() -> None:
-        await reconciler.kick(("ml", "llm"))
-        await reconciler.kick(("ml", "llm"))
+        await reconciler.kick(("TPUSliceCluster", "ml", "llm"))
+        await reconciler.kick(("TPUSliceCluster", "ml", "llm"))
 
     asyncio.run(twice())
     assert value(m, "tpuslice_reconciles_total", result="success") == 2
@@ -105,7 +105,7 @@ def test_reconcile_pass_records_result_creation_release_and_slices() -> None:
     created_to_release = value(m, "tpuslice_slice_release_seconds_sum")
     assert created_to_release > 0  # now - 2025-01-01T00:00:02Z
     assert value(m, "tpuslice_slices", state="Scheduled") == 1
-    reconciler.forget(("ml", "llm"))
+    reconciler.forget(("TPUSliceCluster", "ml", "llm"))
     assert value(m, "tpuslice_slices", state="Scheduled") == 0
 
 
@@ -117,7 +117,7 @@ def test_failed_pass_counts_an_error() -> None:
 
     async def once() -> None:
         reconciler = Reconciler(FakeKube(), broken, metrics=m)
-        await reconciler.kick(("ml", "llm"))
+        await reconciler.kick(("TPUSliceCluster", "ml", "llm"))
         for task in list(reconciler.queue._tasks):
             task.cancel()
 

@@ -74,11 +74,11 @@ def test_the_queue_length_of_a_shape_counts_waiting_objects_of_every_kind() -> N
     services = Reconciler(
         FakeKube(), lambda key: service_snapshot(()), metrics=metrics, adapter=ServiceKind()
     )
-    run(clusters, ("ml", "a"))
-    run(jobs, ("ml", "train"))
-    run(services, ("ml", "serve"))
+    run(clusters, ("TPUSliceCluster", "ml", "a"))
+    run(jobs, ("TPUSliceJob", "ml", "train"))
+    run(services, ("TPUSliceService", "ml", "serve"))
     assert value(metrics, "tpuslice_queue_length", shape=SHAPE) == 3
-    clusters.forget(("ml", "a"))
+    clusters.forget(("TPUSliceCluster", "ml", "a"))
     assert value(metrics, "tpuslice_queue_length", shape=SHAPE) == 2
 
 
@@ -90,8 +90,8 @@ def test_a_cluster_and_a_job_of_one_name_both_count_their_slices() -> None:
     jobs = Reconciler(
         FakeKube(), lambda key: job_snapshot(("pool-b",)), metrics=metrics, adapter=JobKind()
     )
-    run(clusters, ("ml", "train"))
-    run(jobs, ("ml", "train"))
+    run(clusters, ("TPUSliceCluster", "ml", "train"))
+    run(jobs, ("TPUSliceJob", "ml", "train"))
     total = sum(
         value(metrics, "tpuslice_slices", state=state)
         for state in ("Pending", "WaitingForCapacity", "Reserved", "Scheduled", "Ready")
@@ -107,7 +107,7 @@ def test_a_service_pass_reports_its_slices() -> None:
         metrics=metrics,
         adapter=ServiceKind(),
     )
-    run(services, ("ml", "serve"))
+    run(services, ("TPUSliceService", "ml", "serve"))
     total = sum(
         value(metrics, "tpuslice_slices", state=state)
         for state in ("Pending", "WaitingForCapacity", "Reserved", "Scheduled", "Ready")

@@ -70,7 +70,7 @@ def run(kube: FakeKube, snap: Snapshot, passes: int = 1) -> Reconciler:
 
     async def go() -> None:
         for _ in range(passes):
-            await reconciler.kick(("ml", "llm"))
+            await reconciler.kick(("TPUSliceCluster", "ml", "llm"))
 
     asyncio.run(go())
     return reconciler
@@ -348,7 +348,9 @@ def test_a_job_asks_for_its_current_rayclusters_slice_by_that_rayclusters_name()
     )
     snap = Snapshot(job, workers, [], [], None, owned=rayjob, provisioning=ProvisioningView())
     kube = FakeKube()
-    asyncio.run(Reconciler(kube, lambda key: snap, adapter=JobKind()).kick(("ml", "train")))
+    asyncio.run(
+        Reconciler(kube, lambda key: snap, adapter=JobKind()).kick(("TPUSliceJob", "ml", "train"))
+    )
     made = kube.requests[("ml", "train-x7k2p-s0-1")]
     assert made["metadata"]["labels"][c.LABEL_OWNER_KIND] == "TPUSliceJob"
     assert made["metadata"]["labels"][c.LABEL_RAYCLUSTER] == "train-x7k2p"
@@ -474,10 +476,14 @@ def test_the_attempt_count_is_written_with_the_request_it_describes() -> None:
     reconciler = Reconciler(kube, lambda key: snaps[0])
 
     async def scenario() -> None:
-        await reconciler.kick(("ml", "llm"))  # 3 of 4 pods: the first status, no request
+        await reconciler.kick(
+            ("TPUSliceCluster", "ml", "llm")
+        )  # 3 of 4 pods: the first status, no request
         assert kube.status is not None and "provisioning" not in kube.status["slices"][0]
         snaps[0] = replace(snaps[0], pods=pods())
-        await reconciler.kick(("ml", "llm"))  # all pods: the request, and its count
+        await reconciler.kick(
+            ("TPUSliceCluster", "ml", "llm")
+        )  # all pods: the request, and its count
         assert ("create-request", "llm-s0-1") in kube.calls
         assert kube.status["slices"][0]["provisioning"]["attempt"] == 1
 

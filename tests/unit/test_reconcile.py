@@ -29,7 +29,7 @@ def pods(**fields: Any) -> list[PodInfo]:
 
 
 def run(reconciler: Reconciler) -> None:
-    asyncio.run(reconciler.kick(("ml", "llm")))
+    asyncio.run(reconciler.kick(("TPUSliceCluster", "ml", "llm")))
 
 
 def make(kube: FakeKube, snap: Snapshot) -> Reconciler:
@@ -193,8 +193,8 @@ def test_repeated_passes_before_the_watch_catches_up_write_once() -> None:
     reconciler = make(kube, snap)
 
     async def twice() -> None:
-        await reconciler.kick(("ml", "llm"))
-        await reconciler.kick(("ml", "llm"))
+        await reconciler.kick(("TPUSliceCluster", "ml", "llm"))
+        await reconciler.kick(("TPUSliceCluster", "ml", "llm"))
 
     asyncio.run(twice())
     assert kinds(kube).count("apply") == 1
@@ -282,15 +282,15 @@ def test_a_foldable_status_change_is_held_until_quiet_and_a_flip_is_written_at_o
     reconciler = Reconciler(kube, lambda key: snaps[0])
 
     async def scenario() -> None:
-        await reconciler.kick(("ml", "llm"))
+        await reconciler.kick(("TPUSliceCluster", "ml", "llm"))
         assert kube.status is not None and kube.status["slices"][0]["readyHosts"] == 0
         writes = kinds(kube).count("status")
         snaps[0] = snaps[1]
-        await reconciler.kick(("ml", "llm"))
+        await reconciler.kick(("TPUSliceCluster", "ml", "llm"))
         assert kinds(kube).count("status") == writes  # held: only a count changed
-        assert reconciler.queue.pending_later(("ml", "llm"))
+        assert reconciler.queue.pending_later(("TPUSliceCluster", "ml", "llm"))
         reconciler.status.fold_quiet_seconds = 0.0
-        await reconciler.kick(("ml", "llm"))
+        await reconciler.kick(("TPUSliceCluster", "ml", "llm"))
         assert kinds(kube).count("status") == writes + 1
         assert kube.status["slices"][0]["readyHosts"] == 1
         reconciler.status.fold_quiet_seconds = 60.0
@@ -301,7 +301,7 @@ def test_a_foldable_status_change_is_held_until_quiet_and_a_flip_is_written_at_o
             pods=[with_(p, running_ready=True) for p in released],
             raycluster=raycluster_info({**rendered, "status": {"state": "ready"}}),
         )
-        await reconciler.kick(("ml", "llm"))
+        await reconciler.kick(("TPUSliceCluster", "ml", "llm"))
         assert kinds(kube).count("status") == writes + 2  # Ready flipped: not held
         assert conditions_of(kube.status)["Ready"][0] == "True"
 
@@ -334,7 +334,7 @@ def test_apply_answered_500_typed_patch_is_rayclusterrejected_naming_the_users_f
     assert stalled[:2] == ("True", "RayClusterRejected")
     assert "spec.worker.template.spec.hostNetwork: expected boolean" in stalled[2]
     assert ("event", "RayClusterRejected") in kube.calls
-    assert reconciler.backoff.failing(("ml", "llm")) is None
+    assert reconciler.backoff.failing(("TPUSliceCluster", "ml", "llm")) is None
 
 
 def test_a_raycluster_of_that_name_not_ours_is_never_applied_and_the_cluster_is_stalled() -> None:
@@ -405,7 +405,7 @@ class FailingKube(FakeKube):
 def test_a_failing_pass_is_a_reconciling_condition_with_backoff_and_one_event() -> None:
     kube = FailingKube()
     reconciler = make(kube, Snapshot(cluster_body(), [], nodes_of("pool-a"), [], None))
-    key = ("ml", "llm")
+    key = ("TPUSliceCluster", "ml", "llm")
 
     async def scenario() -> list[float]:
         delays = []
@@ -433,7 +433,7 @@ def test_kicks_during_the_backoff_wait_unless_the_spec_changed() -> None:
     kube = FailingKube()
     snap = Snapshot(cluster_body(), [], nodes_of("pool-a"), [], None)
     reconciler = make(kube, snap)
-    key = ("ml", "llm")
+    key = ("TPUSliceCluster", "ml", "llm")
 
     async def scenario() -> None:
         await reconciler.kick(key)
@@ -455,7 +455,7 @@ def test_success_forgets_the_failures(caplog: Any) -> None:
 
     kube = FailingKube()
     reconciler = make(kube, Snapshot(cluster_body(), [], nodes_of("pool-a"), [], None))
-    key = ("ml", "llm")
+    key = ("TPUSliceCluster", "ml", "llm")
 
     async def scenario() -> None:
         with caplog.at_level(logging.WARNING, logger="tpuslice.controller.reconciler"):
@@ -469,7 +469,7 @@ def test_success_forgets_the_failures(caplog: Any) -> None:
     tracebacks = [r for r in caplog.records if r.exc_info]
     assert len(tracebacks) == 1  # once per distinct error, then one line each
     assert len(caplog.records) == 3
-    assert reconciler.backoff.failing(("ml", "llm")) is None
+    assert reconciler.backoff.failing(("TPUSliceCluster", "ml", "llm")) is None
     cond = conditions_of(kube.status)
     assert cond["Stalled"][0] == "False" and cond["Ready"][1] != "ReconcileError"
 

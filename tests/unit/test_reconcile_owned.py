@@ -99,7 +99,7 @@ def owned(uid: str, status: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def run(reconciler: Any, key: tuple[str, str]) -> None:
+def run(reconciler: Any, key: tuple[str, str, str]) -> None:
     asyncio.run(reconciler.kick(key))
 
 
@@ -180,7 +180,7 @@ def test_a_retry_hands_the_pool_over_and_releases_the_new_slice_without_a_claim(
         None,
         owned=owned(JOB_UID, {"jobDeploymentStatus": "Running", "rayClusterName": "train-b"}),
     )
-    run(Reconciler(kube, lambda key: snap, adapter=JobKind()), ("ml", "train"))
+    run(Reconciler(kube, lambda key: snap, adapter=JobKind()), ("TPUSliceJob", "ml", "train"))
     assert ("handover", "pool-a", "new-0") in kube.calls
     assert not [c for c in kube.calls if c[0] == "claim"]
     assert sorted(c for c in kube.calls if c[0] == "release") == [
@@ -200,7 +200,7 @@ def test_between_attempts_the_job_keeps_its_pool_and_claims_nothing() -> None:
         None,
         owned=owned(JOB_UID, {"jobDeploymentStatus": "Retrying", "failed": 1}),
     )
-    run(Reconciler(kube, lambda key: snap, adapter=JobKind()), ("ml", "train"))
+    run(Reconciler(kube, lambda key: snap, adapter=JobKind()), ("TPUSliceJob", "ml", "train"))
     assert not [c for c in kube.calls if c[0] in ("free", "claim", "handover")], kube.calls
     assert kube.status is not None and kube.status["attempts"] == 1
 
@@ -215,7 +215,7 @@ def test_an_ended_job_gives_its_pools_back_once_its_pods_are_gone() -> None:
         None,
         owned=owned(JOB_UID, {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}),
     )
-    run(Reconciler(kube, lambda key: snap, adapter=JobKind()), ("ml", "train"))
+    run(Reconciler(kube, lambda key: snap, adapter=JobKind()), ("TPUSliceJob", "ml", "train"))
     assert ("free", "pool-a") in kube.calls
     assert kube.status is not None
     complete = next(c for c in kube.status["conditions"] if c["type"] == "Complete")
@@ -225,7 +225,7 @@ def test_an_ended_job_gives_its_pools_back_once_its_pods_are_gone() -> None:
 def test_the_rayjob_is_applied_with_the_jobs_labels() -> None:
     kube = FakeKube()
     snap = Snapshot(job_body(), [], nodes_of("pool-a"), [], None)
-    run(Reconciler(kube, lambda key: snap, adapter=JobKind()), ("ml", "train"))
+    run(Reconciler(kube, lambda key: snap, adapter=JobKind()), ("TPUSliceJob", "ml", "train"))
     (rayjob,) = kube.applied
     assert rayjob["kind"] == "RayJob"
     assert rayjob["metadata"]["labels"]["tpuslice.dev/job"] == "train"
@@ -256,7 +256,10 @@ def test_each_cluster_of_a_service_is_planned_apart_and_the_serving_pool_is_kept
         rayclusters={"serve-a": {"state": "ready"}, "serve-b": {"state": None}},
     )
     assert service_clusters(snap) == ["serve-a", "serve-b"]
-    run(Reconciler(kube, lambda key: snap, adapter=ServiceKind()), ("ml", "serve"))
+    run(
+        Reconciler(kube, lambda key: snap, adapter=ServiceKind()),
+        ("TPUSliceService", "ml", "serve"),
+    )
     assert [c for c in kube.calls if c[0] == "claim"] == [("claim", "pool-b")]
     assert not [c for c in kube.calls if c[0] == "free"]
     assert sorted(c for c in kube.calls if c[0] == "release") == [
@@ -287,7 +290,10 @@ def test_an_upgrade_without_a_spare_pool_waits_and_says_so() -> None:
         ),
         rayclusters={"serve-a": {"state": "ready"}, "serve-b": {"state": None}},
     )
-    run(Reconciler(kube, lambda key: snap, adapter=ServiceKind()), ("ml", "serve"))
+    run(
+        Reconciler(kube, lambda key: snap, adapter=ServiceKind()),
+        ("TPUSliceService", "ml", "serve"),
+    )
     assert not [c for c in kube.calls if c[0] in ("claim", "free", "release")], kube.calls
     assert kube.status is not None
     reasons = {c["type"]: c["reason"] for c in kube.status["conditions"]}
@@ -305,19 +311,22 @@ def test_the_pool_of_a_cluster_kuberay_deleted_is_given_back_once_its_pods_are_g
         ray_cluster="serve-old",
     )
     snap = Snapshot(service_body(), [], nodes_of("pool-a"), [old], None, owned=owned(SVC_UID, {}))
-    run(Reconciler(kube, lambda key: snap, adapter=ServiceKind()), ("ml", "serve"))
+    run(
+        Reconciler(kube, lambda key: snap, adapter=ServiceKind()),
+        ("TPUSliceService", "ml", "serve"),
+    )
     assert ("free", "pool-a") in kube.calls
 
 
 @pytest.mark.parametrize(
     ("body", "adapter", "key"),
     [
-        (job_body, JobKind(), ("ml", "train")),
-        (service_body, ServiceKind(), ("ml", "serve")),
+        (job_body, JobKind(), ("TPUSliceJob", "ml", "train")),
+        (service_body, ServiceKind(), ("TPUSliceService", "ml", "serve")),
     ],
 )
 def test_a_job_or_service_with_a_bad_spec_is_stalled_naming_the_field(
-    body: Any, adapter: Any, key: tuple[str, str]
+    body: Any, adapter: Any, key: tuple[str, str, str]
 ) -> None:
     """The pass is the same for every kind: a spec error ends the pass as InvalidSpec
     naming the field, with the count the object asked for, and nothing applied."""

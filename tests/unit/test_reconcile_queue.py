@@ -57,7 +57,9 @@ def two_slices(**reservation: Any) -> dict[str, Any]:
 
 
 def run(
-    snap: Snapshot, kube: FakeKube | None = None, key: tuple[str, str] = ("ml", "llm")
+    snap: Snapshot,
+    kube: FakeKube | None = None,
+    key: tuple[str, str, str] = ("TPUSliceCluster", "ml", "llm"),
 ) -> FakeKube:
     kube = kube or FakeKube()
     asyncio.run(Reconciler(kube, lambda _: snap).kick(key))
@@ -104,7 +106,7 @@ def test_a_later_cluster_does_not_take_the_pool_an_earlier_gang_waits_for() -> N
         None,
         shape_members=[ShapeMember(early, gang_pods("early"))],
     )
-    kube = run(snap, key=("ml", "late"))
+    kube = run(snap, key=("TPUSliceCluster", "ml", "late"))
     assert claims(kube) == []
     assert kube.status is not None
     (slice_,) = kube.status["slices"]
@@ -124,7 +126,7 @@ def test_priority_puts_a_later_cluster_first() -> None:
         None,
         shape_members=[ShapeMember(early, gang_pods("early"))],
     )
-    assert claims(run(snap, key=("ml", "late"))) == ["pool-a"]
+    assert claims(run(snap, key=("TPUSliceCluster", "ml", "late"))) == ["pool-a"]
 
 
 def test_more_slices_than_pools_of_the_shape_is_stalled_not_enough_pools() -> None:
@@ -176,10 +178,10 @@ def test_queue_metrics_count_the_waiting_and_time_the_wait() -> None:
     reconciler = Reconciler(FakeKube(), lambda _: snaps[0], metrics=m)
 
     async def scenario() -> None:
-        await reconciler.kick(("ml", "llm"))
+        await reconciler.kick(("TPUSliceCluster", "ml", "llm"))
         assert value(m, "tpuslice_queue_length", shape="v6e 4x4") == 1
         snaps[0] = Snapshot(b, gang_pods(), nodes_of("pool-a") + nodes_of("pool-b"), [], None)
-        await reconciler.kick(("ml", "llm"))
+        await reconciler.kick(("TPUSliceCluster", "ml", "llm"))
 
     asyncio.run(scenario())
     assert value(m, "tpuslice_queue_length", shape="v6e 4x4") == 0
@@ -215,7 +217,7 @@ def test_forgetting_a_deleted_cluster_drops_its_parsed_specs() -> None:
     reconciler = Reconciler(FakeKube(), lambda _: Snapshot(None, [], [], [], None))
     assert reconciler.actuator.specs.parse(other) is not None
     assert reconciler.actuator.specs._specs
-    reconciler.forget(("ml", "other"), uid="uid-other")
+    reconciler.forget(("TPUSliceCluster", "ml", "other"), uid="uid-other")
     assert not reconciler.actuator.specs._specs
 
 

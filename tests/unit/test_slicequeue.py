@@ -34,7 +34,7 @@ OTHER = Holder("ml", "other", "uid-other", "tpu-zzzzz", 0)
 
 def req(name: str, desired: int, **kw: Any) -> PoolRequest:
     args: dict[str, Any] = dict(
-        key=("ml", name),
+        key=("TPUSliceCluster", "ml", name),
         uid=f"uid-{name}",
         desired=desired,
         held=0,
@@ -217,9 +217,16 @@ def test_order_is_priority_then_creation_time() -> None:
         [req("late", 1, t=3), req("early", 1, t=1), req("urgent", 1, t=5, priority=10)],
         free_pools("p1"),
     )
-    assert decision.order == (("ml", "urgent"), ("ml", "early"), ("ml", "late"))
-    assert decision.admissions[("ml", "urgent")].pools == ("p1",)
-    assert decision.waiting == (("ml", "early"), ("ml", "late"))
+    assert decision.order == (
+        ("TPUSliceCluster", "ml", "urgent"),
+        ("TPUSliceCluster", "ml", "early"),
+        ("TPUSliceCluster", "ml", "late"),
+    )
+    assert decision.admissions[("TPUSliceCluster", "ml", "urgent")].pools == ("p1",)
+    assert decision.waiting == (
+        ("TPUSliceCluster", "ml", "early"),
+        ("TPUSliceCluster", "ml", "late"),
+    )
 
 
 def test_a_later_smaller_request_does_not_overtake_a_waiting_gang() -> None:
@@ -229,7 +236,10 @@ def test_a_later_smaller_request_does_not_overtake_a_waiting_gang() -> None:
         [req("big", 4, t=1), req("small", 1, t=2)],
         [*free_pools("p1", "p2", "p3"), ShapePool("p4", True, OTHER)],
     )
-    big, small = decision.admissions[("ml", "big")], decision.admissions[("ml", "small")]
+    big, small = (
+        decision.admissions[("TPUSliceCluster", "ml", "big")],
+        decision.admissions[("TPUSliceCluster", "ml", "small")],
+    )
     assert big.pools == () and big.set_aside == 3 and big.position == 1
     assert small.pools == () and small.position == 2
     assert big.message == (
@@ -244,36 +254,41 @@ def test_a_later_smaller_request_does_not_overtake_a_waiting_gang() -> None:
 
 def test_two_gangs_over_two_pools_one_gets_both_the_other_nothing() -> None:
     decision = decide_queue(SHAPE, [req("a", 2, t=1), req("b", 2, t=2)], free_pools("p1", "p2"))
-    assert decision.admissions[("ml", "a")].pools == ("p1", "p2")
-    assert decision.admissions[("ml", "b")].pools == ()
-    assert decision.admissions[("ml", "b")].contended
+    assert decision.admissions[("TPUSliceCluster", "ml", "a")].pools == ("p1", "p2")
+    assert decision.admissions[("TPUSliceCluster", "ml", "b")].pools == ()
+    assert decision.admissions[("TPUSliceCluster", "ml", "b")].contended
 
 
 def test_a_request_larger_than_the_shape_is_stalled_and_leaves_the_queue() -> None:
     decision = decide_queue(
         SHAPE, [req("huge", 3, t=1), req("small", 1, t=2)], free_pools("p1", "p2")
     )
-    assert decision.not_enough == (("ml", "huge"),)
-    assert decision.admissions[("ml", "huge")].stalled == (
+    assert decision.not_enough == (("TPUSliceCluster", "ml", "huge"),)
+    assert decision.admissions[("TPUSliceCluster", "ml", "huge")].stalled == (
         "needs 3 node pools of v6e 4x4 at once, but only 2 node pools of that shape exist; "
         "add node pools or lower spec.tpu.slices"
     )
-    assert decision.admissions[("ml", "small")].pools == ("p1",)
+    assert decision.admissions[("TPUSliceCluster", "ml", "small")].pools == ("p1",)
 
 
 def test_a_gang_not_ready_yet_keeps_its_place() -> None:
     decision = decide_queue(
         SHAPE, [req("a", 2, t=1, claimable=1), req("b", 1, t=2)], free_pools("p1", "p2", "p3")
     )
-    assert decision.admissions[("ml", "a")].pools == ()
-    assert decision.admissions[("ml", "a")].set_aside == 2
-    assert "waiting for the pods of its slices" in decision.admissions[("ml", "a")].message
-    assert decision.admissions[("ml", "b")].pools == ("p3",)  # beyond what a needs
+    assert decision.admissions[("TPUSliceCluster", "ml", "a")].pools == ()
+    assert decision.admissions[("TPUSliceCluster", "ml", "a")].set_aside == 2
+    assert (
+        "waiting for the pods of its slices"
+        in decision.admissions[("TPUSliceCluster", "ml", "a")].message
+    )
+    assert decision.admissions[("TPUSliceCluster", "ml", "b")].pools == (
+        "p3",
+    )  # beyond what a needs
 
 
 def test_a_cluster_wanting_nothing_may_claim_nothing() -> None:
     decision = decide_queue(SHAPE, [req("done", 1, held=1, claimable=0)], free_pools("p1"))
-    assert admission_for(decision, ("ml", "done")) == Admission(pools=())
+    assert admission_for(decision, ("TPUSliceCluster", "ml", "done")) == Admission(pools=())
 
 
 def test_pool_request_counts_like_the_planner() -> None:
@@ -294,7 +309,7 @@ def test_pool_request_counts_like_the_planner() -> None:
         created="2026-12-01T00:00:00Z",
     )
     assert (request.held, request.claimable, request.idle, request.missing) == (2, 1, 1, 1)
-    assert request.key == ("ml", "llm") and request.uid == CLUSTER.uid
+    assert request.key == ("TPUSliceCluster", "ml", "llm") and request.uid == CLUSTER.uid
 
 
 def test_shape_pools_reads_eligibility_holders_and_blocks() -> None:
@@ -333,9 +348,9 @@ def test_a_gang_ahead_does_not_deadlock_a_running_cluster_that_grows_behind_it()
     ahead = req("ahead", 2, t=2, priority=10)
     grow = req("grow", 2, t=1, held=1, claimable=1)
     decision = decide_queue(SHAPE, [ahead, grow], pools)
-    assert decision.order == (("ml", "ahead"), ("ml", "grow"))
-    assert decision.admissions[("ml", "grow")].pools == ("b",)
-    waiting = decision.admissions[("ml", "ahead")]
+    assert decision.order == (("TPUSliceCluster", "ml", "ahead"), ("TPUSliceCluster", "ml", "grow"))
+    assert decision.admissions[("TPUSliceCluster", "ml", "grow")].pools == ("b",)
+    waiting = decision.admissions[("TPUSliceCluster", "ml", "ahead")]
     assert waiting.pools == () and waiting.set_aside == 0 and waiting.position == 1
     assert "held by running slices of clusters queued after it" in waiting.message
 
@@ -348,5 +363,21 @@ def test_a_gang_ahead_still_blocks_later_clusters_whose_pools_are_only_idle() ->
     ahead = req("ahead", 2, t=1)
     late = req("late", 2, t=2, held=1, claimable=1, idle=1)
     decision = decide_queue(SHAPE, [ahead, late], pools)
-    assert decision.admissions[("ml", "ahead")].set_aside == 1
-    assert decision.admissions[("ml", "late")].pools == ()
+    assert decision.admissions[("TPUSliceCluster", "ml", "ahead")].set_aside == 1
+    assert decision.admissions[("TPUSliceCluster", "ml", "late")].pools == ()
+
+
+def test_a_cluster_and_a_job_of_one_name_are_two_entries_of_the_shapes_queue() -> None:
+    """The queue keys by (kind, namespace, name): a TPUSliceCluster and a TPUSliceJob named
+    alike in one namespace each get their own place and their own pools."""
+    cluster = ClusterRef("ml", "train", "uid-c", kind="TPUSliceCluster")
+    job = ClusterRef("ml", "train", "uid-j", kind="TPUSliceJob")
+    requests = [
+        pool_request(ref, hosts=4, desired_slices=1, pods=[], reservations=[], created=t)
+        for ref, t in ((cluster, "2026-01-01T00:00:00Z"), (job, "2026-01-01T00:00:01Z"))
+    ]
+    decision = decide_queue(SHAPE, requests, free_pools("p1", "p2"))
+    assert decision.order == (cluster.key, job.key)
+    first, second = admission_for(decision, cluster.key), admission_for(decision, job.key)
+    assert (first.position, first.set_aside) == (1, 1)
+    assert (second.position, second.set_aside) == (2, 1)

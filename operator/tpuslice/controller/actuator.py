@@ -65,7 +65,6 @@ __all__ = [
     "decide_admission",
     "desired_of",
     "queue_admission",
-    "queue_key",
     "shape_of",
 ]
 
@@ -137,14 +136,6 @@ def desired_of(cluster: Mapping[str, Any], spec: SliceClusterSpec) -> int:
     return spec.slices
 
 
-def queue_key(ref: ClusterRef) -> tuple[str, str]:
-    """The key of an object in its shape's queue: a TPUSliceJob and a TPUSliceCluster of
-    one name in one namespace are two entries."""
-    if ref.kind == c.KIND_CLUSTER:
-        return ref.namespace, ref.name
-    return ref.namespace, f"{ref.kind}/{ref.name}"
-
-
 def _request(
     ref: ClusterRef,
     spec: SliceClusterSpec,
@@ -153,7 +144,7 @@ def _request(
     reservations: Sequence[ReservationInfo],
     desired: int,
 ) -> PoolRequest:
-    request = pool_request(
+    return pool_request(
         ref,
         hosts=spec.shape.hosts,
         desired_slices=desired,
@@ -165,7 +156,6 @@ def _request(
         capacity_types=spec.capacity_types,
         previous_pools=previous_pools(cluster.get("status") or {}),
     )
-    return replace(request, key=queue_key(ref))
 
 
 def queue_admission(
@@ -265,7 +255,7 @@ def decide_admission(
     ]
     pools = shape_pools(index, reservations, hosts=hosts, chips_per_host=chips)
     decision = decide_queue(shape, requests, pools)
-    return admission_for(decision, queue_key(ref))
+    return admission_for(decision, ref.key)
 
 
 def constrained(index: PoolIndex, limits: CapacityConstraints) -> PoolIndex:

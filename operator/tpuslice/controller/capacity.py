@@ -61,11 +61,10 @@ from tpuslice.model import constants as c
 from tpuslice.model import events
 from tpuslice.model.convert import provisioning_request_info, timestamp
 from tpuslice.model.records import (
-    ClusterKey,
     ClusterRef,
     GangMode,
+    ObjectKey,
     OwnedRequest,
-    OwnerKey,
     PodInfo,
     ProvisioningDecision,
     ProvisioningMode,
@@ -100,14 +99,14 @@ MISSING_CRD_RETRY_SECONDS = 30.0
 #: ones may be this very pass's, or a create whose request the watch has not shown yet).
 LEFTOVER_TEMPLATE_SECONDS = 30.0
 
-KickLater = Callable[[ClusterKey, float], None]
+KickLater = Callable[[ObjectKey, float], None]
 
 
-def _no_kick(key: ClusterKey, delay: float) -> None:
+def _no_kick(key: ObjectKey, delay: float) -> None:
     """No queue to ask (unit tests that drive passes themselves)."""
 
 
-def promised_elsewhere(records: Iterable[OwnedRequest], owner: OwnerKey) -> frozenset[str]:
+def promised_elsewhere(records: Iterable[OwnedRequest], owner: ObjectKey) -> frozenset[str]:
     """Pools a live request of another object names: ``promised_pools`` (provisioned), and
     a pool named by a request whose Provisioned the watch has not shown yet (GKE names it
     in provisioningClassDetails; its nodes may be seen first)."""
@@ -124,7 +123,7 @@ def provisioning_view(
     requests: Iterable[OwnedRequest],
     templates: Iterable[Mapping[str, Any]],
     every_request: Iterable[OwnedRequest],
-    owner: OwnerKey,
+    owner: ObjectKey,
 ) -> ProvisioningView:
     """The snapshot's part for one object (``handlers.make_reader``)."""
     every = list(every_request)
@@ -151,7 +150,7 @@ class Provisioner:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     _missing_until: float = 0.0
 
-    def _expected(self, view: ProvisioningView, owner: OwnerKey) -> ProvisioningView:
+    def _expected(self, view: ProvisioningView, owner: ObjectKey) -> ProvisioningView:
         """``view`` as it will be once the watch shows our own request writes (kept in
         ``pending``, the one store of them); what ``view`` confirms is forgotten there."""
         self.pending.requests_observed(owner, view.requests)
@@ -166,7 +165,7 @@ class Provisioner:
     ) -> ProvisioningPass | None:
         """This pass's work for ``ref``, or None when there is none (no provisioning in
         the spec and no request or PodTemplate of ours)."""
-        view = self._expected(snap.provisioning or ProvisioningView(), _key(ref))
+        view = self._expected(snap.provisioning or ProvisioningView(), ref.key)
         if ref.ray_cluster:
             view = _one_cluster(view, ref.ray_cluster, snap)
         prov = spec.provisioning
@@ -253,7 +252,7 @@ class ProvisioningPass:
         await self._templates(ref, index)
         if decided.retry_at is not None:
             delay = max(1.0, (decided.retry_at - self.now).total_seconds() + 1.0)
-            self.p.kick_later((ref.namespace, ref.name), delay)
+            self.p.kick_later(ref.key, delay)
         return replace(decided, stall=self.stall or decided.stall)
 
     def _facts(
@@ -406,7 +405,7 @@ class ProvisioningPass:
         message: str = "",
     ) -> None:
         deleted = await self.p.kube.delete_provisioning_request(namespace, name, uid or None)
-        self.p.pending.request_deleted(_key(ref), namespace, name, time.monotonic())
+        self.p.pending.request_deleted(ref.key, namespace, name, time.monotonic())
         if deleted:
             log.info(
                 "deleted ProvisioningRequest %s/%s: %s", namespace, name, message or "leftover"
@@ -470,7 +469,7 @@ class ProvisioningPass:
                 raise
             return  # made by an earlier pass; the watch shows it soon, and its owner is fixed
         self.p.pending.request_created(
-            _key(ref), provisioning_request_info(created), time.monotonic()
+            ref.key, provisioning_request_info(created), time.monotonic()
         )
         uid = str((created.get("metadata") or {}).get("uid") or "")
         if uid:
@@ -490,7 +489,7 @@ class ProvisioningPass:
             "ProvisioningRequest support, elsewhere install the cluster autoscaler's CRD; "
             "looked for again every 30 s",
         )
-        self.p.kick_later((ref.namespace, ref.name), MISSING_CRD_RETRY_SECONDS + 1)
+        self.p.kick_later(ref.key, MISSING_CRD_RETRY_SECONDS + 1)
 
     async def _patch_template(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         """A patch of one of our templates; one deleted meanwhile (with its request, or
@@ -569,10 +568,6 @@ def _pods_by_replica(pods: Iterable[PodInfo]) -> dict[str, list[PodInfo]]:
         if pod.replica_name:
             out.setdefault(pod.replica_name, []).append(pod)
     return out
-
-
-def _key(ref: ClusterRef) -> OwnerKey:
-    return ref.kind, ref.namespace, ref.name
 
 
 def _one_cluster(view: ProvisioningView, name: str, snap: Snapshot) -> ProvisioningView:

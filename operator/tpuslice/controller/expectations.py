@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from tpuslice.model.records import OwnerKey, PodInfo, ProvisioningRequestInfo, ReservationInfo
+from tpuslice.model.records import ObjectKey, PodInfo, ProvisioningRequestInfo, ReservationInfo
 
 __all__ = ["TTL_SECONDS", "Expectations"]
 
@@ -47,12 +47,12 @@ class Expectations:
     deleted: dict[str, tuple[str, float]] = field(default_factory=dict)
     released: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
     bound: dict[str, float] = field(default_factory=dict)  # phase Bound sent, per pool
-    applied: dict[OwnerKey, tuple[str, float]] = field(default_factory=dict)  # by (kind, ns, name)
+    applied: dict[ObjectKey, tuple[str, float]] = field(default_factory=dict)  # by (kind, ns, name)
     #: ProvisioningRequests: created (with their owner), deleted, marked retired (its pool)
-    requests_created: dict[RequestKey, tuple[OwnerKey, ProvisioningRequestInfo, float]] = field(
+    requests_created: dict[RequestKey, tuple[ObjectKey, ProvisioningRequestInfo, float]] = field(
         default_factory=dict
     )
-    requests_deleted: dict[RequestKey, tuple[OwnerKey, float]] = field(default_factory=dict)
+    requests_deleted: dict[RequestKey, tuple[ObjectKey, float]] = field(default_factory=dict)
     requests_retired: dict[RequestKey, tuple[str, float]] = field(default_factory=dict)
 
     # ------------------------------------------------------------ recording
@@ -78,16 +78,16 @@ class Expectations:
     def reservation_bound(self, pool: str, now: float) -> None:
         self.bound[pool] = now
 
-    def ray_applied(self, key: OwnerKey, digest: str, now: float) -> None:
+    def ray_applied(self, key: ObjectKey, digest: str, now: float) -> None:
         """A RayCluster, RayJob or RayService (``key``: its kind, namespace, name) applied."""
         self.applied[key] = (digest, now)
 
-    def request_created(self, owner: OwnerKey, info: ProvisioningRequestInfo, now: float) -> None:
+    def request_created(self, owner: ObjectKey, info: ProvisioningRequestInfo, now: float) -> None:
         key = (info.namespace, info.name)
         self.requests_created[key] = (owner, info, now)
         self.requests_deleted.pop(key, None)
 
-    def request_deleted(self, owner: OwnerKey, namespace: str, name: str, now: float) -> None:
+    def request_deleted(self, owner: ObjectKey, namespace: str, name: str, now: float) -> None:
         self.requests_deleted[(namespace, name)] = (owner, now)
         self.requests_created.pop((namespace, name), None)
 
@@ -139,7 +139,7 @@ class Expectations:
         if gone is not None and (not gone[0] or not uid or gone[0] == uid):
             del self.deleted[pool]
 
-    def requests_observed(self, owner: OwnerKey, shown: Iterable[ProvisioningRequestInfo]) -> None:
+    def requests_observed(self, owner: ObjectKey, shown: Iterable[ProvisioningRequestInfo]) -> None:
         """Forget the request writes ``shown`` (every request of ``owner``, as indexed)
         proves: a created one shown, a deleted one of ``owner`` not shown any more, a
         retired one shown retired."""
@@ -154,11 +154,11 @@ class Expectations:
             if r.retired:
                 self.requests_retired.pop((r.namespace, r.name), None)
 
-    def ray_seen(self, key: OwnerKey) -> None:
+    def ray_seen(self, key: ObjectKey) -> None:
         self.applied.pop(key, None)
 
     # ------------------------------------------------------------ reading (pure)
-    def applied_digest(self, key: OwnerKey) -> str | None:
+    def applied_digest(self, key: ObjectKey) -> str | None:
         """The hash of a KubeRay object we applied that the watch has not shown yet."""
         entry = self.applied.get(key)
         return entry[0] if entry else None
@@ -198,7 +198,7 @@ class Expectations:
         return out
 
     def requests(
-        self, owner: OwnerKey, shown: Iterable[ProvisioningRequestInfo]
+        self, owner: ObjectKey, shown: Iterable[ProvisioningRequestInfo]
     ) -> list[ProvisioningRequestInfo]:
         """``owner``'s indexed requests as they will be once the watch shows our writes:
         one we created is there, one we deleted is not, one we retired reads retired."""

@@ -37,9 +37,8 @@ from tpuslice.model.convert import (
     reservation_shape,
 )
 from tpuslice.model.records import (
-    ClusterKey,
     Holder,
-    OwnerKey,
+    ObjectKey,
     ReservationInfo,
     Shape,
     ShapeMember,
@@ -133,8 +132,8 @@ def make_reader(
     by_shape = indices["reservation_shape_index"]
     by_holder = indices["reservation_holder_index"]
 
-    def read(key: ClusterKey) -> Snapshot:
-        cluster = _first(clusters.get(key))
+    def read(key: ObjectKey) -> Snapshot:
+        cluster = _first(clusters.get(key[1:]))
         shape = spec_shape(cluster) if cluster is not None else None
         uid = (cluster or {}).get("metadata", {}).get("uid", "")
         reservations: dict[str, ReservationInfo] = {}
@@ -147,26 +146,25 @@ def make_reader(
                 for other in list(index.get(shape, ())):
                     meta = other.get("metadata") or {}
                     if meta.get("uid") != uid:
-                        other_key = (meta.get("namespace", ""), meta.get("name", ""))
-                        out.append(ShapeMember(other, watches.pods_of(other_key, member_kind)))
+                        other_key = (member_kind, meta.get("namespace", ""), meta.get("name", ""))
+                        out.append(ShapeMember(other, watches.pods_of(other_key)))
             return out
 
-        owned = None if kind == c.KIND_CLUSTER else watches.ray_owner(kind, key)
-        owner = (kind, *key)
+        owned = None if kind == c.KIND_CLUSTER else watches.ray_owner(key)
         provisioning = provisioning_view(
-            watches.requests_of(owner),
-            watches.templates_of(owner),
+            watches.requests_of(key),
+            watches.templates_of(key),
             watches.every_request(),
-            owner,
+            key,
         )
         return Snapshot(
             cluster=cluster,
-            pods=watches.pods_of(key, kind),
+            pods=watches.pods_of(key),
             nodes=watches.nodes_of(shape) if shape else [],
             reservations=list(reservations.values()),
             raycluster=watches.raycluster(key) if kind == c.KIND_CLUSTER else None,
             owned=owned,
-            rayclusters={} if kind == c.KIND_CLUSTER else watches.owned_clusters(kind, key),
+            rayclusters={} if kind == c.KIND_CLUSTER else watches.owned_clusters(key),
             shape_members=_Lazy(members),
             provisioning=provisioning,
         )
@@ -253,7 +251,7 @@ async def configure(
         each.hold_until_indexed()
     shape_index = indices["reservation_shape_index"]
 
-    def holders_of(shape: Shape, pool: str) -> set[OwnerKey]:
+    def holders_of(shape: Shape, pool: str) -> set[ObjectKey]:
         """The pool's holder, and the owner of a revoked request kept for the pool (it
         deletes the request once the pool has no nodes)."""
         held = {r.holder.owner for r in shape_index.get(shape, ()) if r.pool == pool}
@@ -270,7 +268,9 @@ async def configure(
         config.namespaces,
         on_pods=lambda changes: kick_owners(memo, pod_kicks(changes)),
         on_nodes=on_nodes,
-        on_rayclusters=lambda changes: reconciler.kick_soon({ch.key for ch in changes}),
+        on_rayclusters=lambda changes: reconciler.kick_soon(
+            {(c.KIND_CLUSTER, *ch.key) for ch in changes}
+        ),
         on_owned=lambda changes, _kind: kick_owners(memo, owned_cluster_kicks(changes)),
         on_requests=lambda changes: kick_owners(memo, {ch.record.owner for ch in changes}),
     )
@@ -329,22 +329,20 @@ def _indexed(memo: kopf.Memo) -> None:
     memo.indexed.set()
 
 
-def kick_owners(memo: kopf.Memo, owners: Iterable[OwnerKey]) -> None:
+def kick_owners(memo: kopf.Memo, owners: Iterable[ObjectKey]) -> None:
     """Kick each owner (kind, namespace, name) in the reconciler of its kind."""
-    by_kind: dict[str, set[ClusterKey]] = {}
-    for kind, namespace, name in owners:
-        by_kind.setdefault(kind, set()).add((namespace, name))
+    by_kind: dict[str, set[ObjectKey]] = {}
+    for key in owners:
+        by_kind.setdefault(key[0], set()).add(key)
     for kind, keys in by_kind.items():
         if kind in memo.reconcilers:
             memo.reconcilers[kind].kick_soon(keys)
 
 
-def waiting_for(memo: kopf.Memo, shape: Shape) -> set[OwnerKey]:
+def waiting_for(memo: kopf.Memo, shape: Shape) -> set[ObjectKey]:
     """Every object, of any kind, with a slice waiting for capacity of ``shape``."""
     return {
-        (kind, *key)
-        for kind, reconciler in memo.reconcilers.items()
-        for key in reconciler.waiting_for(shape)
+        key for reconciler in memo.reconcilers.values() for key in reconciler.waiting_for(shape)
     }
 
 
@@ -361,11 +359,11 @@ async def object_changed(
     or deleted, the shape's queue changed and its waiting move on."""
     _indexed(memo)
     kind = KIND_OF_PLURAL[resource.plural]
-    key = (namespace or "", name)
+    key = (kind, namespace or "", name)
     if type in ("ADDED", "DELETED"):
         shape = spec_shape(body)
         if shape is not None:
-            kick_owners(memo, waiting_for(memo, shape) - {(kind, *key)})
+            kick_owners(memo, waiting_for(memo, shape) - {key})
     reconciler = memo.reconcilers[kind]
     if type == "DELETED":
         reconciler.forget(key, uid=str(body.get("metadata", {}).get("uid") or ""))
@@ -376,7 +374,8 @@ async def object_changed(
 async def resync(
     namespace: str | None, name: str, memo: kopf.Memo, resource: kopf.Resource, **_: Any
 ) -> None:
-    await memo.reconcilers[KIND_OF_PLURAL[resource.plural]].kick((namespace or "", name))
+    kind = KIND_OF_PLURAL[resource.plural]
+    await memo.reconcilers[kind].kick((kind, namespace or "", name))
 
 
 async def reservation_changed(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -419,15 +418,15 @@ async def tear_down(
     patches the object's progress annotation, and retrying every 2 s while 1,000
     clusters were torn down sent ~100 patches a second."""
     plural = c.RAY_PLURALS[c.RAY_KIND_OF[kind]]
-    key = (namespace, name)
-    ours = watches.raycluster(key) if kind == c.KIND_CLUSTER else watches.ray_owner(kind, key)
+    key = (kind, namespace, name)
+    ours = watches.raycluster(key) if kind == c.KIND_CLUSTER else watches.ray_owner(key)
     if ours is None:  # not labelled (someone removed our label), or none at all
         found = await kube.get_ray(plural, namespace, name)
         ours = None if found is None else raycluster_info(found)
     if ours is not None and controlled_by(ours["ownerReferences"], uid):
         await kube.delete_ray(plural, namespace, name, ours["uid"])
     # else: none, or another's object of that name: never deleted.
-    remaining = await watches.pods_gone(key, wait_seconds, kind=kind)
+    remaining = await watches.pods_gone(key, wait_seconds)
     if remaining:
         return [p.name for p in remaining]
     for info in list(holder_index.get(uid, ())):
@@ -446,9 +445,9 @@ async def on_delete(
     """The finalizer of a TPUSliceCluster, TPUSliceJob or TPUSliceService: ``tear_down``,
     retried by kopf while pods remain."""
     kind = KIND_OF_PLURAL[resource.plural]
-    key = (namespace or "", name)
+    key = (kind, namespace or "", name)
     remaining = await tear_down(
-        memo.kube, memo.watches, indices["reservation_holder_index"], *key, uid, kind=kind
+        memo.kube, memo.watches, indices["reservation_holder_index"], *key[1:], uid, kind=kind
     )
     if remaining:
         raise kopf.TemporaryError(
@@ -480,10 +479,7 @@ async def sweep_once(
         return str(uid) if uid else None
 
     def replica_has_pods(holder: Holder) -> bool:
-        return any(
-            p.replica_name == holder.replica_name
-            for p in watches.pods_of((holder.namespace, holder.name), holder.kind)
-        )
+        return any(p.replica_name == holder.replica_name for p in watches.pods_of(holder.owner))
 
     freed = []
     for info in orphans(every, live_uid, replica_has_pods, tuple(namespaces)):

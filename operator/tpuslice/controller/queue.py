@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tpuslice.model.records import ClusterKey
+from tpuslice.model.records import ObjectKey
 
 __all__ = ["Backoff", "Failure", "KickQueue", "backoff_seconds"]
 
@@ -60,9 +60,9 @@ class Failure:
 class Backoff:
     """The failing clusters, and whether an earlier failure holds a pass back."""
 
-    _failing: dict[ClusterKey, Failure] = field(default_factory=dict)
+    _failing: dict[ObjectKey, Failure] = field(default_factory=dict)
 
-    def wait(self, key: ClusterKey, generation: int, now: float) -> float:
+    def wait(self, key: ObjectKey, generation: int, now: float) -> float:
         """Seconds the pass must still wait (0: run it). A changed generation is a fix
         to try at once."""
         failing = self._failing.get(key)
@@ -70,7 +70,7 @@ class Backoff:
             return 0.0
         return max(0.0, failing.retry_at - now)
 
-    def failed(self, key: ClusterKey, generation: int, error: str, now: float) -> Failure:
+    def failed(self, key: ObjectKey, generation: int, error: str, now: float) -> Failure:
         before = self._failing.get(key)
         count = before.count + 1 if before else 1
         failure = Failure(count, now + backoff_seconds(count), generation, error)
@@ -80,16 +80,16 @@ class Backoff:
         self._failing[key] = failure
         return failure
 
-    def event_posted(self, key: ClusterKey, now: float) -> None:
+    def event_posted(self, key: ObjectKey, now: float) -> None:
         """The failure's Warning event went out: the next one waits FAILURE_EVENT_SECONDS."""
         failing = self._failing.get(key)
         if failing is not None:
             failing.event_at, failing.event_due = now, False
 
-    def succeeded(self, key: ClusterKey) -> None:
+    def succeeded(self, key: ObjectKey) -> None:
         self._failing.pop(key, None)
 
-    def failing(self, key: ClusterKey) -> Failure | None:
+    def failing(self, key: ObjectKey) -> Failure | None:
         return self._failing.get(key)
 
 
@@ -98,16 +98,16 @@ class KickQueue:
     """Runs ``run(key)`` for kicked clusters: one pass at a time per cluster, kicks during
     a pass folded into one more."""
 
-    run: Callable[[ClusterKey], Awaitable[None]]
-    _running: set[ClusterKey] = field(default_factory=set)
-    _dirty: set[ClusterKey] = field(default_factory=set)
-    _later: dict[ClusterKey, asyncio.TimerHandle] = field(default_factory=dict)
+    run: Callable[[ObjectKey], Awaitable[None]]
+    _running: set[ObjectKey] = field(default_factory=set)
+    _dirty: set[ObjectKey] = field(default_factory=set)
+    _later: dict[ObjectKey, asyncio.TimerHandle] = field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     # Keys with a spawned pass that has not started yet: another kick_soon for them is
     # folded into it (that pass reads the stores when it starts, after this kick's cause).
-    _queued: set[ClusterKey] = field(default_factory=set)
+    _queued: set[ObjectKey] = field(default_factory=set)
     # Kicks held back until kopf has filled its indexes (see ``hold_until_indexed``).
-    _held: set[ClusterKey] | None = None
+    _held: set[ObjectKey] | None = None
 
     def hold_until_indexed(self) -> None:
         """Hold kicks until ``indexed``: our own watches are listed before kopf's indexes
@@ -121,7 +121,7 @@ class KickQueue:
         if held:
             self.kick_soon(held)
 
-    async def kick(self, key: ClusterKey) -> None:
+    async def kick(self, key: ObjectKey) -> None:
         """Run ``key``'s pass now, or once more after the pass already running."""
         if self._held is not None:
             self._held.add(key)
@@ -139,7 +139,7 @@ class KickQueue:
         finally:
             self._running.discard(key)
 
-    def kick_soon(self, keys: Iterable[ClusterKey]) -> None:
+    def kick_soon(self, keys: Iterable[ObjectKey]) -> None:
         """Kick clusters without making the caller wait for their passes. A key whose
         spawned pass has not started yet gets no second one: at start-up every cluster is
         kicked by its own listing, by the held kicks and by its reservations', and each
@@ -150,11 +150,11 @@ class KickQueue:
             self._queued.add(key)
             self._spawn(self._kick_queued(key))
 
-    async def _kick_queued(self, key: ClusterKey) -> None:
+    async def _kick_queued(self, key: ObjectKey) -> None:
         self._queued.discard(key)
         await self.kick(key)
 
-    def kick_later(self, key: ClusterKey, delay: float) -> None:
+    def kick_later(self, key: ObjectKey, delay: float) -> None:
         """One more pass after ``delay``: at most one such pass pending per cluster, at
         the earliest time asked for (a sooner one replaces a later one; that pass asks
         again for what it still waits for, as every pass decides from scratch)."""
@@ -166,11 +166,11 @@ class KickQueue:
             current.cancel()
         self._later[key] = loop.call_later(delay, self._fire_later, key)
 
-    def _fire_later(self, key: ClusterKey) -> None:
+    def _fire_later(self, key: ObjectKey) -> None:
         self._later.pop(key, None)
         self.kick_soon((key,))
 
-    def pending_later(self, key: ClusterKey) -> bool:
+    def pending_later(self, key: ObjectKey) -> bool:
         return key in self._later
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:

@@ -38,9 +38,8 @@ from tpuslice.controller.recorder import Recorder
 from tpuslice.controller.statuswriter import StatusWriter, generation
 from tpuslice.model import events
 from tpuslice.model.records import (
-    ClusterKey,
     ClusterRef,
-    OwnerKey,
+    ObjectKey,
     Shape,
     SlicePlan,
     SliceState,
@@ -58,7 +57,7 @@ __all__ = ["Reconciler", "SnapshotReader", "error_text", "spec_shape"]
 
 log = logging.getLogger(__name__)
 
-SnapshotReader = Callable[[ClusterKey], Snapshot]
+SnapshotReader = Callable[[ObjectKey], Snapshot]
 
 
 def spec_shape(cluster: Mapping[str, Any]) -> Shape | None:
@@ -113,9 +112,9 @@ class Reconciler:
     backoff: Backoff = field(default_factory=Backoff)
     schema: TemplateSchema | None = None  # shared between kinds when given
     adapter: KindAdapter = field(default_factory=ClusterKind)
-    _waiting: dict[Shape, set[ClusterKey]] = field(default_factory=dict)
-    _waiting_since: dict[ClusterKey, float] = field(default_factory=dict)  # the queue metric
-    _applied_once: set[ClusterKey] = field(default_factory=set)  # for the creation metric
+    _waiting: dict[Shape, set[ObjectKey]] = field(default_factory=dict)
+    _waiting_since: dict[ObjectKey, float] = field(default_factory=dict)  # the queue metric
+    _applied_once: set[ObjectKey] = field(default_factory=set)  # for the creation metric
 
     def __post_init__(self) -> None:
         self.queue = KickQueue(self.run_pass)
@@ -142,16 +141,11 @@ class Reconciler:
         """The kind of object this reconciler's passes are for."""
         return self.adapter.kind
 
-    def object_key(self, key: ClusterKey) -> OwnerKey:
-        """(kind, namespace, name): what the process-wide metrics count by, so objects
-        of different kinds with one name in one namespace stay apart."""
-        return (self.kind, key[0], key[1])
-
     # ------------------------------------------------------------ what handlers call
-    async def kick(self, key: ClusterKey) -> None:
+    async def kick(self, key: ObjectKey) -> None:
         await self.queue.kick(key)
 
-    def kick_soon(self, keys: Iterable[ClusterKey]) -> None:
+    def kick_soon(self, keys: Iterable[ObjectKey]) -> None:
         self.queue.kick_soon(keys)
 
     def hold_until_indexed(self) -> None:
@@ -163,11 +157,11 @@ class Reconciler:
     def nodes_changed(self, shape: Shape) -> None:
         self.pool_indexes.nodes_changed(shape)
 
-    def waiting_for(self, shape: Shape) -> set[ClusterKey]:
+    def waiting_for(self, shape: Shape) -> set[ObjectKey]:
         """Clusters with a slice waiting for capacity of this shape (kick them on changes)."""
         return set(self._waiting.get(shape, ()))
 
-    def forget(self, key: ClusterKey, uid: str = "") -> None:
+    def forget(self, key: ObjectKey, uid: str = "") -> None:
         """A cluster is gone: drop what is kept of it (``uid`` also drops its parsed specs,
         kept for the shape's queue)."""
         self.status.forget(key)
@@ -175,22 +169,22 @@ class Reconciler:
             self.actuator.specs.forget(uid)
         self._applied_once.discard(key)
         self.backoff.succeeded(key)
-        self.metrics.forget_cluster(self.object_key(key))
+        self.metrics.forget_cluster(key)
         self._waiting_since.pop(key, None)
         for keys in self._waiting.values():
             keys.discard(key)
 
     # ------------------------------------------------------------ one pass
-    async def run_pass(self, key: ClusterKey) -> None:
+    async def run_pass(self, key: ObjectKey) -> None:
         """One pass over ``key``; never raises (a failure is reported and backed off).
         Every line logged during the pass names the object (``runtime.logcontext``)."""
-        named = current_object.set(f"{self.kind}/{key[0]}/{key[1]}")
+        named = current_object.set("/".join(key))
         try:
             await self._run_pass(key)
         finally:
             current_object.reset(named)
 
-    async def _run_pass(self, key: ClusterKey) -> None:
+    async def _run_pass(self, key: ObjectKey) -> None:
         began = time.perf_counter()
         snap: Snapshot | None = None
         try:
@@ -209,7 +203,7 @@ class Reconciler:
         self.metrics.reconciled(time.perf_counter() - began, ok=True)
         self.backoff.succeeded(key)
 
-    async def _reconcile(self, key: ClusterKey, snap: Snapshot) -> None:
+    async def _reconcile(self, key: ObjectKey, snap: Snapshot) -> None:
         body = snap.cluster
         if body is None:
             self.forget(key)
@@ -237,7 +231,7 @@ class Reconciler:
         waits = any(waiting_for_capacity(each.plan) for each in acted)
         self._track_waiting(key, kind.cluster_spec(parsed), waits)
         states = (str(s.state) for each in acted for s in each.plan.slices)
-        self.metrics.cluster_slices(self.object_key(key), states)
+        self.metrics.cluster_slices(key, states)
         stall = applied.stall or plan_stall
         out = kind.status(parsed, body, snap, acted, applied, stall, previous, self.status.now())
         await self.status.write_status(body, previous, out.status, out.slices)
@@ -283,7 +277,7 @@ class Reconciler:
 
     def _count_creation(
         self,
-        key: ClusterKey,
+        key: ObjectKey,
         body: Mapping[str, Any],
         owned: Mapping[str, Any] | None,
         applied: Applied,
@@ -293,7 +287,7 @@ class Reconciler:
             created = (body.get("metadata") or {}).get("creationTimestamp", "")
             self.metrics.raycluster_created(created, time.time())
 
-    def _track_waiting(self, key: ClusterKey, spec: SliceClusterSpec, waits: bool) -> None:
+    def _track_waiting(self, key: ObjectKey, spec: SliceClusterSpec, waits: bool) -> None:
         """Who waits for each shape (kicked when its pools change), and the queue metrics."""
         shape = shape_of(spec)
         waiting = self._waiting.setdefault(shape, set())
@@ -306,19 +300,19 @@ class Reconciler:
             since = self._waiting_since.pop(key, None)
             if since is not None:
                 self.metrics.waited(label, time.monotonic() - since)
-        self.metrics.shape_waiting(label, self.object_key(key), waits)
+        self.metrics.shape_waiting(label, key, waits)
 
     async def _failed(
-        self, key: ClusterKey, cluster: Mapping[str, Any] | None, exc: Exception
+        self, key: ObjectKey, cluster: Mapping[str, Any] | None, exc: Exception
     ) -> None:
         """A pass raised: back off exponentially, say so on the object (a condition and a
         rate-limited event), and log the traceback once per distinct error."""
         failure = self.backoff.failed(key, generation(cluster), error_text(exc), time.monotonic())
         if failure.new_error:
-            log.exception("reconcile of %s/%s failed; retrying in %.0fs", *key, failure.delay)
+            log.exception("reconcile of %s/%s/%s failed; retrying in %.0fs", *key, failure.delay)
         else:
             log.warning(
-                "reconcile of %s/%s failed again (%d in a row): %s; retrying in %.0fs",
+                "reconcile of %s/%s/%s failed again (%d in a row): %s; retrying in %.0fs",
                 *key,
                 failure.count,
                 failure.error,
@@ -335,4 +329,4 @@ class Reconciler:
                 await self.recorder.warning(ref, events.RECONCILE_ERROR, message)
                 self.backoff.event_posted(key, time.monotonic())
         except Exception as write_error:  # the API server may be what fails
-            log.warning("could not report the failure on %s/%s: %s", *key, write_error)
+            log.warning("could not report the failure on %s/%s/%s: %s", *key, write_error)

@@ -26,7 +26,7 @@ from typing import Any
 from tpuslice.controller.recorder import Recorder
 from tpuslice.model import constants as c
 from tpuslice.model import events
-from tpuslice.model.records import ClusterKey, ClusterRef, SliceStatus
+from tpuslice.model.records import ClusterRef, ObjectKey, SliceStatus
 from tpuslice.runtime.kube import ClusterApi
 from tpuslice.status.conditions import (
     failure_status,
@@ -65,15 +65,15 @@ class StatusWriter:
     kube: ClusterApi
     recorder: Recorder
     #: Asks for one more pass after a delay (a foldable write held back).
-    kick_later: Callable[[ClusterKey, float], None]
+    kick_later: Callable[[ObjectKey, float], None]
     fold_quiet_seconds: float = FOLD_QUIET_SECONDS
     fold_max_seconds: float = FOLD_MAX_SECONDS
     kind: str = c.KIND_CLUSTER  # of the objects this writer writes
-    _written: dict[ClusterKey, dict[str, Any]] = field(default_factory=dict)
+    _written: dict[ObjectKey, dict[str, Any]] = field(default_factory=dict)
     #: a held status: (the status, when the first change was held, when it last changed)
-    _held: dict[ClusterKey, tuple[dict[str, Any], float, float]] = field(default_factory=dict)
+    _held: dict[ObjectKey, tuple[dict[str, Any], float, float]] = field(default_factory=dict)
 
-    def previous(self, key: ClusterKey, body: Mapping[str, Any]) -> dict[str, Any]:
+    def previous(self, key: ObjectKey, body: Mapping[str, Any]) -> dict[str, Any]:
         """The status this pass starts from: what we last wrote (the watch may not have
         shown it yet), else the object's."""
         return self._written.get(key) or dict(body.get("status") or {})
@@ -92,7 +92,7 @@ class StatusWriter:
         """Write ``status`` (computed from ``previous``) unless nothing changed; events for
         the slices' and conditions' transitions."""
         meta = body["metadata"]
-        key = (meta["namespace"], meta["name"])
+        key = (self.kind, meta["namespace"], meta["name"])
         if status == previous or status == dict(body.get("status") or {}):
             self._written[key] = status
             self._held.pop(key, None)
@@ -116,9 +116,7 @@ class StatusWriter:
                 await self.recorder.post(ref, kind, reason, message)
         await self._condition_events(ref, previous, status)
 
-    async def write_failure(
-        self, key: ClusterKey, cluster: Mapping[str, Any], message: str
-    ) -> None:
+    async def write_failure(self, key: ObjectKey, cluster: Mapping[str, Any], message: str) -> None:
         """A failed pass: only the conditions change (Reconciling, with the error)."""
         status = failure_status(
             self.previous(key, cluster),
@@ -128,12 +126,12 @@ class StatusWriter:
             _now(),
         )
         await self.kube.patch_status(
-            c.PLURALS[self.kind], key[0], key[1], {"conditions": status["conditions"]}
+            c.PLURALS[self.kind], key[1], key[2], {"conditions": status["conditions"]}
         )
         self._written[key] = status
         self._held.pop(key, None)
 
-    def forget(self, key: ClusterKey) -> None:
+    def forget(self, key: ObjectKey) -> None:
         self._written.pop(key, None)
         self._held.pop(key, None)
 

@@ -16,8 +16,8 @@ from tpuslice.model.records import (
     CapacityType,
     Holder,
     NodeInfo,
+    ObjectKey,
     OwnedRequest,
-    OwnerKey,
     PodInfo,
     ProvisioningRequestInfo,
     RequestCondition,
@@ -308,7 +308,7 @@ def provisioning_request_info(obj: Mapping[str, Any]) -> ProvisioningRequestInfo
     )
 
 
-def _owner_of(meta: Mapping[str, Any]) -> OwnerKey:
+def _owner_of(meta: Mapping[str, Any]) -> ObjectKey:
     labels = meta.get("labels") or {}
     return (
         str(labels.get(c.LABEL_OWNER_KIND) or c.KIND_CLUSTER),

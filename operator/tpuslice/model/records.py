@@ -25,14 +25,13 @@ __all__ = [
     "Admission",
     "CapacityType",
     "Claim",
-    "ClusterKey",
     "ClusterRef",
     "GangMode",
     "Handover",
     "Holder",
     "NodeInfo",
+    "ObjectKey",
     "OwnedRequest",
-    "OwnerKey",
     "PodInfo",
     "PodRelease",
     "PoolRequest",
@@ -55,10 +54,10 @@ __all__ = [
     "Snapshot",
 ]
 
-ClusterKey = tuple[str, str]  # (namespace, name)
-#: (kind, namespace, name) of a TPUSliceCluster, TPUSliceJob or TPUSliceService: a pod's
-#: owner (one job and one cluster of the same name in a namespace stay apart).
-OwnerKey = tuple[str, str, str]
+#: (kind, namespace, name) of a TPUSliceCluster, TPUSliceJob or TPUSliceService: the one
+#: key of the pass, its queue, backoff, status writer, waiting sets, metrics and the
+#: record of our writes (one job and one cluster of the same name in a namespace stay apart).
+ObjectKey = tuple[str, str, str]
 Shape = tuple[str, str]  # (gke accelerator, topology)
 
 
@@ -114,6 +113,11 @@ class ClusterRef:
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @property
+    def key(self) -> ObjectKey:
+        """The object's one key, (kind, namespace, name)."""
+        return (self.kind, self.namespace, self.name)
+
     @classmethod
     def of(cls, body: Mapping[str, Any], kind: str, ray_cluster: str = "") -> ClusterRef:
         """The reference to the object ``body`` of ``kind``: the one place it is built."""
@@ -151,7 +155,7 @@ class PodInfo:
     ray_cluster: str = ""  # ray.io/cluster: the RayCluster the pod belongs to
 
     @property
-    def owner(self) -> OwnerKey:
+    def owner(self) -> ObjectKey:
         return self.owner_kind, self.namespace, self.cluster
 
 
@@ -190,7 +194,7 @@ class Holder:
         return f"{what}{self.namespace}/{self.name} (slice {self.replica_name})"
 
     @property
-    def owner(self) -> OwnerKey:
+    def owner(self) -> ObjectKey:
         return self.kind, self.namespace, self.name
 
 
@@ -330,7 +334,7 @@ class PoolRequest:
     the TSC (uid, priority, creationTimestamp, slices, gang), its SliceReservations
     (``held``, ``idle``) and its pods (``claimable``). Never from memory."""
 
-    key: ClusterKey
+    key: ObjectKey
     uid: str
     desired: int  # spec.tpu.slices (0 when suspended)
     held: int  # pools its reservations hold now, any phase
@@ -379,10 +383,10 @@ class Admission:
 class QueueDecision:
     """Per shape: who may claim which pools now, who waits where, who cannot fit."""
 
-    admissions: Mapping[ClusterKey, Admission] = field(default_factory=dict)
-    order: tuple[ClusterKey, ...] = ()  # the queue, head first (stalled ones left out)
-    waiting: tuple[ClusterKey, ...] = ()  # of ``order``: still short after this pass
-    not_enough: tuple[ClusterKey, ...] = ()  # NotEnoughPools: out of the queue
+    admissions: Mapping[ObjectKey, Admission] = field(default_factory=dict)
+    order: tuple[ObjectKey, ...] = ()  # the queue, head first (stalled ones left out)
+    waiting: tuple[ObjectKey, ...] = ()  # of ``order``: still short after this pass
+    not_enough: tuple[ObjectKey, ...] = ()  # NotEnoughPools: out of the queue
 
 
 # ------------------------------------------------------------ capacity on demand
@@ -455,7 +459,7 @@ class OwnedRequest:
     """One of our ProvisioningRequests in the watch's store, with the TPUSlice object it
     belongs to (kind, namespace, name: from its labels)."""
 
-    owner: OwnerKey
+    owner: ObjectKey
     info: ProvisioningRequestInfo
 
 

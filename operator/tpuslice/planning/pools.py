@@ -690,7 +690,7 @@ def pool_request(
     live = [r for r in replicas.values() if r.live]
     holding = [r for r in live if r.name in ours]
     return PoolRequest(
-        key=(cluster.namespace, cluster.name),
+        key=cluster.key,
         uid=cluster.uid,
         desired=desired_slices,
         held=len(holding),

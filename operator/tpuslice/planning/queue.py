@@ -48,8 +48,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from tpuslice.model.records import (
     Admission,
-    ClusterKey,
     GangMode,
+    ObjectKey,
     PoolRequest,
     QueueDecision,
     Shape,
@@ -206,7 +206,7 @@ def decide_queue(
     exist = len(pools)
     by_name = sorted(pools, key=lambda p: p.name)
     free = [p for p in by_name if p.eligible and p.holder is None]
-    admissions: dict[ClusterKey, Admission] = {}
+    admissions: dict[ObjectKey, Admission] = {}
     wanting = [r for r in requests if r.missing > 0]
     stalled = [r for r in wanting if r.desired > exist]
     order = queue_order(r for r in wanting if r.desired <= exist)
@@ -224,15 +224,15 @@ def decide_queue(
         if p.holder is not None:
             holding.setdefault(p.holder.uid, []).append(p)
     holders = _Holders(by_name)
-    granted: dict[ClusterKey, tuple[ShapePool, ...]] = {}
-    set_aside: dict[ClusterKey, int] = {}
+    granted: dict[ObjectKey, tuple[ShapePool, ...]] = {}
+    set_aside: dict[ObjectKey, int] = {}
     # Pools held by running slices of the requests queued after each one: a gang ahead
     # can never get those (no preemption), and the holders wait behind it for more.
     behind_running = [0] * (len(order) + 1)
     for i in range(len(order) - 1, -1, -1):
         q = order[i]
         behind_running[i] = behind_running[i + 1] + max(0, q.held - q.idle)
-    yields: set[ClusterKey] = set()
+    yields: set[ObjectKey] = set()
     for i, r in enumerate(order):
         if r.gang == GangMode.ALL_SLICES and r.missing > exist - r.held - behind_running[i + 1]:
             # It could only complete with pools that running slices of clusters queued
@@ -312,14 +312,14 @@ def decide_queue(
     )
 
 
-def admission_for(decision: QueueDecision, key: ClusterKey) -> Admission:
+def admission_for(decision: QueueDecision, key: ObjectKey) -> Admission:
     """The cluster's admission; one that wants nothing may claim nothing (a PerSlice
     replica KubeRay is about to remove on scale-down must not take a pool)."""
     return decision.admissions.get(key) or Admission(pools=())
 
 
 def requests_by_shape(
-    requests: Mapping[ClusterKey, tuple[Shape, PoolRequest]],
+    requests: Mapping[ObjectKey, tuple[Shape, PoolRequest]],
 ) -> dict[Shape, list[PoolRequest]]:
     """Group the shell's requests by shape (one decision per shape)."""
     out: dict[Shape, list[PoolRequest]] = {}

@@ -38,14 +38,14 @@ from tpuslice.model.convert import (
     ray_owner_info,
     raycluster_info,
 )
-from tpuslice.model.records import ClusterKey, NodeInfo, OwnedRequest, OwnerKey, PodInfo, Shape
+from tpuslice.model.records import NodeInfo, ObjectKey, OwnedRequest, PodInfo, Shape
 from tpuslice.runtime.kube import ApiError, Kube, api_path
 
 __all__ = [
     "Change",
     "Deliver",
     "Followed",
-    "ObjectKey",
+    "NamespacedName",
     "RecordStore",
     "Watches",
     "apply",
@@ -70,14 +70,14 @@ LIST_PAGE_SIZE = 500
 MISSING_KIND_RETRY_SECONDS = 30.0
 
 R = TypeVar("R")
-ObjectKey = tuple[str, str]  # (namespace or "", name)
+NamespacedName = tuple[str, str]  # (namespace or "", name)
 
 
 @dataclass(frozen=True)
 class Change(Generic[R]):
     """One object's record before and after (None: absent); both None never happens."""
 
-    key: ObjectKey
+    key: NamespacedName
     old: R | None
     new: R | None
 
@@ -98,13 +98,13 @@ class RecordStore(Generic[R]):
     """Records by object key, and by the group key ``group_of`` gives each record."""
 
     group_of: Callable[[R], Hashable]
-    _records: dict[ObjectKey, R] = field(default_factory=dict)
-    _groups: dict[Hashable, dict[ObjectKey, R]] = field(default_factory=dict)
+    _records: dict[NamespacedName, R] = field(default_factory=dict)
+    _groups: dict[Hashable, dict[NamespacedName, R]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self._records)
 
-    def get(self, key: ObjectKey) -> R | None:
+    def get(self, key: NamespacedName) -> R | None:
         return self._records.get(key)
 
     def values(self) -> list[R]:
@@ -113,7 +113,7 @@ class RecordStore(Generic[R]):
     def group(self, group: Hashable) -> list[R]:
         return list(self._groups.get(group, {}).values())
 
-    def put(self, key: ObjectKey, record: R) -> Change[R]:
+    def put(self, key: NamespacedName, record: R) -> Change[R]:
         old = self._records.get(key)
         if old is not None:
             self._ungroup(key, old)
@@ -121,14 +121,14 @@ class RecordStore(Generic[R]):
         self._groups.setdefault(self.group_of(record), {})[key] = record
         return Change(key, old, record)
 
-    def remove(self, key: ObjectKey) -> Change[R] | None:
+    def remove(self, key: NamespacedName) -> Change[R] | None:
         old = self._records.pop(key, None)
         if old is None:
             return None
         self._ungroup(key, old)
         return Change(key, old, None)
 
-    def replace(self, records: Mapping[ObjectKey, R], namespace: str = "") -> list[Change[R]]:
+    def replace(self, records: Mapping[NamespacedName, R], namespace: str = "") -> list[Change[R]]:
         """Make the store equal to a fresh listing (of one ``namespace``, or of all when
         empty); the changes a watch would have shown.
 
@@ -143,7 +143,7 @@ class RecordStore(Generic[R]):
                 changes.append(self.put(key, record))
         return changes
 
-    def _ungroup(self, key: ObjectKey, record: R) -> None:
+    def _ungroup(self, key: NamespacedName, record: R) -> None:
         group = self.group_of(record)
         members = self._groups.get(group)
         if members is not None:
@@ -152,7 +152,7 @@ class RecordStore(Generic[R]):
                 del self._groups[group]
 
 
-Deliver = Callable[[str | None, dict[ObjectKey, Any]], None]
+Deliver = Callable[[str | None, dict[NamespacedName, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,7 @@ class Followed:
         return {"labelSelector": self.label_selector} if self.label_selector else {}
 
 
-def object_key(obj: Mapping[str, Any]) -> ObjectKey:
+def object_key(obj: Mapping[str, Any]) -> NamespacedName:
     meta = obj.get("metadata") or {}
     return meta.get("namespace") or "", meta.get("name") or ""
 
@@ -192,15 +192,15 @@ def iter_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
 POD_GONE_POLL_SECONDS = 0.5
 
 
-def _pod_group(pod: PodInfo) -> OwnerKey:
+def _pod_group(pod: PodInfo) -> ObjectKey:
     return pod.owner
 
 
-def _job_cluster_group(cluster: Mapping[str, Any]) -> OwnerKey:
+def _job_cluster_group(cluster: Mapping[str, Any]) -> ObjectKey:
     return c.KIND_JOB, cluster["namespace"], cluster["labels"].get(c.LABEL_JOB, "")
 
 
-def _service_cluster_group(cluster: Mapping[str, Any]) -> OwnerKey:
+def _service_cluster_group(cluster: Mapping[str, Any]) -> ObjectKey:
     return c.KIND_SERVICE, cluster["namespace"], cluster["labels"].get(c.LABEL_SERVICE, "")
 
 
@@ -212,18 +212,18 @@ def _no_group(_: Any) -> None:
     return None
 
 
-def _request_group(record: OwnedRequest) -> OwnerKey:
+def _request_group(record: OwnedRequest) -> ObjectKey:
     return record.owner
 
 
-def _template_group(record: Mapping[str, Any]) -> OwnerKey:
+def _template_group(record: Mapping[str, Any]) -> ObjectKey:
     return record["owner"]  # type: ignore[no-any-return]
 
 
 def apply(
     store: RecordStore[Any],
     event: str | None,
-    records: Mapping[ObjectKey, Any],
+    records: Mapping[NamespacedName, Any],
     namespace: str = "",
 ) -> list[Change[Any]]:
     """Fold one delivery (a listing of ``namespace`` or of all, or one watch event) into
@@ -244,14 +244,14 @@ def apply(
     return changes
 
 
-def pod_kicks(changes: Iterable[Change[PodInfo]]) -> set[OwnerKey]:
+def pod_kicks(changes: Iterable[Change[PodInfo]]) -> set[ObjectKey]:
     """The owners (TPUSliceCluster, TPUSliceJob or TPUSliceService) of changed pods."""
     return {_pod_group(ch.record) for ch in changes}
 
 
-def owned_cluster_kicks(changes: Iterable[Change[dict[str, Any]]]) -> set[OwnerKey]:
+def owned_cluster_kicks(changes: Iterable[Change[dict[str, Any]]]) -> set[ObjectKey]:
     """The TPUSliceJobs / TPUSliceServices whose RayClusters (made by KubeRay) changed."""
-    keys: set[OwnerKey] = set()
+    keys: set[ObjectKey] = set()
     for ch in changes:
         labels = ch.record["labels"]
         namespace = ch.record["namespace"]
@@ -264,13 +264,13 @@ def owned_cluster_kicks(changes: Iterable[Change[dict[str, Any]]]) -> set[OwnerK
 
 def node_kicks(
     changes: Iterable[Change[NodeInfo]],
-    waiting_for: Callable[[Shape], set[OwnerKey]],
-    holders_of: Callable[[Shape, str], set[OwnerKey]],
-) -> tuple[set[Shape], set[OwnerKey]]:
+    waiting_for: Callable[[Shape], set[ObjectKey]],
+    holders_of: Callable[[Shape, str], set[ObjectKey]],
+) -> tuple[set[Shape], set[ObjectKey]]:
     """The shapes whose pool index is stale, and the objects to kick: those waiting for
     capacity of the shape, and the holder of each changed node's pool."""
     shapes: set[Shape] = set()
-    keys: set[OwnerKey] = set()
+    keys: set[ObjectKey] = set()
     for ch in changes:
         for record in (ch.old, ch.new):
             if record is None:
@@ -346,30 +346,29 @@ class Watches:
     )
     _stops: list[threading.Event] = field(default_factory=list)
 
-    def pods_of(self, key: ClusterKey, kind: str = c.KIND_CLUSTER) -> list[PodInfo]:
-        """The pods of the TPUSlice object ``key`` of ``kind``."""
-        return self.pods.group((kind, *key))
+    def pods_of(self, key: ObjectKey) -> list[PodInfo]:
+        """The pods of the TPUSlice object ``key``."""
+        return self.pods.group(key)
 
     async def pods_gone(
         self,
-        key: ClusterKey,
+        key: ObjectKey,
         timeout: float,
         poll: float = POD_GONE_POLL_SECONDS,
-        kind: str = c.KIND_CLUSTER,
     ) -> list[PodInfo]:
         """Wait up to ``timeout`` seconds for the object's pods to leave the store; the
         pods still there. Polls the store (a dict lookup), never the API server."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while self.pods_of(key, kind) and loop.time() < deadline:
+        while self.pods_of(key) and loop.time() < deadline:
             await asyncio.sleep(poll)
-        return self.pods_of(key, kind)
+        return self.pods_of(key)
 
-    def requests_of(self, owner: OwnerKey) -> list[OwnedRequest]:
+    def requests_of(self, owner: ObjectKey) -> list[OwnedRequest]:
         """The ProvisioningRequests of one TPUSlice object (kind, namespace, name)."""
         return self.provisioningrequests.group(owner)
 
-    def templates_of(self, owner: OwnerKey) -> list[dict[str, Any]]:
+    def templates_of(self, owner: ObjectKey) -> list[dict[str, Any]]:
         return self.podtemplates.group(owner)
 
     def every_request(self) -> list[OwnedRequest]:
@@ -378,20 +377,20 @@ class Watches:
     def nodes_of(self, shape: Shape) -> list[NodeInfo]:
         return self.nodes.group(shape)
 
-    def raycluster(self, key: ClusterKey) -> dict[str, Any] | None:
-        """A TPUSliceCluster's RayCluster."""
-        return self.rayclusters.get(key)
+    def raycluster(self, key: ObjectKey) -> dict[str, Any] | None:
+        """A TPUSliceCluster's RayCluster (of the same namespace and name)."""
+        return self.rayclusters.get(key[1:])
 
-    def ray_owner(self, kind: str, key: ClusterKey) -> dict[str, Any] | None:
+    def ray_owner(self, key: ObjectKey) -> dict[str, Any] | None:
         """A TPUSliceJob's RayJob or a TPUSliceService's RayService."""
-        store = self.rayjobs if kind == c.KIND_JOB else self.rayservices
-        return store.get(key)
+        store = self.rayjobs if key[0] == c.KIND_JOB else self.rayservices
+        return store.get(key[1:])
 
-    def owned_clusters(self, kind: str, key: ClusterKey) -> dict[str, dict[str, Any]]:
+    def owned_clusters(self, key: ObjectKey) -> dict[str, dict[str, Any]]:
         """The RayClusters KubeRay made for a TPUSliceJob's RayJob or a TPUSliceService's
         RayService, by name."""
-        store = self.job_clusters if kind == c.KIND_JOB else self.service_clusters
-        return {rc["name"]: rc for rc in store.group((kind, *key))}
+        store = self.job_clusters if key[0] == c.KIND_JOB else self.service_clusters
+        return {rc["name"]: rc for rc in store.group(key)}
 
     async def start(
         self,
@@ -440,7 +439,7 @@ class Watches:
 def _deliver_into(
     store: RecordStore[Any], notify: Callable[[list[Any]], None], namespace: str
 ) -> Deliver:
-    def deliver(event: str | None, records: dict[ObjectKey, Any]) -> None:
+    def deliver(event: str | None, records: dict[NamespacedName, Any]) -> None:
         changes = apply(store, event, records, namespace)
         if changes:
             notify(changes)
@@ -460,12 +459,12 @@ async def follow(kube: Kube, kind: Followed, deliver: Deliver) -> threading.Even
     listed: asyncio.Future[None] = loop.create_future()
     stop = threading.Event()
 
-    def on_loop(event: str | None, records: dict[ObjectKey, Any]) -> None:
+    def on_loop(event: str | None, records: dict[NamespacedName, Any]) -> None:
         deliver(event, records)
         if event is None and not listed.done():
             listed.set_result(None)
 
-    def emit(event: str | None, records: dict[ObjectKey, Any]) -> None:
+    def emit(event: str | None, records: dict[NamespacedName, Any]) -> None:
         loop.call_soon_threadsafe(on_loop, event, records)
 
     threading.Thread(
@@ -512,9 +511,9 @@ def follow_forever(
             backoff = min(backoff * 2, 30.0)
 
 
-def _list_all(kube: Kube, kind: Followed) -> tuple[dict[ObjectKey, Any], str]:
+def _list_all(kube: Kube, kind: Followed) -> tuple[dict[NamespacedName, Any], str]:
     """Every object (in pages), converted; and the resourceVersion to watch from."""
-    records: dict[ObjectKey, Any] = {}
+    records: dict[NamespacedName, Any] = {}
     token = ""
     while True:
         query = dict(kind.query(), limit=str(LIST_PAGE_SIZE))

@@ -28,7 +28,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from tpuslice.model.records import OwnerKey, PodInfo
+from tpuslice.model.records import ObjectKey, PodInfo
 
 __all__ = ["Metrics", "parse_timestamp", "serve", "slice_last_created"]
 
@@ -176,10 +176,10 @@ class Metrics:
         ProcessCollector(registry=r)
         #: Keyed by (kind, namespace, name): a TPUSliceCluster and a TPUSliceJob of one
         #: name in one namespace are two contributions, not one.
-        self._slices_by_cluster: dict[OwnerKey, Tally[str]] = {}
+        self._slices_by_cluster: dict[ObjectKey, Tally[str]] = {}
         #: Who waits for each shape, of every kind: one reconciler per kind reports here,
         #: so the gauge counts them all rather than the last kind that passed.
-        self._waiting_by_shape: dict[str, set[OwnerKey]] = {}
+        self._waiting_by_shape: dict[str, set[ObjectKey]] = {}
         self._reservation_phase: dict[str, str] = {}
 
     # ------------------------------------------------------------ reconcile
@@ -203,7 +203,7 @@ class Metrics:
             if start is not None:
                 self.slice_release_seconds.observe(max(0.0, now - start))
 
-    def cluster_slices(self, key: OwnerKey, states: Iterable[str]) -> None:
+    def cluster_slices(self, key: ObjectKey, states: Iterable[str]) -> None:
         """Replace one cluster's contribution to ``tpuslice_slices`` (a delta, not a recount)."""
         new = Tally(states)
         old = self._slices_by_cluster.get(key, Tally())
@@ -218,7 +218,7 @@ class Metrics:
         else:
             self._slices_by_cluster.pop(key, None)
 
-    def forget_cluster(self, key: OwnerKey) -> None:
+    def forget_cluster(self, key: ObjectKey) -> None:
         """An object is gone: its slices and its places in the shapes' queues."""
         self.cluster_slices(key, ())
         for shape, keys in self._waiting_by_shape.items():
@@ -226,7 +226,7 @@ class Metrics:
                 keys.discard(key)
                 self.queue_length.labels(shape).set(len(keys))
 
-    def shape_waiting(self, shape: str, key: OwnerKey, waits: bool) -> None:
+    def shape_waiting(self, shape: str, key: ObjectKey, waits: bool) -> None:
         """Whether one object waits for pools of ``shape`` as of its last pass;
         ``tpuslice_queue_length{shape}`` is the count of those that do, of every kind."""
         keys = self._waiting_by_shape.setdefault(shape, set())
