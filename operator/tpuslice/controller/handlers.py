@@ -150,7 +150,8 @@ def make_reader(
                         out.append(ShapeMember(other, watches.pods_of(other_key)))
             return out
 
-        owned = None if kind == c.KIND_CLUSTER else watches.ray_owner(key)
+        ray = watches.ray_object(key)
+        own_raycluster = c.RAY_KIND_OF[kind] == c.RAY_KIND_CLUSTER
         provisioning = provisioning_view(
             watches.requests_of(key),
             watches.templates_of(key),
@@ -162,9 +163,9 @@ def make_reader(
             pods=watches.pods_of(key),
             nodes=watches.nodes_of(shape) if shape else [],
             reservations=list(reservations.values()),
-            raycluster=watches.raycluster(key) if kind == c.KIND_CLUSTER else None,
-            owned=owned,
-            rayclusters={} if kind == c.KIND_CLUSTER else watches.owned_clusters(key),
+            raycluster=ray if own_raycluster else None,
+            owned=None if own_raycluster else ray,
+            rayclusters=watches.owned_clusters(key),
             shape_members=_Lazy(members),
             provisioning=provisioning,
         )
@@ -419,7 +420,7 @@ async def tear_down(
     clusters were torn down sent ~100 patches a second."""
     plural = c.RAY_PLURALS[c.RAY_KIND_OF[kind]]
     key = (kind, namespace, name)
-    ours = watches.raycluster(key) if kind == c.KIND_CLUSTER else watches.ray_owner(key)
+    ours = watches.ray_object(key)
     if ours is None:  # not labelled (someone removed our label), or none at all
         found = await kube.get_ray(plural, namespace, name)
         ours = None if found is None else raycluster_info(found)

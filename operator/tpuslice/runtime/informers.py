@@ -377,20 +377,23 @@ class Watches:
     def nodes_of(self, shape: Shape) -> list[NodeInfo]:
         return self.nodes.group(shape)
 
-    def raycluster(self, key: ObjectKey) -> dict[str, Any] | None:
-        """A TPUSliceCluster's RayCluster (of the same namespace and name)."""
-        return self.rayclusters.get(key[1:])
-
-    def ray_owner(self, key: ObjectKey) -> dict[str, Any] | None:
-        """A TPUSliceJob's RayJob or a TPUSliceService's RayService."""
-        store = self.rayjobs if key[0] == c.KIND_JOB else self.rayservices
-        return store.get(key[1:])
+    def ray_object(self, key: ObjectKey) -> dict[str, Any] | None:
+        """The KubeRay object of the TPUSlice object ``key``, of the same namespace and
+        name and of the KubeRay kind ``constants.RAY_KIND_OF`` gives: a TPUSliceCluster's
+        RayCluster, a TPUSliceJob's RayJob, a TPUSliceService's RayService."""
+        stores = {
+            c.RAY_KIND_CLUSTER: self.rayclusters,
+            c.RAY_KIND_JOB: self.rayjobs,
+            c.RAY_KIND_SERVICE: self.rayservices,
+        }
+        return stores[c.RAY_KIND_OF[key[0]]].get(key[1:])
 
     def owned_clusters(self, key: ObjectKey) -> dict[str, dict[str, Any]]:
         """The RayClusters KubeRay made for a TPUSliceJob's RayJob or a TPUSliceService's
-        RayService, by name."""
-        store = self.job_clusters if key[0] == c.KIND_JOB else self.service_clusters
-        return {rc["name"]: rc for rc in store.group(key)}
+        RayService, by name (none for a TPUSliceCluster, whose RayCluster is its own)."""
+        made = {c.RAY_KIND_JOB: self.job_clusters, c.RAY_KIND_SERVICE: self.service_clusters}
+        store = made.get(c.RAY_KIND_OF[key[0]])
+        return {} if store is None else {rc["name"]: rc for rc in store.group(key)}
 
     async def start(
         self,
