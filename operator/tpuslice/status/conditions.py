@@ -66,22 +66,30 @@ class Stall:
     message: str
 
 
-@dataclass(frozen=True)
-class Observed:
-    """Everything status depends on, gathered by the reconcile."""
+@dataclass(frozen=True, kw_only=True)
+class ObservedObject:
+    """What the status of every TPUSlice kind depends on alike, gathered by the pass:
+    each kind's record (``Observed``, ``job.JobObserved``, ``service.ServiceObserved``)
+    adds what its KubeRay object says."""
 
     generation: int
     accelerator_type: str
     hosts_per_slice: int
     chips_per_host: int
+    desired_slices: int  # spec.tpu.slices
+    gated: bool  # reservation.policy NodePool
+    applied: bool  # the KubeRay object for this generation was applied (or needed no change)
+    stall: Stall | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Observed(ObservedObject):
+    """Everything a TPUSliceCluster's status depends on."""
+
     ray_cluster: str
-    desired_slices: int
     slices: Sequence[SliceStatus]
     ray_cluster_ready: bool
     suspended: bool
-    gated: bool
-    applied: bool  # the RayCluster for this generation was applied (or needed no change)
-    stall: Stall | None = None
 
 
 def truncate(text: str, limit: int) -> str:
@@ -228,26 +236,19 @@ def merge_conditions(
     return merged
 
 
-def status_head(
-    previous: Mapping[str, Any],
-    *,
-    generation: int,
-    applied: bool,
-    accelerator_type: str,
-    hosts_per_slice: int,
-    chips_per_host: int,
-) -> dict[str, Any]:
+def status_head(previous: Mapping[str, Any], observed: ObservedObject) -> dict[str, Any]:
     """The first fields of every TPUSlice kind's status: ``observedGeneration`` (this
     generation once it was applied or judged, else the one before) and the slice shape."""
-    observed_generation = generation if applied else previous.get("observedGeneration")
+    judged = observed.applied or observed.stall is not None
+    observed_generation = observed.generation if judged else previous.get("observedGeneration")
     head: dict[str, Any] = {}
     if observed_generation is not None:
         head["observedGeneration"] = observed_generation
     head.update(
         {
-            "acceleratorType": accelerator_type,
-            "hostsPerSlice": hosts_per_slice,
-            "chipsPerHost": chips_per_host,
+            "acceleratorType": observed.accelerator_type,
+            "hostsPerSlice": observed.hosts_per_slice,
+            "chipsPerHost": observed.chips_per_host,
         }
     )
     return head
@@ -259,14 +260,7 @@ def compute_status(
     """The whole status stanza; identical input gives identical output (no spurious writes)."""
     previous = previous or {}
     ready = _ready_slices(observed)
-    status = status_head(
-        previous,
-        generation=observed.generation,
-        applied=observed.applied or observed.stall is not None,
-        accelerator_type=observed.accelerator_type,
-        hosts_per_slice=observed.hosts_per_slice,
-        chips_per_host=observed.chips_per_host,
-    )
+    status = status_head(previous, observed)
     status.update(
         {
             "rayCluster": observed.ray_cluster,

@@ -34,7 +34,7 @@ from tpuslice.status.conditions import (
     RECONCILING,
     STALLED,
     ClusterSlices,
-    Stall,
+    ObservedObject,
     condition,
     merge_conditions,
     slices_reserved_condition,
@@ -60,25 +60,17 @@ SUSPENDED = "Suspended"
 _ATTEMPT_UNDER_WAY = frozenset({"Initializing", "Waiting", "Running"})
 
 
-@dataclass(frozen=True)
-class JobObserved:
-    """Everything a TPUSliceJob's status depends on, gathered by the reconcile."""
+@dataclass(frozen=True, kw_only=True)
+class JobObserved(ObservedObject):
+    """Everything a TPUSliceJob's status depends on."""
 
-    generation: int
-    accelerator_type: str
-    hosts_per_slice: int
-    chips_per_host: int
     ray_job: str  # the RayJob's name (the TPUSliceJob's)
-    desired_slices: int  # spec.tpu.slices
     #: The RayJob's ``status`` stanza; None while there is no RayJob yet.
     ray_job_status: Mapping[str, Any] | None
     #: The current attempt's RayCluster (``status.rayClusterName``) and its slices;
     #: None while KubeRay has not made it (or has deleted it after the job ended).
     cluster: ClusterSlices | None
     suspend: bool  # spec.job.suspend
-    gated: bool  # reservation.policy NodePool
-    applied: bool  # the RayJob for this generation was applied (or needed no change)
-    stall: Stall | None = None
 
 
 def _count(status: Mapping[str, Any], key: str) -> int:
@@ -256,14 +248,7 @@ def compute_job_status(
     previous = previous or {}
     verdict = _verdict(observed)
     ray = observed.ray_job_status or {}
-    status = status_head(
-        previous,
-        generation=observed.generation,
-        applied=observed.applied or observed.stall is not None,
-        accelerator_type=observed.accelerator_type,
-        hosts_per_slice=observed.hosts_per_slice,
-        chips_per_host=observed.chips_per_host,
-    )
+    status = status_head(previous, observed)
     status["rayJob"] = observed.ray_job
     cluster_name = ray.get("rayClusterName") or (observed.cluster.name if observed.cluster else "")
     if cluster_name:

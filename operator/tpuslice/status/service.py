@@ -25,7 +25,7 @@ from tpuslice.status.conditions import (
     RECONCILING,
     STALLED,
     ClusterSlices,
-    Stall,
+    ObservedObject,
     condition,
     merge_conditions,
     slices_reserved_condition,
@@ -43,25 +43,17 @@ __all__ = [
 UPGRADE_IN_PROGRESS = "UpgradeInProgress"
 
 
-@dataclass(frozen=True)
-class ServiceObserved:
-    """Everything a TPUSliceService's status depends on, gathered by the reconcile."""
+@dataclass(frozen=True, kw_only=True)
+class ServiceObserved(ObservedObject):
+    """Everything a TPUSliceService's status depends on."""
 
-    generation: int
-    accelerator_type: str
-    hosts_per_slice: int
-    chips_per_host: int
     ray_service: str  # the RayService's name (the TPUSliceService's)
-    desired_slices: int  # spec.tpu.slices
     #: The RayService's ``status`` stanza; None while there is no RayService yet.
     ray_service_status: Mapping[str, Any] | None
     #: Every RayCluster of the service the reconcile found (by owner reference and the
     #: tpuslice.dev/service label), by name; the active and pending ones among them
     #: are the ones the RayService's status names.
     clusters: Mapping[str, ClusterSlices]
-    gated: bool
-    applied: bool  # the RayService for this generation was applied (or needed no change)
-    stall: Stall | None = None
 
 
 def _ray_condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
@@ -239,14 +231,7 @@ def compute_service_status(
     """The whole status stanza of a TPUSliceService; identical input gives identical output."""
     previous = previous or {}
     ray = observed.ray_service_status or {}
-    status = status_head(
-        previous,
-        generation=observed.generation,
-        applied=observed.applied or observed.stall is not None,
-        accelerator_type=observed.accelerator_type,
-        hosts_per_slice=observed.hosts_per_slice,
-        chips_per_host=observed.chips_per_host,
-    )
+    status = status_head(previous, observed)
     status["rayService"] = observed.ray_service
     if ray.get("serviceStatus"):
         status["serviceStatus"] = ray["serviceStatus"]
