@@ -367,18 +367,26 @@ class Kube:
                 return None
             raise
 
+    async def _delete(self, path: str, resource: str, uid: str | None = None) -> bool:
+        """Delete in the background; with ``uid``, only the object of that uid (409 when
+        the name now belongs to another object, which is never deleted). False when it
+        was gone already or is another object now."""
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            await self.call("DELETE", path, resource=resource, body=body)
+        except ApiError as exc:
+            if exc.not_found or (uid and exc.conflict):
+                return False
+            raise
+        return True
+
     async def delete_ray(self, plural: str, namespace: str, name: str, uid: str) -> None:
         """Delete exactly the KubeRay object with ``uid`` (ours), never another of that name."""
-        try:
-            await self.call(
-                "DELETE",
-                api_path(c.RAY_GROUP, c.RAY_VERSION, plural, name, namespace),
-                resource=plural,
-                body={"propagationPolicy": "Background", "preconditions": {"uid": uid}},
-            )
-        except ApiError as exc:
-            if not (exc.not_found or exc.conflict):
-                raise
+        await self._delete(
+            api_path(c.RAY_GROUP, c.RAY_VERSION, plural, name, namespace), plural, uid
+        )
 
     async def get_crd(self, name: str) -> Any:
         """A CustomResourceDefinition (KubeRay's, for its pod-template schema)."""
@@ -417,19 +425,8 @@ class Kube:
     async def delete_reservation(self, name: str, uid: str) -> bool:
         """Delete exactly the reservation with ``uid``; False if it is gone or the pool's
         reservation is another one now (409: a new claim of the pool is never deleted)."""
-        body = {"propagationPolicy": "Background", "preconditions": {"uid": uid}}
-        try:
-            await self.call(
-                "DELETE",
-                api_path(c.GROUP, c.VERSION, c.PLURAL_RESERVATION, name),
-                resource="slicereservations",
-                body=body,
-            )
-        except ApiError as exc:
-            if exc.not_found or exc.conflict:
-                return False
-            raise
-        return True
+        path = api_path(c.GROUP, c.VERSION, c.PLURAL_RESERVATION, name)
+        return await self._delete(path, "slicereservations", uid)
 
     async def hand_over_reservation(
         self, name: str, holder: Mapping[str, Any], resource_version: str
@@ -483,18 +480,7 @@ class Kube:
     async def delete_pod(self, namespace: str, name: str) -> bool:
         """Delete a worker pod (a slice whose capacity was revoked: KubeRay replaces the
         whole replica); False if already gone."""
-        try:
-            await self.call(
-                "DELETE",
-                api_path("", "v1", "pods", name, namespace),
-                resource="pods",
-                body={"propagationPolicy": "Background"},
-            )
-        except ApiError as exc:
-            if exc.not_found:
-                return False
-            raise
-        return True
+        return await self._delete(api_path("", "v1", "pods", name, namespace), "pods")
 
     # ------------------------------------------------------------ capacity on demand
     async def create_podtemplate(self, body: Mapping[str, Any]) -> Any:
@@ -519,18 +505,8 @@ class Kube:
         )
 
     async def delete_podtemplate(self, namespace: str, name: str) -> bool:
-        try:
-            await self.call(
-                "DELETE",
-                api_path("", "v1", c.PODTEMPLATE_PLURAL, name, namespace),
-                resource="podtemplates",
-                body={"propagationPolicy": "Background"},
-            )
-        except ApiError as exc:
-            if exc.not_found:
-                return False
-            raise
-        return True
+        path = api_path("", "v1", c.PODTEMPLATE_PLURAL, name, namespace)
+        return await self._delete(path, "podtemplates")
 
     async def create_provisioning_request(self, body: Mapping[str, Any]) -> Any:
         """Raises ApiError(not_found) when the ProvisioningRequest CRD is not installed."""
@@ -568,21 +544,8 @@ class Kube:
     ) -> bool:
         """Delete (only the request with ``uid`` when given); False if already gone. Its
         PodTemplate goes with it (the request is its controller owner)."""
-        body: dict[str, Any] = {"propagationPolicy": "Background"}
-        if uid:
-            body["preconditions"] = {"uid": uid}
-        try:
-            await self.call(
-                "DELETE",
-                api_path(c.PROVREQ_GROUP, c.PROVREQ_VERSION, c.PROVREQ_PLURAL, name, namespace),
-                resource="provisioningrequests",
-                body=body,
-            )
-        except ApiError as exc:
-            if exc.not_found or exc.conflict:
-                return False
-            raise
-        return True
+        path = api_path(c.PROVREQ_GROUP, c.PROVREQ_VERSION, c.PROVREQ_PLURAL, name, namespace)
+        return await self._delete(path, "provisioningrequests", uid)
 
     # ------------------------------------------------------------ admission
     def apply_webhook_configuration(self, body: Mapping[str, Any]) -> None:
