@@ -33,7 +33,7 @@ from .hoststate import (
     cleanup_host,
     host_leftovers,
 )
-from .nodepools import NodePool, default_pools, parse_pool_spec, pool_from_dict
+from .nodepools import PRESETS, NodePool, default_pools, parse_pool_spec, pool_from_dict
 from .processes import ComponentError, exit_on_signals, kill_recorded
 from .realnode import REAL_NODE_LABEL, RealNode, drain_node
 from .tools import ToolPaths, find_repo_root
@@ -257,8 +257,9 @@ def _api_for(directory: Path) -> Any:
 
 
 POOL_SPEC_HELP = (
-    "NAME:TYPE:TOPOLOGY:NODES[:CHIPS][,spot|flex-start|reservation=R|block=B|subblock=S] "
-    "or NAME:cpu:NODES"
+    "NAME:TYPE:TOPOLOGY:NODES[:CHIPS][,spot|flex-start|reservation=R|block=B|subblock=S"
+    "|dynamic-slicing|partition=ID|partition-state=STATE|slice=NAME|slice-topology=T], "
+    f"NAME:cpu:NODES or a preset: {', '.join(sorted(PRESETS))}"
 )
 
 

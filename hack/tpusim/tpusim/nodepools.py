@@ -17,12 +17,24 @@ Compute Engine reservation (``cloud.google.com/reservation-name``), flex-start
 (``cloud.google.com/gke-flex-start``), each with the matching
 ``cloud.google.com/gke-provisioning`` value; and where the VMs sit in the data
 centre (``cloud.google.com/gce-topology-block`` / ``-subblock`` / ``-host``).
+
+Three kinds of TPU pool, as GKE makes them (see ``TPUPool``):
+
+- multi-host: one slice; ``nodes * chips_per_node`` is the topology's chips.
+- single-host: each node is a slice of its own (``topology`` fits one VM), so the
+  pool may have any number of nodes; ``preset_pool("v6e-2x2-single")`` is three
+  ``ct6e-standard-4t`` nodes of ``2x2``.
+- dynamic slicing (TPU7x, GKE 1.35+): a ``PROVISION_ONLY`` pool of one 4x4x4
+  sub-block, 16 nodes carrying partition labels and no ``gke-tpu-topology``;
+  ``slice_name`` gives its nodes the labels GKE's slice controller writes once a
+  ``Slice`` over them is ACTIVE (the controller itself is not simulated here).
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,12 +42,21 @@ from typing import Any
 __all__ = [
     "FLEX_START_LABEL",
     "KWOK_ANNOTATION",
+    "PARTITION_ID_LABEL",
+    "PARTITION_STATES",
+    "PARTITION_STATE_LABEL",
+    "PARTITION_TOPOLOGY",
     "POOL_ANNOTATION",
+    "PRESETS",
     "PROVISIONING_LABEL",
+    "PROVISION_ONLY",
     "RESERVATION_LABEL",
+    "SLICE_LABEL",
     "SPOT_LABEL",
     "TOPOLOGY_BLOCK_LABEL",
     "TOPOLOGY_HOST_LABEL",
+    "TOPOLOGY_LABEL",
+    "TOPOLOGY_MODE_LABEL",
     "TOPOLOGY_SUBBLOCK_LABEL",
     "TPU_RESOURCE",
     "TPU_TAINT",
@@ -47,6 +68,8 @@ __all__ = [
     "pool_from_dict",
     "pool_names",
     "pool_nodes",
+    "pool_partition_id",
+    "preset_pool",
     "topology_chips",
     "topology_host",
     "tpu_type_for_accelerator",
@@ -99,6 +122,29 @@ TOPOLOGY_SUBBLOCK_LABEL = "cloud.google.com/gce-topology-subblock"
 TOPOLOGY_HOST_LABEL = "cloud.google.com/gce-topology-host"
 
 
+TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
+# TPU7x dynamic slicing, GKE documentation "Use dynamic slicing with a custom
+# scheduler" and "Configure TPUs with GKE dynamic slicing" (GKE 1.35+): one node
+# pool per sub-block (16 VMs, a 4x4x4 partition) created with
+# --accelerator-topology-mode=provision_only; its nodes carry the topology mode and the
+# partition's id and state. ICI is not active until GKE's slice controller forms a Slice
+# over the partitions; it then labels the Slice's nodes with gke-tpu-slice and the
+# Slice's gke-tpu-topology (the doc's table says "added by slice controller").
+# Assumption, not stated by the doc: a PROVISION_ONLY node carries no gke-tpu-topology
+# before any Slice forms.
+TOPOLOGY_MODE_LABEL = "cloud.google.com/gke-accelerator-topology-mode"
+PROVISION_ONLY = "PROVISION_ONLY"
+PARTITION_TOPOLOGY = "4x4x4"
+PARTITION_ID_LABEL = f"cloud.google.com/gke-tpu-partition-{PARTITION_TOPOLOGY}-id"
+PARTITION_STATE_LABEL = f"cloud.google.com/gke-tpu-partition-{PARTITION_TOPOLOGY}-state"
+#: The doc's partition states; HEALTHY and DEGRADED partitions are usable.
+PARTITION_STATES = ("HEALTHY", "DEGRADED", "UNHEALTHY", "UNSET", "INCOMPLETE")
+SLICE_LABEL = "cloud.google.com/gke-tpu-slice"
+_PARTITION_HOSTS = 16
+# A label value: at most 63 characters, alphanumerics at both ends, "-", "_", "." inside.
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+
 @dataclass(frozen=True)
 class _TPUType:
     """The GKE machines of one TPU generation, as GKE's documentation lists them."""
@@ -109,19 +155,32 @@ class _TPUType:
     machine_type: str  # format string over the chips per host
     cpu_per_chip: int  # vCPU of the 4-chip host / 4
     memory_gib_per_chip: int
+    dimensions: int  # of its topologies: 2 (AxB) or 3 (AxBxC)
 
 
+# Machine types and single-host shapes: "Plan TPUs in GKE"
+# https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus and "About TPUs in
+# GKE" https://cloud.google.com/kubernetes-engine/docs/concepts/tpus. Single-host shapes:
+# v4 and v5p 2x2x1 on one 4-chip VM; v5e and v6e 1x1, 2x2, 2x4 on the 1-, 4- and 8-chip
+# VMs; TPU7x 2x2x1 on tpu7x-standard-4t and 1x1x1 on tpu7x-standard-1t (xpk lists that
+# machine type with exactly the 1x1x1 topology: AI-Hypercomputer/xpk@073d687d
+# src/xpk/core/system_characteristics.py). vCPU and memory of the 4-chip VMs: "TPU7x
+# (Ironwood)" https://cloud.google.com/tpu/docs/tpu7x (v5p 208 vCPU / 448 GB, v6e 180 /
+# 720, TPU7x 224 / 960); the 1- and 8-chip VMs are scaled per chip, close enough for
+# the scheduler's fit.
 _TPU_TYPES: dict[str, _TPUType] = {
     # ct4p-hightpu-4t
-    "v4": _TPUType("tpu-v4-podslice", (4,), "ct4p", "ct4p-hightpu-{chips}t", 60, 100),
+    "v4": _TPUType("tpu-v4-podslice", (4,), "ct4p", "ct4p-hightpu-{chips}t", 60, 100, 3),
     # ct5lp-hightpu-1t / -4t / -8t
-    "v5e": _TPUType("tpu-v5-lite-podslice", (1, 4, 8), "ct5lp", "ct5lp-hightpu-{chips}t", 28, 48),
+    "v5e": _TPUType(
+        "tpu-v5-lite-podslice", (1, 4, 8), "ct5lp", "ct5lp-hightpu-{chips}t", 28, 48, 2
+    ),
     # ct5p-hightpu-4t
-    "v5p": _TPUType("tpu-v5p-slice", (4,), "ct5p", "ct5p-hightpu-{chips}t", 52, 112),
+    "v5p": _TPUType("tpu-v5p-slice", (4,), "ct5p", "ct5p-hightpu-{chips}t", 52, 112, 3),
     # ct6e-standard-1t / -4t / -8t
-    "v6e": _TPUType("tpu-v6e-slice", (1, 4, 8), "ct6e", "ct6e-standard-{chips}t", 45, 180),
-    # tpu7x-standard-4t (and the 1-chip host of the 1x1x1 shape)
-    "tpu7x": _TPUType("tpu7x", (1, 4), "tpu7x", "tpu7x-standard-{chips}t", 56, 240),
+    "v6e": _TPUType("tpu-v6e-slice", (1, 4, 8), "ct6e", "ct6e-standard-{chips}t", 45, 180, 2),
+    # tpu7x-standard-4t, and tpu7x-standard-1t for 1x1x1
+    "tpu7x": _TPUType("tpu7x", (1, 4), "tpu7x", "tpu7x-standard-{chips}t", 56, 240, 3),
 }
 
 
@@ -143,6 +202,15 @@ class TPUPool:
     of the pool sits in (a compact placement: one pool, one sub-block); each node
     also gets its own ``gce-topology-host``. Unset: no topology labels, as on
     nodes GKE does not expose a topology for.
+
+    ``dynamic_slicing``: a TPU7x pool made for GKE's dynamic slicing, exactly one
+    4x4x4 sub-block (16 nodes of 4 chips) in ``PROVISION_ONLY`` mode. Its nodes
+    carry ``partition_id`` (default: a stable id derived from the pool) and
+    ``partition_state`` and no ``gke-tpu-topology``: no workload can run on them
+    until a ``Slice`` is formed. ``slice_name`` says one is, over the whole pool:
+    every node then carries ``gke-tpu-slice`` and the Slice's ``gke-tpu-topology``
+    (``slice_topology``, default 4x4x4; larger when the Slice spans other pools'
+    partitions too). A Slice over part of a sub-block (a sub-slice) is not modelled.
     """
 
     name: str
@@ -157,6 +225,11 @@ class TPUPool:
     flex_start: bool = False
     topology_block: str | None = None
     topology_subblock: str | None = None
+    dynamic_slicing: bool = False
+    partition_id: str | None = None
+    partition_state: str = "HEALTHY"
+    slice_name: str | None = None
+    slice_topology: str | None = None
 
     @property
     def capacity_type(self) -> str:
@@ -184,6 +257,14 @@ class TPUPool:
             )
         if self.nodes < 0:
             raise ValueError(f"pool {self.name}: nodes must be >= 0")
+        dims = len(self.topology.split("x"))
+        wanted_dims = _TPU_TYPES[self.tpu_type].dimensions
+        if dims != wanted_dims:
+            form = "AxB" if wanted_dims == 2 else "AxBxC"
+            raise ValueError(
+                f"pool {self.name}: {self.tpu_type} topologies are {wanted_dims}-dimensional "
+                f"({form}), not {self.topology!r}"
+            )
         chips = topology_chips(self.topology)
         if chips > self.chips_per_node:
             if self.nodes * self.chips_per_node != chips:
@@ -210,6 +291,71 @@ class TPUPool:
             raise ValueError(
                 f"pool {self.name}: a topology sub-block lies within a block; set topology_block"
             )
+        self._check_dynamic_slicing()
+
+    def _check_dynamic_slicing(self) -> None:
+        if not self.dynamic_slicing:
+            given = [
+                name
+                for name, on in (
+                    ("partition_id", self.partition_id is not None),
+                    ("partition_state", self.partition_state != "HEALTHY"),
+                    ("slice_name", self.slice_name is not None),
+                    ("slice_topology", self.slice_topology is not None),
+                )
+                if on
+            ]
+            if given:
+                raise ValueError(
+                    f"pool {self.name}: {', '.join(given)} describe a dynamic-slicing pool; "
+                    f"set dynamic_slicing"
+                )
+            return
+        if (self.tpu_type, self.topology, self.chips_per_node) != ("tpu7x", PARTITION_TOPOLOGY, 4):
+            raise ValueError(
+                f"pool {self.name}: a dynamic-slicing pool is one TPU7x sub-block: tpu_type "
+                f"tpu7x, topology {PARTITION_TOPOLOGY}, {_PARTITION_HOSTS} nodes of 4 chips"
+            )
+        if self.partition_id is not None and not _LABEL_VALUE.fullmatch(self.partition_id):
+            raise ValueError(
+                f"pool {self.name}: partition_id {self.partition_id!r} is not a label value "
+                f"(at most 63 letters, digits, '-', '_', '.'; alphanumeric at both ends)"
+            )
+        if self.partition_state not in PARTITION_STATES:
+            raise ValueError(
+                f"pool {self.name}: partition_state {self.partition_state!r} is not one of "
+                f"{', '.join(PARTITION_STATES)}"
+            )
+        if self.slice_topology is not None and self.slice_name is None:
+            raise ValueError(f"pool {self.name}: slice_topology needs slice_name (the Slice)")
+        if self.slice_name is not None and not _LABEL_VALUE.fullmatch(self.slice_name):
+            raise ValueError(
+                f"pool {self.name}: slice_name {self.slice_name!r} is not a label value "
+                f"(at most 63 letters, digits, '-', '_', '.'; alphanumeric at both ends)"
+            )
+        if self.slice_topology is not None:
+            _check_slice_topology(self.name, self.slice_topology)
+
+
+def _check_slice_topology(pool: str, topology: str) -> None:
+    """A Slice made of whole 4x4x4 partitions, this pool's among them: three dimensions,
+    each a multiple of 4, non-decreasing (the Slice API's rule, fleet-facts §3 from
+    AI-Hypercomputer/xpk@250d4b3c slice/api/v1beta1/slice_types.go)."""
+    try:
+        dims = [int(d) for d in topology.split("x")]
+    except ValueError:
+        dims = []
+    if (
+        len(dims) != 3
+        or any(d < 4 or d % 4 for d in dims)
+        or dims != sorted(dims)
+        or math.prod(dims) > 9216  # a TPU7x pod
+    ):
+        raise ValueError(
+            f"pool {pool}: slice_topology {topology!r} is not a Slice of whole "
+            f"{PARTITION_TOPOLOGY} partitions (AxBxC, each a multiple of 4, non-decreasing, "
+            f"at most 9216 chips)"
+        )
 
 
 @dataclass(frozen=True)
@@ -255,6 +401,14 @@ def node_name(pool: str, index: int, cluster: str = "tpusim") -> str:
 def topology_host(pool: str, index: int, cluster: str = "tpusim") -> str:
     """A stable, opaque ``gce-topology-host`` value per node (GKE's are IDs, not names)."""
     return hashlib.sha256(f"{cluster}/{pool}/{index}".encode()).hexdigest()[:16]
+
+
+def pool_partition_id(pool: TPUPool, cluster: str = "tpusim") -> str:
+    """The 4x4x4 partition id of a dynamic-slicing pool: the one given, else a stable
+    opaque id (GKE's are ids, not names), so a Slice made later can name it."""
+    if pool.partition_id is not None:
+        return pool.partition_id
+    return "p" + hashlib.sha256(f"{cluster}/{pool.name}/partition".encode()).hexdigest()[:15]
 
 
 def _base_labels(pool: str, name: str, machine_type: str, zone: str) -> dict[str, str]:
@@ -339,8 +493,16 @@ def pool_nodes(pool: NodePool, cluster: str = "tpusim") -> list[dict[str, Any]]:
         labels = _base_labels(pool.name, name, machine_type, pool.zone)
         labels["cloud.google.com/machine-family"] = tpu.machine_family
         labels["cloud.google.com/gke-tpu-accelerator"] = tpu.accelerator
-        labels["cloud.google.com/gke-tpu-topology"] = pool.topology
         labels["cloud.google.com/gke-accelerator-count"] = str(pool.chips_per_node)
+        if not pool.dynamic_slicing:
+            labels[TOPOLOGY_LABEL] = pool.topology
+        else:
+            labels[TOPOLOGY_MODE_LABEL] = PROVISION_ONLY
+            labels[PARTITION_ID_LABEL] = pool_partition_id(pool, cluster)
+            labels[PARTITION_STATE_LABEL] = pool.partition_state
+            if pool.slice_name is not None:
+                labels[SLICE_LABEL] = pool.slice_name
+                labels[TOPOLOGY_LABEL] = pool.slice_topology or PARTITION_TOPOLOGY
         if pool.spot:
             labels[SPOT_LABEL] = "true"
             labels[PROVISIONING_LABEL] = "spot"
@@ -369,6 +531,7 @@ def pool_from_dict(raw: Mapping[str, Any]) -> NodePool:
     known = {"name", "tpuType", "topology", "nodes", "chipsPerNode", "zone", "spot"}
     known |= {"reservation", "flexStart", "topologyBlock", "topologySubblock"}
     known |= {"labels", "cpu", "memoryGiB", "machineType"}
+    known |= {"dynamicSlicing", "partitionId", "partitionState", "slice", "sliceTopology"}
     unknown = set(raw) - known
     if unknown:
         raise ValueError(f"unknown node pool fields: {', '.join(sorted(unknown))}")
@@ -396,7 +559,25 @@ def pool_from_dict(raw: Mapping[str, Any]) -> NodePool:
         flex_start=bool(raw.get("flexStart", False)),
         topology_block=raw.get("topologyBlock"),
         topology_subblock=raw.get("topologySubblock"),
+        dynamic_slicing=_flag(raw, "dynamicSlicing"),
+        partition_id=_optional_str(raw, "partitionId"),
+        partition_state=str(raw.get("partitionState", "HEALTHY")),
+        slice_name=_optional_str(raw, "slice"),
+        slice_topology=_optional_str(raw, "sliceTopology"),
     )
+
+
+def _flag(raw: Mapping[str, Any], key: str) -> bool:
+    """A YAML boolean; a string such as "false" would otherwise read as true."""
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"node pool field {key} must be true or false, not {value!r}")
+    return value
+
+
+def _optional_str(raw: Mapping[str, Any], key: str) -> str | None:
+    value = raw.get(key)
+    return None if value is None else str(value)
 
 
 def default_pools() -> tuple[NodePool, ...]:
@@ -414,6 +595,27 @@ def default_pools() -> tuple[NodePool, ...]:
     )
 
 
+#: Named pools the CLI takes in place of a spec (``add-pool v6e-2x2-single``); not
+#: started by default, so ``default_pools`` (which the e2e counts rely on) is unchanged.
+PRESETS: Mapping[str, TPUPool] = {
+    # Three single-host v6e 2x2 slices: three ct6e-standard-4t VMs of one pool, each its
+    # own slice, as a single-host serving pool looks on GKE.
+    "v6e-2x2-single": TPUPool("v6e-2x2-single", "v6e", "2x2", nodes=3),
+    # One TPU7x sub-block for dynamic slicing, no Slice formed yet.
+    "tpu7x-4x4x4-dynamic": TPUPool(
+        "tpu7x-4x4x4-dynamic", "tpu7x", PARTITION_TOPOLOGY, nodes=16, dynamic_slicing=True
+    ),
+}
+
+
+def preset_pool(name: str) -> TPUPool:
+    """The preset pool ``name`` (one of ``PRESETS``)."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"no preset pool {name!r} (one of {', '.join(sorted(PRESETS))})") from None
+
+
 def pool_names(pools: Iterable[NodePool]) -> list[str]:
     """Names of ``pools`` in order, rejecting duplicates (they would share nodes)."""
     names = [p.name for p in pools]
@@ -424,9 +626,13 @@ def pool_names(pools: Iterable[NodePool]) -> list[str]:
 
 
 def parse_pool_spec(spec: str) -> NodePool:
-    """Parse the CLI shorthand ``NAME:TYPE:TOPOLOGY:NODES[:CHIPS][,OPTION...]`` or
-    ``NAME:cpu:NODES``. Options of a TPU pool: ``spot``, ``flex-start``,
-    ``reservation=NAME``, ``block=ID``, ``subblock=ID`` (see ``TPUPool``)."""
+    """Parse the CLI shorthand ``NAME:TYPE:TOPOLOGY:NODES[:CHIPS][,OPTION...]``,
+    ``NAME:cpu:NODES`` or a preset's name (``PRESETS``). Options of a TPU pool:
+    ``spot``, ``flex-start``, ``reservation=NAME``, ``block=ID``, ``subblock=ID``,
+    ``dynamic-slicing``, ``partition=ID``, ``partition-state=STATE``, ``slice=NAME``,
+    ``slice-topology=AxBxC`` (see ``TPUPool``)."""
+    if spec in PRESETS:
+        return PRESETS[spec]
     head, *options = spec.split(",")
     parts = head.split(":")
     try:
@@ -441,23 +647,37 @@ def parse_pool_spec(spec: str) -> NodePool:
     except (TypeError, ValueError) as exc:
         raise ValueError(f"bad pool spec {spec!r}: {exc}") from None
     raise ValueError(
-        f"bad pool spec {spec!r}: want NAME:TYPE:TOPOLOGY:NODES[:CHIPS][,OPTION...] "
-        f"or NAME:cpu:NODES"
+        f"bad pool spec {spec!r}: want NAME:TYPE:TOPOLOGY:NODES[:CHIPS][,OPTION...], "
+        f"NAME:cpu:NODES or a preset ({', '.join(sorted(PRESETS))})"
     )
+
+
+#: Option with a value -> the TPUPool field it sets.
+_VALUE_OPTIONS = {
+    "reservation": "reservation",
+    "block": "topology_block",
+    "subblock": "topology_subblock",
+    "partition": "partition_id",
+    "partition-state": "partition_state",
+    "slice": "slice_name",
+    "slice-topology": "slice_topology",
+}
+#: Option without a value -> the TPUPool flag it sets.
+_FLAG_OPTIONS = {"spot": "spot", "flex-start": "flex_start", "dynamic-slicing": "dynamic_slicing"}
 
 
 def _pool_options(options: Iterable[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for option in options:
         key, _, value = option.partition("=")
-        if key in ("spot", "flex-start") and not value:
-            out[key.replace("-", "_")] = True
-        elif key in ("reservation", "block", "subblock") and value:
-            name = {"block": "topology_block", "subblock": "topology_subblock"}.get(key, key)
-            out[name] = value
+        if key in _FLAG_OPTIONS and not value:
+            out[_FLAG_OPTIONS[key]] = True
+        elif key in _VALUE_OPTIONS and value:
+            out[_VALUE_OPTIONS[key]] = value
         else:
             raise ValueError(
-                f"unknown option {option!r} (spot, flex-start, reservation=NAME, "
-                f"block=ID, subblock=ID)"
+                f"unknown option {option!r} (spot, flex-start, dynamic-slicing, "
+                f"reservation=NAME, block=ID, subblock=ID, partition=ID, "
+                f"partition-state=STATE, slice=NAME, slice-topology=AxBxC)"
             )
     return out
