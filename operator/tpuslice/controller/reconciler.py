@@ -50,6 +50,8 @@ from tpuslice.planning.queue import shape_name
 from tpuslice.runtime.kube import ApiError, ClusterApi
 from tpuslice.runtime.logcontext import current_object
 from tpuslice.runtime.metrics import Metrics
+from tpuslice.spec.bounds import SpecLimits
+from tpuslice.spec.limits import check_limits
 from tpuslice.spec.parts import SliceClusterSpec, SpecError
 from tpuslice.spec.slices import parse_slice_parts
 from tpuslice.status.conditions import MAX_MESSAGE, Stall, truncate
@@ -113,6 +115,8 @@ class Reconciler:
     backoff: Backoff = field(default_factory=Backoff)
     schema: TemplateSchema | None = None  # shared between kinds when given
     adapter: KindAdapter = field(default_factory=ClusterKind)
+    #: The slices and hosts one object may ask for (the operator's setting).
+    limits: SpecLimits = field(default_factory=SpecLimits)
     _waiting: dict[Shape, set[ClusterKey]] = field(default_factory=dict)
     _waiting_since: dict[ClusterKey, float] = field(default_factory=dict)  # the queue metric
     _applied_once: set[ClusterKey] = field(default_factory=set)  # for the creation metric
@@ -221,6 +225,7 @@ class Reconciler:
         previous = self.status.previous(key, body)
         try:
             parsed = kind.parse(body)
+            check_limits(kind.cluster_spec(parsed), self.limits)
             rendered = kind.render(parsed, await self.templates.get())
         except SpecError as exc:
             invalid = Stall(events.INVALID_SPEC, str(exc))
