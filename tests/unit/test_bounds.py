@@ -17,6 +17,7 @@ import yaml
 from tests.support.builders import tpu, tpuslice
 from tests.support.crd import load_crd, validate
 from tests.support.fake_kube import FakeKube
+from tpuslice.controller.actuator import SpecCache
 from tpuslice.controller.job import JobKind
 from tpuslice.controller.reconciler import Reconciler
 from tpuslice.main.cli import build_parser
@@ -380,3 +381,10 @@ def test_the_outcome_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     for i in range(10):
         yamlcheck.yaml_map_problem(f"a: {i}")
     assert len(yamlcheck._outcomes) == 3
+
+
+def test_an_object_over_the_setting_holds_no_place_in_its_shapes_queue() -> None:
+    """Its own pass ends InvalidSpec, so the queue of its shape must not wait for it."""
+    body = tpuslice(uid="uid-big", generation=1, tpu=tpu(slices=3))
+    assert SpecCache(limits=bounds.SpecLimits(max_slices=2)).parse(body) is None
+    assert SpecCache(limits=bounds.SpecLimits(max_slices=3)).parse(body) is not None

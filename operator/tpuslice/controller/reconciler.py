@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tpuslice.controller.actuator import PoolIndexCache, SliceActuator, shape_of
+from tpuslice.controller.actuator import PoolIndexCache, SliceActuator, SpecCache, shape_of
 from tpuslice.controller.adapter import ActedSet, KindAdapter, SliceSet
 from tpuslice.controller.applier import Applied, KubeRayApplier, TemplateSchema
 from tpuslice.controller.capacity import Provisioner
@@ -129,7 +129,12 @@ class Reconciler:
         self.templates: TemplateSchema = self.schema
         self.applier = KubeRayApplier(self.kube, self.pending, self.templates)
         self.actuator = SliceActuator(
-            self.kube, self.pending, self.recorder, self.metrics, self.pool_indexes
+            self.kube,
+            self.pending,
+            self.recorder,
+            self.metrics,
+            self.pool_indexes,
+            specs=SpecCache(limits=self.limits),
         )
         self.actuator.provisioner = Provisioner(
             self.kube, self.recorder, self.pending, kick_later=self.queue.kick_later

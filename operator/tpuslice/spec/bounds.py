@@ -91,8 +91,8 @@ TEMPLATE_BYTES: Final[Mapping[str, int]] = {
     "spec.serve.serveService": 32 * KiB,
 }
 
-#: The most hosts (worker pods) any setting may allow one object: GKE's largest
-#: clusters have 65,000 nodes ("Plan for large GKE clusters",
+#: The most hosts (worker pods) any setting may allow one object: GKE 1.31 and later
+#: supports clusters of up to 65,000 nodes ("Plan for large GKE clusters",
 #: https://cloud.google.com/kubernetes-engine/docs/concepts/planning-large-clusters)
 #: and every TPU host is a node, so more hosts than that can never run.
 MAX_HOSTS_CEILING: Final = 65_000
