@@ -318,6 +318,8 @@ def test_schema_rejects_unknown_and_bad_values() -> None:
         "webhook.port=443",
         "replicaCount=0",
         "leaderElection.lease=x",
+        "limits.maxSlicesPerObject=0",
+        "limits.maxHostsPerObject=70000",
     ):
         done = subprocess.run(
             [str(HELM), "template", "rel", str(CHART), "--set", bad],

@@ -53,6 +53,8 @@ from tpuslice.planning.pools import (
 from tpuslice.planning.queue import admission_for, decide_queue
 from tpuslice.runtime.kube import ApiError, ClusterApi
 from tpuslice.runtime.metrics import Metrics, slice_last_created
+from tpuslice.spec.bounds import SpecLimits
+from tpuslice.spec.limits import check_limits
 from tpuslice.spec.parts import SliceClusterSpec, SpecError
 from tpuslice.spec.slices import parse_slice_parts
 from tpuslice.status.conditions import Stall
@@ -105,9 +107,11 @@ def previous_pools(status: Mapping[str, Any]) -> dict[int, str]:
 class SpecCache:
     """Parsed specs of the shape's other clusters, by (uid, generation): every pass reads
     the whole queue of its shape, and parsing each member's spec every time would cost a
-    parse per member per pass."""
+    parse per member per pass. A spec over ``limits`` is None like an invalid one: its
+    own pass ends InvalidSpec, so it must not hold a place in the queue either."""
 
     _specs: dict[tuple[str, int], SliceClusterSpec | None] = field(default_factory=dict)
+    limits: SpecLimits = field(default_factory=SpecLimits)
 
     def parse(self, cluster: Mapping[str, Any]) -> SliceClusterSpec | None:
         meta = cluster.get("metadata") or {}
@@ -115,7 +119,9 @@ class SpecCache:
         if key not in self._specs:
             self.forget(key[0])  # an older generation's
             try:
-                self._specs[key] = parse_slice_parts(cluster)
+                spec = parse_slice_parts(cluster)
+                check_limits(spec, self.limits)
+                self._specs[key] = spec
             except SpecError:
                 self._specs[key] = None
         return self._specs[key]

@@ -51,6 +51,7 @@ from tpuslice.runtime.informers import Watches, node_kicks, owned_cluster_kicks,
 from tpuslice.runtime.kube import ClusterApi, Kube
 from tpuslice.runtime.kube import credentials as kube_credentials
 from tpuslice.runtime.metrics import Metrics
+from tpuslice.spec.bounds import SpecLimits
 
 __all__ = [
     "make_reader",
@@ -241,6 +242,7 @@ async def configure(
             pool_indexes=pool_indexes,
             schema=templates,
             adapter=adapter,
+            limits=SpecLimits(config.max_slices_per_object, config.max_hosts_per_object),
         )
         for kind, adapter in KINDS.items()
     }

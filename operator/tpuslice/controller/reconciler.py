@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tpuslice.controller.actuator import PoolIndexCache, SliceActuator, shape_of
+from tpuslice.controller.actuator import PoolIndexCache, SliceActuator, SpecCache, shape_of
 from tpuslice.controller.adapter import ActedSet, KindAdapter, SliceSet
 from tpuslice.controller.applier import Applied, KubeRayApplier, TemplateSchema
 from tpuslice.controller.capacity import Provisioner
@@ -49,6 +49,8 @@ from tpuslice.planning.queue import shape_name
 from tpuslice.runtime.kube import ApiError, ClusterApi
 from tpuslice.runtime.logcontext import current_object
 from tpuslice.runtime.metrics import Metrics
+from tpuslice.spec.bounds import SpecLimits
+from tpuslice.spec.limits import check_limits
 from tpuslice.spec.parts import SliceClusterSpec, SpecError
 from tpuslice.spec.slices import parse_slice_parts
 from tpuslice.status.conditions import MAX_MESSAGE, Stall, truncate
@@ -112,6 +114,8 @@ class Reconciler:
     backoff: Backoff = field(default_factory=Backoff)
     schema: TemplateSchema | None = None  # shared between kinds when given
     adapter: KindAdapter = field(default_factory=ClusterKind)
+    #: The slices and hosts one object may ask for (the operator's setting).
+    limits: SpecLimits = field(default_factory=SpecLimits)
     _waiting: dict[Shape, set[ObjectKey]] = field(default_factory=dict)
     _waiting_since: dict[ObjectKey, float] = field(default_factory=dict)  # the queue metric
     _applied_once: set[ObjectKey] = field(default_factory=set)  # for the creation metric
@@ -124,7 +128,12 @@ class Reconciler:
         self.templates: TemplateSchema = self.schema
         self.applier = KubeRayApplier(self.kube, self.pending, self.templates)
         self.actuator = SliceActuator(
-            self.kube, self.pending, self.recorder, self.metrics, self.pool_indexes
+            self.kube,
+            self.pending,
+            self.recorder,
+            self.metrics,
+            self.pool_indexes,
+            specs=SpecCache(limits=self.limits),
         )
         self.actuator.provisioner = Provisioner(
             self.kube, self.recorder, self.pending, kick_later=self.queue.kick_later
@@ -215,6 +224,7 @@ class Reconciler:
         previous = self.status.previous(key, body)
         try:
             parsed = kind.parse(body)
+            check_limits(kind.cluster_spec(parsed), self.limits)
             rendered = kind.render(parsed, await self.templates.get())
         except SpecError as exc:
             invalid = Stall(events.INVALID_SPEC, str(exc))

@@ -22,6 +22,7 @@ import yaml
 from tpuslice.model import constants
 from tpuslice.model.topology import TopologyError, slice_shape
 from tpuslice.render.kuberay import RENDERERS, render
+from tpuslice.spec.bounds import MAX_HOSTS_CEILING, SpecLimits
 from tpuslice.spec.parts import SpecError
 
 EXIT_INVALID = 2
@@ -187,8 +188,25 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
             manage_webhook_configuration=not args.no_manage_webhook_configuration,
             metrics_port=args.metrics_port or None,
             metrics_addr=args.metrics_addr,
+            max_slices_per_object=args.max_slices_per_object,
+            max_hosts_per_object=args.max_hosts_per_object,
         )
     )
+
+
+def _count_from_1_to(ceiling: int) -> Any:
+    """An argparse type: an integer from 1 to ``ceiling``, else a usage error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not 1 <= value <= ceiling:
+            raise argparse.ArgumentTypeError(f"must be from 1 to {ceiling}, got {value}")
+        return value
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -300,6 +318,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve Prometheus /metrics on this port (0 disables; see docs/metrics.md)",
     )
     run.add_argument("--metrics-addr", default="0.0.0.0", help="listen address of /metrics")
+    limits = run.add_argument_group("limits (README.md, Limits)")
+    limits.add_argument(
+        "--max-slices-per-object",
+        type=_count_from_1_to(constants.MAX_SLICES),
+        default=SpecLimits().max_slices,
+        help="most spec.tpu.slices one TPUSlice object may ask for; more ends its pass "
+        f"InvalidSpec (default %(default)s, at most {constants.MAX_SLICES})",
+    )
+    limits.add_argument(
+        "--max-hosts-per-object",
+        type=_count_from_1_to(MAX_HOSTS_CEILING),
+        default=SpecLimits().max_hosts,
+        help="most TPU hosts (worker pods: slices x hosts per slice) one TPUSlice object "
+        f"may ask for (default %(default)s, at most {MAX_HOSTS_CEILING})",
+    )
     hook = run.add_argument_group("TPU identity webhook")
     hook.add_argument(
         "--webhook-port",

@@ -17,8 +17,10 @@ from typing import Any
 
 from tpuslice.model import constants as c
 from tpuslice.model.topology import SliceShape
+from tpuslice.spec.bounds import CEILING, SpecLimits
 from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.job import SliceJobSpec, parse_job
+from tpuslice.spec.limits import check_limits
 from tpuslice.spec.overrides import OwnedValue, merge_template
 from tpuslice.spec.parts import FieldError, SliceClusterSpec, SpecError
 from tpuslice.spec.service import SliceServiceSpec, parse_service
@@ -220,14 +222,21 @@ def _worker_template(
 
 
 def render_ray_cluster_spec(
-    spec: SliceClusterSpec, template_schema: Mapping[str, Any] | None = None
+    spec: SliceClusterSpec,
+    template_schema: Mapping[str, Any] | None = None,
+    limits: SpecLimits = CEILING,
 ) -> dict[str, Any]:
     """The RayCluster ``spec`` for a validated cluster spec; raise SpecError on override
     problems. The same dict is a RayCluster's spec, a RayJob's ``rayClusterSpec`` and a
     RayService's ``rayClusterConfig``.
 
     ``template_schema`` (``schema.template_schema`` of KubeRay's RayCluster CRD) makes
-    every field of the pod-template overrides checked as the API server would."""
+    every field of the pod-template overrides checked as the API server would.
+
+    No worker group is rendered with more replicas (slices) or pods (hosts) than
+    ``limits`` allow: the pass judges the operator's setting before rendering, and
+    this guard holds whatever the caller, at most the ceiling nothing raises."""
+    check_limits(spec, limits)
     head_template, head_conflicts = _head_template(spec, template_schema)
     worker_template, worker_conflicts = _worker_template(spec, template_schema)
     if head_conflicts or worker_conflicts:

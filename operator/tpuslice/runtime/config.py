@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tpuslice.spec.bounds import SpecLimits
+
 
 @dataclass(frozen=True)
 class OperatorConfig:
@@ -43,3 +45,7 @@ class OperatorConfig:
     # Prometheus /metrics (docs/metrics.md); port None disables it.
     metrics_port: int | None = 8000
     metrics_addr: str = "0.0.0.0"  # all interfaces: Prometheus scrapes the pod IP
+    #: The most slices and hosts (worker pods) one TPUSlice object may ask for; more
+    #: ends its pass InvalidSpec. Defaults and reasons: ``spec.bounds.SpecLimits``.
+    max_slices_per_object: int = SpecLimits.max_slices
+    max_hosts_per_object: int = SpecLimits.max_hosts

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpuslice.model import constants
+from tpuslice.spec import bounds
 from tpuslice.spec.parts import (
     _JOB_SPEC_FIELDS,
     _RUNTIME_ENV_EXAMPLE,
@@ -123,7 +124,9 @@ def _job(raw: Any, head: GroupSpec | None, errors: list[FieldError]) -> JobSetti
             )
         )
         mode = "K8sJobMode"
-    entrypoint = _string(job.get("entrypoint"), "spec.job.entrypoint", errors)
+    entrypoint = _string(
+        job.get("entrypoint"), "spec.job.entrypoint", errors, bounds.MAX_ENTRYPOINT
+    )
     if not entrypoint and mode != "InteractiveMode" and isinstance(job.get("entrypoint", ""), str):
         errors.append(
             FieldError(
@@ -132,7 +135,9 @@ def _job(raw: Any, head: GroupSpec | None, errors: list[FieldError]) -> JobSetti
                 "spec.job.submissionMode is InteractiveMode",
             )
         )
-    runtime_env = _string(job.get("runtimeEnvYAML"), "spec.job.runtimeEnvYAML", errors)
+    runtime_env = _string(
+        job.get("runtimeEnvYAML"), "spec.job.runtimeEnvYAML", errors, bounds.MAX_YAML_STRING
+    )
     if runtime_env:
         _yaml_map(runtime_env, "spec.job.runtimeEnvYAML", errors, _RUNTIME_ENV_EXAMPLE)
     shutdown = _boolean(

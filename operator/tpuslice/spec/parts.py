@@ -21,6 +21,8 @@ from typing import Any, Literal
 from tpuslice.model import constants
 from tpuslice.model.records import CapacityType, GangMode, ProvisioningMode
 from tpuslice.model.topology import SliceShape, TopologyError, slice_shape
+from tpuslice.spec import bounds
+from tpuslice.spec.yamlcheck import yaml_map_problem
 
 __all__ = [
     "FieldError",
@@ -238,15 +240,35 @@ def _string(value: Any, path: str, errors: list[FieldError], max_length: int = 0
         errors.append(FieldError(path, f"must be a string, got {_describe(value)}"))
         return ""
     if max_length and len(value) > max_length:
-        errors.append(FieldError(path, f"has {len(value)} characters; at most {max_length}"))
+        errors.append(FieldError(path, _too_long(len(value), max_length)))
     return value
 
 
-def _string_map(value: Any, path: str, errors: list[FieldError]) -> dict[str, str]:
-    """A map of strings; integers are accepted and written as strings."""
+def _too_long(length: int, max_length: int) -> str:
+    return (
+        f"has {length} characters; at most {max_length} (see README.md, Limits); shorten it "
+        f"or move the content into the image or a file it reads"
+    )
+
+
+def _string_map(
+    value: Any,
+    path: str,
+    errors: list[FieldError],
+    max_entries: int = bounds.MAX_START_PARAMS,
+    max_value: int = bounds.MAX_MAP_VALUE,
+) -> dict[str, str]:
+    """A map of at most ``max_entries`` strings of at most ``max_value`` characters;
+    integers are accepted and written as strings."""
     out: dict[str, str] = {}
-    for key, item in _object(value, path, errors).items():
+    raw = _object(value, path, errors)
+    if len(raw) > max_entries:
+        errors.append(FieldError(path, f"has {len(raw)} entries; at most {max_entries}"))
+        return out  # the entries are not looked at: there may be very many
+    for key, item in raw.items():
         if isinstance(item, str):
+            if len(item) > max_value:
+                errors.append(FieldError(f"{path}.{key}", _too_long(len(item), max_value)))
             out[str(key)] = item
         elif isinstance(item, int) and not isinstance(item, bool):
             out[str(key)] = str(item)
@@ -255,9 +277,26 @@ def _string_map(value: Any, path: str, errors: list[FieldError]) -> dict[str, st
     return out
 
 
+def _template_size(value: Any, path: str, errors: list[FieldError]) -> None:
+    """A free-form object no larger than its ``bounds.TEMPLATE_BYTES`` as JSON: the CRD
+    schema cannot bound an object whose fields it does not know, so this is its bound."""
+    limit = bounds.TEMPLATE_BYTES[path]
+    size = bounds.json_size(value)
+    if size > limit:
+        errors.append(
+            FieldError(
+                path,
+                f"is {size} bytes as JSON; at most {limit} (see README.md, Limits); keep "
+                f"large content (scripts, configuration) in the image, a ConfigMap or a volume",
+            )
+        )
+
+
 def _resources(value: Any, path: str, errors: list[FieldError], tpu_owned: bool) -> dict[str, str]:
-    resources = _string_map(value, path, errors)
+    resources = _string_map(value, path, errors, bounds.MAX_RESOURCES, bounds.MAX_QUANTITY)
     for key, quantity in resources.items():
+        if len(quantity) > bounds.MAX_QUANTITY:
+            continue  # reported by _string_map
         if not _QUANTITY.match(quantity):
             errors.append(
                 FieldError(f"{path}.{key}", f"{quantity!r} is not a quantity (e.g. 8, 500m, 32Gi)")
@@ -280,6 +319,8 @@ def _group(raw: Any, path: str, errors: list[FieldError], *, tpu_owned: bool) ->
     elif not isinstance(template, Mapping):
         errors.append(FieldError(f"{path}.template", "must be a pod template object"))
         template = {}
+    else:
+        _template_size(template, f"{path}.template", errors)
     ray_start_params = _string_map(raw.get("rayStartParams"), f"{path}.rayStartParams", errors)
     if "labels" in ray_start_params:
         errors.append(
@@ -629,7 +670,7 @@ def _passthrough_value(expected: str, value: Any, path: str, errors: list[FieldE
     """One pass-through value checked for its kind of value (KubeRay's schema judges the
     rest)."""
     if expected == "string":
-        return _string(value, path, errors)
+        return _string(value, path, errors, bounds.STRING_BOUNDS.get(path, 0))
     if expected == "string map":
         return _string_map(value, path, errors)
     if expected == "number":
@@ -640,8 +681,11 @@ def _passthrough_value(expected: str, value: Any, path: str, errors: list[FieldE
         return value
     if expected == "boolean":
         return _boolean(value, path, errors, False)
-    if expected == "object" and not isinstance(value, Mapping):
-        errors.append(FieldError(path, f"must be an object, got {_describe(value)}"))
+    if expected == "object":
+        if not isinstance(value, Mapping):
+            errors.append(FieldError(path, f"must be an object, got {_describe(value)}"))
+        elif path in bounds.TEMPLATE_BYTES:
+            _template_size(value, path, errors)
     return value
 
 
@@ -669,22 +713,13 @@ def _passthrough(
 
 
 def _yaml_map(value: str, path: str, errors: list[FieldError], example: str) -> None:
-    """KubeRay parses these strings as YAML maps; say so here rather than in its events."""
-    import yaml  # only when such a field is set
-
-    try:
-        loaded = yaml.safe_load(value)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        errors.append(
-            FieldError(path, f"is not valid YAML{where}; write a YAML map, e.g. {example}")
-        )
-        return
-    if loaded is not None and not isinstance(loaded, Mapping):
-        errors.append(
-            FieldError(path, f"must be a YAML map, got {_describe(loaded)}; e.g. {example}")
-        )
+    """KubeRay parses these strings as YAML maps; say so here rather than in its events.
+    Only a string within its bound is parsed (``yamlcheck`` says why and how)."""
+    if len(value) > bounds.STRING_BOUNDS[path]:
+        return  # reported as too long by _string; a huge string is never parsed
+    problem = yaml_map_problem(value)
+    if problem is not None:
+        errors.append(FieldError(path, f"{problem}; e.g. {example}"))
 
 
 _INT32_MAX = 2**31 - 1

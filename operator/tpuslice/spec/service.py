@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpuslice.model import constants
+from tpuslice.spec import bounds
 from tpuslice.spec.parts import (
     _SERVE_CONFIG_EXAMPLE,
     _SERVICE_SPEC_FIELDS,
@@ -109,7 +110,9 @@ def _serve(raw: Any, errors: list[FieldError]) -> ServeSettings | None:
     serve = _object(raw, "spec.serve", errors)
     if not isinstance(raw, Mapping):
         return None
-    config = _string(serve.get("serveConfigV2"), "spec.serve.serveConfigV2", errors)
+    config = _string(
+        serve.get("serveConfigV2"), "spec.serve.serveConfigV2", errors, bounds.MAX_YAML_STRING
+    )
     if serve.get("serveConfigV2") in (None, ""):
         errors.append(
             FieldError(

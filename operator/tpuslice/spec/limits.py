@@ -1,0 +1,54 @@
+"""The slices and hosts one object asks for, judged against ``bounds.SpecLimits``."""
+
+from __future__ import annotations
+
+from tpuslice.spec.bounds import CEILING, SpecLimits
+from tpuslice.spec.parts import FieldError, SliceClusterSpec, SpecError
+
+__all__ = ["RAISE_HOSTS", "RAISE_SLICES", "check_limits", "limit_errors"]
+
+#: The operator settings that raise each limit (named in the messages).
+RAISE_SLICES = "--max-slices-per-object (Helm value limits.maxSlicesPerObject)"
+RAISE_HOSTS = "--max-hosts-per-object (Helm value limits.maxHostsPerObject)"
+
+
+def _fix(what: str, limit: int, ceiling: int, setting: str) -> str:
+    """The way out: fewer, and, below the ceiling, the setting an admin can raise."""
+    if limit < ceiling:
+        return f"use {what}, or have the operator's {setting} raised"
+    return f"use {what}"
+
+
+def limit_errors(spec: SliceClusterSpec, limits: SpecLimits) -> list[FieldError]:
+    """What of ``spec`` is over ``limits``: spec.tpu.slices, and the hosts it makes (one
+    worker pod each). A suspended spec is judged too: resuming it must not be the moment
+    it turns out to be too big."""
+    errors: list[FieldError] = []
+    if spec.slices > limits.max_slices:
+        fix = _fix("fewer slices", limits.max_slices, CEILING.max_slices, RAISE_SLICES)
+        errors.append(
+            FieldError(
+                "spec.tpu.slices",
+                f"{spec.slices} is more than the {limits.max_slices} slices this operator "
+                f"allows one object; {fix}",
+            )
+        )
+    hosts = spec.slices * spec.shape.hosts
+    if hosts > limits.max_hosts:
+        fix = _fix("fewer or smaller slices", limits.max_hosts, CEILING.max_hosts, RAISE_HOSTS)
+        errors.append(
+            FieldError(
+                "spec.tpu.slices",
+                f"{spec.slices} slices of {spec.shape.hosts} hosts ({spec.shape.topology}) "
+                f"are {hosts} hosts (one worker pod each), more than the {limits.max_hosts} "
+                f"this operator allows one object; {fix}",
+            )
+        )
+    return errors
+
+
+def check_limits(spec: SliceClusterSpec, limits: SpecLimits) -> None:
+    """Raise SpecError (the pass ends InvalidSpec) when ``spec`` is over ``limits``."""
+    errors = limit_errors(spec, limits)
+    if errors:
+        raise SpecError(errors)
