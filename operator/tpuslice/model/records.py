@@ -173,6 +173,12 @@ class NodeInfo:
     # metadata.creationTimestamp (RFC 3339): a pool whose nodes are all younger than a
     # best-effort ProvisioningRequest may be its capacity (no name says so)
     created: str = ""
+    # GKE dynamic slicing (constants.NODE_LABEL_ACCELERATOR_TOPOLOGY_MODE and after):
+    # the node's topology mode, its partition id label keys, and the formed GKE Slice it
+    # is in; empty on every node of an ordinary TPU pool
+    topology_mode: str = ""
+    partition_labels: tuple[str, ...] = ()
+    gke_slice: str = ""
 
 
 @dataclass(frozen=True)
