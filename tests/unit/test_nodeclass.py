@@ -52,10 +52,7 @@ def test_a_node_of_a_slice_we_own_is_judged_like_an_ordinary_node() -> None:
 
 def pool(name: str = "pool-a", *, odd: int = 0, hosts: int = 4, **fields: Any) -> list[NodeInfo]:
     """``hosts`` healthy nodes of ``name``; the first ``odd`` of them get ``fields``."""
-    return [
-        node(f"{name}-{i}", name, **(fields if i < odd else {}))  # type: ignore[arg-type]
-        for i in range(hosts)
-    ]
+    return [node(f"{name}-{i}", name, **(fields if i < odd else {})) for i in range(hosts)]
 
 
 @pytest.mark.parametrize(
