@@ -358,7 +358,7 @@ class ShapePool:
     """One node pool of the shape: every pool whose nodes carry the shape's labels."""
 
     name: str
-    eligible: bool  # whole, Ready, schedulable, enough chips (reservation._pool_problem)
+    eligible: bool  # nodeclass.classify_pool found it usable for the shape
     holder: Holder | None = None  # its SliceReservation's holder, if any
     capacity_type: CapacityType = CapacityType.ON_DEMAND
     block: str | None = None
