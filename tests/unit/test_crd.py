@@ -49,6 +49,10 @@ def test_examples_cover_every_kind() -> None:
     assert kinds == set(CRD_OF_KIND)
 
 
+#: GKE's sub-slicing annotation on a worker template (refused: not supported yet).
+SUB_SLICE = "cloud.google.com/gke-tpu-slice-topology"
+
+
 def with_spec(patch: dict[str, Any], name: str = "llm") -> dict[str, Any]:
     obj = cluster()
     obj["metadata"]["name"] = name
@@ -86,6 +90,10 @@ def with_spec(patch: dict[str, Any], name: str = "llm") -> dict[str, Any]:
             "must not set google.com/tpu",
         ),
         (with_spec({"worker": {"resources": {"memory": "lots"}}}), "does not match"),
+        (
+            with_spec({"worker": {"template": {"metadata": {"annotations": {SUB_SLICE: "2x4"}}}}}),
+            "sub-slicing is not supported yet",
+        ),
         (with_spec({"worker": {"replicas": 3}}), "Additional properties are not allowed"),
         (with_spec({"reservation": {"policy": "Pool"}}), "is not one of ['NodePool', 'None']"),
         (with_spec({}, name="a" * 54), "metadata.name must be at most 53 characters"),
@@ -457,4 +465,19 @@ def test_cluster_part_rules_apply_to_every_kind() -> None:
         assert any(
             "v5e and v6e slices are 2-dimensional" in m
             for m in validate(CRD_OF_KIND[obj["kind"]], obj)
+        )
+
+
+def test_worker_template_metadata_stays_free_but_for_the_sub_slicing_annotation() -> None:
+    """Declaring the template's annotations (so the rule can read them) refuses nothing
+    else: other annotations, labels and fields are kept as written, in every kind."""
+    template = {
+        "metadata": {"annotations": {"team": "a"}, "labels": {"x": "y"}, "anything": 1},
+        "spec": {"priorityClassName": "high"},
+    }
+    assert validate(TSC, with_spec({"worker": {"template": template}})) == []
+    for obj in (tpuslice_job(), tpuslice_service()):
+        obj["spec"]["worker"] = {"template": {"metadata": {"annotations": {SUB_SLICE: "2x2"}}}}
+        assert any(
+            "sub-slicing is not supported yet" in m for m in validate(CRD_OF_KIND[obj["kind"]], obj)
         )

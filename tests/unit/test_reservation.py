@@ -95,13 +95,18 @@ def test_unhealthy_or_wrong_size_pools_are_not_eligible_and_are_explained() -> N
         + nodes_of("b-notready", not_ready=1)
         + nodes_of("c-cordoned", cordoned=2)
         + nodes_of("d-other-topology", topology="8x8")
+        + nodes_of("e-big-hosts", chips=8)
+        + nodes_of("f-in-a-gke-slice", gke_slice="team-a-0")
     )
     result = plan(pods=slice_pods("tpu-aaaaa", 0), nodes=nodes, desired_slices=1)
     assert result.claims == ()
     assert result.slices[0].message == (
-        "needs a free node pool of 4 ready nodes with tpu-v6e-slice/4x4; 3 match: "
+        "needs a free node pool of 4 ready nodes with tpu-v6e-slice/4x4; 5 match: "
         "a-small has 2 nodes (needs 4), b-notready has 1 of 4 nodes NotReady, "
-        "c-cordoned has 2 of 4 nodes cordoned"
+        "c-cordoned has 2 of 4 nodes cordoned, "
+        "e-big-hosts has 4 of 4 nodes with 8 google.com/tpu (needs 4 per node), "
+        "f-in-a-gke-slice has 4 of 4 nodes in GKE Slice team-a-0 "
+        "(cloud.google.com/gke-tpu-slice); they belong to that Slice's owner"
     )
 
 

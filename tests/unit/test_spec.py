@@ -50,6 +50,19 @@ def test_policy_none_is_not_gated() -> None:
         ({"reservation": {"policy": "Pool"}}, "spec.reservation.policy: 'Pool' is not NodePool"),
         ({"suspend": "yes"}, "spec.suspend: must be true or false"),
         ({"worker": {"template": []}}, "spec.worker.template: must be a pod template object"),
+        (
+            {
+                "worker": {
+                    "template": {
+                        "metadata": {
+                            "annotations": {"cloud.google.com/gke-tpu-slice-topology": "2x4"}
+                        }
+                    }
+                }
+            },
+            "spec.worker.template.metadata.annotations[cloud.google.com/gke-tpu-slice-topology]:"
+            " asks for sub-slicing, which is not supported yet",
+        ),
     ],
 )
 def test_errors_name_the_field(patch: dict[str, Any], expected: str) -> None:
@@ -104,3 +117,12 @@ def test_not_an_object_at_all() -> None:
 def test_integers_in_string_maps_are_written_as_strings() -> None:
     spec = parse_cluster(obj(head={"resources": {"cpu": 4}, "rayStartParams": {"num-cpus": 0}}))
     assert spec.head.resources == {"cpu": "4"} and spec.head.ray_start_params == {"num-cpus": "0"}
+
+
+def test_sub_slicing_annotation_is_refused_on_workers_only() -> None:
+    """The head never runs on TPU nodes; GKE's webhooks read the annotation on TPU pods."""
+    annotations = {"cloud.google.com/gke-tpu-slice-topology": "2x4"}
+    spec = parse_cluster(obj(head={"template": {"metadata": {"annotations": annotations}}}))
+    assert spec.head.template["metadata"]["annotations"] == annotations
+    worker = parse_cluster(obj(worker={"template": {"metadata": {"annotations": {"a": "b"}}}}))
+    assert worker.worker.template["metadata"]["annotations"] == {"a": "b"}

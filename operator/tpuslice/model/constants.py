@@ -85,6 +85,22 @@ NODE_LABEL_FLEX_START: Final = "cloud.google.com/gke-flex-start"
 NODE_LABEL_PROVISIONING: Final = "cloud.google.com/gke-provisioning"
 NODE_LABEL_TOPOLOGY_BLOCK: Final = "cloud.google.com/gce-topology-block"
 NODE_LABEL_TOPOLOGY_SUBBLOCK: Final = "cloud.google.com/gce-topology-subblock"
+# TPU7x dynamic slicing (GKE "Use dynamic slicing with a custom scheduler",
+# https://docs.cloud.google.com/kubernetes-engine/docs/how-to/create-dynamic-slices, and
+# "Configure TPUs with GKE dynamic slicing",
+# https://docs.cloud.google.com/kubernetes-engine/docs/how-to/use-gke-dynamic-slicing):
+# a sub-block pool's nodes carry the topology mode PROVISION_ONLY and a partition id label
+# per partition shape (cloud.google.com/gke-tpu-partition-4x4x4-id); their ICI is not
+# active until GKE's slice controller forms a Slice on them, and it then labels each node
+# of the Slice with the Slice's name.
+NODE_LABEL_ACCELERATOR_TOPOLOGY_MODE: Final = "cloud.google.com/gke-accelerator-topology-mode"
+TOPOLOGY_MODE_PROVISION_ONLY: Final = "PROVISION_ONLY"
+NODE_LABEL_TPU_PARTITION_PREFIX: Final = "cloud.google.com/gke-tpu-partition-"
+NODE_LABEL_TPU_PARTITION_ID_SUFFIX: Final = "-id"
+NODE_LABEL_TPU_SLICE: Final = "cloud.google.com/gke-tpu-slice"
+# A worker-template annotation asking GKE's webhooks for a sub-slice of the pool's
+# topology (sub-slicing; Ray's guide, ray-project/ray PR #65404 tpu-subslicing.md).
+ANNOTATION_GKE_SLICE_TOPOLOGY: Final = "cloud.google.com/gke-tpu-slice-topology"
 
 # Capacity keys a slice may select on (spec.reservation.provisioning.nodeSelector): copied
 # to the ProvisioningRequest's PodTemplate and to every worker pod. Only node labels GKE

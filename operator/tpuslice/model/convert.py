@@ -150,6 +150,16 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
         subblock=labels.get(c.NODE_LABEL_TOPOLOGY_SUBBLOCK) or None,
         capacity_labels={k: labels[k] for k in c.CAPACITY_SELECTOR_KEYS if k in labels},
         created=str(meta.get("creationTimestamp") or ""),
+        topology_mode=labels.get(c.NODE_LABEL_ACCELERATOR_TOPOLOGY_MODE, ""),
+        partition_labels=tuple(
+            sorted(
+                k
+                for k in labels
+                if k.startswith(c.NODE_LABEL_TPU_PARTITION_PREFIX)
+                and k.endswith(c.NODE_LABEL_TPU_PARTITION_ID_SUFFIX)
+            )
+        ),
+        gke_slice=labels.get(c.NODE_LABEL_TPU_SLICE, ""),
     )
 
 

@@ -177,6 +177,12 @@ class NodeInfo:
     # metadata.creationTimestamp (RFC 3339): a pool whose nodes are all younger than a
     # best-effort ProvisioningRequest may be its capacity (no name says so)
     created: str = ""
+    # GKE dynamic slicing (constants.NODE_LABEL_ACCELERATOR_TOPOLOGY_MODE and after):
+    # the node's topology mode, its partition id label keys, and the formed GKE Slice it
+    # is in; empty on every node of an ordinary TPU pool
+    topology_mode: str = ""
+    partition_labels: tuple[str, ...] = ()
+    gke_slice: str = ""
 
 
 @dataclass(frozen=True)
@@ -356,7 +362,7 @@ class ShapePool:
     """One node pool of the shape: every pool whose nodes carry the shape's labels."""
 
     name: str
-    eligible: bool  # whole, Ready, schedulable, enough chips (reservation._pool_problem)
+    eligible: bool  # nodeclass.classify_pool found it usable for the shape
     holder: Holder | None = None  # its SliceReservation's holder, if any
     capacity_type: CapacityType = CapacityType.ON_DEMAND
     block: str | None = None

@@ -34,6 +34,7 @@ from tpuslice.model.records import (
     SliceState,
     SliceStatus,
 )
+from tpuslice.planning.nodeclass import WantedShape, classify_pool
 
 __all__ = [
     "PoolIndex",
@@ -50,17 +51,8 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class _Wanted:
-    """What a slice needs from a node pool."""
-
-    accelerator: str
-    topology: str
-    hosts: int
-    chips_per_host: int
-
-    def describe(self) -> str:
-        return f"{self.hosts} ready nodes with {self.accelerator}/{self.topology}"
+#: What a slice needs from a node pool.
+_Wanted = WantedShape
 
 
 @dataclass
@@ -74,20 +66,14 @@ class _Replica:
         return [p for p in self.pods if not p.deleting]
 
 
-def _pool_problem(nodes: Sequence[NodeInfo], wanted: _Wanted) -> str | None:
-    """Why a pool with the right labels cannot hold the slice, or None if it can."""
-    if len(nodes) != wanted.hosts:
-        return f"has {len(nodes)} nodes (needs {wanted.hosts})"
-    not_ready = [n.name for n in nodes if not n.ready]
-    if not_ready:
-        return f"has {len(not_ready)} of {len(nodes)} nodes NotReady"
-    cordoned = [n.name for n in nodes if not n.schedulable]
-    if cordoned:
-        return f"has {len(cordoned)} of {len(nodes)} nodes cordoned"
-    short = [n.name for n in nodes if n.chips < wanted.chips_per_host]
-    if short:
-        return f"has nodes with fewer than {wanted.chips_per_host} google.com/tpu"
-    return None
+def _pool_problem(
+    nodes: Sequence[NodeInfo], wanted: _Wanted, owned_slices: Collection[str] = ()
+) -> str | None:
+    """Why a pool with the right labels cannot hold the slice, or None if it can
+    (nodeclass.classify_pool: a sub-block, someone's GKE Slice, the node count, health,
+    chips)."""
+    fit = classify_pool(nodes[0].pool if nodes else "", nodes, wanted, owned_slices)
+    return None if fit.usable else fit.problem()
 
 
 def pool_inventory(nodes: Iterable[NodeInfo]) -> dict[str, list[NodeInfo]]:
@@ -126,11 +112,22 @@ class PoolIndex:
     eligible: dict[tuple[int, int], frozenset[str]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    #: GKE Slices (cloud.google.com/gke-tpu-slice) whose nodes the operator may claim;
+    #: a node in any other formed Slice makes its pool ineligible (nodeclass).
+    owned_slices: frozenset[str] = frozenset()
 
 
-def pool_index(nodes: Iterable[NodeInfo], accelerator: str, topology: str) -> PoolIndex:
+def pool_index(
+    nodes: Iterable[NodeInfo],
+    accelerator: str,
+    topology: str,
+    *,
+    owned_slices: Collection[str] = (),
+) -> PoolIndex:
     pools = pool_inventory(nodes)
-    return PoolIndex(pools, _matching_pools(pools, accelerator, topology))
+    return PoolIndex(
+        pools, _matching_pools(pools, accelerator, topology), owned_slices=frozenset(owned_slices)
+    )
 
 
 def pool_facts(
@@ -140,16 +137,23 @@ def pool_facts(
     hosts: int,
     chips_per_host: int,
     holder: Holder | None = None,
+    owned_slices: Collection[str] = (),
 ) -> ShapePool:
     """What the queue and the preference need of one pool: eligible or not, who holds it,
-    its capacity type and topology block (only when every node agrees on them)."""
-    wanted = _Wanted("", "", hosts, chips_per_host)
+    its capacity type and topology block (only when every node agrees on them).
+
+    ``nodes`` are a pool of ``PoolIndex.matching`` (every node has the shape's labels), so
+    the shape's accelerator and topology are those of its first node."""
     first = min(nodes, key=lambda n: n.name) if nodes else None
     blocks = {n.block for n in nodes}
     subblocks = {(n.block, n.subblock) for n in nodes}
+    eligible = False
+    if first is not None:
+        wanted = _Wanted(first.accelerator, first.topology, hosts, chips_per_host)
+        eligible = _pool_problem(nodes, wanted, owned_slices) is None
     return ShapePool(
         name=name,
-        eligible=bool(nodes) and _pool_problem(nodes, wanted) is None,
+        eligible=eligible,
         holder=holder,
         capacity_type=first.capacity_type if first else CapacityType.ON_DEMAND,
         block=blocks.pop() if len(blocks) == 1 else None,
@@ -178,7 +182,13 @@ def shape_pools(
     facts = inventory.facts.get((hosts, chips_per_host))
     if facts is None:
         facts = [
-            pool_facts(name, nodes, hosts=hosts, chips_per_host=chips_per_host)
+            pool_facts(
+                name,
+                nodes,
+                hosts=hosts,
+                chips_per_host=chips_per_host,
+                owned_slices=inventory.owned_slices,
+            )
             for name, nodes in sorted(inventory.matching.items())
         ]
         inventory.facts[(hosts, chips_per_host)] = facts
@@ -284,6 +294,7 @@ def _capacity_message(
     matching: Mapping[str, Sequence[NodeInfo]],
     held: Mapping[str, Holder],
     taken_now: set[str],
+    owned_slices: Collection[str] = (),
 ) -> str:
     head = f"needs a free node pool of {wanted.describe()}"
     if not matching:
@@ -296,7 +307,7 @@ def _capacity_message(
             details.append(f"{name} held by {held[name].describe()}")
         elif name in taken_now:
             details.append(f"{name} taken by another slice of this cluster")
-        elif problem := _pool_problem(nodes, wanted):
+        elif problem := _pool_problem(nodes, wanted, owned_slices):
             details.append(f"{name} {problem}")
     count = len(matching)
     more = f", and {count - len(details)} more" if count > len(details) else ""
@@ -304,13 +315,16 @@ def _capacity_message(
 
 
 def _unfit_pools(
-    wanted: _Wanted, matching: Mapping[str, Sequence[NodeInfo]], held: Mapping[str, Holder]
+    wanted: _Wanted,
+    matching: Mapping[str, Sequence[NodeInfo]],
+    held: Mapping[str, Holder],
+    owned_slices: Collection[str] = (),
 ) -> str:
     """Why matching pools nobody holds are not eligible (the queue's message names the
     holders): ``not eligible: pool-c 4 nodes cordoned``; empty when all are fine."""
     details = []
     for name, nodes in matching.items():
-        if name not in held and (problem := _pool_problem(nodes, wanted)):
+        if name not in held and (problem := _pool_problem(nodes, wanted, owned_slices)):
             details.append(f"{name} {problem}")
     if not details:
         return ""
@@ -395,6 +409,7 @@ def plan_slices(
     held_by_ours = {r.pool: r.holder for r in ours.values()}
     inventory = inventory or pool_index(nodes, accelerator, topology)
     pools, matching = inventory.pools, inventory.matching
+    owned = inventory.owned_slices
     previous_pools = previous_pools or {}
     all_slices = gang == GangMode.ALL_SLICES
     stalled = admission.stalled if admission is not None else None
@@ -407,7 +422,13 @@ def plan_slices(
     by_index: dict[int, SliceStatus] = {}
 
     def facts(pool: str) -> ShapePool:
-        return pool_facts(pool, matching.get(pool, ()), hosts=hosts, chips_per_host=chips_per_host)
+        return pool_facts(
+            pool,
+            matching.get(pool, ()),
+            hosts=hosts,
+            chips_per_host=chips_per_host,
+            owned_slices=owned,
+        )
 
     def capacity_of(pool: str | None) -> CapacityType | None:
         nodes_of = pools.get(pool or "")
@@ -433,7 +454,7 @@ def plan_slices(
         for name, pool_nodes in matching.items()
         if name not in held_by_others
         and name not in held_by_ours
-        and _pool_problem(pool_nodes, wanted) is None
+        and _pool_problem(pool_nodes, wanted, owned) is None
     ]
     if admission is not None and admission.pools is not None:
         allowed = set(admission.pools)
@@ -481,7 +502,7 @@ def plan_slices(
         if stalled:
             return stalled
         if admission is not None and admission.message:
-            unfit = _unfit_pools(wanted, matching, {**held_by_others, **held_by_ours})
+            unfit = _unfit_pools(wanted, matching, {**held_by_others, **held_by_ours}, owned)
             return f"{admission.message}; {unfit}" if unfit else admission.message
         if all_slices and not gang_ready:
             return (
@@ -489,7 +510,7 @@ def plan_slices(
                 f"node pools at once ({len(live)} of {desired_slices} slices have pods)"
             )
         detail = _capacity_message(
-            wanted, matching, {**held_by_others, **held_by_ours}, set(assignment.values())
+            wanted, matching, {**held_by_others, **held_by_ours}, set(assignment.values()), owned
         )
         if all_slices:
             return (
@@ -577,11 +598,11 @@ def plan_slices(
                 f"{len(live_pods)} of {hosts} pods live, {terminating} terminating; the pool "
                 f"stays held until KubeRay has replaced them"
             )
-            if pool in pools and (problem := _pool_problem(pools[pool], wanted)):
+            if pool in pools and (problem := _pool_problem(pools[pool], wanted, owned)):
                 message += f" (node pool {pool} {problem})"
         elif not complete:
             message = f"{len(live_pods)} of {hosts} pods created; released when all exist"
-        elif pool in pools and (problem := _pool_problem(pools[pool], wanted)):
+        elif pool in pools and (problem := _pool_problem(pools[pool], wanted, owned)):
             message = f"node pool {pool} {problem}"
         elif pool not in pools:
             message = f"node pool {pool} has no nodes"

@@ -311,6 +311,24 @@ def _resources(value: Any, path: str, errors: list[FieldError], tpu_owned: bool)
     return resources
 
 
+def _refuse_sub_slicing(template: Mapping[str, Any], path: str, errors: list[FieldError]) -> None:
+    """GKE's sub-slicing annotation asks its webhooks for a slice smaller than the node
+    pool's topology (Ray's TPU sub-slicing guide, ray-project/ray PR #65404); every slice
+    of ours takes a whole pool of spec.tpu.topology, so it is refused here as well as by
+    the CRD (an object stored before the CRD's rule never passed it)."""
+    metadata = template.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    if isinstance(annotations, Mapping) and constants.ANNOTATION_GKE_SLICE_TOPOLOGY in annotations:
+        errors.append(
+            FieldError(
+                f"{path}.metadata.annotations[{constants.ANNOTATION_GKE_SLICE_TOPOLOGY}]",
+                "asks for sub-slicing, which is not supported yet (each slice takes a whole "
+                "node pool of spec.tpu.topology); remove it and set spec.tpu.topology to the "
+                "slice's own shape",
+            )
+        )
+
+
 def _group(raw: Any, path: str, errors: list[FieldError], *, tpu_owned: bool) -> GroupSpec:
     raw = _object(raw, path, errors, _GROUP_FIELDS)
     template = raw.get("template")
@@ -321,6 +339,8 @@ def _group(raw: Any, path: str, errors: list[FieldError], *, tpu_owned: bool) ->
         template = {}
     else:
         _template_size(template, f"{path}.template", errors)
+    if tpu_owned:
+        _refuse_sub_slicing(template, f"{path}.template", errors)
     ray_start_params = _string_map(raw.get("rayStartParams"), f"{path}.rayStartParams", errors)
     if "labels" in ray_start_params:
         errors.append(
