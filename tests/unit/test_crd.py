@@ -29,7 +29,13 @@ TSC = "tpuslice.dev_tpusliceclusters.yaml"
 TSJ = "tpuslice.dev_tpuslicejobs.yaml"
 TSS = "tpuslice.dev_tpusliceservices.yaml"
 RES = "tpuslice.dev_slicereservations.yaml"
-CRD_OF_KIND = {"TPUSliceCluster": TSC, "TPUSliceJob": TSJ, "TPUSliceService": TSS}
+POL = "tpuslice.dev_tpuslicepolicies.yaml"
+CRD_OF_KIND = {
+    "TPUSliceCluster": TSC,
+    "TPUSliceJob": TSJ,
+    "TPUSliceService": TSS,
+    "TPUSlicePolicy": POL,
+}
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
 
 
@@ -281,7 +287,7 @@ def test_status_example_from_the_design_is_valid() -> None:
     assert validate(TSC, obj) == []
 
 
-@pytest.mark.parametrize("crd_file", [TSC, TSJ, TSS, RES])
+@pytest.mark.parametrize("crd_file", [TSC, TSJ, TSS, RES, POL])
 def test_crds_are_small_and_described(crd_file: str) -> None:
     path = Path(__file__).parents[2] / "crds" / crd_file
     assert path.stat().st_size < 64 * 1024
@@ -298,7 +304,7 @@ def test_crds_are_small_and_described(crd_file: str) -> None:
     assert undocumented(schema, "") == []
 
 
-@pytest.mark.parametrize("crd_file", [TSC, TSJ, TSS, RES])
+@pytest.mark.parametrize("crd_file", [TSC, TSJ, TSS, RES, POL])
 def test_printer_columns_are_well_formed(crd_file: str) -> None:
     columns = load_crd(crd_file)["spec"]["versions"][0]["additionalPrinterColumns"]
     for column in columns:

@@ -25,7 +25,12 @@ from tpuslice.spec.parts import SpecError
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = sorted(p.name.removesuffix(".in.yaml") for p in GOLDEN.glob("*.in.yaml"))
-EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
+#: The examples that render (a TPUSlicePolicy is cluster policy, not a workload).
+EXAMPLES = sorted(
+    p
+    for p in (Path(__file__).parents[2] / "examples").glob("*.yaml")
+    if "kind: TPUSlicePolicy" not in p.read_text()
+)
 
 
 def _load(name: str) -> dict[str, Any]:
