@@ -7,8 +7,8 @@ list; the Deployment meets Pod Security "restricted"; manifests/ has not
 drifted; what a shared cluster needs (the NetworkPolicy, metrics on loopback,
 probes on their own port, ephemeral storage, the image digest, the aggregated
 user roles, the policy that keeps SliceReservations the operator's, its CEL run
-here as the API server runs it). The e2e tier (tests/e2e/test_chart.py) installs the chart and runs the
-operator with its ServiceAccount.
+here as the API server runs it). The e2e tier (tests/e2e/test_chart.py)
+installs the chart and runs the operator with its ServiceAccount.
 """
 
 from __future__ import annotations
