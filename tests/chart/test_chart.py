@@ -4,12 +4,16 @@ What is pinned here: the chart's cert-manager MutatingWebhookConfiguration is
 the one the operator builds (webhook_config.webhook_configuration) apart from caBundle;
 the ClusterRole covers every call in kube.py and nothing beyond the reviewed
 list; the Deployment meets Pod Security "restricted"; manifests/ has not
-drifted. The e2e tier (tests/e2e/test_chart.py) installs the chart and runs the
-operator with its ServiceAccount.
+drifted; what a shared cluster needs (the NetworkPolicy, metrics on loopback,
+probes on their own port, ephemeral storage, the image digest, the aggregated
+user roles, the policy that keeps SliceReservations the operator's, its CEL run
+here as the API server runs it). The e2e tier (tests/e2e/test_chart.py)
+installs the chart and runs the operator with its ServiceAccount.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -45,8 +49,14 @@ def render(*args: str, namespace: str = "ops") -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
-def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    (found,) = [d for d in docs if d["kind"] == kind]
+#: The operator's own ClusterRole (the chart also renders the aggregated user roles).
+OPERATOR_ROLE = "rel-tpuslice-operator"
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    if name is None and kind == "ClusterRole":
+        name = OPERATOR_ROLE
+    (found,) = [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
     return found
 
 
@@ -124,10 +134,10 @@ EXPECTED_RULES = {
 
 
 def granted(
-    docs: list[dict[str, Any]], kind: str = "ClusterRole"
+    docs: list[dict[str, Any]], kind: str = "ClusterRole", name: str | None = None
 ) -> dict[tuple[str, str], set[str]]:
     out: dict[tuple[str, str], set[str]] = {}
-    for rule in one(docs, kind)["rules"]:
+    for rule in one(docs, kind, name)["rules"]:
         for group in rule["apiGroups"]:
             for resource in rule["resources"]:
                 out.setdefault((group, resource), set()).update(rule["verbs"])
@@ -297,6 +307,7 @@ def test_every_flag_the_chart_passes_exists_in_the_cli() -> None:
         ("--set", "webhook.certManager.enabled=true"),
         ("--set", "metrics.enabled=false"),
         ("--set", "leaderElection.enabled=false"),
+        ("--set", "metrics.bindAddress=127.0.0.1"),
     ):
         args = one(render(*variant), "Deployment")["spec"]["template"]["spec"]["containers"][0][
             "args"
@@ -331,7 +342,11 @@ def test_schema_rejects_unknown_and_bad_values() -> None:
 
 
 def test_lint_is_clean() -> None:
-    for variant in ((), ("--set", "webhook.certManager.enabled=true")):
+    for variant in (
+        (),
+        ("--set", "webhook.certManager.enabled=true"),
+        ("--set", "networkPolicy.enabled=true"),
+    ):
         done = subprocess.run(
             [str(HELM), "lint", "--strict", str(CHART), *variant],
             capture_output=True,
@@ -354,3 +369,267 @@ def test_manifests_are_the_chart_rendered() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+# ---------------------------------------------------------------- a shared cluster
+def container_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def helm_fails(*args: str) -> str:
+    """stderr of a `helm template` that must fail."""
+    done = subprocess.run(
+        [str(HELM), "template", "rel", str(CHART), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0, args
+    return done.stderr
+
+
+def test_network_policy_is_off_by_default() -> None:
+    assert not [d for d in render() if d["kind"] == "NetworkPolicy"]
+
+
+def test_network_policy_admits_the_control_plane_to_the_webhook_and_monitoring_to_metrics() -> None:
+    docs = render(
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set-json",
+        'networkPolicy.webhookFrom=[{"ipBlock":{"cidr":"172.16.0.0/28"}}]',
+        "--set-json",
+        'networkPolicy.apiServerTo=[{"ipBlock":{"cidr":"10.0.0.2/32"}}]',
+    )
+    policy = one(docs, "NetworkPolicy")
+    spec = policy["spec"]
+    assert policy["metadata"]["namespace"] == "ops"
+    assert spec["podSelector"] == one(docs, "Deployment")["spec"]["selector"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    ports = {p["name"]: p["containerPort"] for p in container_of(docs)["ports"]}
+    webhook, metrics = spec["ingress"]
+    assert webhook == {
+        "ports": [{"port": ports["webhook"], "protocol": "TCP"}],
+        "from": [{"ipBlock": {"cidr": "172.16.0.0/28"}}],
+    }
+    # by name: the operator's own port, or a proxy sidecar's of that name
+    assert metrics["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    assert metrics["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    # no rule names the probe port: the kubelet probes from the pod's own node
+    opened = {p["port"] for rule in spec["ingress"] for p in rule["ports"]}
+    assert ports["health"] not in opened and "health" not in opened
+    api, dns = spec["egress"]
+    assert api == {
+        "ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}],
+        "to": [{"ipBlock": {"cidr": "10.0.0.2/32"}}],
+    }
+    assert dns == {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}
+    # without peers the webhook and API-server rules name only ports
+    bare = one(render("--set", "networkPolicy.enabled=true"), "NetworkPolicy")["spec"]
+    assert "from" not in bare["ingress"][0] and "to" not in bare["egress"][0]
+    # no webhook, no metrics: no ingress rule at all (nothing may connect)
+    closed = one(
+        render(
+            "--set",
+            "networkPolicy.enabled=true",
+            "--set",
+            "webhook.enabled=false",
+            "--set",
+            "metrics.enabled=false",
+        ),
+        "NetworkPolicy",
+    )["spec"]
+    assert not closed["ingress"]
+
+
+def test_network_policy_peers_are_validated() -> None:
+    for bad in (
+        'networkPolicy.webhookFrom=[{"ipBlock":{}}]',
+        'networkPolicy.webhookFrom=[{"cidr":"172.16.0.0/28"}]',
+        "networkPolicy.apiServerPorts=[]",
+    ):
+        assert "/networkPolicy/" in helm_fails(
+            "--set", "networkPolicy.enabled=true", "--set-json", bad
+        )
+
+
+def test_metrics_served_on_the_pod_ip_or_on_loopback_for_a_proxy() -> None:
+    container = container_of(render())
+    assert "--metrics-addr=0.0.0.0" in container["args"]
+    assert {"name": "metrics", "containerPort": 8000, "protocol": "TCP"} in container["ports"]
+    proxy = {
+        "name": "metrics-proxy",
+        "image": "quay.io/brancz/kube-rbac-proxy:v0.19.1",
+        "ports": [{"name": "metrics", "containerPort": 8443}],
+    }
+    docs = render(
+        "--set",
+        "metrics.bindAddress=127.0.0.1",
+        "--set-json",
+        f"extraContainers=[{json.dumps(proxy)}]",
+    )
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    operator, sidecar = pod["containers"]
+    assert "--metrics-addr=127.0.0.1" in operator["args"]
+    # no pod-IP metrics port of the operator's: the Service reaches the proxy's port by name
+    assert "metrics" not in {p["name"] for p in operator["ports"]}
+    assert sidecar == proxy
+    service = one(docs, "Service", "rel-tpuslice-operator-metrics")
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert "--metrics-addr=::1" in container_of(render("--set", "metrics.bindAddress=::1"))["args"]
+    assert "/metrics/bindAddress" in helm_fails("--set", "metrics.bindAddress=10.0.0.1")
+    # metrics off: neither flag value nor port
+    off = container_of(render("--set", "metrics.enabled=false"))
+    assert "--metrics-port=0" in off["args"]
+    assert not [a for a in off["args"] if a.startswith("--metrics-addr")]
+
+
+def test_probes_have_a_port_of_their_own() -> None:
+    container = container_of(render())
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert container["livenessProbe"]["httpGet"]["port"] == "health"
+    assert container["readinessProbe"]["httpGet"]["port"] == "health"
+    assert len(set(ports.values())) == len(ports) == 3
+    assert "--liveness-port=8080" in container["args"]
+    assert "operator.healthPort and webhook.port" in helm_fails("--set", "operator.healthPort=9443")
+    assert "operator.healthPort and metrics.port" in helm_fails("--set", "metrics.port=8080")
+    assert "webhook.port and metrics.port" in helm_fails("--set", "metrics.port=9443")
+
+
+def mebibytes(quantity: str) -> float:
+    units = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024}
+    return float(quantity[:-2]) * units[quantity[-2:]]
+
+
+def test_resources_bound_ephemeral_storage_by_default() -> None:
+    docs = render()
+    resources = container_of(docs)["resources"]
+    request = mebibytes(resources["requests"]["ephemeral-storage"])
+    limit = mebibytes(resources["limits"]["ephemeral-storage"])
+    assert 0 < request <= limit
+    # room for the kubelet's default log rotation (5 files of 10 MiB) and the /tmp emptyDir
+    (tmp,) = [
+        v
+        for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+        if v["name"] == "tmp"
+    ]
+    assert limit >= 5 * 10 + mebibytes(tmp["emptyDir"]["sizeLimit"])
+
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+def test_image_digest_replaces_the_tag() -> None:
+    assert container_of(render())["image"] == "tpuslice-operator:0.1.0"
+    assert container_of(render("--set", "image.tag=v2"))["image"] == "tpuslice-operator:v2"
+    pinned = render("--set", f"image.digest={DIGEST}", "--set", "image.tag=v2")
+    assert container_of(pinned)["image"] == f"tpuslice-operator@{DIGEST}"
+    for bad in (
+        "sha256:abc",
+        DIGEST.upper().replace("SHA256", "sha256"),
+        "latest",
+        "md5:" + "0" * 64,
+    ):
+        assert "image/digest" in helm_fails("--set", f"image.digest={bad}")
+
+
+NAMESPACED_KINDS = ("tpusliceclusters", "tpuslicejobs", "tpusliceservices")
+
+
+def test_aggregated_roles_let_namespace_users_view_and_edit_the_three_kinds() -> None:
+    docs = render()
+    view = one(docs, "ClusterRole", "tpuslice-view")
+    edit = one(docs, "ClusterRole", "tpuslice-edit")
+    aggregate = "rbac.authorization.k8s.io/aggregate-to-"
+    assert view["metadata"]["labels"][aggregate + "view"] == "true"
+    assert edit["metadata"]["labels"][aggregate + "edit"] == "true"
+    assert edit["metadata"]["labels"][aggregate + "admin"] == "true"
+    assert aggregate + "edit" not in view["metadata"]["labels"]  # view reaches edit through `view`
+    read = {"get", "list", "watch"}
+    assert granted(docs, "ClusterRole", "tpuslice-view") == {
+        **{("tpuslice.dev", k): read for k in NAMESPACED_KINDS},
+        **{("tpuslice.dev", f"{k}/status"): read for k in NAMESPACED_KINDS},
+    }
+    write = {"create", "update", "patch", "delete", "deletecollection"}
+    assert granted(docs, "ClusterRole", "tpuslice-edit") == {
+        ("tpuslice.dev", k): read | write for k in NAMESPACED_KINDS
+    }
+    # status is the operator's; reservations are in neither role
+    for role in ("tpuslice-view", "tpuslice-edit"):
+        resources = {r for _, r in granted(docs, "ClusterRole", role)}
+        assert not any(r.startswith("slicereservations") for r in resources)
+    assert not [
+        d
+        for variant in ("rbac.aggregatedRoles=false", "rbac.create=false")
+        for d in render("--set", variant)
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"].startswith("tpuslice-")
+    ]
+
+
+def admitted(policy: dict[str, Any], username: str) -> bool:
+    """The policy's validations for a request by ``username`` (CEL, as the API server runs them)."""
+    import celpy
+
+    env = celpy.Environment()
+    request = celpy.json_to_cel({"userInfo": {"username": username}, "operation": "DELETE"})
+    return all(
+        bool(env.program(env.compile(v["expression"])).evaluate({"request": request}))
+        for v in policy["spec"]["validations"]
+    )
+
+
+def test_reservations_are_written_only_by_the_operator() -> None:
+    docs = render()
+    policy = one(docs, "ValidatingAdmissionPolicy")
+    binding = one(docs, "ValidatingAdmissionPolicyBinding")
+    assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert binding["spec"] == {
+        "policyName": policy["metadata"]["name"],
+        "validationActions": ["Deny"],
+    }
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["apiGroups"] == ["tpuslice.dev"]
+    assert set(rule["operations"]) == {"CREATE", "UPDATE", "DELETE"}
+    assert set(rule["resources"]) == {"slicereservations", "slicereservations/status"}
+    # the operator's ServiceAccount, as the Deployment runs it, may; so may the
+    # garbage collector and the namespace controller; an admin or a tenant may not
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    operator = f"system:serviceaccount:ops:{pod['serviceAccountName']}"
+    for user in (
+        operator,
+        "system:serviceaccount:kube-system:generic-garbage-collector",
+        "system:serviceaccount:kube-system:namespace-controller",
+    ):
+        assert admitted(policy, user), user
+    for user in ("kubernetes-admin", "system:serviceaccount:ml:default", operator + "x"):
+        assert not admitted(policy, user), user
+    (validation,) = policy["spec"]["validations"]
+    assert validation["reason"] == "Forbidden"
+    assert operator in validation["message"] and "\n" not in validation["message"]
+    # a ServiceAccount of the user's own, and extra writers
+    own = one(
+        render(
+            "--set",
+            "serviceAccount.create=false",
+            "--set",
+            "serviceAccount.name=ops-sa",
+            "--set-json",
+            'reservationGuard.extraWriters=["alice@example.com"]',
+        ),
+        "ValidatingAdmissionPolicy",
+    )
+    assert admitted(own, "system:serviceaccount:ops:ops-sa")
+    assert admitted(own, "alice@example.com")
+    assert not admitted(own, operator)
+    assert "alice@example.com" in own["spec"]["validations"][0]["message"]
+    off = render("--set", "reservationGuard.enabled=false")
+    assert not [d for d in off if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    # a writer cannot break out of the CEL list; the list is bounded
+    injected = 'reservationGuard.extraWriters=["a\\"] || true || [\\"b"]'
+    assert "/reservationGuard/extraWriters/0" in helm_fails("--set-json", injected)
+    many = f"reservationGuard.extraWriters={json.dumps([str(i) for i in range(17)])}"
+    assert "/reservationGuard/extraWriters" in helm_fails("--set-json", many)

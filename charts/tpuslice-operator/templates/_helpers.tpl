@@ -64,3 +64,32 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 /tmp/tpuslice-webhook
 {{- end -}}
 {{- end -}}
+
+{{/* The operator image: repository@digest when a digest is set (the tag is then not used), else repository:tag. */}}
+{{- define "tpuslice.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when /metrics listens on loopback only (for a proxy sidecar in the pod), else empty. */}}
+{{- define "tpuslice.metricsOnLoopback" -}}
+{{- if has .Values.metrics.bindAddress (list "127.0.0.1" "::1") -}}true{{- end -}}
+{{- end -}}
+
+{{/* The probe, webhook and metrics ports must differ: a probe on the webhook port would be
+closed by a NetworkPolicy that admits only the control plane there. */}}
+{{- define "tpuslice.checkPorts" -}}
+{{- $health := int .Values.operator.healthPort -}}
+{{- if and .Values.webhook.enabled (eq $health (int .Values.webhook.port)) -}}
+{{- fail (printf "operator.healthPort and webhook.port are both %d: give the probes a port of their own" $health) -}}
+{{- end -}}
+{{- if and .Values.metrics.enabled (eq $health (int .Values.metrics.port)) -}}
+{{- fail (printf "operator.healthPort and metrics.port are both %d: give each its own port" $health) -}}
+{{- end -}}
+{{- if and .Values.webhook.enabled .Values.metrics.enabled (eq (int .Values.webhook.port) (int .Values.metrics.port)) -}}
+{{- fail (printf "webhook.port and metrics.port are both %d: give each its own port" (int .Values.metrics.port)) -}}
+{{- end -}}
+{{- end -}}
