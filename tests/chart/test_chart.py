@@ -233,6 +233,11 @@ def test_cluster_role_covers_every_call_in_kube_py() -> None:
             f"{p}/status" for p in ("tpusliceclusters", "tpuslicejobs", "tpusliceservices")
         ],
     }
+    # ``_delete(path, resource, ...)`` is the one DELETE: its own call names the variable
+    # ``resource``, and each caller names the resource it deletes.
+    expand["resource"] = []
+    deletes = re.findall(r'self\._delete\(\s*(?:[^,()]|\([^()]*\))+,\s*("[^"]+"|\w+)', source)
+    found += [("DELETE", resource) for resource in deletes]
     calls = [
         (method, name)
         for method, resource in found

@@ -68,7 +68,20 @@ def test_manifests_match_the_chart() -> None:
 def release(cluster: E2ECluster, tpuslice_crds: None) -> Iterator[str]:
     """`helm install` into a fresh namespace; uninstalled (if still there) afterwards."""
     ns = f"tpuslice-chart-{uuid.uuid4().hex[:5]}"
-    helm(cluster, "install", RELEASE, str(CHART), "-n", ns, "--create-namespace")
+    # The session operator (the admin certificate's user) writes reservations while the
+    # release is installed: it is one of the guard's extra writers, as a second operator
+    # instance would be (chart README).
+    helm(
+        cluster,
+        "install",
+        RELEASE,
+        str(CHART),
+        "-n",
+        ns,
+        "--create-namespace",
+        "--set",
+        "reservationGuard.extraWriters={kubernetes-admin}",
+    )
     try:
         yield ns
     finally:
@@ -167,6 +180,30 @@ def test_chart_install_rbac_upgrade_uninstall(
     assert role.rules and all("*" not in (r.verbs + r.resources) for r in role.rules)
     rbac.read_cluster_role_binding(FULLNAME)
     assert rbac.read_namespaced_role(FULLNAME, ns).rules
+    # -- the reservation guard: a user who may write everything (system:masters) but is
+    # not the operator is refused by the API server itself, naming who may write them
+    reservation = {
+        "apiVersion": "tpuslice.dev/v1alpha1",
+        "kind": "SliceReservation",
+        "metadata": {"name": "v6e-4x4-a"},
+        "spec": {
+            "nodePool": "v6e-4x4-a",
+            "holder": {"namespace": ns, "name": "squatter", "uid": "u", "replicaName": "r"},
+        },
+    }
+    refused = kubectl(
+        cluster,
+        "create",
+        "--dry-run=server",
+        "--as=tenant-a",
+        "--as-group=system:masters",
+        "-f",
+        "-",
+        stdin=yaml.safe_dump(reservation),
+        check=False,
+    )
+    assert refused.returncode != 0
+    assert "SliceReservations are written only by the tpuslice operator" in refused.stderr
     secret_name = f"{FULLNAME}-webhook-certs"
     assert not cluster.core.read_namespaced_secret(secret_name, ns).data  # rendered empty
     ext = kube.apiextensions_v1(apps)
