@@ -105,6 +105,68 @@ def test_default_install_lets_the_operator_manage_its_configuration() -> None:
     ]
 
 
+WEBHOOK_VALUES = [
+    "--set",
+    "webhook.timeoutSeconds=12",
+    "--set",
+    "webhook.failurePolicy=Ignore",
+    "--set-json",
+    'webhook.namespaceSelector={"matchLabels":{"tpu":"yes"},"matchExpressions":[]}',
+]
+
+
+@pytest.mark.parametrize("values", [[], WEBHOOK_VALUES], ids=["defaults", "set"])
+def test_webhook_values_give_the_operator_and_cert_manager_one_configuration(
+    values: list[str],
+) -> None:
+    """The operator's flags (from the values) build the configuration the cert-manager
+    variant renders from the same values: whichever applies it, it is the same body."""
+    from tpuslice.main.cli import _webhook_settings, build_parser
+
+    args = one(render(*values), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    settings = _webhook_settings(build_parser().parse_args(["run", *args]))
+    service = webhook_config.ServiceRef("rel-tpuslice-operator-webhook", "ops")
+    built = webhook_config.webhook_configuration(
+        ca_bundle=b"x",
+        service=service,
+        timeout_seconds=settings["webhook_timeout_seconds"],
+        failure_policy=settings["webhook_failure_policy"],
+        namespace_selector=settings["webhook_namespace_selector"],
+    )
+    del built["webhooks"][0]["clientConfig"]["caBundle"]
+    chart = one(
+        render("--set", "webhook.certManager.enabled=true", *values), "MutatingWebhookConfiguration"
+    )
+    del chart["metadata"]["annotations"]
+    assert chart == built
+    (hook,) = built["webhooks"]
+    if values:
+        assert (hook["timeoutSeconds"], hook["failurePolicy"]) == (12, "Ignore")
+        assert hook["namespaceSelector"] == {"matchLabels": {"tpu": "yes"}, "matchExpressions": []}
+    else:
+        assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system"]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "webhook.timeoutSeconds=0",
+        "webhook.timeoutSeconds=31",
+        "webhook.failurePolicy=Maybe",
+        "webhook.namespaceSelector.matchExpressions[0].operator=Is",
+        "webhook.namespaceSelector.other=x",
+    ],
+)
+def test_schema_rejects_bad_webhook_values(bad: str) -> None:
+    done = subprocess.run(
+        [str(HELM), "template", "rel", str(CHART), "--set", bad],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0 and "webhook" in done.stderr, done.stderr
+
+
 EXPECTED_RULES = {
     ("tpuslice.dev", "tpusliceclusters"): {"list", "watch", "patch"},
     ("tpuslice.dev", "tpusliceclusters/status"): {"patch"},

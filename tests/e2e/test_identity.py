@@ -150,7 +150,11 @@ def test_webhook_configuration_is_scoped_to_our_pods(
     (hook,) = config["webhooks"]
     assert hook["failurePolicy"] == "Fail"
     assert hook["objectSelector"]["matchExpressions"] == [
-        {"key": "tpuslice.dev/cluster", "operator": "Exists"}
+        {"key": "tpuslice.dev/cluster", "operator": "Exists"},
+        {"key": "ray.io/node-type", "operator": "In", "values": ["worker"]},
+    ]
+    assert hook["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
     ]
     assert [r["operations"] for r in hook["rules"]] == [["CREATE"]]
     assert hook["timeoutSeconds"] <= 10

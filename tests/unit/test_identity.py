@@ -511,3 +511,36 @@ def test_a_jobs_cluster_pods_use_kuberays_cluster_name_for_peers_and_coordinator
     env = env_of(result.pod)
     assert env["MEGASCALE_COORDINATOR_ADDRESS"] == "tpu-0-0.train-x7k2p-headless"
     assert env["TPU_WORKER_HOSTNAMES"].split(",")[0] == "tpu-1-0.train-x7k2p-headless"
+
+
+def _tpu_containers(template: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    """``count`` TPU containers of one chip each, as a NUMA-split worker has them."""
+    containers = []
+    for index in range(count):
+        container = copy.deepcopy(template["spec"]["containers"][0])
+        container["name"] = f"tpu-{index}"
+        container["resources"] = {
+            "limits": {c.TPU_RESOURCE: "1"},
+            "requests": {c.TPU_RESOURCE: "1"},
+        }
+        containers.append(container)
+    return containers
+
+
+@pytest.mark.parametrize(("tpu_type", "topology", "chips"), [("v6e", "4x4", 4), ("v6e", "2x4", 8)])
+def test_as_many_tpu_containers_as_the_host_has_chips_and_no_more(
+    tpu_type: str, topology: str, chips: int
+) -> None:
+    template, hosts = render_worker_template(tpu_type, topology)
+    pod = kuberay_pod(template, hosts, 0, 0)
+    pod["spec"]["containers"] = _tpu_containers(template, chips)
+    assert read_identity(pod) is not None
+    sidecar = {"name": "logs", "image": "busybox"}  # containers without TPU do not count
+    pod["spec"]["containers"] = [*_tpu_containers(template, chips + 1), sidecar]
+    with pytest.raises(IdentityError) as refused:
+        mutate_pod(pod)
+    message = str(refused.value)
+    assert f"pod ml/llm-tpu-worker-* has {chips + 1} containers requesting google.com/tpu" in (
+        message
+    )
+    assert f"has {chips} chips" in message and f"at most {chips} TPU containers" in message

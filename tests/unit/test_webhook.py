@@ -70,9 +70,16 @@ def test_configuration_by_url() -> None:
         }
     ]
     assert hook["objectSelector"] == {
-        "matchExpressions": [{"key": "tpuslice.dev/cluster", "operator": "Exists"}]
+        "matchExpressions": [
+            {"key": "tpuslice.dev/cluster", "operator": "Exists"},
+            {"key": "ray.io/node-type", "operator": "In", "values": ["worker"]},
+        ]
     }
-    assert "namespaceSelector" not in hook, "our pods may live in any namespace"
+    assert hook["namespaceSelector"] == {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}
+        ]
+    }, "our pods may live in any namespace but kube-system"
     assert hook["failurePolicy"] == "Fail"
     assert hook["sideEffects"] == "None"
     assert hook["reinvocationPolicy"] == "IfNeeded"

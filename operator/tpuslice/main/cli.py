@@ -159,9 +159,36 @@ def lease_namespace(
     return _context_namespace(kubeconfig) or "default"
 
 
+def _webhook_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The MutatingWebhookConfiguration's settings, checked before anything starts."""
+    from tpuslice.webhook import configuration as webhook_config
+
+    problems = []
+    selector = None
+    if args.webhook_namespace_selector is not None:
+        try:
+            selector = webhook_config.parse_namespace_selector(args.webhook_namespace_selector)
+        except ValueError as exc:
+            problems.append(f"--webhook-namespace-selector: {exc}")
+    if not 1 <= args.webhook_timeout_seconds <= 30:
+        problems.append(
+            f"--webhook-timeout-seconds: {args.webhook_timeout_seconds} must be between 1 and 30 "
+            f"(a Kubernetes limit)"
+        )
+    if problems:
+        raise InputError(problems)
+    return {
+        "webhook_timeout_seconds": args.webhook_timeout_seconds,
+        "webhook_failure_policy": args.webhook_failure_policy,
+        "webhook_namespace_selector": selector,
+    }
+
+
 def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
     from tpuslice.main.app import run_operator  # kopf is imported only when running
     from tpuslice.runtime.config import OperatorConfig
+
+    webhook_settings = _webhook_settings(args)
 
     run_operator(
         OperatorConfig(
@@ -186,6 +213,7 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
             webhook_cert_dir=args.webhook_cert_dir,
             webhook_secret=args.webhook_secret,
             manage_webhook_configuration=not args.no_manage_webhook_configuration,
+            **webhook_settings,
             metrics_port=args.metrics_port or None,
             metrics_addr=args.metrics_addr,
             max_slices_per_object=args.max_slices_per_object,
@@ -376,6 +404,30 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not apply the MutatingWebhookConfiguration (e.g. cert-manager's "
         "CA injector maintains it)",
+    )
+    hook.add_argument(
+        "--webhook-timeout-seconds",
+        type=int,
+        default=5,
+        help="timeoutSeconds of the configuration (1-30): how long the API server waits "
+        "for an answer before applying the failure policy",
+    )
+    hook.add_argument(
+        "--webhook-failure-policy",
+        choices=("Fail", "Ignore"),
+        default="Fail",
+        help="failurePolicy of the configuration: Fail (default) refuses TPU worker pods "
+        "while the webhook is unreachable (KubeRay retries); Ignore admits them without "
+        "their TPU identity, and they hang in JAX start-up",
+    )
+    hook.add_argument(
+        "--webhook-namespace-selector",
+        default=None,
+        metavar="JSON",
+        help="namespaceSelector of the configuration, a label selector as JSON "
+        "(default: every namespace but kube-system, "
+        '{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"NotIn",'
+        '"values":["kube-system"]}]})',
     )
     run.set_defaults(func=_cmd_run)
     return parser

@@ -41,9 +41,11 @@ __all__ = [
     "IdentityError",
     "MutationResult",
     "Note",
+    "PeerLists",
     "PodIdentity",
     "desired_env",
     "mutate_pod",
+    "peer_lists",
     "read_identity",
     "requests_tpu",
 ]
@@ -151,6 +153,32 @@ class PodIdentity:
 
 
 @dataclass(frozen=True)
+class PeerLists:
+    """The addresses every TPU container of a pod is told, the same for all of them.
+
+    They grow with the slice (hosts, and on TPU7x hosts x containers), so a pod
+    computes them once and shares the strings between its containers; building
+    them per container made a many-container pod cost hosts x containers^2.
+    """
+
+    worker_hostnames: str  # "" on a single-host slice
+    process_addresses: str  # "" unless a multi-host TPU7x slice
+    coordinator_address: str
+
+
+def peer_lists(identity: PodIdentity, tpu_containers: int) -> PeerLists:
+    """The pod's peer lists, computed once: hosts (x containers on TPU7x) addresses."""
+    multi_host = identity.multi_host
+    return PeerLists(
+        worker_hostnames=identity.worker_hostnames if multi_host else "",
+        process_addresses=(
+            identity.process_addresses(tpu_containers) if multi_host and identity.tpu7x else ""
+        ),
+        coordinator_address=identity.coordinator_address,
+    )
+
+
+@dataclass(frozen=True)
 class MutationResult:
     """The mutated pod and what the handler should warn about.
 
@@ -245,6 +273,22 @@ def _check_dns_label(pod: Mapping[str, Any], what: str, value: str) -> None:
         )
 
 
+def _check_tpu_containers(pod: Mapping[str, Any], shape: SliceShape, count: int) -> None:
+    """At most one TPU container per chip of the host: each requests at least one chip,
+    and a pod runs on one host, so more could never be scheduled. Checked before any
+    peer list is built, because those grow with the container count (on TPU7x each
+    container's list names every container of every host)."""
+    if count > shape.chips_per_host:
+        raise IdentityError(
+            f"pod {_pod_name(pod)} has {count} containers requesting {c.TPU_RESOURCE}, but a "
+            f"host of a {shape.generation.name} {shape.topology} slice has "
+            f"{shape.chips_per_host} chips and each TPU container needs at least one: give the "
+            f"pod at most {shape.chips_per_host} TPU containers (usually one container "
+            f"requesting all {shape.chips_per_host} chips) and move the other containers' "
+            f"{c.TPU_RESOURCE} requests into them"
+        )
+
+
 def read_identity(pod: Mapping[str, Any]) -> PodIdentity | None:
     """The pod's place in its slices, or None when it is not a TPU worker pod.
 
@@ -282,6 +326,7 @@ def read_identity(pod: Mapping[str, Any]) -> PodIdentity | None:
         )
     except TopologyError as err:
         raise IdentityError(f"pod {_pod_name(pod)}: {err.message}") from None
+    _check_tpu_containers(pod, shape, sum(1 for ctr in containers if requests_tpu(ctr)))
     slices = _positive_int(
         pod, c.ANNOTATION_SLICES, _required(pod, annotations, c.ANNOTATION_SLICES, "annotation")
     )
@@ -321,6 +366,7 @@ def desired_env(
     tpu_containers: int,
     *,
     megascale: bool,
+    peers: PeerLists | None = None,
 ) -> tuple[EnvSetting, ...]:
     """Env for the ``tpu_index``-th TPU container of a pod, in the order they are appended.
 
@@ -328,8 +374,11 @@ def desired_env(
     set ``MEGASCALE_NUM_SLICES``; we also add them, with the count, whenever the
     cluster has more than one slice). ``TPU_DEVICE_PLUGIN_HOST_IP`` precedes
     ``TPU_DEVICE_PLUGIN_ADDR`` because Kubernetes expands ``$(VAR)`` only from
-    variables defined earlier in the list.
+    variables defined earlier in the list. ``peers``: the pod's ``peer_lists``, passed
+    by a caller that builds the env of several containers (computed here if absent).
     """
+    if peers is None:
+        peers = peer_lists(identity, tpu_containers)
     worker_id = identity.host_index
     if identity.tpu7x:
         worker_id = identity.host_index * tpu_containers + tpu_index
@@ -338,10 +387,10 @@ def desired_env(
         EnvSetting(c.ENV_TPU_NAME, identity.tpu_name),
     ]
     if identity.multi_host:
-        env.append(EnvSetting(c.ENV_TPU_WORKER_HOSTNAMES, identity.worker_hostnames))
+        env.append(EnvSetting(c.ENV_TPU_WORKER_HOSTNAMES, peers.worker_hostnames))
         if identity.tpu7x:
             env += [
-                EnvSetting(c.ENV_TPU_PROCESS_ADDRESSES, identity.process_addresses(tpu_containers)),
+                EnvSetting(c.ENV_TPU_PROCESS_ADDRESSES, peers.process_addresses),
                 EnvSetting(c.ENV_TPU_PROCESS_PORT, str(c.TPU_PROCESS_PORT_BASE + tpu_index)),
             ]
     if megascale:
@@ -350,7 +399,7 @@ def desired_env(
         megascale_port = c.MEGASCALE_PORT_BASE + (tpu_index if identity.tpu7x else 0)
         env += [
             EnvSetting(c.ENV_MEGASCALE_SLICE_ID, str(identity.replica_index)),
-            EnvSetting(c.ENV_MEGASCALE_COORDINATOR_ADDRESS, identity.coordinator_address),
+            EnvSetting(c.ENV_MEGASCALE_COORDINATOR_ADDRESS, peers.coordinator_address),
             EnvSetting(c.ENV_MEGASCALE_PORT, str(megascale_port)),
         ]
     env += [
@@ -439,6 +488,7 @@ def mutate_pod(pod: Mapping[str, Any]) -> MutationResult:
             spec[field] = value
     containers: list[dict[str, Any]] = spec.get("containers") or []
     tpu_containers = [ctr for ctr in containers if requests_tpu(ctr)]
+    peers = peer_lists(identity, len(tpu_containers))
     for tpu_index, container in enumerate(tpu_containers):
         user_megascale = any(
             entry.get("name") == c.ENV_MEGASCALE_NUM_SLICES and _is_set(entry)
@@ -449,6 +499,7 @@ def mutate_pod(pod: Mapping[str, Any]) -> MutationResult:
             tpu_index,
             len(tpu_containers),
             megascale=identity.slices > 1 or user_megascale,
+            peers=peers,
         )
         _merge_env(container, desired, tpu_index, kept, replaced)
     return MutationResult(pod=new, identity=identity, kept=tuple(kept), replaced=tuple(replaced))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tpuslice.spec.bounds import SpecLimits
 
@@ -42,6 +43,12 @@ class OperatorConfig:
     webhook_secret: str | None = None
     webhook_cert_check_seconds: float = 60.0  # re-read the Secret or mounted files
     manage_webhook_configuration: bool = True  # apply the MutatingWebhookConfiguration
+    # The configuration's settings (webhook/configuration.py): the same on every replica.
+    webhook_timeout_seconds: int = 5  # 1-30, a Kubernetes limit
+    webhook_failure_policy: str = "Fail"  # or Ignore: pods admitted without an identity
+    #: A checked LabelSelector of the namespaces whose pods are sent to the webhook;
+    #: None: every namespace but kube-system.
+    webhook_namespace_selector: dict[str, Any] | None = None
     # Prometheus /metrics (docs/metrics.md); port None disables it.
     metrics_port: int | None = 8000
     metrics_addr: str = "0.0.0.0"  # all interfaces: Prometheus scrapes the pod IP

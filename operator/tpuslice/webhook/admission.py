@@ -4,7 +4,12 @@
 ``mutate_pod`` on a pod CREATE, its changes as an RFC 6902 JSON patch
 (``json_patch``: only the fields we changed, so the API server's audit log shows
 what we set), a refusal (403) with the reason on ``IdentityError``.
-``timed_admission_response`` is the same, observed into ``Metrics``. The server
+``timed_admission_response`` is the same, observed into ``Metrics``. Two bounds
+keep one odd pod from costing the API server or this process much: a pod with
+more TPU containers than its host has chips is refused before any peer list is
+built (``read_identity``), and a patch over ``MAX_PATCH_BYTES`` is refused
+instead of sent. Warnings and log lines repeat at most once a minute per cause
+(``limiter.CauseLimiter``); a refusal's answer is never held back. The server
 (``server.py``), its configuration (``configuration.py``) and the certificates
 (``certificates.py``, ``pki.py``) are the package's other parts.
 
@@ -26,20 +31,24 @@ from http import HTTPStatus
 from typing import Any
 
 from tpuslice.model import constants as c
-from tpuslice.render.identity import IdentityError, MutationResult, mutate_pod
+from tpuslice.render.identity import IdentityError, MutationResult, Note, mutate_pod
 from tpuslice.runtime.metrics import Metrics
+from tpuslice.webhook.limiter import CauseLimiter
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
     "HANDLER_ID",
     "IDLE_TIMEOUT_SECONDS",
     "MAX_BODY_BYTES",
+    "MAX_PATCH_BYTES",
+    "WARNING_WINDOW_SECONDS",
     "WEBHOOK_ENTRY_NAME",
     "BadReview",
     "admission_outcome",
     "admission_response",
     "admission_warnings",
     "json_patch",
+    "limited_warnings",
     "timed_admission_response",
 ]
 
@@ -59,7 +68,25 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 #: server's client keeps idle connections for 90 s and opens a new one as needed.
 IDLE_TIMEOUT_SECONDS = 60.0
 
+#: The largest JSON patch we send; a larger one is refused (403) with the reason. The
+#: API server stores a pod in etcd, whose default request limit is 1.5 MiB
+#: (etcd --max-request-bytes, "etcd limits" in the etcd docs): a patch of a third of
+#: that leaves the rest to the user's own spec and metadata, and a patch near the
+#: limit fails in the API server with a message that names neither us nor the cause.
+#: The largest patch a well-formed pod gets (one TPU container, the largest slice of
+#: any generation, 53-character names) is about a quarter of this bound
+#: (tests/unit/test_webhook_bounds.py checks it); a pod over it has several TPU
+#: containers of a TPU7x slice, whose lists name every container of every host, and
+#: its values near Linux's 128 KiB limit on one environment string (MAX_ARG_STRLEN,
+#: execve(2)), past which its containers could not start anyway.
+MAX_PATCH_BYTES = 512 * 1024
+#: One warning or log line per cause (pod template and field) per window: a
+#: RayCluster's pods share a template, so they share its warnings.
+WARNING_WINDOW_SECONDS = 60.0
+
 _REVIEW_API_VERSION = "admission.k8s.io/v1"
+#: The process's limiter of repeated warnings; a caller (a test) may pass its own.
+_WARNINGS = CauseLimiter(window_seconds=WARNING_WINDOW_SECONDS)
 
 
 # ---------------------------------------------------------------------- decision
@@ -69,20 +96,77 @@ class BadReview(ValueError):
     """The request body is not an AdmissionReview v1 request (the server answers 400)."""
 
 
-def admission_warnings(result: MutationResult) -> list[str]:
-    """Admission warnings (shown to the client that created the pod) for kept/replaced values."""
-    warnings = [
+def _kept_text(note: Note) -> str:
+    return (
         f"{c.IDENTITY_WEBHOOK}: kept {note.name} as set in container {note.container!r}; "
         f"it differs from the value computed for this pod"
-        for note in result.kept
-    ]
-    warnings += [
+    )
+
+
+def _replaced_text(note: Note) -> str:
+    return (
         f"{c.IDENTITY_WEBHOOK}: replaced "
         + (f"{note.name} in container {note.container!r}" if note.container else note.name)
         + " (a placeholder or a value that peers could not resolve)"
-        for note in result.replaced
-    ]
+    )
+
+
+def admission_warnings(result: MutationResult) -> list[str]:
+    """Admission warnings (shown to the client that created the pod) for kept/replaced values."""
+    return [_kept_text(n) for n in result.kept] + [_replaced_text(n) for n in result.replaced]
+
+
+def _template_of(pod: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(namespace, RayCluster, worker group): the pods that share a template share a cause."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return (
+        str(meta.get("namespace") or ""),
+        str(labels.get(c.KUBERAY_LABEL_CLUSTER) or labels.get(c.LABEL_CLUSTER) or ""),
+        str(labels.get(c.KUBERAY_LABEL_GROUP) or ""),
+    )
+
+
+def _held_suffix(held: int) -> str:
+    if not held:
+        return ""
+    return f" ({held} more like this held back in the last {WARNING_WINDOW_SECONDS:.0f} s)"
+
+
+def limited_warnings(
+    pod: Mapping[str, Any], result: MutationResult, limiter: CauseLimiter
+) -> list[str]:
+    """``admission_warnings`` less those said for the same template and field within the
+    limiter's window; each is logged once as it is returned."""
+    template = _template_of(pod)
+    causes = [(("kept", n.container, n.name), _kept_text(n)) for n in result.kept]
+    causes += [(("replaced", n.container, n.name), _replaced_text(n)) for n in result.replaced]
+    warnings = []
+    for cause, text in causes:
+        held = limiter.admit((*template, *cause))
+        if held is None:
+            continue
+        warnings.append(text + _held_suffix(held))
+        log.warning("pod %s: %s", _pod_ref(pod), warnings[-1])
     return warnings
+
+
+def _log_refusal(pod: Mapping[str, Any], message: str, limiter: CauseLimiter) -> None:
+    held = limiter.admit((*_template_of(pod), "refused"))
+    if held is not None:
+        log.warning("refused pod %s: %s%s", _pod_ref(pod), message, _held_suffix(held))
+
+
+def _patch_too_large(pod: Mapping[str, Any], result: MutationResult, size: int) -> str:
+    identity = result.identity
+    hosts = identity.shape.hosts if identity is not None else 0
+    return (
+        f"pod {_pod_ref(pod)}: its TPU identity would be a {size}-byte JSON patch, over the "
+        f"webhook's limit of {MAX_PATCH_BYTES} bytes; the peer lists (TPU_WORKER_HOSTNAMES, "
+        f"TPU_PROCESS_ADDRESSES) of {hosts} hosts are repeated in every TPU container. Use one "
+        f"TPU container per pod requesting all of the host's chips, or shorter RayCluster and "
+        f"worker group names"
+    )
 
 
 def _request_of(review: Any) -> Mapping[str, Any]:
@@ -118,15 +202,19 @@ def _pod_ref(pod: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace') or '?'}/{name}"
 
 
-def admission_response(review: Mapping[str, Any]) -> dict[str, Any]:
+def admission_response(
+    review: Mapping[str, Any], *, limiter: CauseLimiter | None = None
+) -> dict[str, Any]:
     """The AdmissionReview answering ``review``: admit a pod with its TPU identity, or refuse it.
 
     Only a CREATE of a pod labelled ``tpuslice.dev/cluster`` is looked at (the
     label repeats the configuration's objectSelector); anything else is allowed
     unchanged. An already mutated pod (reinvocation) gets no patch, because
     ``mutate_pod`` is idempotent. Raises ``BadReview`` for a body that is not an
-    AdmissionReview v1 request.
+    AdmissionReview v1 request. ``limiter``: which warnings are repeated (default:
+    the process's, one per cause a minute).
     """
+    limiter = _WARNINGS if limiter is None else limiter
     request = _request_of(review)
     response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
     answer = {"apiVersion": _REVIEW_API_VERSION, "kind": "AdmissionReview", "response": response}
@@ -140,21 +228,30 @@ def admission_response(review: Mapping[str, Any]) -> dict[str, Any]:
     try:
         result = mutate_pod(pod)
     except IdentityError as err:
-        response["allowed"] = False
-        response["status"] = {"code": HTTPStatus.FORBIDDEN.value, "message": str(err)}
-        return answer
+        return _refuse(answer, pod, str(err), limiter)
     if result.identity is None:
         return answer
-    warnings = admission_warnings(result)
-    for text in warnings:
-        log.warning("pod %s: %s", _pod_ref(pod), text)
+    ops = json_patch(pod, result.pod)
+    patch = json.dumps(ops).encode() if ops else b""
+    if len(patch) > MAX_PATCH_BYTES:
+        return _refuse(answer, pod, _patch_too_large(pod, result, len(patch)), limiter)
+    warnings = limited_warnings(pod, result, limiter)
     if warnings:
         response["warnings"] = warnings
-    ops = json_patch(pod, result.pod)
     if not ops:
         return answer
     response["patchType"] = "JSONPatch"
-    response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode("ascii")
+    response["patch"] = base64.b64encode(patch).decode("ascii")
+    return answer
+
+
+def _refuse(
+    answer: dict[str, Any], pod: Mapping[str, Any], message: str, limiter: CauseLimiter
+) -> dict[str, Any]:
+    response = answer["response"]
+    response["allowed"] = False
+    response["status"] = {"code": HTTPStatus.FORBIDDEN.value, "message": message}
+    _log_refusal(pod, message, limiter)
     return answer
 
 

@@ -218,7 +218,12 @@ def start_identity_webhook(config: OperatorConfig, kube: Kube, health: Health) -
         def apply(ca_bundle: bytes) -> None:
             kube.apply_webhook_configuration(
                 webhook_config.webhook_configuration(
-                    ca_bundle=ca_bundle, url=config.webhook_url, service=service
+                    ca_bundle=ca_bundle,
+                    url=config.webhook_url,
+                    service=service,
+                    timeout_seconds=config.webhook_timeout_seconds,
+                    failure_policy=config.webhook_failure_policy,
+                    namespace_selector=config.webhook_namespace_selector,
                 )
             )
             log.info("TPU identity webhook configuration applied (%s)", where)
