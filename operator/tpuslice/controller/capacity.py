@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tpuslice.capacity.constraints import CapacityConstraints, constraints
+from tpuslice.capacity.facts import pods_by_replica, slice_facts
 from tpuslice.capacity.objects import (
     podtemplate_body,
     podtemplate_owner_references,
@@ -53,7 +54,6 @@ from tpuslice.capacity.requests import (
     group_requests,
     history_from_status,
     lapsed,
-    slices_to_provision,
 )
 from tpuslice.controller.expectations import Expectations
 from tpuslice.controller.recorder import Recorder
@@ -62,18 +62,15 @@ from tpuslice.model import events
 from tpuslice.model.convert import provisioning_request_info, timestamp
 from tpuslice.model.records import (
     ClusterRef,
-    GangMode,
     ObjectKey,
     OwnedRequest,
     PodInfo,
     ProvisioningDecision,
-    ProvisioningMode,
     ProvisioningRequestInfo,
     ProvisioningView,
     ReservationInfo,
     SliceFacts,
     SlicePlan,
-    SliceState,
     Snapshot,
 )
 from tpuslice.planning.pools import PoolIndex, eligible_pools
@@ -232,7 +229,18 @@ class ProvisioningPass:
         if self.spec is None or self.ref is None:
             return NO_CAPACITY_PLAN
         spec, ref = self.spec, self.ref
-        facts = self._facts(plan, pods, reservations, index)
+        facts = slice_facts(
+            ref,
+            spec,
+            plan,
+            pods,
+            reservations,
+            eligible=eligible_pools(
+                index, hosts=spec.shape.hosts, chips_per_host=spec.shape.chips_per_host
+            ),
+            pool_nodes=index.pools,
+            newest=self.newest,
+        )
         replicas = {s.index: s.replica for s in plan.slices}
         decided = capacity_plan(
             facts,
@@ -243,7 +251,7 @@ class ProvisioningPass:
             replicas=replicas,
             pool_nodes=index.pools,
         )
-        by_replica = _pods_by_replica(pods)
+        by_replica = pods_by_replica(pods)
         for decision in decided.writes:
             await self._carry_out(ref, spec, decision, replicas, by_replica, index, facts)
         for request in self.extra:  # older attempts, retired ones, requests without labels
@@ -254,78 +262,6 @@ class ProvisioningPass:
             delay = max(1.0, (decided.retry_at - self.now).total_seconds() + 1.0)
             self.p.kick_later(ref.key, delay)
         return replace(decided, stall=self.stall or decided.stall)
-
-    def _facts(
-        self,
-        plan: SlicePlan,
-        pods: Sequence[PodInfo],
-        reservations: Sequence[ReservationInfo],
-        index: PoolIndex,
-    ) -> dict[int, SliceFacts]:
-        assert self.spec is not None and self.ref is not None
-        spec, ref = self.spec, self.ref
-        prov = spec.provisioning
-        hosts = spec.shape.hosts
-        held = {r.holder.replica_name: r.pool for r in reservations if ref.holds(r.holder)}
-        claimed = {cl.holder.replica_name: cl.pool for cl in plan.claims}
-        by_replica = _pods_by_replica(pods)
-        eligible = eligible_pools(index, hosts=hosts, chips_per_host=spec.shape.chips_per_host)
-        taken = {r.pool for r in reservations} | set(claimed.values())
-        free = {p for p in eligible if p not in taken}
-        # Free pools that serve slices without asking: not the capacity of this object's
-        # own outstanding requests. Queued pools are named (even before Provisioned). A
-        # best-effort pool is not: a free pool whose nodes are all younger than the
-        # oldest outstanding request counts as a request's (it may even be seen before
-        # the request's Provisioned: two watches). The rest serve the waiting slices by
-        # index (slices_to_provision), so which slices ask stays put while they wait.
-        outstanding = [r for r in self.newest.values() if not lapsed(r) and not r.deleting]
-        live = {
-            k: r
-            for k, r in self.newest.items()
-            if r.is_true(c.PROVREQ_PROVISIONED) and not lapsed(r) and not r.deleting
-        }
-        if prov is not None and prov.mode == ProvisioningMode.QUEUED:
-            capacity = {r.node_pool for r in outstanding if r.node_pool}
-        else:
-            capacity = fresh_pools(free, index.pools, outstanding)
-        free_existing = len(free - capacity)
-        desired = sum(1 for s in plan.slices if s.state != SliceState.RELEASING)
-        holding = set(held) | set(claimed)
-        gang_short = (
-            spec.gang == GangMode.ALL_SLICES
-            and len({s.replica for s in plan.slices if s.replica in holding}) < desired
-        )
-        out: dict[int, SliceFacts] = {}
-        waiting: list[int] = []
-        for status in plan.slices:
-            replica = status.replica
-            live_pods = [p for p in by_replica.get(replica or "", []) if not p.deleting]
-            raycluster = next((p.ray_cluster for p in live_pods if p.ray_cluster), "") or (
-                spec.name
-            )
-            pool = held.get(replica or "") or claimed.get(replica or "")
-            complete = len(live_pods) == hosts
-            exists = status.state != SliceState.RELEASING and bool(live_pods)
-            fact = SliceFacts(
-                index=status.index,
-                raycluster=raycluster,
-                exists=exists,
-                pods_complete=complete,
-                pool=pool,
-                released=any(not p.gated for p in live_pods),
-                bound=complete and all(p.node_name for p in live_pods),
-                gang_waiting=gang_short and pool is not None and all(p.gated for p in live_pods),
-            )
-            if exists and pool is None and complete and (raycluster, status.index) not in live:
-                waiting.append(status.index)
-            out[status.index] = fact
-        if spec.suspend:
-            return out
-        asking = slices_to_provision(waiting, free_existing)
-        for i in waiting:
-            if i not in asking:
-                out[i] = replace(out[i], eligible_pool=True)
-        return out
 
     async def _carry_out(
         self,
@@ -560,14 +496,6 @@ class ProvisioningPass:
             template["name"],
             {"template": {"spec": {"affinity": affinity}}},  # null removes it
         )
-
-
-def _pods_by_replica(pods: Iterable[PodInfo]) -> dict[str, list[PodInfo]]:
-    out: dict[str, list[PodInfo]] = {}
-    for pod in pods:
-        if pod.replica_name:
-            out.setdefault(pod.replica_name, []).append(pod)
-    return out
 
 
 def _one_cluster(view: ProvisioningView, name: str, snap: Snapshot) -> ProvisioningView:

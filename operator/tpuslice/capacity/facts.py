@@ -1,0 +1,117 @@
+"""What capacity planning knows of each slice of one object, from the slice plan and the
+snapshot: the input of ``capacity.plan``.
+
+Pure: the executor (``controller/capacity.py``) reads the snapshot and the pool index and
+passes plain values in, so the rule of which slices still wait for capacity (and which
+of them may be served by a free pool instead of a request) is tested without the shell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+
+from tpuslice.capacity.plan import PoolNodes, fresh_pools
+from tpuslice.capacity.requests import lapsed, slices_to_provision
+from tpuslice.model import constants as c
+from tpuslice.model.records import (
+    ClusterRef,
+    GangMode,
+    PodInfo,
+    ProvisioningMode,
+    ProvisioningRequestInfo,
+    ReservationInfo,
+    SliceFacts,
+    SlicePlan,
+    SliceState,
+)
+from tpuslice.spec.parts import SliceClusterSpec
+
+__all__ = ["pods_by_replica", "slice_facts"]
+
+
+def pods_by_replica(pods: Iterable[PodInfo]) -> dict[str, list[PodInfo]]:
+    """The pods of each slice (KubeRay's replica name); pods of no slice left out."""
+    out: dict[str, list[PodInfo]] = {}
+    for pod in pods:
+        if pod.replica_name:
+            out.setdefault(pod.replica_name, []).append(pod)
+    return out
+
+
+def slice_facts(
+    ref: ClusterRef,
+    spec: SliceClusterSpec,
+    plan: SlicePlan,
+    pods: Sequence[PodInfo],
+    reservations: Sequence[ReservationInfo],
+    *,
+    eligible: frozenset[str],
+    pool_nodes: PoolNodes,
+    newest: Mapping[tuple[str, int], ProvisioningRequestInfo],
+) -> dict[int, SliceFacts]:
+    """Each planned slice's facts, by slice index.
+
+    ``eligible``: the pools of the slice shape that may serve a slice; ``pool_nodes``:
+    their nodes (creation times); ``newest``: the object's newest request per
+    (RayCluster, slice index). A slice waits for capacity when its pods all exist, it
+    holds no pool and no live request serves it; of those, as many as there are free
+    existing pools (not a request's own fresh capacity) are marked served by a pool
+    instead of asking, in index order, so which slices ask stays put while they wait."""
+    prov = spec.provisioning
+    hosts = spec.shape.hosts
+    held = {r.holder.replica_name: r.pool for r in reservations if ref.holds(r.holder)}
+    claimed = {cl.holder.replica_name: cl.pool for cl in plan.claims}
+    by_replica = pods_by_replica(pods)
+    taken = {r.pool for r in reservations} | set(claimed.values())
+    free = {p for p in eligible if p not in taken}
+    # Free pools that serve slices without asking: not the capacity of this object's own
+    # outstanding requests. Queued pools are named (even before Provisioned). A
+    # best-effort pool is not: a free pool whose nodes are all younger than the oldest
+    # outstanding request counts as a request's (it may even be seen before the
+    # request's Provisioned: two watches).
+    outstanding = [r for r in newest.values() if not lapsed(r) and not r.deleting]
+    live = {
+        k: r
+        for k, r in newest.items()
+        if r.is_true(c.PROVREQ_PROVISIONED) and not lapsed(r) and not r.deleting
+    }
+    if prov is not None and prov.mode == ProvisioningMode.QUEUED:
+        capacity = {r.node_pool for r in outstanding if r.node_pool}
+    else:
+        capacity = fresh_pools(free, pool_nodes, outstanding)
+    free_existing = len(free - capacity)
+    desired = sum(1 for s in plan.slices if s.state != SliceState.RELEASING)
+    holding = set(held) | set(claimed)
+    gang_short = (
+        spec.gang == GangMode.ALL_SLICES
+        and len({s.replica for s in plan.slices if s.replica in holding}) < desired
+    )
+    out: dict[int, SliceFacts] = {}
+    waiting: list[int] = []
+    for status in plan.slices:
+        replica = status.replica
+        live_pods = [p for p in by_replica.get(replica or "", []) if not p.deleting]
+        raycluster = next((p.ray_cluster for p in live_pods if p.ray_cluster), "") or spec.name
+        pool = held.get(replica or "") or claimed.get(replica or "")
+        complete = len(live_pods) == hosts
+        exists = status.state != SliceState.RELEASING and bool(live_pods)
+        out[status.index] = SliceFacts(
+            index=status.index,
+            raycluster=raycluster,
+            exists=exists,
+            pods_complete=complete,
+            pool=pool,
+            released=any(not p.gated for p in live_pods),
+            bound=complete and all(p.node_name for p in live_pods),
+            gang_waiting=gang_short and pool is not None and all(p.gated for p in live_pods),
+        )
+        if exists and pool is None and complete and (raycluster, status.index) not in live:
+            waiting.append(status.index)
+    if spec.suspend:
+        return out
+    asking = slices_to_provision(waiting, free_existing)
+    for i in waiting:
+        if i not in asking:
+            out[i] = replace(out[i], eligible_pool=True)
+    return out
