@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -12,16 +12,27 @@ from tpuslice.spec.job import parse_job
 from tpuslice.spec.parts import SliceClusterSpec
 from tpuslice.spec.service import parse_service
 
-__all__ = ["parse_slice_parts"]
+__all__ = ["SLICE_PARTS", "parse_slice_parts"]
+
+
+def _job_parts(obj: Mapping[str, Any]) -> SliceClusterSpec:
+    job = parse_job(obj)  # a suspended job wants no slices, as a suspended cluster
+    return replace(job.cluster, suspend=job.job.suspend)
+
+
+def _service_parts(obj: Mapping[str, Any]) -> SliceClusterSpec:
+    return parse_service(obj).cluster
+
+
+#: Each kind's parser of its slice parts, by ``kind``.
+SLICE_PARTS: dict[str, Callable[[Mapping[str, Any]], SliceClusterSpec]] = {
+    constants.KIND_CLUSTER: parse_cluster,
+    constants.KIND_JOB: _job_parts,
+    constants.KIND_SERVICE: _service_parts,
+}
 
 
 def parse_slice_parts(obj: Mapping[str, Any]) -> SliceClusterSpec:
     """The cluster parts of a TPUSliceCluster, TPUSliceJob or TPUSliceService (by its
     ``kind``; none means a TPUSliceCluster): what the shape's queue and the planner read."""
-    kind = obj.get("kind") or constants.KIND_CLUSTER
-    if kind == constants.KIND_JOB:
-        job = parse_job(obj)  # a suspended job wants no slices, as a suspended cluster
-        return replace(job.cluster, suspend=job.job.suspend)
-    if kind == constants.KIND_SERVICE:
-        return parse_service(obj).cluster
-    return parse_cluster(obj)
+    return SLICE_PARTS.get(obj.get("kind") or constants.KIND_CLUSTER, parse_cluster)(obj)
