@@ -177,10 +177,10 @@ def test_a_connection_beyond_the_workers_gets_503_at_once_while_they_keep_workin
     assert _admit_until_answered(server, context, "after", within=10) >= 1
 
 
-def test_beyond_the_503_lane_a_connection_is_closed_unanswered(
+def test_beyond_the_waiting_connections_a_connection_is_closed_unanswered(
     serve: Serve, tls: tuple[webhookcerts.CertFiles, ssl.SSLContext]
 ) -> None:
-    server = serve(max_connections=1, max_turned_away_at_once=0, request_deadline=30.0)
+    server = serve(max_connections=1, max_waiting=0, request_deadline=30.0)
     with _connect(server, tls[1]) as held:
         raw = socket.create_connection(("127.0.0.1", server.port), timeout=5)
         with pytest.raises((ssl.SSLError, OSError)):
@@ -189,6 +189,20 @@ def test_beyond_the_503_lane_a_connection_is_closed_unanswered(
         held.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         response, body = _response(held)
         assert (response.status, body) == (200, b"ok\n")
+
+
+def test_an_idle_connection_gives_its_worker_to_a_new_one(
+    serve: Serve, tls: tuple[webhookcerts.CertFiles, ssl.SSLContext]
+) -> None:
+    """Idle keep-alive connections (the API server's, or a tenant's) never shut out a call."""
+    server = serve(max_connections=1, idle_timeout=30.0, worker_wait=5.0)
+    with _connect(server, tls[1]) as idle:
+        body = _review_bytes("first")
+        idle.sendall(_head(len(body)) + body)
+        response, _ = _response(idle)
+        assert response.status == 200  # and now idle, holding the only worker
+        assert _admit(server, tls[1], "second") == 200
+        assert _closed_by_server(idle, within=5)
 
 
 def test_a_half_sent_request_is_dropped_at_the_deadline_and_frees_its_worker(
@@ -306,7 +320,7 @@ def test_valid_reviews_are_answered_during_a_hostile_flood(
     KubeRay retries a refused pod, are all answered."""
     server = serve(
         max_connections=4,
-        max_turned_away_at_once=2,
+        max_waiting=2,
         handshake_timeout=0.3,
         idle_timeout=0.3,
         request_deadline=0.3,
@@ -352,6 +366,8 @@ def test_valid_reviews_are_answered_during_a_hostile_flood(
     [
         ("max_connections", 0),
         ("max_connections", 2.5),
+        ("max_waiting", -1),
+        ("worker_wait", "1"),
         ("listen_backlog", True),
         ("request_deadline", float("nan")),
         ("idle_timeout", 0),

@@ -78,14 +78,21 @@ HANDSHAKE_TIMEOUT_SECONDS = 5.0
 #: the API server's own wait (``DEFAULT_TIMEOUT_SECONDS``): an answer later than
 #: that reaches no one, and a request trickled in byte by byte is dropped here.
 REQUEST_DEADLINE_SECONDS = 10.0
-#: Connections served at once, each on its own thread; one more is answered 503
-#: with ``Retry-After`` and closed (the API server counts a 5xx as a failed call:
-#: the pod is refused and KubeRay creates it again). A decision takes
-#: milliseconds, so 32 cover the API server's bursts with room to spare.
+#: Connections served at once, each on its own thread. A connection beyond them
+#: first takes the place of the longest-idle keep-alive connection, if any (closed
+#: for it: the API server keeps up to dozens of idle connections per replica, and a
+#: tenant can open idle ones too, and neither may shut out a new call); else it
+#: waits up to ``WORKER_WAIT_SECONDS`` for a worker, then is answered 503 with
+#: ``Retry-After`` and closed (the API server counts a 5xx as a failed call: the
+#: pod is refused and KubeRay creates it again). A decision takes milliseconds,
+#: so 32 cover the API server's bursts with room to spare.
 MAX_CONNECTIONS = 32
-#: Threads that answer the 503 to connections beyond ``MAX_CONNECTIONS``; beyond
-#: those too, a connection is closed without an answer.
-MAX_TURNED_AWAY_AT_ONCE = 4
+#: Connections that wait for a worker, or are being answered 503, at once; beyond
+#: those a connection is closed without an answer. Never an unbounded queue.
+MAX_WAITING_CONNECTIONS = 16
+#: How long a connection beyond ``MAX_CONNECTIONS`` waits for a worker: a burst
+#: of calls is absorbed, a worker held by a stalled client is not waited out.
+WORKER_WAIT_SECONDS = 1.0
 #: Connections the kernel holds while the accept loop is busy (the stdlib's 5 drops
 #: a burst of new connections); Linux caps it at ``net.core.somaxconn``.
 LISTEN_BACKLOG = 128

@@ -21,6 +21,7 @@ one and all together. ``ServerLimits`` holds the numbers; docs/reliability.md
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -46,9 +47,10 @@ from tpuslice.webhook.admission import (
     MAX_BODY_BYTES,
     MAX_BODY_BYTES_IN_FLIGHT,
     MAX_CONNECTIONS,
-    MAX_TURNED_AWAY_AT_ONCE,
+    MAX_WAITING_CONNECTIONS,
     REQUEST_DEADLINE_SECONDS,
     RETRY_AFTER_SECONDS,
+    WORKER_WAIT_SECONDS,
     BadReview,
     admission_response,
     timed_admission_response,
@@ -84,7 +86,8 @@ class ServerLimits:
     admission.py's constants; tests pass small ones."""
 
     max_connections: int = MAX_CONNECTIONS
-    max_turned_away_at_once: int = MAX_TURNED_AWAY_AT_ONCE
+    max_waiting: int = MAX_WAITING_CONNECTIONS
+    worker_wait: float = WORKER_WAIT_SECONDS
     listen_backlog: int = LISTEN_BACKLOG
     handshake_timeout: float = HANDSHAKE_TIMEOUT_SECONDS
     idle_timeout: float = IDLE_TIMEOUT_SECONDS
@@ -96,7 +99,7 @@ class ServerLimits:
     def __post_init__(self) -> None:
         counts = {
             "max_connections": (self.max_connections, 1, 4096),
-            "max_turned_away_at_once": (self.max_turned_away_at_once, 0, 256),
+            "max_waiting": (self.max_waiting, 0, 1024),
             "listen_backlog": (self.listen_backlog, 1, 65535),
             "max_body_bytes": (self.max_body_bytes, 1, 64 * 1024 * 1024),
             "max_body_bytes_in_flight": (
@@ -112,7 +115,7 @@ class ServerLimits:
                     f"ServerLimits.{name}: must be a whole number from {low} to {high}, "
                     f"got {value!r}"
                 )
-        for name in ("handshake_timeout", "idle_timeout", "request_deadline"):
+        for name in ("handshake_timeout", "idle_timeout", "request_deadline", "worker_wait"):
             value = getattr(self, name)
             seconds = isinstance(value, int | float) and not isinstance(value, bool)
             if not seconds or not 0 < value <= 600:  # NaN fails the comparison too
@@ -250,10 +253,13 @@ class _AdmissionHandler(BaseHTTPRequestHandler):
         limits = self.server.limits
         self.reader.deadline = time.monotonic() + limits.idle_timeout
         self.reader.budget = 1
+        self.server.idle_begins(id(self), self.connection)
         try:
             started = self.buffered.peek(1)
         except (TimeoutError, OSError):
             started = b""  # idle too long, or the client went away
+        if not self.server.idle_ends(id(self)):
+            started = b""  # closed for a new connection while all workers were busy
         if not started:
             self.close_connection = True
             return
@@ -452,7 +458,10 @@ class IdentityWebhookServer(ThreadingHTTPServer):
         self.missed_deadline = _RareWarning(_WARN_EVERY_SECONDS)
         self.turned_away = _RareWarning(_WARN_EVERY_SECONDS)
         self._workers = threading.BoundedSemaphore(self.limits.max_connections)
-        self._turners = threading.BoundedSemaphore(max(1, self.limits.max_turned_away_at_once))
+        self._waiting = threading.BoundedSemaphore(max(1, self.limits.max_waiting))
+        # Connections waiting for their next request, longest idle first.
+        self._idle: dict[int, socket.socket] = {}
+        self._idle_lock = threading.Lock()
         # addr None: every interface, IPv6 too where the host has it (as kopf's server did).
         self._dual_stack = addr is None and socket.has_dualstack_ipv6()
         host = "::" if self._dual_stack else (addr or "")
@@ -494,10 +503,10 @@ class IdentityWebhookServer(ThreadingHTTPServer):
         ), client
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """Serve the connection on a thread of its own if a worker is free; else
-        answer 503 at once (the accept loop never waits for a worker)."""
+        """Serve the connection on a thread of its own if a worker is free; else hand
+        it to a waiting thread (the accept loop itself never waits)."""
         if not self._workers.acquire(blocking=False):
-            self._turn_away(request, client_address)
+            self._wait_for_a_worker(request, client_address)
             return
         try:
             super().process_request(request, client_address)
@@ -511,26 +520,62 @@ class IdentityWebhookServer(ThreadingHTTPServer):
         finally:
             self._workers.release()
 
-    def _turn_away(self, request: Any, client_address: Any) -> None:
-        limits = self.limits
-        self.turned_away.warn(
-            f"turned away a connection from {client_address[0]}: all "
-            f"{limits.max_connections} workers busy"
-        )
-        if limits.max_turned_away_at_once == 0 or not self._turners.acquire(blocking=False):
-            self.shutdown_request(request)  # no answer: the client sees the connection close
+    def idle_begins(self, key: int, connection: socket.socket) -> None:
+        with self._idle_lock:
+            self._idle[key] = connection
+
+    def idle_ends(self, key: int) -> bool:
+        """False when the connection was closed for a new one meanwhile."""
+        with self._idle_lock:
+            return self._idle.pop(key, None) is not None
+
+    def _close_longest_idle(self) -> bool:
+        with self._idle_lock:
+            if not self._idle:
+                return False
+            connection = self._idle.pop(next(iter(self._idle)))
+        # The TCP socket under the TLS: its worker, waiting in a read, sees the end of
+        # the stream and returns to the pool.
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(connection, socket.SHUT_RDWR)
+        return True
+
+    def _wait_for_a_worker(self, request: Any, client_address: Any) -> None:
+        if self.limits.max_waiting == 0 or not self._waiting.acquire(blocking=False):
+            self.turned_away.warn(
+                f"closed a connection from {client_address[0]} unanswered: all "
+                f"{self.limits.max_connections} workers busy and "
+                f"{self.limits.max_waiting} connections waiting"
+            )
+            self.shutdown_request(request)
             return
         try:
             threading.Thread(
-                target=self._answer_busy,
-                args=(request,),
-                name="identity-webhook-busy",
+                target=self._serve_when_a_worker_is_free,
+                args=(request, client_address),
+                name="identity-webhook-waiting",
                 daemon=True,
             ).start()
         except BaseException:
-            self._turners.release()
+            self._waiting.release()
             self.shutdown_request(request)
             raise
+
+    def _serve_when_a_worker_is_free(self, request: ssl.SSLSocket, client_address: Any) -> None:
+        try:
+            if self._close_longest_idle():
+                log.debug("identity webhook: closed an idle connection for a new one")
+            if not self._workers.acquire(timeout=self.limits.worker_wait):
+                self.turned_away.warn(
+                    f"answered 503 to a connection from {client_address[0]}: all "
+                    f"{self.limits.max_connections} workers busy for "
+                    f"{self.limits.worker_wait:g} s"
+                )
+                self._answer_busy(request)
+                return
+        finally:
+            self._waiting.release()
+        self.process_request_thread(request, client_address)
 
     def _answer_busy(self, request: ssl.SSLSocket) -> None:
         """503 with Retry-After after the handshake and the request's first bytes (an
@@ -557,7 +602,6 @@ class IdentityWebhookServer(ThreadingHTTPServer):
             log.debug("identity webhook: a turned-away connection ended: %s", err)
         finally:
             self.shutdown_request(request)
-            self._turners.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A connection that failed outside the handler's own error handling: log, no stderr."""
