@@ -142,16 +142,32 @@ def test_an_oversized_body_is_refused_from_its_headers(
 
 
 def test_a_connection_beyond_the_workers_gets_503_at_once_while_they_keep_working(
-    serve: Serve, tls: tuple[webhookcerts.CertFiles, ssl.SSLContext]
+    serve: Serve,
+    tls: tuple[webhookcerts.CertFiles, ssl.SSLContext],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    server = serve(max_connections=2, request_deadline=30.0, idle_timeout=30.0)
+    server = serve(max_connections=2, worker_wait=0.2, request_deadline=30.0)
     context = tls[1]
-    slow = [_connect(server, context) for _ in range(2)]  # both workers taken
-    bodies = [_review_bytes(f"slow{i}") for i in range(2)]
-    try:
-        for sock, body in zip(slow, bodies, strict=True):
-            sock.sendall(_head(len(body)) + body[:100])  # half a request, then nothing
+    decided = server.answer
+    both_deciding = threading.Barrier(3)
+    release = threading.Event()
 
+    def slow_answer(review: Any) -> dict[str, Any]:
+        both_deciding.wait(5)
+        release.wait(10)  # both workers busy deciding, not waiting on a client
+        return decided(review)
+
+    monkeypatch.setattr(server, "answer", slow_answer)
+    statuses: dict[str, int] = {}
+
+    def admit(uid: str) -> None:
+        statuses[uid] = _admit(server, context, uid)
+
+    slow = [threading.Thread(target=admit, args=(f"slow{i}",)) for i in range(2)]
+    for thread in slow:
+        thread.start()
+    try:
+        both_deciding.wait(5)
         started = time.monotonic()
         conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=context, timeout=10)
         try:
@@ -162,19 +178,30 @@ def test_a_connection_beyond_the_workers_gets_503_at_once_while_they_keep_workin
             assert extra.getheader("Connection") == "close"
         finally:
             conn.close()
-        # Not queued behind the 30 s the slow ones may take.
+        # Not queued behind the 10 s the slow ones may take.
         assert time.monotonic() - started < 5
-
-        for i, (sock, body) in enumerate(zip(slow, bodies, strict=True)):
-            sock.sendall(body[100:])
-            response, raw = _response(sock)
-            assert response.status == 200
-            assert json.loads(raw)["response"]["uid"] == f"slow{i}"
     finally:
-        for sock in slow:
+        release.set()
+        for thread in slow:
+            thread.join(10)
+    assert statuses == {"slow0": 200, "slow1": 200}
+
+
+def test_a_stalled_request_gives_its_worker_to_a_new_connection(
+    serve: Serve, tls: tuple[webhookcerts.CertFiles, ssl.SSLContext]
+) -> None:
+    """A client that sends half a request cannot keep a worker from the API server's
+    next call: the connection that has waited longest for its client is closed."""
+    server = serve(max_connections=2, worker_wait=5.0, request_deadline=30.0)
+    stalled = [_connect(server, tls[1]) for _ in range(2)]  # both workers taken
+    try:
+        for sock in stalled:
+            sock.sendall(_head(9000) + b"{")
+        assert _admit(server, tls[1], "valid") == 200
+        assert _closed_by_server(stalled[0], within=5)  # the one that waited longest
+    finally:
+        for sock in stalled:
             sock.close()
-    # Their workers come back once they close.
-    assert _admit_until_answered(server, context, "after", within=10) >= 1
 
 
 def test_beyond_the_waiting_connections_a_connection_is_closed_unanswered(

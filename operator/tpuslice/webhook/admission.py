@@ -79,13 +79,14 @@ HANDSHAKE_TIMEOUT_SECONDS = 5.0
 #: that reaches no one, and a request trickled in byte by byte is dropped here.
 REQUEST_DEADLINE_SECONDS = 10.0
 #: Connections served at once, each on its own thread. A connection beyond them
-#: first takes the place of the longest-idle keep-alive connection, if any (closed
-#: for it: the API server keeps up to dozens of idle connections per replica, and a
-#: tenant can open idle ones too, and neither may shut out a new call); else it
-#: waits up to ``WORKER_WAIT_SECONDS`` for a worker, then is answered 503 with
-#: ``Retry-After`` and closed (the API server counts a 5xx as a failed call: the
-#: pod is refused and KubeRay creates it again). A decision takes milliseconds,
-#: so 32 cover the API server's bursts with room to spare.
+#: first takes the worker of the connection that has waited longest for its
+#: client, if any: an idle keep-alive connection (the API server keeps dozens per
+#: replica) or one whose request is still arriving after the others' (a valid
+#: call arrives in milliseconds, so the longest wait is a stalled client's); that
+#: connection is closed. Else it waits up to ``WORKER_WAIT_SECONDS`` for a worker,
+#: then is answered 503 with ``Retry-After`` and closed (the API server counts a
+#: 5xx as a failed call: the pod is refused and KubeRay creates it again). A
+#: decision takes milliseconds, so 32 cover the API server's bursts.
 MAX_CONNECTIONS = 32
 #: Connections that wait for a worker, or are being answered 503, at once; beyond
 #: those a connection is closed without an answer. Never an unbounded queue.

@@ -233,6 +233,8 @@ class _AdmissionHandler(BaseHTTPRequestHandler):
     buffered: io.BufferedReader
     #: When the current request must be answered (``time.monotonic()``).
     deadline: float
+    #: The current request is still arriving (see ``IdentityWebhookServer.waits_on_client``).
+    waiting = False
 
     def setup(self) -> None:
         super().setup()
@@ -253,12 +255,12 @@ class _AdmissionHandler(BaseHTTPRequestHandler):
         limits = self.server.limits
         self.reader.deadline = time.monotonic() + limits.idle_timeout
         self.reader.budget = 1
-        self.server.idle_begins(id(self), self.connection)
+        self.server.waits_on_client(id(self), self.connection)
         try:
             started = self.buffered.peek(1)
         except (TimeoutError, OSError):
             started = b""  # idle too long, or the client went away
-        if not self.server.idle_ends(id(self)):
+        if not self.server.stops_waiting(id(self)):
             started = b""  # closed for a new connection while all workers were busy
         if not started:
             self.close_connection = True
@@ -266,12 +268,28 @@ class _AdmissionHandler(BaseHTTPRequestHandler):
         self.deadline = time.monotonic() + limits.request_deadline
         self.reader.deadline = self.deadline
         self.reader.budget = _MAX_HEAD_BYTES + limits.max_body_bytes
+        # Until the request is read, the client may be stalling on purpose.
+        self.server.waits_on_client(id(self), self.connection)
+        self.waiting = True
         try:
             super().handle_one_request()
         except TimeoutError:  # in a write: the client reads no answers
             self.close_connection = True
+        finally:
+            self.stop_waiting_on_client()
         if self.reader.budget <= 0:
             self.close_connection = True
+
+    def stop_waiting_on_client(self) -> bool:
+        """The request is read (or failed): its connection may no longer be closed
+        for a new one. False when it was, meanwhile (the connection then closes)."""
+        if not self.waiting:
+            return True
+        self.waiting = False
+        if self.server.stops_waiting(id(self)):
+            return True
+        self.close_connection = True
+        return False
 
     def log_error(self, format: str, *args: Any) -> None:
         if args and isinstance(args[-1], TimeoutError):  # the stdlib's "Request timed out"
@@ -299,8 +317,8 @@ class _AdmissionHandler(BaseHTTPRequestHandler):
 
     def _answer_review(self, length: int) -> None:
         body = self.rfile.read(length)
-        if len(body) < length:  # the client went away mid-body
-            self.close_connection = True
+        if not self.stop_waiting_on_client() or len(body) < length:
+            self.close_connection = True  # the client went away mid-body, or was sent away
             return
         # The API server appends ``?timeout=5s``; only the path routes.
         if urlsplit(self.path).path != f"/{HANDLER_ID}":
@@ -340,6 +358,8 @@ class _AdmissionHandler(BaseHTTPRequestHandler):
         )
 
     def do_GET(self) -> None:
+        if not self.stop_waiting_on_client():
+            return
         if urlsplit(self.path).path == "/healthz":
             self._reply(HTTPStatus.OK, b"ok\n")
         else:
@@ -459,7 +479,8 @@ class IdentityWebhookServer(ThreadingHTTPServer):
         self.turned_away = _RareWarning(_WARN_EVERY_SECONDS)
         self._workers = threading.BoundedSemaphore(self.limits.max_connections)
         self._waiting = threading.BoundedSemaphore(max(1, self.limits.max_waiting))
-        # Connections waiting for their next request, longest idle first.
+        # Connections whose worker waits for the client (the next request, or the
+        # rest of one), longest waiting first.
         self._idle: dict[int, socket.socket] = {}
         self._idle_lock = threading.Lock()
         # addr None: every interface, IPv6 too where the host has it (as kopf's server did).
@@ -520,16 +541,20 @@ class IdentityWebhookServer(ThreadingHTTPServer):
         finally:
             self._workers.release()
 
-    def idle_begins(self, key: int, connection: socket.socket) -> None:
+    def waits_on_client(self, key: int, connection: socket.socket) -> None:
+        """From now the connection's worker waits for its client: for a request (idle
+        keep-alive), or for the rest of one. Such a connection may be closed to
+        give its worker to a new connection, longest waiting first."""
         with self._idle_lock:
+            self._idle.pop(key, None)
             self._idle[key] = connection
 
-    def idle_ends(self, key: int) -> bool:
+    def stops_waiting(self, key: int) -> bool:
         """False when the connection was closed for a new one meanwhile."""
         with self._idle_lock:
             return self._idle.pop(key, None) is not None
 
-    def _close_longest_idle(self) -> bool:
+    def _close_longest_waiting(self) -> bool:
         with self._idle_lock:
             if not self._idle:
                 return False
@@ -563,8 +588,8 @@ class IdentityWebhookServer(ThreadingHTTPServer):
 
     def _serve_when_a_worker_is_free(self, request: ssl.SSLSocket, client_address: Any) -> None:
         try:
-            if self._close_longest_idle():
-                log.debug("identity webhook: closed an idle connection for a new one")
+            if self._close_longest_waiting():
+                log.debug("identity webhook: closed a waiting connection for a new one")
             if not self._workers.acquire(timeout=self.limits.worker_wait):
                 self.turned_away.warn(
                     f"answered 503 to a connection from {client_address[0]}: all "
