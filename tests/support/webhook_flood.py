@@ -3,7 +3,8 @@
 Starts ``IdentityWebhookServer`` in this process (loopback, a throwaway CA, the
 production ``ServerLimits`` unless told otherwise), then runs the valid clients
 twice: alone, and while hostile clients attack (idle TLS connections, requests
-sent half and then stalled, bodies far over the cap). A valid client behaves as
+sent half and then stalled, TCP connections that never start TLS, bodies far
+over the cap). A valid client behaves as
 the API server plus KubeRay do: keep-alive connections, and a review refused (503
 or a closed connection) is sent again until answered. Prints p50/p99 latency of a
 review (first send to answer, retries 50 ms apart included), the retries, the server's peak
@@ -110,6 +111,16 @@ def _stalled(port: int, context: ssl.SSLContext, stop: threading.Event) -> None:
             pass
 
 
+def _silent(port: int, stop: threading.Event) -> None:
+    """A TCP connection that never starts its TLS handshake, again and again."""
+    while not stop.is_set():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=15) as sock:
+                _wait_closed(sock, stop)
+        except OSError:
+            pass
+
+
 def _huge(port: int, context: ssl.SSLContext, stop: threading.Event) -> None:
     """A body of 100 MiB, sent as fast as the server takes it."""
     chunk = b"x" * 65536
@@ -195,13 +206,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reviews", type=int, default=25, help="per valid client")
     parser.add_argument("--idle", type=int, default=100, help="idle TLS connections held")
     parser.add_argument("--stalled", type=int, default=40, help="clients sending half requests")
+    parser.add_argument("--silent", type=int, default=40, help="TCP clients that never start TLS")
     parser.add_argument("--huge", type=int, default=2, help="clients sending 100 MiB bodies")
     parser.add_argument("--max-connections", type=int, default=admission.MAX_CONNECTIONS)
     parser.add_argument(
         "--request-deadline", type=float, default=admission.REQUEST_DEADLINE_SECONDS
     )
     args = parser.parse_args(argv)
-    for name in ("valid_clients", "reviews", "idle", "stalled", "huge"):
+    for name in ("valid_clients", "reviews", "idle", "stalled", "silent", "huge"):
         if not 0 <= getattr(args, name) <= 2000:
             parser.error(f"--{name.replace('_', '-')}: must be from 0 to 2000")
 
@@ -254,7 +266,8 @@ def main(argv: list[str] | None = None) -> None:
             for thread in hostile:
                 thread.join(20)
             _report(
-                f"with {args.idle} idle, {args.stalled} stalled, {args.huge} huge-body clients",
+                f"with {args.idle} idle, {args.stalled} stalled, {args.silent} silent, "
+                f"{args.huge} huge-body clients",
                 flood,
             )
             print(

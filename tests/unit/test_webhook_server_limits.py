@@ -232,6 +232,15 @@ def test_an_idle_connection_gives_its_worker_to_a_new_one(
         assert _closed_by_server(idle, within=5)
 
 
+def test_a_client_that_never_starts_tls_gives_its_worker_to_a_new_connection(
+    serve: Serve, tls: tuple[webhookcerts.CertFiles, ssl.SSLContext]
+) -> None:
+    server = serve(max_connections=1, worker_wait=5.0, handshake_timeout=30.0)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as silent:
+        assert _admit(server, tls[1], "valid") == 200  # not after 30 s, nor a 503
+        assert _closed_by_server(silent, within=5)
+
+
 def test_a_half_sent_request_is_dropped_at_the_deadline_and_frees_its_worker(
     serve: Serve, tls: tuple[webhookcerts.CertFiles, ssl.SSLContext]
 ) -> None:

@@ -73,6 +73,8 @@ _MAX_HEAD_BYTES = 64 * 1024
 #: and a reset can reach the client before it has read our answer.
 _LINGER_SECONDS = 1.0
 _LINGER_BYTES = 256 * 1024
+#: How often a connection waiting for a worker looks again for one to close.
+_WAITING_POLL_SECONDS = 0.05
 #: At most one warning line per kind (turned away, missed deadline) this often.
 _WARN_EVERY_SECONDS = 60.0
 
@@ -242,7 +244,15 @@ class _AdmissionHandler(BaseHTTPRequestHandler):
         # or broken client never holds up the accept loop.
         connection = self.connection
         assert isinstance(connection, ssl.SSLSocket)
-        connection.do_handshake()
+        # A client that never finishes its handshake is waiting like any other.
+        self.server.waits_on_client(id(self), connection)
+        self.waiting = True
+        try:
+            connection.do_handshake()
+        finally:
+            sent_away = not self.stop_waiting_on_client()
+        if sent_away:
+            raise ConnectionAbortedError("closed for a new connection during the TLS handshake")
         self.rfile.close()
         self.reader = _DeadlineReader(connection)
         self.buffered = io.BufferedReader(self.reader)
@@ -587,17 +597,25 @@ class IdentityWebhookServer(ThreadingHTTPServer):
             raise
 
     def _serve_when_a_worker_is_free(self, request: ssl.SSLSocket, client_address: Any) -> None:
+        """Wait up to ``worker_wait`` for a worker, closing a connection that waits on
+        its client (checked again every ``_WAITING_POLL_SECONDS``: one may start to
+        wait meanwhile); then serve, or answer 503."""
+        end = time.monotonic() + self.limits.worker_wait
         try:
-            if self._close_longest_waiting():
-                log.debug("identity webhook: closed a waiting connection for a new one")
-            if not self._workers.acquire(timeout=self.limits.worker_wait):
-                self.turned_away.warn(
-                    f"answered 503 to a connection from {client_address[0]}: all "
-                    f"{self.limits.max_connections} workers busy for "
-                    f"{self.limits.worker_wait:g} s"
-                )
-                self._answer_busy(request)
-                return
+            while True:
+                if self._close_longest_waiting():
+                    log.debug("identity webhook: closed a waiting connection for a new one")
+                remaining = end - time.monotonic()
+                if self._workers.acquire(timeout=max(0.0, min(remaining, _WAITING_POLL_SECONDS))):
+                    break
+                if remaining <= 0:
+                    self.turned_away.warn(
+                        f"answered 503 to a connection from {client_address[0]}: all "
+                        f"{self.limits.max_connections} workers busy for "
+                        f"{self.limits.worker_wait:g} s"
+                    )
+                    self._answer_busy(request)
+                    return
         finally:
             self._waiting.release()
         self.process_request_thread(request, client_address)
