@@ -491,8 +491,8 @@ class IdentityWebhookServer(ThreadingHTTPServer):
         self._waiting = threading.BoundedSemaphore(max(1, self.limits.max_waiting))
         # Connections whose worker waits for the client (the next request, or the
         # rest of one), longest waiting first.
-        self._idle: dict[int, socket.socket] = {}
-        self._idle_lock = threading.Lock()
+        self._waiting_on_client: dict[int, socket.socket] = {}
+        self._waiting_on_client_lock = threading.Lock()
         # addr None: every interface, IPv6 too where the host has it (as kopf's server did).
         self._dual_stack = addr is None and socket.has_dualstack_ipv6()
         host = "::" if self._dual_stack else (addr or "")
@@ -555,20 +555,20 @@ class IdentityWebhookServer(ThreadingHTTPServer):
         """From now the connection's worker waits for its client: for a request (idle
         keep-alive), or for the rest of one. Such a connection may be closed to
         give its worker to a new connection, longest waiting first."""
-        with self._idle_lock:
-            self._idle.pop(key, None)
-            self._idle[key] = connection
+        with self._waiting_on_client_lock:
+            self._waiting_on_client.pop(key, None)
+            self._waiting_on_client[key] = connection
 
     def stops_waiting(self, key: int) -> bool:
         """False when the connection was closed for a new one meanwhile."""
-        with self._idle_lock:
-            return self._idle.pop(key, None) is not None
+        with self._waiting_on_client_lock:
+            return self._waiting_on_client.pop(key, None) is not None
 
     def _close_longest_waiting(self) -> bool:
-        with self._idle_lock:
-            if not self._idle:
+        with self._waiting_on_client_lock:
+            if not self._waiting_on_client:
                 return False
-            connection = self._idle.pop(next(iter(self._idle)))
+            connection = self._waiting_on_client.pop(next(iter(self._waiting_on_client)))
         # The TCP socket under the TLS: its worker, waiting in a read, sees the end of
         # the stream and returns to the pool.
         with contextlib.suppress(OSError):
