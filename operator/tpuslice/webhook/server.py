@@ -11,11 +11,13 @@ function that takes milliseconds.
 
 Why limits on everything: any pod that can reach the port can call it, and with
 ``failurePolicy: Fail`` a server that cannot answer refuses every TPU worker pod.
-So at most ``max_connections`` connections hold a thread; one more gets 503 and
-is closed (never queued); the TLS handshake, the wait for a request and each
-request (headers, body and decision) have their own deadline, so a client that
-sends half a request, or one byte a second, is dropped; bodies are capped one by
-one and all together. ``ServerLimits`` holds the numbers; docs/reliability.md
+So at most ``max_connections`` connections hold a thread. One more takes the
+worker of the connection that has waited longest on its client (handshake, idle
+keep-alive, a request still arriving), else waits a moment in a bounded lane,
+else gets 503 (never an unbounded queue). The TLS handshake, the wait for a
+request and each request (headers, body and decision) have their own deadline,
+so a client that sends half a request, or one byte a second, is dropped; bodies
+are capped one by one and all together. ``ServerLimits`` holds the numbers; docs/reliability.md
 ("Webhook under load") has what a flood of hostile clients does to valid calls.
 """
 
