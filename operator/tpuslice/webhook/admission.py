@@ -61,12 +61,57 @@ WEBHOOK_ENTRY_NAME = f"identity.{c.GROUP}"
 #: Kubernetes allows 1-30 s; a pure function answers in milliseconds, and a short
 #: timeout turns a hung webhook into a quick refusal that KubeRay retries.
 DEFAULT_TIMEOUT_SECONDS = 5
-#: Larger request bodies get 413. The API server caps an object at about 1.5 MiB
-#: (etcd's request limit), so a real AdmissionReview stays well below this.
-MAX_BODY_BYTES = 8 * 1024 * 1024
-#: A connection idle (or stalled mid-request) this long is closed; the API
-#: server's client keeps idle connections for 90 s and opens a new one as needed.
-IDLE_TIMEOUT_SECONDS = 60.0
+#: Larger request bodies get 413, answered from the headers (the body is never
+#: read). The API server itself refuses request bodies over 3 MiB: twice etcd's
+#: 1.5 MiB request limit, since a JSON body shrinks when stored as protobuf
+#: (``MaxRequestBodyBytes`` in ``NewConfig``, kubernetes/kubernetes@019f335d
+#: staging/src/k8s.io/apiserver/pkg/server/config.go; etcd "System limits",
+#: https://etcd.io/docs/latest/dev-guide/limit/, ``--max-request-bytes``). A pod
+#: it admits is therefore below this, and its AdmissionReview (the pod once, plus
+#: a few hundred bytes of request metadata on CREATE) stays below it too.
+MAX_BODY_BYTES = 3 * 1024 * 1024
+#: A keep-alive connection with no request for this long is closed. The API
+#: server's webhook client keeps idle connections 90 s (http.DefaultTransport's
+#: IdleConnTimeout, which k8s.io/apimachinery/pkg/util/net/http.go
+#: ``SetOldTransportDefaults`` copies), but an HTTP/1.1 client must expect a
+#: server to close an idle connection first (RFC 9112 section 9.6): Go's transport
+#: sees our FIN in its read loop, drops the connection from its pool and dials
+#: a new one for the next call (a millisecond TLS handshake). Only a call sent in
+#: the same instant fails, which with ``failurePolicy: Fail`` refuses one pod that
+#: KubeRay creates again. Short, so idle connections give their worker back fast.
+IDLE_TIMEOUT_SECONDS = 10.0
+#: The TLS handshake, whole (CPython bounds the handshake by the socket timeout as
+#: one deadline, not per read), and a turned-away connection's 503.
+HANDSHAKE_TIMEOUT_SECONDS = 5.0
+#: From a request's first byte: reading its headers and body, and deciding. Twice
+#: the API server's own wait (``DEFAULT_TIMEOUT_SECONDS``): an answer later than
+#: that reaches no one, and a request trickled in byte by byte is dropped here.
+REQUEST_DEADLINE_SECONDS = 10.0
+#: Connections served at once, each on its own thread. A connection beyond them
+#: first takes the worker of the connection that has waited longest for its
+#: client, if any: an idle keep-alive connection (the API server keeps dozens per
+#: replica) or one whose request is still arriving after the others' (a valid
+#: call arrives in milliseconds, so the longest wait is a stalled client's); that
+#: connection is closed. Else it waits up to ``WORKER_WAIT_SECONDS`` for a worker,
+#: then is answered 503 with ``Retry-After`` and closed (the API server counts a
+#: 5xx as a failed call: the pod is refused and KubeRay creates it again). A
+#: decision takes milliseconds, so 32 cover the API server's bursts.
+MAX_CONNECTIONS = 32
+#: Connections that wait for a worker, or are being answered 503, at once; beyond
+#: those a connection is closed without an answer. Never an unbounded queue.
+MAX_WAITING_CONNECTIONS = 16
+#: How long a connection beyond ``MAX_CONNECTIONS`` waits for a worker: a burst
+#: of calls is absorbed, a worker held by a stalled client is not waited out.
+WORKER_WAIT_SECONDS = 1.0
+#: Connections the kernel holds while the accept loop is busy (the stdlib's 5 drops
+#: a burst of new connections); Linux caps it at ``net.core.somaxconn``.
+LISTEN_BACKLOG = 128
+#: Request bodies, all connections together, held in memory at once; a request
+#: whose Content-Length does not fit gets 503 with ``Retry-After``.
+MAX_BODY_BYTES_IN_FLIGHT = 4 * MAX_BODY_BYTES
+#: ``Retry-After`` on a 503: the API server does not retry a webhook call itself,
+#: but a person or tool reading the answer learns how soon to try again.
+RETRY_AFTER_SECONDS = 1
 
 #: The largest JSON patch we send; a larger one is refused (403) with the reason. The
 #: API server stores a pod in etcd, whose default request limit is 1.5 MiB
