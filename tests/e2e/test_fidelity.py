@@ -331,4 +331,4 @@ def test_tpuslicecluster_crd_installs_and_api_server_enforces_cel(
             "tpuslice.dev", "v1alpha1", "slicereservations", reservation
         )
     assert err.value.status == 422
-    assert "metadata.name must equal spec.nodePool" in err.value.body
+    assert "metadata.name must equal spec.node" in err.value.body

@@ -37,6 +37,10 @@ class FakeKube:
         self.provreq_installed = True
         #: pod name -> the annotations its release patch added
         self.annotations: dict[str, dict[str, str]] = {}
+        #: pod name -> the nodeSelector its release patch pinned it with
+        self.selectors: dict[str, dict[str, str]] = {}
+        #: reservation name -> the body a claim created
+        self.claimed: dict[str, dict[str, Any]] = {}
         #: deletes refused for a stale uid (the API server's 409 Conflict)
         self.conflicts: list[tuple[str, str]] = []
 
@@ -62,6 +66,7 @@ class FakeKube:
         self.calls.append(("claim", body["metadata"]["name"]))
         if body["metadata"]["name"] in self.taken:
             raise ApiError(409, "AlreadyExists", "exists")
+        self.claimed[body["metadata"]["name"]] = dict(body)
         return body
 
     async def get_reservation(self, name: str) -> Any:
@@ -98,10 +103,11 @@ class FakeKube:
         self,
         namespace: str,
         name: str,
-        pool: str,
+        node_selector: Mapping[str, str],
         annotations: Mapping[str, str] | None = None,
     ) -> None:
-        self.calls.append(("release", name, pool))
+        self.calls.append(("release", name, *node_selector.values()))
+        self.selectors[name] = dict(node_selector)
         if annotations:
             self.annotations[name] = dict(annotations)
 

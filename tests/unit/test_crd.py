@@ -227,7 +227,22 @@ def reservation(**spec: Any) -> dict[str, Any]:
 
 def test_reservation_valid_and_named_after_its_pool() -> None:
     assert validate(RES, reservation()) == []
-    assert any("must equal spec.nodePool" in m for m in validate(RES, reservation(nodePool="b")))
+    assert any("must equal spec.node" in m for m in validate(RES, reservation(nodePool="b")))
+
+
+def test_a_node_reservation_is_named_after_its_node() -> None:
+    """A single-host slice holds one node of a pool: the reservation names the node."""
+    node = reservation()
+    node["metadata"]["name"] = "gke-tpu-n1"
+    node["spec"]["node"] = "gke-tpu-n1"
+    assert validate(RES, node) == []
+    node["spec"]["node"] = "gke-tpu-n2"
+    assert any("must equal spec.node for a node" in m for m in validate(RES, node))
+    old = copy.deepcopy(node)
+    old["spec"]["node"] = "gke-tpu-n1"
+    moved = copy.deepcopy(old)
+    moved["spec"]["node"] = "gke-tpu-n3"
+    assert any("spec.node is immutable" in m for m in validate(RES, moved, old=old))
 
 
 def test_reservation_spec_is_immutable_but_for_the_holders_slice() -> None:

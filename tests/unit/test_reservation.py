@@ -232,11 +232,14 @@ def test_single_host_slices_are_named_by_their_pod() -> None:
     nodes = [NodeInfo(f"n{i}", f"p{i}", "tpu-v6e-slice", "2x2", 4, True, True) for i in range(2)]
     result = plan(pods=single, nodes=nodes, topology="2x2", hosts=1, desired_slices=2)
     assert result.unindexed_pods == ()
-    assert [(c.pool, c.holder.replica_name) for c in result.claims] == [
-        ("p0", "dev-tpu-worker-0"),
-        ("p1", "dev-tpu-worker-1"),
-    ]
+    # a single-host slice holds one node (its own unit), and is pinned to it
+    claimed = {c.holder.replica_name: c.pool for c in result.claims}
+    assert sorted(claimed) == ["dev-tpu-worker-0", "dev-tpu-worker-1"]
+    assert sorted(claimed.values()) == ["n0", "n1"]
     assert [r.name for r in result.releases] == ["dev-tpu-worker-0", "dev-tpu-worker-1"]
+    assert [r.unit.pin(r.pool) for r in result.releases] == [
+        {"kubernetes.io/hostname": claimed[r.name]} for r in result.releases
+    ]
 
 
 def test_policy_none_never_claims() -> None:

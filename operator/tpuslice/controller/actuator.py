@@ -31,6 +31,7 @@ from tpuslice.model import events
 from tpuslice.model.convert import holder_spec, reservation_body, reservation_info
 from tpuslice.model.records import (
     Admission,
+    CapacityUnit,
     ClusterRef,
     PodInfo,
     PodRelease,
@@ -233,6 +234,8 @@ def decide_admission(
         other = specs.parse(member.cluster)
         if other is None or not other.gated or shape_of(other) != shape:
             continue
+        if CapacityUnit.for_hosts(other.shape.hosts) is not index.unit:
+            continue  # a 2x4 of one 8-chip host takes nodes, of two 4-chip hosts pools
         if meta.get("deletionTimestamp"):
             continue
         other_desired = desired_of(member.cluster, other)
@@ -260,7 +263,7 @@ def decide_admission(
         for other_ref, other, cluster, member_pods, want in members
     ]
     pools = shape_pools(index, reservations, hosts=hosts, chips_per_host=chips)
-    decision = decide_queue(shape, requests, pools)
+    decision = decide_queue(shape, requests, pools, noun=index.unit.noun)
     return admission_for(decision, ref.key)
 
 
@@ -269,7 +272,8 @@ def constrained(index: PoolIndex, limits: CapacityConstraints) -> PoolIndex:
     if not limits.node_selector and not (limits.excluded & set(index.matching)):
         return index
     matching = {name: nodes for name, nodes in index.matching.items() if limits.allows(name, nodes)}
-    return PoolIndex(index.pools, matching)
+    # fresh caches: the facts of the whole index are not those of the narrowed one
+    return replace(index, matching=matching, facts={}, eligible={})
 
 
 @dataclass
@@ -277,7 +281,7 @@ class PoolIndexCache:
     """Pool indexes per shape, versioned by node changes the decisions see."""
 
     _versions: dict[Shape, int] = field(default_factory=dict)
-    _indexes: dict[Shape, tuple[int, PoolIndex]] = field(default_factory=dict)
+    _indexes: dict[tuple[Shape, CapacityUnit], tuple[int, PoolIndex]] = field(default_factory=dict)
 
     def nodes_changed(self, shape: Shape) -> None:
         """A node of ``shape`` changed in a way the decisions see (not a heartbeat)."""
@@ -287,7 +291,9 @@ class PoolIndexCache:
         """The versions now; read with the snapshot's nodes (no await in between)."""
         return dict(self._versions)
 
-    def index(self, shape: Shape, snap: Snapshot) -> PoolIndex | None:
+    def index(
+        self, shape: Shape, snap: Snapshot, unit: CapacityUnit = CapacityUnit.NODE_POOL
+    ) -> PoolIndex | None:
         """The shape's pool index, rebuilt only after ``nodes_changed``; None (the planner
         builds it) when nothing reports node changes, as in unit tests.
 
@@ -296,12 +302,12 @@ class PoolIndexCache:
         version = snap.node_versions.get(shape)
         if version is None:
             return None
-        cached = self._indexes.get(shape)
+        cached = self._indexes.get((shape, unit))
         if cached is not None and cached[0] == version:
             return cached[1]
-        index = pool_index(snap.nodes, *shape)
+        index = pool_index(snap.nodes, *shape, unit=unit)
         if version == self._versions.get(shape):
-            self._indexes[shape] = (version, index)
+            self._indexes[(shape, unit)] = (version, index)
         return index
 
 
@@ -341,7 +347,10 @@ class SliceActuator:
         winner's reservation known): at most ``CLAIM_REPLANS + 2`` times."""
         assert snap.cluster is not None
         shape = shape_of(spec)
-        index = self.pool_indexes.index(shape, snap) or pool_index(snap.nodes, *shape)
+        unit = CapacityUnit.for_hosts(spec.shape.hosts)
+        index = self.pool_indexes.index(shape, snap, unit) or pool_index(
+            snap.nodes, *shape, unit=unit
+        )
         desired = desired_of(snap.cluster, spec) if desired_slices is None else desired_slices
         self.pending.observed(snap.reservations, snap.pods)
         if keep_pools:
@@ -398,7 +407,7 @@ class SliceActuator:
             reservations_now = self.pending.reservations(snap.reservations)
             capacity = await prov.act(current, pods_now, reservations_now, index)
         acted = await self._free(ref, current.frees, snap)
-        held, lost = await self._claim(ref, spec, current)
+        held, lost = await self._claim(ref, spec, current, index)
         for _ in range(CLAIM_REPLANS):
             if not lost:
                 break
@@ -408,7 +417,7 @@ class SliceActuator:
             # winner's pool until the next pass.
             current = plan()
             acted = await self._free(ref, current.frees, snap) or acted
-            more, lost = await self._claim(ref, spec, current)
+            more, lost = await self._claim(ref, spec, current, index)
             held += more
         acted = acted or bool(held)
         holding = {
@@ -486,7 +495,7 @@ class SliceActuator:
         return bool(pools)
 
     async def _claim(
-        self, ref: ClusterRef, spec: SliceClusterSpec, plan: SlicePlan
+        self, ref: ClusterRef, spec: SliceClusterSpec, plan: SlicePlan, index: PoolIndex
     ) -> tuple[list[str], list[str]]:
         """Create the plan's reservations: the replicas now holding a pool, and the pools
         another holder had claimed first (their reservation is recorded as pending)."""
@@ -500,6 +509,7 @@ class SliceActuator:
                 accelerator_type=spec.shape.accelerator_type,
                 topology=spec.shape.topology,
                 hosts=spec.shape.hosts,
+                node_pool=index.node_pool(claim.pool),
             )
             try:
                 created = await self.kube.create_reservation(body)
@@ -540,7 +550,7 @@ class SliceActuator:
                 ref,
                 events.SLICE_RESERVED,
                 f"slice {claim.holder.replica_index} ({claim.holder.replica_name}) "
-                f"reserved node pool {claim.pool}",
+                f"reserved {index.unit.noun} {claim.pool}",
             )
         return held, lost
 
@@ -553,7 +563,8 @@ class SliceActuator:
         async def one(release: PodRelease) -> None:
             notes = annotations.get(release.replica_name)
             try:
-                await self.kube.release_pod(release.namespace, release.name, release.pool, notes)
+                pin = release.unit.pin(release.pool)
+                await self.kube.release_pod(release.namespace, release.name, pin, notes)
             except ApiError as exc:
                 if exc.not_found:
                     return  # KubeRay deleted it; the slice is being replaced

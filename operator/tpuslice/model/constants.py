@@ -68,6 +68,9 @@ TPU_RESOURCE: Final = "google.com/tpu"
 NODE_LABEL_ACCELERATOR: Final = "cloud.google.com/gke-tpu-accelerator"
 NODE_LABEL_TOPOLOGY: Final = "cloud.google.com/gke-tpu-topology"
 NODE_LABEL_NODEPOOL: Final = "cloud.google.com/gke-nodepool"
+#: A node's own name as a label (Kubernetes' well-known labels): a single-host slice's
+#: pods are pinned to the node it holds with it.
+NODE_LABEL_HOSTNAME: Final = "kubernetes.io/hostname"
 TPU_TAINT_KEY: Final = "google.com/tpu"
 # How a node's VM was provisioned (its capacity type; see convert.capacity_type), and
 # where it sits in the data centre (GKE's topology labels, used by Kueue TAS and by

@@ -92,7 +92,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         replica_index=_int(labels.get(c.KUBERAY_LABEL_REPLICA_INDEX)),
         host_index=_int(labels.get(c.KUBERAY_LABEL_HOST_INDEX)),
         gated=c.SCHEDULING_GATE in gates,
-        pinned_pool=(spec.get("nodeSelector") or {}).get(c.NODE_LABEL_NODEPOOL),
+        pinned_pool=_pinned_unit(spec.get("nodeSelector") or {}),
         node_name=spec.get("nodeName"),
         running_ready=status.get("phase") == "Running" and _condition_true(status, "Ready"),
         deleting=bool(meta.get("deletionTimestamp")),
@@ -163,11 +163,19 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
     )
 
 
+def _pinned_unit(selector: Mapping[str, Any]) -> str | None:
+    """The unit a released pod is pinned to: its node (a single-host slice), else its
+    node pool (``CapacityUnit.pin``)."""
+    return selector.get(c.NODE_LABEL_HOSTNAME) or selector.get(c.NODE_LABEL_NODEPOOL)
+
+
 def reservation_info(obj: Mapping[str, Any]) -> ReservationInfo:
     spec = obj.get("spec") or {}
     holder = spec.get("holder") or {}
     return ReservationInfo(
-        pool=spec.get("nodePool") or (obj.get("metadata") or {}).get("name", ""),
+        pool=spec.get("node")
+        or spec.get("nodePool")
+        or (obj.get("metadata") or {}).get("name", ""),
         holder=Holder(
             namespace=holder.get("namespace", ""),
             name=holder.get("name", ""),
@@ -214,22 +222,30 @@ def reservation_body(
     accelerator_type: str,
     topology: str,
     hosts: int,
+    node_pool: str | None = None,
 ) -> dict[str, Any]:
+    """The claim of the unit ``pool``, named after it: a whole node pool, or (with
+    ``node_pool``, the node's pool) one node of a single-host pool, ``spec.node``."""
     labels = {c.LABEL_CLUSTER: holder.name, c.LABEL_MANAGED_BY: c.MANAGED_BY}
     if holder.kind != c.KIND_CLUSTER:
         labels[c.LABEL_OWNER_KIND] = holder.kind
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": c.KIND_RESERVATION,
-        "metadata": {"name": pool, "labels": labels},
-        "spec": {
-            "nodePool": pool,
+    spec: dict[str, Any] = {"nodePool": node_pool or pool}
+    if node_pool is not None:
+        spec["node"] = pool
+    spec.update(
+        {
             "gkeAccelerator": gke_accelerator,
             "acceleratorType": accelerator_type,
             "topology": topology,
             "hosts": hosts,
             "holder": holder_spec(holder),
-        },
+        }
+    )
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND_RESERVATION,
+        "metadata": {"name": pool, "labels": labels},
+        "spec": spec,
     }
 
 

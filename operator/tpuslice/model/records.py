@@ -17,6 +17,8 @@ from typing import Any
 
 from tpuslice.model.constants import (
     KIND_CLUSTER,
+    NODE_LABEL_HOSTNAME,
+    NODE_LABEL_NODEPOOL,
     PROVREQ_CAPACITY_REVOKED,
     PROVREQ_DETAIL_NODE_POOL,
 )
@@ -24,6 +26,7 @@ from tpuslice.model.constants import (
 __all__ = [
     "Admission",
     "CapacityType",
+    "CapacityUnit",
     "Claim",
     "ClusterRef",
     "GangMode",
@@ -59,6 +62,31 @@ __all__ = [
 #: record of our writes (one job and one cluster of the same name in a namespace stay apart).
 ObjectKey = tuple[str, str, str]
 Shape = tuple[str, str]  # (gke accelerator, topology)
+
+
+class CapacityUnit(StrEnum):
+    """What one slice holds whole (a SliceReservation's unit).
+
+    A multi-host slice is exactly one GKE node pool (GKE creates and scales such a pool
+    as one atomic slice); a single-host slice is one TPU VM, and a single-host pool holds
+    as many slices as it has nodes ("Use TPUs with KubeRay"; fleet-facts.md §2)."""
+
+    NODE_POOL = "NodePool"
+    NODE = "Node"
+
+    @classmethod
+    def for_hosts(cls, hosts: int) -> CapacityUnit:
+        return cls.NODE if hosts == 1 else cls.NODE_POOL
+
+    @property
+    def noun(self) -> str:
+        """What messages call one unit: ``node pool`` or ``node``."""
+        return "node" if self is CapacityUnit.NODE else "node pool"
+
+    def pin(self, name: str) -> dict[str, str]:
+        """The nodeSelector that pins a released pod to the unit ``name``."""
+        label = NODE_LABEL_HOSTNAME if self is CapacityUnit.NODE else NODE_LABEL_NODEPOOL
+        return {label: name}
 
 
 class GangMode(StrEnum):
@@ -234,12 +262,14 @@ class Claim:
 
 @dataclass(frozen=True)
 class PodRelease:
-    """One patch: add the pool nodeSelector and remove our gate, for one pod."""
+    """One patch: pin to the unit the slice holds (its pool, or its node) and remove our
+    gate, for one pod."""
 
     namespace: str
     name: str
-    pool: str
+    pool: str  # the unit's name: a node pool, or a node for a single-host slice
     replica_name: str
+    unit: CapacityUnit = CapacityUnit.NODE_POOL
 
 
 @dataclass(frozen=True)

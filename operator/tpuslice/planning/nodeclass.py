@@ -121,6 +121,8 @@ class PoolFit:
         """Why the pool cannot hold the slice, as the rest of ``<pool> ...``; empty when
         it can."""
         of = f"{self.nodes} of {self.total} nodes"
+        if self.total == 1 and self.fit in (Fit.NOT_READY, Fit.CORDONED, Fit.CHIP_COUNT):
+            return self._one_node()
         match self.fit:
             case Fit.USABLE:
                 return ""
@@ -147,6 +149,14 @@ class PoolFit:
                 return f"has {of} cordoned"
             case Fit.CHIP_COUNT:
                 return f"has {of} with {self.found} {TPU_RESOURCE} (needs {self.needed} per node)"
+
+    def _one_node(self) -> str:
+        """The same, for a unit of one node (a single-host slice's)."""
+        if self.fit is Fit.NOT_READY:
+            return "is NotReady"
+        if self.fit is Fit.CORDONED:
+            return "is cordoned"
+        return f"has {self.found} {TPU_RESOURCE} (needs {self.needed})"
 
 
 def is_slicing_block(node: NodeInfo) -> bool:

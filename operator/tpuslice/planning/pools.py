@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from tpuslice.model.records import (
     Admission,
     CapacityType,
+    CapacityUnit,
     Claim,
     ClusterRef,
     GangMode,
@@ -76,10 +77,14 @@ def _pool_problem(
     return None if fit.usable else fit.problem()
 
 
-def pool_inventory(nodes: Iterable[NodeInfo]) -> dict[str, list[NodeInfo]]:
+def pool_inventory(
+    nodes: Iterable[NodeInfo], unit: CapacityUnit = CapacityUnit.NODE_POOL
+) -> dict[str, list[NodeInfo]]:
+    """The nodes of each unit, by the unit's name: by node pool, or each node on its own
+    (a single-host pool holds as many single-host slices as it has nodes)."""
     pools: dict[str, list[NodeInfo]] = defaultdict(list)
     for node in nodes:
-        pools[node.pool].append(node)
+        pools[node.name if unit is CapacityUnit.NODE else node.pool].append(node)
     return dict(pools)
 
 
@@ -95,7 +100,9 @@ def _matching_pools(
 
 @dataclass(frozen=True)
 class PoolIndex:
-    """The node pools of one shape: every pool by name, and those whose nodes all match.
+    """The units of one shape: every unit by name, and those whose nodes all match. A
+    unit is a node pool (a multi-host slice's), or one node (``unit`` Node: a single-host
+    slice's); the planner calls both "pools", their names are unique in the cluster.
 
     Building it walks every node of the shape (4,000 at the design's scale), so the
     reconciler keeps one per shape until a node of that shape really changes,
@@ -115,6 +122,14 @@ class PoolIndex:
     #: GKE Slices (cloud.google.com/gke-tpu-slice) whose nodes the operator may claim;
     #: a node in any other formed Slice makes its pool ineligible (nodeclass).
     owned_slices: frozenset[str] = frozenset()
+    unit: CapacityUnit = CapacityUnit.NODE_POOL
+
+    def node_pool(self, unit_name: str) -> str | None:
+        """The GKE node pool of a node unit (None for a node-pool unit, or one not known)."""
+        if self.unit is not CapacityUnit.NODE:
+            return None
+        nodes = self.pools.get(unit_name)
+        return nodes[0].pool if nodes else None
 
 
 def pool_index(
@@ -123,10 +138,14 @@ def pool_index(
     topology: str,
     *,
     owned_slices: Collection[str] = (),
+    unit: CapacityUnit = CapacityUnit.NODE_POOL,
 ) -> PoolIndex:
-    pools = pool_inventory(nodes)
+    pools = pool_inventory(nodes, unit)
     return PoolIndex(
-        pools, _matching_pools(pools, accelerator, topology), owned_slices=frozenset(owned_slices)
+        pools,
+        _matching_pools(pools, accelerator, topology),
+        owned_slices=frozenset(owned_slices),
+        unit=unit,
     )
 
 
@@ -295,10 +314,12 @@ def _capacity_message(
     held: Mapping[str, Holder],
     taken_now: set[str],
     owned_slices: Collection[str] = (),
+    *,
+    noun: str = "node pool",
 ) -> str:
-    head = f"needs a free node pool of {wanted.describe()}"
+    head = f"needs a free {noun} of {wanted.describe()}"
     if not matching:
-        return f"{head}; no node pool matches"
+        return f"{head}; no {noun} matches"
     details: list[str] = []
     for name, nodes in matching.items():
         if len(details) == CAPACITY_POOLS_LISTED:
@@ -407,7 +428,9 @@ def plan_slices(
     ours = {r.holder.replica_name: r for r in all_reservations if cluster.holds(r.holder)}
     held_by_others = {r.pool: r.holder for r in all_reservations if not cluster.holds(r.holder)}
     held_by_ours = {r.pool: r.holder for r in ours.values()}
-    inventory = inventory or pool_index(nodes, accelerator, topology)
+    unit = CapacityUnit.for_hosts(hosts)
+    inventory = inventory or pool_index(nodes, accelerator, topology, unit=unit)
+    noun = inventory.unit.noun
     pools, matching = inventory.pools, inventory.matching
     owned = inventory.owned_slices
     previous_pools = previous_pools or {}
@@ -507,14 +530,19 @@ def plan_slices(
         if all_slices and not gang_ready:
             return (
                 f"waiting for the pods of every slice before claiming {desired_slices} "
-                f"node pools at once ({len(live)} of {desired_slices} slices have pods)"
+                f"{noun}s at once ({len(live)} of {desired_slices} slices have pods)"
             )
         detail = _capacity_message(
-            wanted, matching, {**held_by_others, **held_by_ours}, set(assignment.values()), owned
+            wanted,
+            matching,
+            {**held_by_others, **held_by_ours},
+            set(assignment.values()),
+            owned,
+            noun=noun,
         )
         if all_slices:
             return (
-                f"all {desired_slices} slices need a node pool at once ({len(holding)} "
+                f"all {desired_slices} slices need a {noun} at once ({len(holding)} "
                 f"held, {len(free)} free): {detail}"
             )
         return detail
@@ -579,16 +607,18 @@ def plan_slices(
         complete = len(live_pods) == hosts
         if complete and gang_complete:
             releases += [
-                PodRelease(p.namespace, p.name, pool, replica.name) for p in live_pods if p.gated
+                PodRelease(p.namespace, p.name, pool, replica.name, inventory.unit)
+                for p in live_pods
+                if p.gated
             ]
         state, ready = _live_state(replica, pool, hosts)
         message = ""
         terminating = len(replica.pods) - len(live_pods)
         if replica.name in give_back:
-            message = f"giving node pool {pool} back: {waiting_message()}"
+            message = f"giving {noun} {pool} back: {waiting_message()}"
         elif not gang_complete and any(p.gated for p in live_pods):
             message = (
-                f"holds node pool {pool}; released when all {desired_slices} slices hold "
+                f"holds {noun} {pool}; released when all {desired_slices} slices hold "
                 f"one ({len(holding)} do): {waiting_message()}"
             )
         elif not complete and terminating:
@@ -599,13 +629,13 @@ def plan_slices(
                 f"stays held until KubeRay has replaced them"
             )
             if pool in pools and (problem := _pool_problem(pools[pool], wanted, owned)):
-                message += f" (node pool {pool} {problem})"
+                message += f" ({noun} {pool} {problem})"
         elif not complete:
             message = f"{len(live_pods)} of {hosts} pods created; released when all exist"
         elif pool in pools and (problem := _pool_problem(pools[pool], wanted, owned)):
-            message = f"node pool {pool} {problem}"
+            message = f"{noun} {pool} {problem}"
         elif pool not in pools:
-            message = f"node pool {pool} has no nodes"
+            message = f"{noun} {pool} is gone" if noun == "node" else f"{noun} {pool} has no nodes"
         if (
             state in (SliceState.SCHEDULED, SliceState.READY)
             and reservation is not None

@@ -147,18 +147,19 @@ def queue_message(
     holders: str,
     ready: bool = True,
     yielding: bool = False,
+    noun: str = "node pool",
 ) -> str:
     """``2nd of 3 waiting for v6e 4x4: needs 4 node pools at once (holds 0); 1 free
     pool set aside for it, the rest go to 1 request ahead; held by ml/a (2)``."""
     missing = max(0, desired - held)
     what = (
-        f"needs {_plural(desired, 'node pool')} at once"
+        f"needs {_plural(desired, noun)} at once"
         if gang == GangMode.ALL_SLICES and desired > 1
-        else f"needs {_plural(missing, 'more node pool')}"
+        else f"needs {_plural(missing, 'more ' + noun)}"
     )
     parts = [f"{ordinal(position)} of {waiting} waiting for {shape}: {what} (holds {held})"]
     if set_aside:
-        parts.append(f"{_plural(set_aside, 'free pool')} set aside for it")
+        parts.append(f"{_plural(set_aside, 'free ' + noun.split()[-1])} set aside for it")
     if ahead:
         parts.append(f"{_plural(ahead, 'request')} ahead in the queue")
     if yielding:
@@ -173,13 +174,15 @@ def queue_message(
     return truncate("; ".join(parts), MAX_SLICE_MESSAGE)
 
 
-def not_enough_message(*, shape: str, desired: int, exist: int, gang: GangMode) -> str:
+def not_enough_message(
+    *, shape: str, desired: int, exist: int, gang: GangMode, noun: str = "node pool"
+) -> str:
     """The NotEnoughPools message: how many exist and how many it needs."""
     how = " at once" if gang == GangMode.ALL_SLICES and desired > 1 else ""
     return truncate(
-        f"needs {_plural(desired, 'node pool')} of {shape}{how}, but "
-        f"{'only ' if exist else ''}{_plural(exist, 'node pool')} of that shape "
-        f"{'exists' if exist == 1 else 'exist'}; add node pools or lower spec.tpu.slices",
+        f"needs {_plural(desired, noun)} of {shape}{how}, but "
+        f"{'only ' if exist else ''}{_plural(exist, noun)} of that shape "
+        f"{'exists' if exist == 1 else 'exist'}; add {noun}s or lower spec.tpu.slices",
         MAX_SLICE_MESSAGE,
     )
 
@@ -194,7 +197,11 @@ def queue_order(requests: Iterable[PoolRequest]) -> list[PoolRequest]:
 
 
 def decide_queue(
-    shape: Shape, requests: Sequence[PoolRequest], pools: Sequence[ShapePool]
+    shape: Shape,
+    requests: Sequence[PoolRequest],
+    pools: Sequence[ShapePool],
+    *,
+    noun: str = "node pool",
 ) -> QueueDecision:
     """The decision for one shape (see the module docstring for the rules).
 
@@ -214,7 +221,9 @@ def decide_queue(
         admissions[r.key] = Admission(
             pools=(),
             contended=True,
-            stalled=not_enough_message(shape=name, desired=r.desired, exist=exist, gang=r.gang),
+            stalled=not_enough_message(
+                shape=name, desired=r.desired, exist=exist, gang=r.gang, noun=noun
+            ),
         )
 
     avail = len(free)
@@ -295,6 +304,7 @@ def decide_queue(
             holders=holders.summary(r.uid),
             ready=ready,
             yielding=yielding,
+            noun=noun,
         )
         admissions[r.key] = Admission(
             pools=tuple(p.name for p in granted[r.key]),

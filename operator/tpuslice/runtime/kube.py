@@ -87,7 +87,7 @@ class ClusterApi(Protocol):
         self,
         namespace: str,
         name: str,
-        pool: str,
+        node_selector: Mapping[str, str],
         annotations: Mapping[str, str] | None = None,
     ) -> None: ...
 
@@ -456,14 +456,15 @@ class Kube:
         self,
         namespace: str,
         name: str,
-        pool: str,
+        node_selector: Mapping[str, str],
         annotations: Mapping[str, str] | None = None,
     ) -> None:
-        """ONE patch: pin to the pool and remove our gate (other gates stay); with
-        ``annotations`` (a ProvisioningRequest's consume annotations) in the same patch."""
+        """ONE patch: pin to the slice's unit (``CapacityUnit.pin``: its node pool, or its
+        node) and remove our gate (other gates stay); with ``annotations`` (a
+        ProvisioningRequest's consume annotations) in the same patch."""
         body: dict[str, Any] = {
             "spec": {
-                "nodeSelector": {c.NODE_LABEL_NODEPOOL: pool},
+                "nodeSelector": dict(node_selector),
                 "schedulingGates": [{"$patch": "delete", "name": c.SCHEDULING_GATE}],
             }
         }
