@@ -22,11 +22,12 @@ are not judged here: they mirror node conditions the planner already reads (Read
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tpuslice.model import constants as c
-from tpuslice.model.records import NodeInfo, Taint, Usage
+from tpuslice.model.records import NodeInfo, ReservationInfo, Shape, Taint, Usage
 from tpuslice.policy.records import Policy
 from tpuslice.policy.rules import effective_priority, namespace_usage_allowed, pools_allowed
 from tpuslice.policy.selection import governing
@@ -35,9 +36,12 @@ from tpuslice.spec.parts import SliceClusterSpec
 __all__ = [
     "LIFECYCLE_TAINT_PREFIX",
     "excluded_pools",
+    "limits_apply",
     "namespace_wait",
     "queued_priority",
+    "slice_chips",
     "tolerates",
+    "usage_by_namespace",
     "worker_tolerations",
 ]
 
@@ -90,7 +94,8 @@ def _node_usable(
     if governed and not pools_allowed(governed, node.labels):
         return False
     return all(
-        taint.key.startswith(LIFECYCLE_TAINT_PREFIX) or any(tolerates(t, taint) for t in tolerations)
+        taint.key.startswith(LIFECYCLE_TAINT_PREFIX)
+        or any(tolerates(t, taint) for t in tolerations)
         for taint in node.taints
     )
 
@@ -148,3 +153,38 @@ def queued_priority(
     if namespace_wait(policies, namespace_labels, in_use, missing, spec.shape.chips):
         return None
     return effective_priority(governed, spec.priority).value
+
+
+def slice_chips(shape: Shape) -> int:
+    """The TPU chips of one slice of ``shape`` (gkeAccelerator, topology): the product of
+    the topology's dimensions ("4x4" is 16, "2x2x4" is 16), which is a reservation's
+    hosts times chips per host; 0 for a topology that is not one."""
+    parts = shape[1].split("x")
+    if not all(p.isdigit() for p in parts):
+        return 0
+    return math.prod(int(p) for p in parts)
+
+
+def usage_by_namespace(
+    by_shape: Mapping[Shape, Iterable[ReservationInfo]],
+) -> dict[str, Usage]:
+    """Slices and chips each namespace's objects hold now: one per SliceReservation whose
+    holder is in the namespace, its chips its shape's."""
+    slices: dict[str, int] = {}
+    chips: dict[str, int] = {}
+    for shape, reservations in list(by_shape.items()):
+        per_slice = slice_chips(shape)
+        for r in list(reservations):
+            ns = r.holder.namespace
+            slices[ns] = slices.get(ns, 0) + 1
+            chips[ns] = chips.get(ns, 0) + per_slice
+    return {ns: Usage(slices[ns], chips[ns]) for ns in slices}
+
+
+def limits_apply(policies: Sequence[Policy], namespace_labels: Mapping[str, str]) -> bool:
+    """Whether a policy governing the namespace limits its slices or chips (only then
+    is its usage worth counting)."""
+    return any(
+        p.limits.slices_per_namespace is not None or p.limits.chips_per_namespace is not None
+        for p in governing(policies, namespace_labels)
+    )
