@@ -189,6 +189,8 @@ EXPECTED_RULES = {
     },
     ("", "podtemplates"): {"list", "watch", "create", "patch", "delete"},
     ("", "nodes"): {"list", "watch"},
+    ("tpuslice.dev", "tpuslicepolicies"): {"get", "list", "watch"},
+    ("", "namespaces"): {"get", "list", "watch"},
     ("", "events"): {"create"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): {"create", "patch"},

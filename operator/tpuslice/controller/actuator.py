@@ -38,6 +38,7 @@ from tpuslice.model.records import (
     PoolRequest,
     ReservationInfo,
     Shape,
+    ShapeMember,
     SlicePlan,
     Snapshot,
 )
@@ -52,6 +53,14 @@ from tpuslice.planning.pools import (
     shape_pools,
 )
 from tpuslice.planning.queue import admission_for, decide_queue
+from tpuslice.policy.placement import (
+    excluded_pools,
+    namespace_wait,
+    queued_priority,
+    worker_tolerations,
+)
+from tpuslice.policy.rules import POLICY_DENIED, POLICY_VIOLATION
+from tpuslice.policy.selection import governing
 from tpuslice.runtime.kube import ApiError, ClusterApi
 from tpuslice.runtime.metrics import Metrics, slice_last_created
 from tpuslice.spec.bounds import SpecLimits
@@ -67,7 +76,9 @@ __all__ = [
     "admission_matters",
     "decide_admission",
     "desired_of",
+    "placed",
     "queue_admission",
+    "refused_by_policy",
     "shape_of",
 ]
 
@@ -245,6 +256,11 @@ def decide_admission(
             # slice it is replacing is counted in its own pass, which frees the old pool
             # and asks again with its exact request.
             continue
+        if snap.policies:
+            priority = _member_priority(snap.policies, member, other, other_desired - held)
+            if priority is None:
+                continue  # refused, denied or at its namespace's limits: blocks nobody
+            other = replace(other, priority=priority)
         if other_desired <= exist:
             others_missing += other_desired - held
         other_ref = ClusterRef(
@@ -267,13 +283,41 @@ def decide_admission(
     return admission_for(decision, ref.key)
 
 
+def refused_by_policy(cluster: Mapping[str, Any]) -> bool:
+    """Whether the object's last pass refused it under a TPUSlicePolicy (its status says
+    Stalled with PolicyDenied or PolicyViolation): read from the object, as ``desired_of``
+    reads Complete, so every pass and a restarted operator leave it out of the queue."""
+    for cond in (cluster.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Stalled" and cond.get("status") == "True":
+            return cond.get("reason") in (POLICY_DENIED, POLICY_VIOLATION)
+    return False
+
+
+def _member_priority(
+    policies: Sequence[Any], member: ShapeMember, spec: SliceClusterSpec, missing: int
+) -> int | None:
+    """The priority another member of the shape queues at under the policies, or None
+    when it holds no place in the queue (``policy.placement.queued_priority``)."""
+    if refused_by_policy(member.cluster):
+        return None
+    return queued_priority(policies, member.namespace_labels, member.namespace_usage, spec, missing)
+
+
+def placed(index: PoolIndex, spec: SliceClusterSpec, snap: Snapshot) -> PoolIndex:
+    """The pool index without the pools this object's slices may not use: a governing
+    TPUSlicePolicy's pool labels missing, or a taint its workers do not tolerate
+    (``policy.placement``). Pools it already holds stay its own: the planner frees a
+    pool only when its slice is gone."""
+    governed = governing(snap.policies, snap.namespace_labels) if snap.policies else ()
+    out = excluded_pools(index.matching, governed, worker_tolerations(spec))
+    return index.narrowed(lambda name, _nodes: name not in out) if out else index
+
+
 def constrained(index: PoolIndex, limits: CapacityConstraints) -> PoolIndex:
     """The pool index narrowed to the pools capacity on demand lets this object use."""
     if not limits.node_selector and not (limits.excluded & set(index.matching)):
         return index
-    matching = {name: nodes for name, nodes in index.matching.items() if limits.allows(name, nodes)}
-    # fresh caches: the facts of the whole index are not those of the narrowed one
-    return replace(index, matching=matching, facts={}, eligible={})
+    return index.narrowed(limits.allows)
 
 
 @dataclass
@@ -355,9 +399,22 @@ class SliceActuator:
         self.pending.observed(snap.reservations, snap.pods)
         if keep_pools:
             await self._hand_over(ref, spec, snap, desired)
-        prov = self.provisioner.begin(ref, spec, snap, previous) if self.provisioner else None
+        held_now = sum(
+            1 for r in self.pending.reservations(snap.reservations) if r.holder.uid == ref.uid
+        )
+        # At its namespace's TPUSlicePolicy limits: claims nothing, asks for no capacity.
+        waits_on_namespace = namespace_wait(
+            snap.policies,
+            snap.namespace_labels,
+            snap.namespace_usage,
+            desired - held_now,
+            spec.shape.chips,
+        )
+        prov = None
+        if self.provisioner is not None and not waits_on_namespace:
+            prov = self.provisioner.begin(ref, spec, snap, previous)
         limits = prov.constraints if prov is not None else NO_CONSTRAINTS
-        index = constrained(index, limits)
+        index = placed(constrained(index, limits), spec, snap)
         preferred = limits.prefer(previous_pools(previous))
 
         def plan() -> SlicePlan:
@@ -366,6 +423,8 @@ class SliceActuator:
             held = sum(1 for r in reservations if r.holder.uid == ref.uid)
             if keep_pools and held >= desired:
                 admission: Admission | None = Admission(pools=(), message=KEPT_MESSAGE)
+            elif waits_on_namespace:
+                admission = Admission(pools=(), message=waits_on_namespace)
             elif spec.gated:
                 admission = queue_admission(
                     ref, spec, snap, pods, reservations, index, self.specs, desired

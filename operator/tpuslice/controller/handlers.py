@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar, overload
 
 import kopf
@@ -43,8 +44,10 @@ from tpuslice.model.records import (
     Shape,
     ShapeMember,
     Snapshot,
+    Usage,
 )
 from tpuslice.planning.sweep import orphans
+from tpuslice.policy.placement import limits_apply, usage_by_namespace
 from tpuslice.runtime.config import OperatorConfig
 from tpuslice.runtime.health import Health
 from tpuslice.runtime.informers import Watches, node_kicks, owned_cluster_kicks, pod_kicks
@@ -134,6 +137,13 @@ def make_reader(
     by_holder = indices["reservation_holder_index"]
 
     def read(key: ObjectKey) -> Snapshot:
+        policies = watches.policies()
+        labels = watches.namespace_labels(key[1]) if policies else {}
+        usage = (
+            usage_by_namespace(by_shape).get(key[1], Usage())
+            if limits_apply(policies, labels)
+            else Usage()
+        )
         cluster = _first(clusters.get(key[1:]))
         shape = spec_shape(cluster) if cluster is not None else None
         uid = (cluster or {}).get("metadata", {}).get("uid", "")
@@ -143,12 +153,21 @@ def make_reader(
 
         def members() -> list[ShapeMember]:
             out = []
+            usages = usage_by_namespace(by_shape) if policies else {}
             for member_kind, index in shape_indexes if shape else []:
                 for other in list(index.get(shape, ())):
                     meta = other.get("metadata") or {}
                     if meta.get("uid") != uid:
-                        other_key = (member_kind, meta.get("namespace", ""), meta.get("name", ""))
-                        out.append(ShapeMember(other, watches.pods_of(other_key)))
+                        ns = meta.get("namespace", "")
+                        other_key = (member_kind, ns, meta.get("name", ""))
+                        member = ShapeMember(other, watches.pods_of(other_key))
+                        if policies:
+                            member = replace(
+                                member,
+                                namespace_labels=watches.namespace_labels(ns),
+                                namespace_usage=usages.get(ns, Usage()),
+                            )
+                        out.append(member)
             return out
 
         ray = watches.ray_object(key)
@@ -169,6 +188,9 @@ def make_reader(
             rayclusters=watches.owned_clusters(key),
             shape_members=_Lazy(members),
             provisioning=provisioning,
+            policies=policies,
+            namespace_labels=labels,
+            namespace_usage=usage,
         )
 
     return read
@@ -276,6 +298,7 @@ async def configure(
         ),
         on_owned=lambda changes, _kind: kick_owners(memo, owned_cluster_kicks(changes)),
         on_requests=lambda changes: kick_owners(memo, {ch.record.owner for ch in changes}),
+        on_policies=lambda _changes: kick_every_object(memo, indices),
     )
     logger.info(
         "listed %d TPU nodes, %d pods and %d RayClusters of TPUSliceClusters",
@@ -340,6 +363,19 @@ def kick_owners(memo: kopf.Memo, owners: Iterable[ObjectKey]) -> None:
     for kind, keys in by_kind.items():
         if kind in memo.reconcilers:
             memo.reconcilers[kind].kick_soon(keys)
+
+
+def kick_every_object(memo: kopf.Memo, indices: Mapping[str, Any]) -> None:
+    """A TPUSlicePolicy or a Namespace's labels changed: a pass for every TPUSlice
+    object (of every namespace, not only those the change affects: policies change
+    rarely, and each pass of an unaffected object finds nothing to do)."""
+    keys = {
+        (kind, *name)
+        for kind, prefix in INDEX_PREFIX.items()
+        if f"{prefix}_index" in indices
+        for name in list(indices[f"{prefix}_index"].keys())
+    }
+    kick_owners(memo, keys)
 
 
 def waiting_for(memo: kopf.Memo, shape: Shape) -> set[ObjectKey]:

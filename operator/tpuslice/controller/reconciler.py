@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,6 +46,8 @@ from tpuslice.model.records import (
     Snapshot,
 )
 from tpuslice.planning.queue import shape_name
+from tpuslice.policy.rules import check_object, effective_priority, facts_of
+from tpuslice.policy.selection import governing
 from tpuslice.runtime.kube import ApiError, ClusterApi
 from tpuslice.runtime.logcontext import current_object
 from tpuslice.runtime.metrics import Metrics
@@ -55,7 +57,7 @@ from tpuslice.spec.parts import SliceClusterSpec, SpecError
 from tpuslice.spec.slices import parse_slice_parts
 from tpuslice.status.conditions import MAX_MESSAGE, Stall, truncate
 
-__all__ = ["Reconciler", "SnapshotReader", "error_text", "spec_shape"]
+__all__ = ["Reconciler", "SnapshotReader", "error_text", "policy_stall", "spec_shape"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,26 @@ def spec_shape(cluster: Mapping[str, Any]) -> Shape | None:
         return shape_of(parse_slice_parts(cluster))
     except SpecError:
         return None
+
+
+#: A policy refusal names at most this many refusals (the rest are counted).
+MAX_REFUSALS_SHOWN = 3
+
+
+def policy_stall(snap: Snapshot, parsed: Any) -> Stall | None:
+    """The TPUSlicePolicy refusals of a parsed spec (``policy.rules.check_object``) as one
+    stall (reason PolicyDenied or PolicyViolation), or None when allowed or no policy
+    exists. The numeric priority is clamped, not refused; namespace limits make the object
+    wait (``SliceActuator.act``), they are no refusal."""
+    if not snap.policies:
+        return None
+    refusals = check_object(snap.policies, snap.namespace_labels, facts_of(parsed))
+    if not refusals:
+        return None
+    shown = "; ".join(str(r) for r in refusals[:MAX_REFUSALS_SHOWN])
+    if len(refusals) > MAX_REFUSALS_SHOWN:
+        shown += f"; and {len(refusals) - MAX_REFUSALS_SHOWN} more"
+    return Stall(refusals[0].reason, truncate(shown, MAX_MESSAGE))
 
 
 def error_text(exc: BaseException) -> str:
@@ -225,18 +247,25 @@ class Reconciler:
         try:
             parsed = kind.parse(body)
             check_limits(kind.cluster_spec(parsed), self.limits)
-            rendered = kind.render(parsed, await self.templates.get())
+            refused = policy_stall(snap, parsed)
+            rendered = None if refused else kind.render(parsed, await self.templates.get())
         except SpecError as exc:
             invalid = Stall(events.INVALID_SPEC, str(exc))
             out = kind.invalid_status(body, invalid, previous, self.status.now())
             await self.status.write_status(body, previous, out.status, out.slices)
+            return
+        if refused is not None or rendered is None:
+            why = refused or Stall(events.INVALID_SPEC, "nothing rendered")
+            await self._refused(key, ref, body, snap, kind.cluster_spec(parsed), why, previous)
             return
         owned = kind.owned(snap)
         applied = await self.applier.apply(rendered, owned)
         if kind.counts_creation:
             self._count_creation(key, body, owned, applied)
         self.pending.expire(time.monotonic())
-        acted, plan_stall = await self._act(kind.slice_sets(ref, parsed, snap, previous))
+        acted, plan_stall = await self._act(
+            kind.slice_sets(ref, parsed, snap, previous), snap.policies, snap.namespace_labels
+        )
         await self._give_back_unheld(ref, snap, {each.slices.ref.ray_cluster for each in acted})
         waits = any(waiting_for_capacity(each.plan) for each in acted)
         self._track_waiting(key, kind.cluster_spec(parsed), waits)
@@ -246,14 +275,44 @@ class Reconciler:
         out = kind.status(parsed, body, snap, acted, applied, stall, previous, self.status.now())
         await self.status.write_status(body, previous, out.status, out.slices)
 
-    async def _act(self, slice_sets: Iterable[SliceSet]) -> tuple[list[ActedSet], Stall | None]:
-        """Each slice set planned and acted on; the first stall any of them revealed."""
+    async def _refused(
+        self,
+        key: ObjectKey,
+        ref: ClusterRef,
+        body: Mapping[str, Any],
+        snap: Snapshot,
+        spec: SliceClusterSpec,
+        stall: Stall,
+        previous: Mapping[str, Any],
+    ) -> None:
+        """A TPUSlicePolicy refuses the object: Stalled naming the policy, field and limit
+        (an Event on the transition), nothing rendered or applied, nothing claimed. What
+        an object admitted earlier already has stays (its KubeRay object, its pools and
+        released pods), except pools whose slices have no pods left, given back as
+        usual; it waits in no queue."""
+        await self._give_back_unheld(ref, snap, set())
+        self._track_waiting(key, spec, False)
+        out = self.adapter.invalid_status(body, stall, previous, self.status.now())
+        await self.status.write_status(body, previous, out.status, out.slices)
+
+    async def _act(
+        self,
+        slice_sets: Iterable[SliceSet],
+        policies: Sequence[Any] = (),
+        labels: Mapping[str, str] | None = None,
+    ) -> tuple[list[ActedSet], Stall | None]:
+        """Each slice set planned and acted on; the first stall any of them revealed. The
+        priority each queues at is clamped into the governing TPUSlicePolicies' range."""
         acted: list[ActedSet] = []
         stall: Stall | None = None
+        governed = governing(policies, labels or {}) if policies else ()
         for each in slice_sets:
+            spec = each.spec
+            if governed:
+                spec = replace(spec, priority=effective_priority(governed, spec.priority).value)
             plan, plan_stall = await self.actuator.act(
                 each.ref,
-                each.spec,
+                spec,
                 each.snap,
                 each.previous,
                 desired_slices=each.desired,

@@ -22,6 +22,7 @@ PLURAL_SERVICE: Final = "tpusliceservices"
 PLURALS: Final = {KIND_CLUSTER: PLURAL_CLUSTER, KIND_JOB: PLURAL_JOB, KIND_SERVICE: PLURAL_SERVICE}
 KIND_RESERVATION: Final = "SliceReservation"
 PLURAL_RESERVATION: Final = "slicereservations"
+PLURAL_POLICY: Final = "tpuslicepolicies"
 
 # --- what the operator puts on the RayCluster and its pods -------------------
 LABEL_CLUSTER: Final = f"{GROUP}/cluster"

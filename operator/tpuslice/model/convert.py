@@ -22,13 +22,16 @@ from tpuslice.model.records import (
     ProvisioningRequestInfo,
     RequestCondition,
     ReservationInfo,
+    Taint,
 )
 
 __all__ = [
     "capacity_type",
     "cluster_record",
     "holder_spec",
+    "namespace_labels",
     "node_info",
+    "node_taints",
     "owned_request",
     "pod_info",
     "podtemplate_record",
@@ -160,6 +163,8 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
             )
         ),
         gke_slice=labels.get(c.NODE_LABEL_TPU_SLICE, ""),
+        labels=dict(labels),
+        taints=node_taints(spec),
     )
 
 
@@ -167,6 +172,27 @@ def _pinned_unit(selector: Mapping[str, Any]) -> str | None:
     """The unit a released pod is pinned to: its node (a single-host slice), else its
     node pool (``CapacityUnit.pin``)."""
     return selector.get(c.NODE_LABEL_HOSTNAME) or selector.get(c.NODE_LABEL_NODEPOOL)
+
+
+#: Taint effects that keep a pod off a node (PreferNoSchedule only discourages).
+REPELLING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def node_taints(spec: Mapping[str, Any]) -> tuple[Taint, ...]:
+    """The node's NoSchedule and NoExecute taints (core/v1 NodeSpec.taints)."""
+    out = []
+    for taint in spec.get("taints") or []:
+        if isinstance(taint, Mapping) and taint.get("effect") in REPELLING_EFFECTS:
+            out.append(
+                Taint(str(taint.get("key") or ""), str(taint.get("value") or ""), taint["effect"])
+            )
+    return tuple(out)
+
+
+def namespace_labels(namespace: Mapping[str, Any]) -> dict[str, str]:
+    """What the operator keeps of a Namespace: its labels (TPUSlicePolicies select by them)."""
+    labels = (namespace.get("metadata") or {}).get("labels") or {}
+    return {str(k): str(v) for k, v in labels.items()}
 
 
 def reservation_info(obj: Mapping[str, Any]) -> ReservationInfo:

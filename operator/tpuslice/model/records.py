@@ -55,6 +55,8 @@ __all__ = [
     "SliceState",
     "SliceStatus",
     "Snapshot",
+    "Taint",
+    "Usage",
 ]
 
 #: (kind, namespace, name) of a TPUSliceCluster, TPUSliceJob or TPUSliceService: the one
@@ -211,6 +213,29 @@ class NodeInfo:
     topology_mode: str = ""
     partition_labels: tuple[str, ...] = ()
     gke_slice: str = ""
+    #: metadata.labels: a TPUSlicePolicy's spec.pools.nodeSelector is judged on them.
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: spec.taints that keep pods off (NoSchedule, NoExecute): a pool whose nodes carry
+    #: one the worker template does not tolerate is never claimed for it.
+    taints: tuple[Taint, ...] = ()
+
+
+@dataclass(frozen=True)
+class Taint:
+    """A node taint (core/v1 Taint): key, value and effect."""
+
+    key: str
+    value: str = ""
+    effect: str = ""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Slices and TPU chips: held by a namespace's objects, or asked for by one object
+    (a TPUSlicePolicy's per-namespace limits are judged on them)."""
+
+    slices: int = 0
+    chips: int = 0
 
 
 @dataclass(frozen=True)
@@ -337,6 +362,10 @@ class ShapeMember:
 
     cluster: Mapping[str, Any]  # convert.cluster_record
     pods: Sequence[PodInfo]
+    #: Its namespace's labels and usage (which TPUSlicePolicies govern it, whether its
+    #: namespace is at a limit); empty when no policy exists.
+    namespace_labels: Mapping[str, str] = field(default_factory=dict)
+    namespace_usage: Usage = field(default_factory=Usage)
 
 
 @dataclass(frozen=True)
@@ -359,6 +388,12 @@ class Snapshot:
     node_versions: Mapping[Shape, int] = field(default_factory=dict)
     # Capacity on demand: its ProvisioningRequests and PodTemplates, others' promised pools.
     provisioning: ProvisioningView | None = None
+    # Every TPUSlicePolicy of the cluster (``policy.records.Policy``; typed Any because
+    # the model sits below the policy package), the object's namespace's labels, and the
+    # slices and chips its namespace's objects hold now.
+    policies: Sequence[Any] = ()
+    namespace_labels: Mapping[str, str] = field(default_factory=dict)
+    namespace_usage: Usage = field(default_factory=Usage)
 
 
 # ------------------------------------------------------------------ the queue per shape

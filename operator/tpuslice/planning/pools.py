@@ -124,6 +124,15 @@ class PoolIndex:
     owned_slices: frozenset[str] = frozenset()
     unit: CapacityUnit = CapacityUnit.NODE_POOL
 
+    def narrowed(self, keep: Callable[[str, Sequence[NodeInfo]], bool]) -> PoolIndex:
+        """The index with only the matching units ``keep`` accepts (an object's
+        constraints: capacity on demand, a policy's pools), with fresh caches: the facts
+        of the whole index are not those of the narrowed one."""
+        matching = {name: nodes for name, nodes in self.matching.items() if keep(name, nodes)}
+        if len(matching) == len(self.matching):
+            return self
+        return replace(self, matching=matching, facts={}, eligible={})
+
     def node_pool(self, unit_name: str) -> str | None:
         """The GKE node pool of a node unit (None for a node-pool unit, or one not known)."""
         if self.unit is not CapacityUnit.NODE:

@@ -31,6 +31,7 @@ __all__ = [
     "ProvisioningRule",
     "parse_policy",
     "parse_selector",
+    "read_policy",
 ]
 
 KIND_POLICY = "TPUSlicePolicy"
@@ -134,7 +135,13 @@ class Policy:
     pod_security: PodSecurityLevel | None = None
     service_accounts: tuple[str, ...] | None = None
     service_types: tuple[str, ...] | None = None
+    #: Why the policy cannot be applied (``read_policy``): non-empty, it refuses every
+    #: object of the namespaces its selector selects until an admin fixes it.
+    invalid: str = ""
 
+
+#: An invalid policy's error, as kept and shown, is at most this long.
+MAX_INVALID_TEXT = 512
 
 _SPEC_FIELDS = frozenset(
     {"namespaceSelector", "pools", "limits", "priority", "provisioning", "podTemplate", "services"}
@@ -456,3 +463,26 @@ def parse_policy(obj: Mapping[str, Any]) -> Policy:
     if errors:
         raise PolicyError(name, errors)
     return policy
+
+
+def read_policy(obj: Mapping[str, Any]) -> Policy:
+    """A TPUSlicePolicy as the operator enforces it: ``parse_policy``'s, or, when some
+    field is wrong but ``spec.namespaceSelector`` is present and parses, a policy that
+    fails closed (``Policy.invalid``: every object of the namespaces it selects is
+    refused, naming the error), so a typo in a limit never opens those namespaces.
+    Raises ``PolicyError`` when not even the selector can be read: there is nobody to
+    govern, and the caller logs and ignores it."""
+    try:
+        return parse_policy(obj)
+    except PolicyError as exc:
+        spec = obj.get("spec") if isinstance(obj, Mapping) else None
+        if not isinstance(spec, Mapping) or "namespaceSelector" not in spec:
+            raise
+        errors: list[FieldError] = []
+        selector = parse_selector(spec["namespaceSelector"], "spec.namespaceSelector", errors)
+        if errors:
+            raise
+        text = "; ".join(str(e) for e in exc.errors)
+        if len(text) > MAX_INVALID_TEXT:
+            text = text[: MAX_INVALID_TEXT - 3] + "..."
+        return Policy(name=exc.name, namespace_selector=selector, invalid=text)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tpuslice.model import constants
-from tpuslice.model.records import ProvisioningMode
+from tpuslice.model.records import ProvisioningMode, Usage
 from tpuslice.policy.podsecurity import pod_security_violations
 from tpuslice.policy.records import Limits, Policy
 from tpuslice.policy.selection import governing
@@ -83,14 +83,6 @@ class ObjectFacts:
 
 
 @dataclass(frozen=True)
-class Usage:
-    """Slices and chips: in use by a namespace, or asked for by one object."""
-
-    slices: int
-    chips: int
-
-
-@dataclass(frozen=True)
 class PriorityDecision:
     """The priority an object queues at: its own, or clamped into the governing
     policies' range (``clamped_by`` names the policy whose bound applied)."""
@@ -147,6 +139,19 @@ def _denied(policies: Sequence[Policy]) -> Refusal:
         message=(
             "no TPUSlicePolicy governs this namespace, and with policies in the cluster "
             f"that means denied; ask an admin to select it in one of: {shown}"
+        ),
+    )
+
+
+def _invalid(policy: Policy) -> Refusal:
+    return Refusal(
+        reason=POLICY_VIOLATION,
+        policy=policy.name,
+        path="metadata.namespace",
+        limit=f"the policy is invalid: {policy.invalid}",
+        message=(
+            "a TPUSlicePolicy governing this namespace cannot be applied, so nothing here "
+            "is allowed until an admin fixes it"
         ),
     )
 
@@ -343,6 +348,9 @@ def check_object(
     governed = governing(policies, namespace_labels)
     if not governed:
         return [_denied(policies)]
+    broken = [_invalid(p) for p in governed if p.invalid]
+    if broken:
+        return broken
     refusals: list[Refusal] = []
     for policy in governed:
         for check in (_slices, _priority_classes, _provisioning, _service, _service_accounts):

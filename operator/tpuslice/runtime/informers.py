@@ -14,7 +14,7 @@ pass ever sees a half-filled store.
 
 Top to bottom: ``Change`` and ``RecordStore`` (pure), ``Followed`` (what a kind
 is and how to shrink it), ``apply`` (a delivery folded into a store), the kick
-rules, ``followed_kinds`` (what we follow, for RBAC), ``Watches`` (the three
+rules, ``followed_kinds`` (what we follow, for RBAC), ``Watches`` (the
 stores), and ``follow`` with its loop, the only code here that calls the API
 server (through ``kube.Kube``'s transport, counted in its metrics).
 """
@@ -31,6 +31,7 @@ from typing import Any, Generic, TypeVar
 
 from tpuslice.model import constants as c
 from tpuslice.model.convert import (
+    namespace_labels,
     node_info,
     owned_request,
     pod_info,
@@ -39,6 +40,7 @@ from tpuslice.model.convert import (
     raycluster_info,
 )
 from tpuslice.model.records import NodeInfo, ObjectKey, OwnedRequest, PodInfo, Shape
+from tpuslice.policy.records import Policy, PolicyError, read_policy
 from tpuslice.runtime.kube import ApiError, Kube, api_path
 
 __all__ = [
@@ -57,6 +59,7 @@ __all__ = [
     "object_key",
     "owned_cluster_kicks",
     "pod_kicks",
+    "policy_record",
 ]
 
 log = logging.getLogger(__name__)
@@ -283,6 +286,17 @@ def node_kicks(
     return shapes, keys
 
 
+def policy_record(obj: Mapping[str, Any]) -> Policy | None:
+    """A TPUSlicePolicy as enforced (``policy.records.read_policy``: one with a bad field
+    but a readable selector fails closed); None, logged, for one whose
+    ``spec.namespaceSelector`` cannot be read (it governs nobody)."""
+    try:
+        return read_policy(obj)
+    except PolicyError as exc:
+        log.warning("ignoring %s (no namespace selector to enforce it on)", exc)
+        return None
+
+
 def followed_kinds(namespaces: Iterable[str]) -> list[Followed]:
     """What the operator lists and watches itself (the chart grants list+watch on each):
     TPU nodes; the pods labelled with a TPUSlice object; the RayClusters of
@@ -290,8 +304,13 @@ def followed_kinds(namespaces: Iterable[str]) -> list[Followed]:
     the RayClusters KubeRay makes for them (labelled by KubeRay with the owner's labels);
     our ProvisioningRequests and their PodTemplates (labelled with their object; a missing
     ProvisioningRequest CRD is an empty store, looked for again every 30 s);
-    per namespace when the operator is namespace-scoped."""
-    kinds = [Followed("", "v1", "nodes", node_info, c.NODE_LABEL_ACCELERATOR)]
+    per namespace when the operator is namespace-scoped. TPUSlicePolicies and the labels
+    of every Namespace (which policies govern it) are followed cluster-wide in any case."""
+    kinds = [
+        Followed("", "v1", "nodes", node_info, c.NODE_LABEL_ACCELERATOR),
+        Followed(c.GROUP, c.VERSION, c.PLURAL_POLICY, policy_record),
+        Followed("", "v1", "namespaces", namespace_labels),
+    ]
     ray = (c.RAY_GROUP, c.RAY_VERSION)
     for ns in list(namespaces) or [""]:
         kinds += [
@@ -344,6 +363,10 @@ class Watches:
     podtemplates: RecordStore[dict[str, Any]] = field(
         default_factory=lambda: RecordStore(_template_group)
     )
+    tpuslicepolicies: RecordStore[Policy | None] = field(
+        default_factory=lambda: RecordStore(_no_group)
+    )
+    namespaces: RecordStore[dict[str, str]] = field(default_factory=lambda: RecordStore(_no_group))
     _stops: list[threading.Event] = field(default_factory=list)
 
     def pods_of(self, key: ObjectKey) -> list[PodInfo]:
@@ -377,6 +400,14 @@ class Watches:
     def nodes_of(self, shape: Shape) -> list[NodeInfo]:
         return self.nodes.group(shape)
 
+    def policies(self) -> list[Policy]:
+        """Every TPUSlicePolicy the operator enforces (those without a readable
+        selector left out)."""
+        return [p for p in self.tpuslicepolicies.values() if p is not None]
+
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        return self.namespaces.get(("", namespace)) or {}
+
     def ray_object(self, key: ObjectKey) -> dict[str, Any] | None:
         """The KubeRay object of the TPUSlice object ``key``, of the same namespace and
         name and of the KubeRay kind ``constants.RAY_KIND_OF`` gives: a TPUSliceCluster's
@@ -404,10 +435,12 @@ class Watches:
         on_rayclusters: Callable[[list[Change[dict[str, Any]]]], None],
         on_owned: Callable[[list[Change[dict[str, Any]]], str], None] | None = None,
         on_requests: Callable[[list[Change[OwnedRequest]]], None] | None = None,
+        on_policies: Callable[[list[Change[Any]]], None] | None = None,
     ) -> None:
         """Follow every kind (per namespace when the operator is namespace-scoped); return
         when each has been listed once. ``on_owned`` gets the changes of RayJobs,
-        RayServices and their RayClusters, with the kind of TPUSlice object they belong to.
+        RayServices and their RayClusters, with the kind of TPUSlice object they belong to;
+        ``on_policies`` the changes of TPUSlicePolicies and of Namespaces' labels.
         The kinds are listed concurrently."""
 
         def owned(kind: str) -> Callable[[list[Any]], None]:
@@ -423,6 +456,8 @@ class Watches:
             "service_clusters": owned(c.KIND_SERVICE),
             c.PROVREQ_PLURAL: on_requests or (lambda _: None),
             c.PODTEMPLATE_PLURAL: lambda _: None,
+            c.PLURAL_POLICY: on_policies or (lambda _: None),
+            "namespaces": on_policies or (lambda _: None),
         }
 
         def deliver(kind: Followed) -> Deliver:
