@@ -304,29 +304,37 @@ def check_decision(decision: object, reqs: list[PoolRequest], pools: list[ShapeP
     # strict order: a request gets pools set aside only if every earlier one got all
     # it misses; and every free pool is set aside unless nobody in the queue wants it
     # (except a gang that could complete only with pools running slices of later
-    # requests hold: it yields to them, or the two would wait for each other for ever)
+    # requests hold: it yields to them, or the two would wait for each other for ever;
+    # and a request none of whose pods exists: nothing proves they ever will)
     def yields(j: int) -> bool:
         q = order[j]
         running_after = sum(max(0, x.held - x.idle) for x in order[j + 1 :])
         return q.gang == GangMode.ALL_SLICES and q.missing > exist - q.held - running_after
 
+    def passed_over(j: int) -> bool:
+        return not order[j].has_pods or yields(j)
+
     for i, r in enumerate(order):
+        if not r.has_pods:
+            assert decision.admissions[r.key].set_aside == 0, r
+            assert decision.admissions[r.key].position is not None, r  # keeps its place
         if decision.admissions[r.key].set_aside:
             for j, q in enumerate(order[:i]):
-                if yields(j):
+                if passed_over(j):
                     assert decision.admissions[q.key].set_aside == 0, (q, r)
                 else:
                     assert decision.admissions[q.key].set_aside == q.missing, (q, r)
     total = sum(decision.admissions[r.key].set_aside for r in order)
-    wanted = sum(r.missing for j, r in enumerate(order) if not yields(j))
+    wanted = sum(r.missing for j, r in enumerate(order) if not passed_over(j))
     assert total == min(len(free), wanted)
-    # progress: the head that fits and is ready is granted
-    if order:
-        head = order[0]
-        ready = head.claimable >= head.missing or (
-            head.gang == GangMode.PER_SLICE and head.claimable > 0
-        )
-        fits = head.missing <= len(free) or (head.gang == GangMode.PER_SLICE and free)
+    # progress: the first request with pods, if it fits and is ready, is granted (one
+    # without pods before it blocks nothing, but past one a request is served whole)
+    with_pods = [r for r in order if r.has_pods]
+    if with_pods:
+        head = with_pods[0]
+        partial = head.gang == GangMode.PER_SLICE and head is order[0]
+        ready = head.claimable >= head.missing or (partial and head.claimable > 0)
+        fits = head.missing <= len(free) or (partial and free)
         if ready and fits:
             assert decision.admissions[head.key].pools
 
@@ -386,6 +394,45 @@ def test_every_cluster_that_fits_the_shape_completes_in_turn(world: World, seed:
     assert {k for k in decision.not_enough} == {
         c.key for c in world.clusters if not c.done and c.desired > exist
     }
+
+
+@GANG
+@given(worlds(healthy=True), st.integers(0, 2**16), st.sampled_from(list(GangMode)))
+def test_a_cluster_whose_pods_are_never_created_starves_nobody(
+    world: World, seed: int, gang: GangMode
+) -> None:
+    """A squatter first in the queue (the highest priority, the oldest, every pool of
+    the shape wanted) whose pods the namespace's quota never admits: every other cluster
+    that fits the shape still completes, and the squatter holds nothing."""
+    exist = len({n.pool for n in world.nodes})
+    squatter = Cluster(
+        ClusterRef("ml", "squat", "uid-squat"),
+        desired=exist,
+        gang=gang,
+        priority=1_000_000_000,
+        created="2026-11-30T00:00:00Z",
+        capacity_types=(),
+    )
+    world.clusters.append(squatter)
+    rounds = 0
+    while rounds < 40 and any(
+        not c.done and c.desired <= exist and c is not squatter for c in world.clusters
+    ):
+        rounds += 1
+        for k in range(len(world.clusters)):
+            c = world.clusters[(k + seed + rounds) % len(world.clusters)]
+            if c.done:
+                continue
+            if c is not squatter:
+                kuberay_creates_pods(c, (seed >> k) % 3 + 1)
+            world.history.append(dict(world.reservations))
+            one_pass(world, c, stale=1 if (seed + rounds + k) % 5 == 0 else 0)
+            check_world(world)
+            assert not any(r.holder.uid == "uid-squat" for r in world.reservations.values())
+        finish_ready_clusters(world, after=2)
+    assert all(c.done for c in world.clusters if c.desired <= exist and c is not squatter), [
+        (c.key, c.desired, c.gang) for c in world.clusters if not c.done
+    ]
 
 
 pool_strategy = st.builds(

@@ -233,3 +233,32 @@ def test_a_waiting_gang_says_why_the_pool_nobody_holds_is_not_eligible() -> None
     assert any("waiting for v6e 4x4" in m and "not eligible: pool-c" in m for m in messages), (
         messages
     )
+
+
+def test_a_cluster_whose_pods_the_quota_refuses_does_not_keep_pools_from_a_ready_one() -> None:
+    """Measured: priority 1e9, as many slices as the shape has pools, and a worker
+    template the namespace's ResourceQuota refuses, so KubeRay never creates its pods.
+    Another team's ready 1-slice cluster claims a pool at once; once the squatter's pods
+    exist, it is the head of the queue again and the 1-slice cluster waits behind it."""
+    squat = body("squat", "uid-squat", "2026-01-01T00:00:00Z")
+    squat["spec"] = two_slices(priority=1_000_000_000)
+    late = body("late", "uid-late", "2026-01-02T00:00:00Z")
+    pools = nodes_of("pool-a") + nodes_of("pool-b")
+
+    def late_pass(squat_pods: list[PodInfo]) -> FakeKube:
+        snap = Snapshot(
+            late,
+            gang_pods("late", replicas=1),
+            pools,
+            [],
+            None,
+            shape_members=[ShapeMember(squat, squat_pods)],
+        )
+        return run(snap, key=("TPUSliceCluster", "ml", "late"))
+
+    assert claims(late_pass([])) == ["pool-a"]
+    kube = late_pass(gang_pods("squat", replicas=1))
+    assert claims(kube) == []
+    assert kube.status is not None
+    (slice_,) = kube.status["slices"]
+    assert slice_["message"].startswith("2nd of 2 waiting for v6e 4x4"), slice_["message"]

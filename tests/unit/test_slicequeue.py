@@ -309,6 +309,7 @@ def test_pool_request_counts_like_the_planner() -> None:
         created="2026-12-01T00:00:00Z",
     )
     assert (request.held, request.claimable, request.idle, request.missing) == (2, 1, 1, 1)
+    assert request.live_pods == 9 and request.has_pods
     assert request.key == ("TPUSliceCluster", "ml", "llm") and request.uid == CLUSTER.uid
 
 
@@ -369,11 +370,14 @@ def test_a_gang_ahead_still_blocks_later_clusters_whose_pools_are_only_idle() ->
 
 def test_a_cluster_and_a_job_of_one_name_are_two_entries_of_the_shapes_queue() -> None:
     """The queue keys by (kind, namespace, name): a TPUSliceCluster and a TPUSliceJob named
-    alike in one namespace each get their own place and their own pools."""
+    alike in one namespace each get their own place and their own pools. (Their pods
+    exist but KubeRay has not labelled them with a slice yet: pools are set aside, none
+    is granted.)"""
     cluster = ClusterRef("ml", "train", "uid-c", kind="TPUSliceCluster")
     job = ClusterRef("ml", "train", "uid-j", kind="TPUSliceJob")
+    unlabelled = slice_pods(cluster="train", labelled=False)
     requests = [
-        pool_request(ref, hosts=4, desired_slices=1, pods=[], reservations=[], created=t)
+        pool_request(ref, hosts=4, desired_slices=1, pods=unlabelled, reservations=[], created=t)
         for ref, t in ((cluster, "2026-01-01T00:00:00Z"), (job, "2026-01-01T00:00:01Z"))
     ]
     decision = decide_queue(SHAPE, requests, free_pools("p1", "p2"))
@@ -381,3 +385,106 @@ def test_a_cluster_and_a_job_of_one_name_are_two_entries_of_the_shapes_queue() -
     first, second = admission_for(decision, cluster.key), admission_for(decision, job.key)
     assert (first.position, first.set_aside) == (1, 1)
     assert (second.position, second.set_aside) == (2, 1)
+
+
+# ------------------------------------------------------------------ requests without pods
+
+SQUAT = ("TPUSliceCluster", "ml", "squat")
+READY = ("TPUSliceCluster", "ml", "ready")
+
+
+def test_a_request_without_pods_sets_nothing_aside_and_blocks_nobody() -> None:
+    """Measured: priority 1e9, every pool of the shape wanted, a worker template the
+    namespace's ResourceQuota refuses (KubeRay can never create its pods). It keeps its
+    place, but another team's ready 1-slice cluster gets its pool at once."""
+    squat = req("squat", 3, t=2, priority=1_000_000_000, claimable=0)
+    ready = req("ready", 1, t=1)
+    decision = decide_queue(SHAPE, [ready, squat], free_pools("p1", "p2", "p3"))
+    assert decision.order == (SQUAT, READY)
+    assert decision.admissions[READY].pools == ("p1",)
+    waiting = decision.admissions[SQUAT]
+    assert (waiting.pools, waiting.set_aside, waiting.position, waiting.waiting) == ((), 0, 1, 1)
+    assert decision.waiting == (SQUAT,)
+    assert waiting.message == (
+        "1st of 1 waiting for v6e 4x4: needs 3 node pools at once (holds 0); "
+        "waiting for its pods to be created (none exists yet), so it holds nothing for now "
+        "and the requests after it are served"
+    )
+
+
+def test_a_request_without_pods_is_not_counted_ahead_of_those_it_does_not_block() -> None:
+    """A 2-slice gang behind it with one free pool: the free pool is set aside for the
+    gang, whose message names no request ahead of it."""
+    squat = req("squat", 1, t=1, priority=5, claimable=0, gang=GangMode.PER_SLICE)
+    gang = req("gang", 2, t=2)
+    decision = decide_queue(SHAPE, [squat, gang], [*free_pools("p1"), ShapePool("p2", True, OTHER)])
+    behind = decision.admissions[("TPUSliceCluster", "ml", "gang")]
+    assert (behind.pools, behind.set_aside, behind.position) == ((), 1, 2)
+    assert behind.message == (
+        "2nd of 2 waiting for v6e 4x4: needs 2 node pools at once (holds 0); "
+        "1 free pool set aside for it; held by ml/other (p2)"
+    )
+
+
+def test_once_its_pods_exist_it_sets_aside_again() -> None:
+    """The same squatter once KubeRay made one slice's pods (gated, so the quota admitted
+    them): it is an ordinary head of the queue again and the 1-slice cluster waits."""
+    squat = req("squat", 3, t=2, priority=1_000_000_000, claimable=1, live_pods=4)
+    decision = decide_queue(SHAPE, [req("ready", 1, t=1), squat], free_pools("p1", "p2", "p3"))
+    head, behind = decision.admissions[SQUAT], decision.admissions[READY]
+    assert (head.pools, head.set_aside, head.position) == ((), 3, 1)
+    assert "waiting for the pods of its slices" in head.message
+    assert (behind.pools, behind.set_aside, behind.position) == ((), 0, 2)
+    assert "1 request ahead in the queue" in behind.message
+
+
+def test_pods_not_yet_labelled_with_a_slice_count_as_pods() -> None:
+    ref = ClusterRef("ml", "squat", "uid-squat")
+    built = {
+        name: pool_request(ref, hosts=4, desired_slices=3, pods=pods, reservations=[])
+        for name, pods in (
+            ("none", []),
+            ("deleting", slice_pods(cluster="squat", deleting=True)),
+            ("unlabelled", slice_pods(cluster="squat", labelled=False)),
+        )
+    }
+    assert [(r.live_pods, r.has_pods) for r in built.values()] == [
+        (0, False),
+        (0, False),
+        (4, True),
+    ]
+    free = free_pools("p1", "p2", "p3")
+    assert decide_queue(SHAPE, [built["none"]], free).admissions[ref.key].set_aside == 0
+    assert decide_queue(SHAPE, [built["unlabelled"]], free).admissions[ref.key].set_aside == 3
+
+
+def test_a_gang_without_pods_says_it_waits_for_its_pods_not_that_it_yields() -> None:
+    """Behind it a running cluster grows: the pods rule comes first (nothing proves the
+    gang can ever run), and the grower gets the free pool either way."""
+    grow_holds = Holder("ml", "grow", "uid-grow", "tpu-g0", 0)
+    pools = [ShapePool("a", True, grow_holds), ShapePool("b", True)]
+    ahead = req("ahead", 2, t=2, priority=10, claimable=0)
+    grow = req("grow", 2, t=1, held=1, claimable=1)
+    decision = decide_queue(SHAPE, [ahead, grow], pools)
+    assert decision.admissions[("TPUSliceCluster", "ml", "grow")].pools == ("b",)
+    waiting = decision.admissions[("TPUSliceCluster", "ml", "ahead")]
+    assert waiting.set_aside == 0 and "waiting for its pods to be created" in waiting.message
+    assert "held by running slices" not in waiting.message
+
+
+def test_past_a_request_without_pods_a_per_slice_request_is_served_whole() -> None:
+    """Found by the property test: a 2-slice PerSlice cluster ran one slice on a pool the
+    earlier cluster (no pods yet) would have had; once the earlier one's pods existed,
+    each ran one slice and waited for the other's pool, for ever. Past a request without
+    pods it gets nothing until all its slices have pods, then all at once."""
+    early = req("early", 2, t=1, claimable=0, gang=GangMode.PER_SLICE)
+    half = req("half", 2, t=2, claimable=1, live_pods=2, gang=GangMode.PER_SLICE)
+    free = free_pools("p1", "p2")
+    waits = decide_queue(SHAPE, [early, half], free).admissions[("TPUSliceCluster", "ml", "half")]
+    assert (waits.pools, waits.set_aside, waits.position) == ((), 2, 2)
+    assert "waiting for the pods of its slices" in waits.message
+    whole = decide_queue(SHAPE, [early, req("half", 2, t=2, gang=GangMode.PER_SLICE)], free)
+    assert whole.admissions[("TPUSliceCluster", "ml", "half")].pools == ("p1", "p2")
+    # first in the queue, the same request takes what its pods can use, as before
+    alone = decide_queue(SHAPE, [half], free).admissions[("TPUSliceCluster", "ml", "half")]
+    assert alone.pools == ("p1",)

@@ -403,7 +403,7 @@ class Snapshot:
 class PoolRequest:
     """One cluster wanting pools of a shape, as the shell reads it from the API server:
     the TSC (uid, priority, creationTimestamp, slices, gang), its SliceReservations
-    (``held``, ``idle``) and its pods (``claimable``). Never from memory."""
+    (``held``, ``idle``) and its pods (``claimable``, ``live_pods``). Never from memory."""
 
     key: ObjectKey
     uid: str
@@ -416,10 +416,20 @@ class PoolRequest:
     idle: int = 0  # of ``held``: pools whose slice has no pod released yet
     capacity_types: tuple[CapacityType, ...] = ()  # spec.reservation.capacityTypes
     previous: tuple[str, ...] = ()  # pools its slices held before (status.slices[].nodePool)
+    live_pods: int = 0  # its worker pods not being deleted, gated or not
 
     @property
     def missing(self) -> int:
         return max(0, self.desired - self.held)
+
+    @property
+    def has_pods(self) -> bool:
+        """Whether any of its worker pods exists. A pod is charged to the namespace's
+        ResourceQuota when it is created, gated or not, so one that exists proves its
+        pods are admitted; without one (a quota that refuses its worker template, or
+        KubeRay not there yet) the queue sets nothing aside for it. ``held`` and
+        ``claimable`` count live slices, each with a pod, so they count as pods too."""
+        return self.live_pods > 0 or self.held > 0 or self.claimable > 0
 
 
 @dataclass(frozen=True)

@@ -743,8 +743,11 @@ def pool_request(
 ) -> PoolRequest:
     """The cluster's entry in its shape's queue, counted the way plan_slices counts:
     ``held`` = its reservations of live slices, ``claimable`` = live slices without
-    one, ``idle`` = held pools whose slice has no pod released yet. The shell builds one
-    per gated TSC of the shape, from its pods and reservations (the same snapshot)."""
+    one, ``idle`` = held pools whose slice has no pod released yet, ``live_pods`` = its
+    pods not being deleted (those not yet labelled with a slice too: any pod proves the
+    namespace's quota admitted it). The shell builds one per gated TSC of the shape,
+    from its pods and reservations (the same snapshot)."""
+    pods = list(pods)
     replicas, _ = _group_replicas(pods, hosts)
     ours = {r.holder.replica_name: r for r in reservations if cluster.holds(r.holder)}
     live = [r for r in replicas.values() if r.live]
@@ -761,6 +764,7 @@ def pool_request(
         idle=sum(1 for r in holding if all(p.gated for p in r.live)),
         capacity_types=tuple(capacity_types),
         previous=tuple(sorted(set((previous_pools or {}).values()))),
+        live_pods=sum(1 for p in pods if not p.deleting),
     )
 
 

@@ -35,7 +35,22 @@ The rules (``decide_queue``):
    wait for the pools it sets aside. Such a gang keeps its place but sets nothing
    aside; the requests after it are served, and it is served once pools come back.
    (PerSlice requests take what is free and run it, so they never wait in a cycle.)
-6. **Contention**: a request is ``contended`` when another request of the shape is in
+6. **Only for requests whose pods exist**: pools are set aside only for a request with
+   at least one live worker pod (``PoolRequest.has_pods``). A pod is charged to the
+   namespace's ResourceQuota when it is created, gated or not, so an existing pod
+   proves the quota admitted it; a request with none may never get any (a quota that
+   refuses its worker template), and a priority alone must not let it hold every pool
+   of the shape from everyone else. Such a request keeps its place and its message
+   (waiting for its pods to be created, holding nothing for now) but sets nothing
+   aside, is not counted ahead of anyone, and the requests after it are served as if
+   it were not there; once one of its pods exists it sets aside as any other. It
+   never yields under rule 5 either: it has nothing to yield, and holds no running
+   slice that a gang ahead of it could wait for. Past it, a PerSlice request is
+   granted only whole (every pool it misses, each slice with its pods), as a gang is:
+   one that ran part of its slices in the pools the earlier request would have had
+   would otherwise, once the earlier one's pods exist, wait for its pools while the
+   earlier one waits for the pools it runs on (no preemption), for ever.
+7. **Contention**: a request is ``contended`` when another request of the shape is in
    the queue; an AllSlices gang that cannot complete frees the pools its unreleased
    slices hold when contended, so it never keeps a partial set beyond a pass while
    another request could use it. (Under strict order the head gains nothing by
@@ -148,6 +163,7 @@ def queue_message(
     ready: bool = True,
     yielding: bool = False,
     noun: str = "node pool",
+    has_pods: bool = True,
 ) -> str:
     """``2nd of 3 waiting for v6e 4x4: needs 4 node pools at once (holds 0); 1 free
     pool set aside for it, the rest go to 1 request ahead; held by ml/a (2)``."""
@@ -164,10 +180,15 @@ def queue_message(
         parts.append(f"{_plural(ahead, 'request')} ahead in the queue")
     if yielding:
         parts.append(
-            "the pools it lacks are held by running slices of clusters queued after it, "
+            f"the {noun}s it lacks are held by running slices of clusters queued after it, "
             "so they are served first"
         )
-    if not ready:
+    if not has_pods:
+        parts.append(
+            "waiting for its pods to be created (none exists yet), so it holds nothing "
+            "for now and the requests after it are served"
+        )
+    elif not ready:
         parts.append("waiting for the pods of its slices")
     if holders:
         parts.append(f"held by {holders}")
@@ -236,13 +257,23 @@ def decide_queue(
     granted: dict[ObjectKey, tuple[ShapePool, ...]] = {}
     set_aside: dict[ObjectKey, int] = {}
     # Pools held by running slices of the requests queued after each one: a gang ahead
-    # can never get those (no preemption), and the holders wait behind it for more.
+    # can never get those (no preemption), and the holders wait behind it for more. A
+    # request without pods runs no slice, so it adds nothing.
     behind_running = [0] * (len(order) + 1)
     for i in range(len(order) - 1, -1, -1):
         q = order[i]
-        behind_running[i] = behind_running[i + 1] + max(0, q.held - q.idle)
+        running = max(0, q.held - q.idle) if q.has_pods else 0
+        behind_running[i] = behind_running[i + 1] + running
     yields: set[ObjectKey] = set()
+    passed_over = False  # a request without pods is ahead: those after it are served whole
     for i, r in enumerate(order):
+        if not r.has_pods:
+            # Nothing proves its pods can ever exist (rule 6): it keeps its place but
+            # sets nothing aside, so it blocks nobody after it.
+            set_aside[r.key] = 0
+            granted[r.key] = ()
+            passed_over = True
+            continue
         if r.gang == GangMode.ALL_SLICES and r.missing > exist - r.held - behind_running[i + 1]:
             # It could only complete with pools that running slices of clusters queued
             # after it hold, and they wait for pools it would set aside: a deadlock. It
@@ -254,7 +285,7 @@ def decide_queue(
         take = min(avail, r.missing)
         avail -= take
         set_aside[r.key] = take
-        if r.gang == GangMode.ALL_SLICES:
+        if r.gang == GangMode.ALL_SLICES or passed_over:
             count = r.missing if take == r.missing and r.claimable >= r.missing else 0
         else:
             count = min(take, r.claimable)
@@ -305,6 +336,7 @@ def decide_queue(
             ready=ready,
             yielding=yielding,
             noun=noun,
+            has_pods=r.has_pods,
         )
         admissions[r.key] = Admission(
             pools=tuple(p.name for p in granted[r.key]),
