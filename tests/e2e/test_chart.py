@@ -191,19 +191,23 @@ def test_chart_install_rbac_upgrade_uninstall(
             "holder": {"namespace": ns, "name": "squatter", "uid": "u", "replicaName": "r"},
         },
     }
-    refused = kubectl(
-        cluster,
-        "create",
-        "--dry-run=server",
-        "--as=tenant-a",
-        "--as-group=system:masters",
-        "-f",
-        "-",
-        stdin=yaml.safe_dump(reservation),
-        check=False,
-    )
-    assert refused.returncode != 0
-    assert "SliceReservations are written only by the tpuslice operator" in refused.stderr
+    def tenant_refused() -> str | None:
+        # the API server compiles a new policy in the background: refused within seconds
+        done = kubectl(
+            cluster,
+            "create",
+            "--dry-run=server",
+            "--as=tenant-a",
+            "--as-group=system:masters",
+            "-f",
+            "-",
+            stdin=yaml.safe_dump(reservation),
+            check=False,
+        )
+        return done.stderr if done.returncode != 0 else None
+
+    refusal = kube.wait_for(tenant_refused, timeout_s=60, what="the reservation guard refusing")
+    assert "SliceReservations are written only by the tpuslice operator" in refusal
     secret_name = f"{FULLNAME}-webhook-certs"
     assert not cluster.core.read_namespaced_secret(secret_name, ns).data  # rendered empty
     ext = kube.apiextensions_v1(apps)

@@ -273,3 +273,19 @@ def test_a_reservation_listing_event_kicks_nobody() -> None:
         and ("TPUSliceCluster", "ml", "waiting") in kicked[0]
         and ("TPUSliceCluster", "ml", "llm") in kicked[0]
     )
+
+
+def test_kopfs_last_handled_essence_leaves_the_spec_out() -> None:
+    """Every annotation of an object together may hold 256 KiB: an object at the CRD's
+    bounds (a 256 KiB runtimeEnvYAML) must still be patchable by kopf, finalizer and
+    all, so kopf's essence annotation never carries the spec."""
+    from tpuslice.controller.handlers import _configure_kopf
+
+    settings = kopf.OperatorSettings()
+    _configure_kopf(settings, OperatorConfig())
+    big = cluster_body()
+    big["spec"]["job"] = {"runtimeEnvYAML": "a: '" + "x" * 256 * 1024 + "'"}
+    big["metadata"]["labels"] = {"team": "a"}
+    essence = settings.persistence.diffbase_storage.build(body=kopf.Body(big))
+    assert "spec" not in essence
+    assert essence["metadata"]["labels"] == {"team": "a"}

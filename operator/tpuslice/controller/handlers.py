@@ -228,8 +228,15 @@ async def _beat(health: Health) -> None:
 def _configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     settings.persistence.finalizer = config.finalizer
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
+    # kopf keeps the "last handled" essence of an object in one annotation, and every
+    # annotation of an object together may hold at most 256 KiB (apimachinery's
+    # TotalAnnotationSizeLimitB): with the spec in it, an object whose spec is within the
+    # CRD's bounds (a 256 KiB runtimeEnvYAML) could never be patched by kopf again, its
+    # finalizer included. The operator has no create, update or field handler (every
+    # change runs the one pass, from events), so nothing reads a spec diff: the spec is
+    # left out of the essence.
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=c.GROUP, key="last-handled-configuration"
+        prefix=c.GROUP, key="last-handled-configuration", ignored_fields=["spec"]
     )
     settings.posting.level = logging.WARNING
     # Bounded watches of TPUSliceClusters and SliceReservations (kopf's default is none):
