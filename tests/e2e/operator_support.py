@@ -186,6 +186,7 @@ def pool_of(node_name: str, cluster: E2ECluster) -> str:
 # ---------------------------------------------------------------- continuous invariants
 GATE = "tpuslice.dev/slice-reservation"
 NODEPOOL = "cloud.google.com/gke-nodepool"
+HOSTNAME = "kubernetes.io/hostname"
 REPLICA = "ray.io/worker-group-replica-name"
 
 
@@ -272,17 +273,19 @@ class InvariantWatch(Watch):
     """Samples the cluster every few hundred ms while a scenario runs.
 
     Three properties must hold at every moment: no two slices (replicas) have
-    live pods pinned to one node pool; every released (ungated) live pod that is
-    pinned is pinned to the pool its own slice holds; and a TPU pod once seen gated
-    is never released without a pool pin (it could then schedule anywhere). A
-    sample reads reservations before pods; every finding must persist (``Watch``).
+    live pods pinned to one unit (a node pool, or a node for single-host slices); every
+    released (ungated) live pod that is pinned is pinned to the unit its own slice
+    holds; and a TPU pod once seen gated is never released without a pin (it could
+    then schedule anywhere). A sample reads reservations before pods; every finding
+    must persist (``Watch``). A single-host worker has no replica label: its slice is
+    named by the pod itself.
     """
 
     _seen_gated: set[str] = field(default_factory=set)
 
     def sample(self) -> tuple[list[str], set[str]]:
         held = {
-            r["spec"]["nodePool"]: r["spec"]["holder"]["replicaName"]
+            r["spec"].get("node") or r["spec"]["nodePool"]: r["spec"]["holder"]["replicaName"]
             for r in reservations(self.cluster)
         }
         pinned: dict[str, set[str]] = defaultdict(set)
@@ -293,8 +296,9 @@ class InvariantWatch(Watch):
             if pod.metadata.deletion_timestamp:
                 continue
             labels = pod.metadata.labels or {}
-            replica = labels.get(REPLICA, "?")
-            pool = (pod.spec.node_selector or {}).get(NODEPOOL)
+            replica = labels.get(REPLICA) or pod.metadata.name
+            selector = pod.spec.node_selector or {}
+            pool = selector.get(HOSTNAME) or selector.get(NODEPOOL)
             if pool:
                 pinned[pool].add(replica)
             if not released(pod):

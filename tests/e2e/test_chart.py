@@ -191,6 +191,7 @@ def test_chart_install_rbac_upgrade_uninstall(
             "holder": {"namespace": ns, "name": "squatter", "uid": "u", "replicaName": "r"},
         },
     }
+
     def tenant_refused() -> str | None:
         # the API server compiles a new policy in the background: refused within seconds
         done = kubectl(

@@ -1,0 +1,111 @@
+"""Single-host slices on a GKE-shaped single-host pool (3 nodes of v6e 2x2, as GKE builds
+single-host TPU pools: many one-VM slices per pool): each slice holds one node.
+
+Under an invariant watch sampled throughout: no two of our slices on one node, and no
+pod of a gang released before the whole gang holds its nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.e2e.helpers import E2ECluster
+from tests.e2e.operator_support import (
+    InvariantWatch,
+    apply,
+    delete_tsc,
+    get_tsc,
+    kubectl,
+    reservations,
+    slice_pods,
+    tsc,
+    wait_condition,
+)
+from tpusim import kube
+from tpusim.nodepools import TPUPool
+from tpusim.operator_process import OperatorProcess
+
+POOL = "v6e-2x2-single"
+TIMEOUT_S = 240  # KubeRay, the scheduler and the operator share 2 cores with the test
+
+
+@pytest.fixture
+def single_host_pool(
+    cluster: E2ECluster, namespace: str, operator: OperatorProcess
+) -> Iterator[list[str]]:
+    nodes = kube.create_pool(cluster.api, TPUPool(POOL, "v6e", "2x2", nodes=3))
+    kube.wait_nodes_ready(cluster.api, nodes)
+    yield list(nodes)
+    kubectl(
+        cluster, "delete", "tsc", "--all", "-n", namespace, "--wait=true", "--timeout=120s",
+        check=False,
+    )  # fmt: skip
+    kube.wait_for(
+        lambda: not cluster.core.list_namespaced_pod(namespace).items,
+        timeout_s=120,
+        what=f"pods of {namespace} gone",
+    )
+    kube.delete_pool(cluster.api, POOL)
+
+
+def held_by(cluster: E2ECluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    return [
+        r
+        for r in reservations(cluster)
+        if r["spec"]["holder"]["namespace"] == namespace and r["spec"]["holder"]["name"] == name
+    ]
+
+
+def gang(name: str) -> dict[str, Any]:
+    return tsc(name, topology="2x2", slices=2, reservation={"gang": "AllSlices"})
+
+
+def test_two_single_host_gangs_share_a_three_node_pool_in_turn(
+    cluster: E2ECluster, namespace: str, single_host_pool: list[str]
+) -> None:
+    with InvariantWatch(cluster, namespace) as watch:
+        apply(cluster, namespace, gang("first"))
+        wait_condition(cluster, namespace, "first", "Ready", "True", timeout_s=TIMEOUT_S)
+        held = held_by(cluster, namespace, "first")
+        assert len(held) == 2, held
+        for r in held:  # a node each, named after it, in the single-host pool
+            assert r["metadata"]["name"] == r["spec"]["node"], r
+            assert r["spec"]["nodePool"] == POOL
+            assert r["spec"]["node"] in single_host_pool
+        node_of = {r["spec"]["holder"]["replicaName"]: r["spec"]["node"] for r in held}
+        workers = [
+            p
+            for p in slice_pods(cluster, namespace, "first")
+            if (p.metadata.labels or {}).get("ray.io/node-type") == "worker"
+        ]
+        assert len(workers) == 2
+        for pod in workers:
+            assert (
+                pod.spec.node_selector.get("kubernetes.io/hostname") == node_of[pod.metadata.name]
+            )
+            assert pod.spec.node_name == node_of[pod.metadata.name]
+
+        # a second gang of two: one node is free, so it waits holding nothing
+        apply(cluster, namespace, gang("second"))
+
+        def waits_in_nodes() -> str | None:
+            slices = (get_tsc(cluster, namespace, "second").get("status") or {}).get("slices")
+            messages = [s.get("message", "") for s in slices or []]
+            states = {s.get("state") for s in slices or []}
+            if len(messages) == 2 and states == {"WaitingForCapacity"}:
+                return messages[0]
+            return None
+
+        message = kube.wait_for(
+            waits_in_nodes, timeout_s=TIMEOUT_S, what="the second gang waiting for nodes"
+        )
+        assert "node" in message and "node pool" not in message, message
+        assert held_by(cluster, namespace, "second") == []
+
+        # the first gang leaves: the second gets two nodes and becomes Ready
+        delete_tsc(cluster, namespace, "first")
+        wait_condition(cluster, namespace, "second", "Ready", "True", timeout_s=TIMEOUT_S)
+        assert len(held_by(cluster, namespace, "second")) == 2
+    watch.check(min_samples=20)
