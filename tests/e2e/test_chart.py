@@ -70,7 +70,8 @@ def release(cluster: E2ECluster, tpuslice_crds: None) -> Iterator[str]:
     ns = f"tpuslice-chart-{uuid.uuid4().hex[:5]}"
     # The session operator (the admin certificate's user) writes reservations while the
     # release is installed: it is one of the guard's extra writers, as a second operator
-    # instance would be (chart README).
+    # instance would be; and the manifests/ dry run below is a second install, which owns
+    # the cluster-wide aggregated roles (chart README: off for a second release).
     helm(
         cluster,
         "install",
@@ -81,6 +82,8 @@ def release(cluster: E2ECluster, tpuslice_crds: None) -> Iterator[str]:
         "--create-namespace",
         "--set",
         "reservationGuard.extraWriters={kubernetes-admin}",
+        "--set",
+        "rbac.aggregatedRoles=false",
     )
     try:
         yield ns

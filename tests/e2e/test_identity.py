@@ -116,9 +116,21 @@ def test_with_the_webhook_down_our_pods_are_refused_and_others_are_not(
             "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]},
         }
         cluster.core.create_namespaced_pod(namespace, plain)  # not ours: admitted
+        head = {  # ours, but not a worker (a Ray head needs no TPU identity): admitted
+            **plain,
+            "metadata": {
+                "name": "head",
+                "labels": {"tpuslice.dev/cluster": "refused", "ray.io/node-type": "head"},
+            },
+        }
+        cluster.core.create_namespaced_pod(namespace, head)
+        cluster.core.delete_namespaced_pod("head", namespace, grace_period_seconds=0)
         ours = {
             **plain,
-            "metadata": {"name": "ours", "labels": {"tpuslice.dev/cluster": "refused"}},
+            "metadata": {
+                "name": "ours",
+                "labels": {"tpuslice.dev/cluster": "refused", "ray.io/node-type": "worker"},
+            },
         }
         with pytest.raises(ApiException) as refused:
             cluster.core.create_namespaced_pod(namespace, ours)
