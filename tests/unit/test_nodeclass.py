@@ -183,3 +183,28 @@ def test_a_held_pool_whose_nodes_join_a_slice_says_so() -> None:
     assert "node pool pool-a has 4 of 4 nodes in GKE Slice team-a-train-0" in (
         result.slices[0].message
     )
+
+
+def test_a_sub_block_without_a_topology_label_is_still_named_in_the_wait() -> None:
+    """Before a GKE Slice forms, a dynamic-slicing sub-block's nodes carry no
+    gke-tpu-topology: no topology matches, and the wait says why those pools are not
+    used instead of only "no node pool matches"."""
+    block = [
+        node(f"blk-{i}", "tpu7x-blk", accelerator="tpu7x", topology="", **BLOCK) for i in range(16)
+    ]
+    result = plan_slices(
+        ClusterRef("ml", "llm", "uid-llm"),
+        accelerator="tpu7x",
+        topology="4x4x4",
+        hosts=16,
+        chips_per_host=4,
+        desired_slices=1,
+        gated=True,
+        pods=slice_pods("tpu-aaaaa", 0, hosts=16),
+        nodes=block,
+        reservations=[],
+    )
+    assert result.claims == ()
+    message = result.slices[0].message
+    assert "no node pool matches" in message, message
+    assert "tpu7x-blk is a dynamic-slicing sub-block (PROVISION_ONLY)" in message, message

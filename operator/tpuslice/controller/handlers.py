@@ -39,6 +39,7 @@ from tpuslice.model.convert import (
 )
 from tpuslice.model.records import (
     Holder,
+    NodeInfo,
     ObjectKey,
     ReservationInfo,
     Shape,
@@ -119,6 +120,16 @@ class _Lazy(Sequence[T]):
         return len(self._all())
 
 
+def _nodes_for(watches: Watches, shape: Shape | None) -> list[NodeInfo]:
+    """The nodes of ``shape``, and its accelerator's nodes without a topology label: a
+    TPU7x dynamic-slicing sub-block has none until a GKE Slice forms on it, and is read
+    only so that status can say why it is not used."""
+    if not shape:
+        return []
+    nodes = watches.nodes_of(shape)
+    return nodes + watches.nodes_of((shape[0], "")) if shape[1] else nodes
+
+
 def make_reader(
     indices: Mapping[str, Any], watches: Watches, kind: str = c.KIND_CLUSTER
 ) -> SnapshotReader:
@@ -181,7 +192,7 @@ def make_reader(
         return Snapshot(
             cluster=cluster,
             pods=watches.pods_of(key),
-            nodes=watches.nodes_of(shape) if shape else [],
+            nodes=_nodes_for(watches, shape),
             reservations=list(reservations.values()),
             raycluster=ray if own_raycluster else None,
             owned=None if own_raycluster else ray,

@@ -35,7 +35,7 @@ from tpuslice.model.records import (
     SliceState,
     SliceStatus,
 )
-from tpuslice.planning.nodeclass import WantedShape, classify_pool
+from tpuslice.planning.nodeclass import WantedShape, classify_pool, is_slicing_block
 
 __all__ = [
     "PoolIndex",
@@ -325,10 +325,11 @@ def _capacity_message(
     owned_slices: Collection[str] = (),
     *,
     noun: str = "node pool",
+    units: Mapping[str, Sequence[NodeInfo]] | None = None,
 ) -> str:
     head = f"needs a free {noun} of {wanted.describe()}"
     if not matching:
-        return f"{head}; no {noun} matches"
+        return f"{head}; no {noun} matches{_slicing_blocks(units or {}, matching)}"
     details: list[str] = []
     for name, nodes in matching.items():
         if len(details) == CAPACITY_POOLS_LISTED:
@@ -341,7 +342,37 @@ def _capacity_message(
             details.append(f"{name} {problem}")
     count = len(matching)
     more = f", and {count - len(details)} more" if count > len(details) else ""
-    return f"{head}; {count} match: " + ", ".join(details) + more
+    blocks = _slicing_blocks(units or {}, matching)
+    return f"{head}; {count} match: " + ", ".join(details) + more + blocks
+
+
+def _slicing_blocks(
+    units: Mapping[str, Sequence[NodeInfo]], matching: Mapping[str, Sequence[NodeInfo]]
+) -> str:
+    """``; pool-x is a dynamic-slicing sub-block ...`` for pools of the accelerator that no
+    topology matches because no GKE Slice has formed on them yet (their nodes carry no
+    cloud.google.com/gke-tpu-topology until one does), so a user sees why they are not
+    used; empty when there are none."""
+    names = sorted(
+        {
+            nodes[0].pool
+            for name, nodes in units.items()
+            if name not in matching and nodes and all(is_slicing_block(n) for n in nodes)
+        }
+    )
+    if not names:
+        return ""
+    shown = ", ".join(names[:CAPACITY_POOLS_LISTED])
+    more = (
+        f" and {len(names) - CAPACITY_POOLS_LISTED} more"
+        if len(names) > CAPACITY_POOLS_LISTED
+        else ""
+    )
+    verb = "is a dynamic-slicing sub-block" if len(names) == 1 else "are dynamic-slicing sub-blocks"
+    return (
+        f"; {shown}{more} {verb} (PROVISION_ONLY): no pod can run on it until a GKE Slice "
+        "forms on it, and a Slice's nodes belong to whoever made it"
+    )
 
 
 def _unfit_pools(
@@ -349,18 +380,21 @@ def _unfit_pools(
     matching: Mapping[str, Sequence[NodeInfo]],
     held: Mapping[str, Holder],
     owned_slices: Collection[str] = (),
+    units: Mapping[str, Sequence[NodeInfo]] | None = None,
 ) -> str:
     """Why matching pools nobody holds are not eligible (the queue's message names the
-    holders): ``not eligible: pool-c 4 nodes cordoned``; empty when all are fine."""
+    holders): ``not eligible: pool-c 4 nodes cordoned``, and the accelerator's
+    dynamic-slicing sub-blocks; empty when all are fine."""
     details = []
     for name, nodes in matching.items():
         if name not in held and (problem := _pool_problem(nodes, wanted, owned_slices)):
             details.append(f"{name} {problem}")
+    blocks = _slicing_blocks(units or {}, matching).removeprefix("; ")
     if not details:
-        return ""
+        return blocks
     shown = details[:CAPACITY_POOLS_LISTED]
     more = f", and {len(details) - len(shown)} more" if len(details) > len(shown) else ""
-    return "not eligible: " + ", ".join(shown) + more
+    return "not eligible: " + ", ".join(shown) + more + (f"; {blocks}" if blocks else "")
 
 
 def _group_replicas(pods: Iterable[PodInfo], hosts: int) -> tuple[dict[str, _Replica], list[str]]:
@@ -534,7 +568,9 @@ def plan_slices(
         if stalled:
             return stalled
         if admission is not None and admission.message:
-            unfit = _unfit_pools(wanted, matching, {**held_by_others, **held_by_ours}, owned)
+            unfit = _unfit_pools(
+                wanted, matching, {**held_by_others, **held_by_ours}, owned, units=pools
+            )
             return f"{admission.message}; {unfit}" if unfit else admission.message
         if all_slices and not gang_ready:
             return (
@@ -548,6 +584,7 @@ def plan_slices(
             set(assignment.values()),
             owned,
             noun=noun,
+            units=pools,
         )
         if all_slices:
             return (
