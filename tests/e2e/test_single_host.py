@@ -109,3 +109,51 @@ def test_two_single_host_gangs_share_a_three_node_pool_in_turn(
         wait_condition(cluster, namespace, "second", "Ready", "True", timeout_s=TIMEOUT_S)
         assert len(held_by(cluster, namespace, "second")) == 2
     watch.check(min_samples=20)
+
+
+def kind_slices_ready(
+    cluster: E2ECluster, namespace: str, plural: str, name: str, slices: int
+) -> dict[str, Any] | None:
+    """The object when all its ``slices`` are Ready, each on a node it holds."""
+    obj: dict[str, Any] = cluster.custom.get_namespaced_custom_object(
+        "tpuslice.dev", "v1alpha1", namespace, plural, name
+    )
+    status = obj.get("status") or {}
+    ready = [s for s in status.get("slices") or [] if s.get("state") == "Ready"]
+    return obj if len(ready) == slices else None
+
+
+def test_a_job_and_a_service_on_single_host_slices_each_hold_nodes(
+    cluster: E2ECluster, namespace: str, single_host_pool: list[str]
+) -> None:
+    """KubeRay's single-host TPU samples (a RayService of v6e 2x2 slices, as the vLLM
+    one) on a GKE single-host pool: the job's two slices and the service's one hold
+    three nodes of the one pool, each pinned to its own."""
+    job = tsc("train", topology="2x2", slices=2)
+    job["kind"] = "TPUSliceJob"
+    job["spec"]["job"] = {"entrypoint": "python -c 'print(1)'"}
+    service = tsc("serve", topology="2x2", slices=1)
+    service["kind"] = "TPUSliceService"
+    service["spec"]["serve"] = {
+        "serveConfigV2": "applications:\n- name: llm\n  import_path: serve_llm:app\n"
+    }
+    with InvariantWatch(cluster, namespace) as watch:
+        apply(cluster, namespace, job)
+        apply(cluster, namespace, service)
+        for plural, name, slices in (
+            ("tpuslicejobs", "train", 2),
+            ("tpusliceservices", "serve", 1),
+        ):
+            kube.wait_for(
+                lambda p=plural, n=name, s=slices: kind_slices_ready(cluster, namespace, p, n, s),
+                timeout_s=TIMEOUT_S,
+                what=f"{name}'s {slices} single-host slices Ready",
+            )
+        held = [r for r in reservations(cluster) if r["spec"]["holder"]["namespace"] == namespace]
+        assert sorted(r["spec"]["holder"]["name"] for r in held) == ["serve", "train", "train"]
+        assert sorted(r["spec"]["node"] for r in held) == sorted(single_host_pool)
+    watch.check(min_samples=10)
+    for plural in ("tpuslicejobs", "tpusliceservices"):
+        kubectl(
+            cluster, "delete", plural, "--all", "-n", namespace, "--wait=true", "--timeout=120s"
+        )
