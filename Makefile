@@ -144,19 +144,25 @@ bench-plot: $(STAMP) ## Plot the figures against scale from the .bench/results-*
 	$(PY) hack/bench --plot $(BENCH_PLOT)
 
 # ---------------------------------------------------------------- demo
-# DEMO_SINGLE_HOST=1: `make demo` then also adds the single-host pool v6e-2x2-single (three
-# ct6e-standard-4t nodes, each its own v6e 2x2 slice) and applies
-# examples/single-host-service.yaml (a TPUSliceService of two such slices). Off by default:
-# the operator does not yet place several slices on one single-host pool.
-DEMO_SINGLE_HOST ?= 0
+# DEMO_SINGLE_HOST=1 (the default): `make demo` then also adds the single-host pool
+# v6e-2x2-single (three ct6e-standard-4t nodes, each its own v6e 2x2 slice), applies
+# examples/single-host-service.yaml (a TPUSliceService of two such slices) and shows the
+# two nodes its slices hold. DEMO_SINGLE_HOST=0 leaves it out.
+DEMO_SINGLE_HOST ?= 1
 .PHONY: demo demo-capacity demo-down
-demo: tools $(STAMP) ## Local GKE TPU cluster + operator + a 2-slice TPUSliceCluster becoming Ready (DEMO_SINGLE_HOST=1: + a single-host pool and service)
+demo: tools $(STAMP) ## Local GKE TPU cluster + operator + a 2-slice TPUSliceCluster becoming Ready, and a TPUSliceService on two nodes of a single-host pool (DEMO_SINGLE_HOST=0: without it)
 	bash hack/demo.sh
 ifeq ($(DEMO_SINGLE_HOST),1)
 	$(PY) -m tpusim --dir $(DEV_CLUSTER) status | grep '^  pool v6e-2x2-single:' >/dev/null || \
 	  $(PY) -m tpusim --dir $(DEV_CLUSTER) add-pool v6e-2x2-single
 	KUBECONFIG=$(CURDIR)/$(DEV_CLUSTER)/kubeconfig "$$(bash hack/tools-dir.sh)/bin/kubectl" \
 	  apply -n demo -f examples/single-host-service.yaml
+	K="$$(bash hack/tools-dir.sh)/bin/kubectl --kubeconfig=$(CURDIR)/$(DEV_CLUSTER)/kubeconfig"; \
+	for _ in $$(seq 120); do \
+	  [ "$$($$K get tsr -o jsonpath='{range .items[*]}{.spec.node}{"\n"}{end}' | grep -c .)" -ge 2 ] && break; \
+	  sleep 1; \
+	done; \
+	$$K get tsr
 endif
 
 demo-capacity: tools $(STAMP) ## The same from zero TPU nodes: the fake GKE provisioner makes a pool per slice
