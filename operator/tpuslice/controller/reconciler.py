@@ -45,6 +45,7 @@ from tpuslice.model.records import (
     SliceState,
     Snapshot,
 )
+from tpuslice.planning.pools import held_pin
 from tpuslice.planning.queue import shape_name
 from tpuslice.policy.rules import check_object, effective_priority, facts_of
 from tpuslice.policy.selection import governing
@@ -90,6 +91,16 @@ def policy_stall(snap: Snapshot, parsed: Any) -> Stall | None:
     if len(refusals) > MAX_REFUSALS_SHOWN:
         shown += f"; and {len(refusals) - MAX_REFUSALS_SHOWN} more"
     return Stall(refusals[0].reason, truncate(shown, MAX_MESSAGE))
+
+
+def pinned_stall(snap: Snapshot, spec: SliceClusterSpec) -> Stall | None:
+    """An ungated object pinning its workers onto capacity a reservation holds
+    (``planning.pools.held_pin``) is refused: its pods would share chips with the
+    holder's slice."""
+    if spec.gated:
+        return None
+    why = held_pin(spec.worker.template, snap.reservations)
+    return Stall(events.PINNED_TO_HELD, why) if why else None
 
 
 def error_text(exc: BaseException) -> str:
@@ -247,7 +258,7 @@ class Reconciler:
         try:
             parsed = kind.parse(body)
             check_limits(kind.cluster_spec(parsed), self.limits)
-            refused = policy_stall(snap, parsed)
+            refused = policy_stall(snap, parsed) or pinned_stall(snap, kind.cluster_spec(parsed))
             rendered = None if refused else kind.render(parsed, await self.templates.get())
         except SpecError as exc:
             invalid = Stall(events.INVALID_SPEC, str(exc))

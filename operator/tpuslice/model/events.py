@@ -32,6 +32,8 @@ APPLY_REJECTED: Final = "RayClusterRejected"
 RAYCLUSTER_NAME_TAKEN: Final = "RayClusterNameTaken"
 # More slices than node pools of the shape exist (SlicePlan.stalled / Admission.stalled).
 NOT_ENOUGH_POOLS: Final = "NotEnoughPools"
+# reservation.policy None with a worker nodeSelector naming a unit a reservation holds.
+PINNED_TO_HELD: Final = "PinnedToHeldCapacity"
 
 # Capacity on demand (spec.reservation.provisioning; capacity/decide.py decides).
 PROVISIONING_REQUESTED: Final = "ProvisioningRequested"  # a request was created for a slice

@@ -15,7 +15,9 @@ import zlib
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
+from tpuslice.model.constants import NODE_LABEL_HOSTNAME, NODE_LABEL_NODEPOOL
 from tpuslice.model.records import (
     Admission,
     CapacityType,
@@ -41,6 +43,7 @@ __all__ = [
     "PoolIndex",
     "eligible_pools",
     "handovers",
+    "held_pin",
     "kept_frees",
     "plan_slices",
     "pool_facts",
@@ -763,6 +766,30 @@ def _assign(
         if replica.name not in out and names:
             out[replica.name] = names.pop(0)
     return out
+
+
+def held_pin(
+    worker_template: Mapping[str, Any], reservations: Iterable[ReservationInfo]
+) -> str | None:
+    """Why an ungated object (``reservation.policy: None``) may not run: its worker
+    template's nodeSelector pins its pods onto a node pool (or node) that a
+    SliceReservation holds for another slice, whose pods would then share chips with
+    them. None when it pins nothing held. Only the nodeSelector is read: the label
+    selectors of affinity are the scheduler's to judge."""
+    spec = worker_template.get("spec")
+    selector = spec.get("nodeSelector") if isinstance(spec, Mapping) else None
+    if not isinstance(selector, Mapping):
+        return None
+    held = {r.pool: r.holder for r in reservations}
+    for label in (NODE_LABEL_NODEPOOL, NODE_LABEL_HOSTNAME):
+        unit = selector.get(label)
+        if isinstance(unit, str) and unit in held:
+            return (
+                f"spec.worker.template.spec.nodeSelector pins {label}={unit}, which "
+                f"{held[unit].describe()} holds (a SliceReservation); with reservation.policy "
+                "None, pin a pool nobody holds, or use reservation.policy NodePool"
+            )
+    return None
 
 
 def pool_request(
