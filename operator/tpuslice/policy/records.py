@@ -17,7 +17,8 @@ from enum import StrEnum
 from typing import Any
 
 from tpuslice.model.records import ProvisioningMode
-from tpuslice.spec.parts import MAX_PRIORITY, FieldError
+from tpuslice.spec.parts import MAX_PRIORITY, FieldError, as_object
+from tpuslice.spec.values import described
 
 __all__ = [
     "KIND_POLICY",
@@ -158,37 +159,9 @@ _POD_TEMPLATE_FIELDS = frozenset({"podSecurity", "serviceAccountNames"})
 _SERVICES_FIELDS = frozenset({"types"})
 
 
-def _describe(value: Any) -> str:
-    if isinstance(value, str):
-        return repr(value if len(value) <= 40 else value[:37] + "...")
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, list):
-        return "a list"
-    return repr(value)
-
-
-def _object(
-    value: Any, path: str, known: frozenset[str], errors: list[FieldError]
-) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        errors.append(FieldError(path, f"must be an object, got {_describe(value)}"))
-        return {}
-    for key in value:
-        if key not in known:
-            errors.append(
-                FieldError(
-                    f"{path}.{key}", f"is not a field; use one of {', '.join(sorted(known))}"
-                )
-            )
-    return value
-
-
 def _string(value: Any, path: str, max_length: int, errors: list[FieldError]) -> str:
     if not isinstance(value, str) or not value:
-        errors.append(FieldError(path, f"must be a non-empty string, got {_describe(value)}"))
+        errors.append(FieldError(path, f"must be a non-empty string, got {described(value)}"))
         return ""
     if len(value) > max_length:
         errors.append(FieldError(path, f"has {len(value)} characters; at most {max_length}"))
@@ -208,7 +181,7 @@ def _string_list(
     if value is None:
         return None
     if not isinstance(value, list):
-        errors.append(FieldError(path, f"must be a list of strings, got {_describe(value)}"))
+        errors.append(FieldError(path, f"must be a list of strings, got {described(value)}"))
         return None
     if not value:
         errors.append(
@@ -223,7 +196,7 @@ def _string_list(
         text = _string(item, where, max_length, errors)
         if choices and text and text not in choices:
             errors.append(
-                FieldError(where, f"{_describe(text)} is not one of {', '.join(choices)}")
+                FieldError(where, f"{described(text)} is not one of {', '.join(choices)}")
             )
         out.append(text)
     return tuple(out)
@@ -234,16 +207,16 @@ def _count(value: Any, path: str, high: int, errors: list[FieldError]) -> int | 
         return None
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= high:
         errors.append(
-            FieldError(path, f"must be an integer from 0 to {high}, got {_describe(value)}")
+            FieldError(path, f"must be an integer from 0 to {high}, got {described(value)}")
         )
         return None
     return value
 
 
 def _label_map(value: Any, path: str, max_items: int, errors: list[FieldError]) -> dict[str, str]:
-    raw = _object(value, path, frozenset(), errors) if value is None else value
+    raw = as_object(value, path, errors, frozenset()) if value is None else value
     if not isinstance(raw, Mapping):
-        errors.append(FieldError(path, f"must be an object, got {_describe(raw)}"))
+        errors.append(FieldError(path, f"must be an object, got {described(raw)}"))
         return {}
     if len(raw) > max_items:
         errors.append(FieldError(path, f"has {len(raw)} labels; at most {max_items}"))
@@ -267,7 +240,7 @@ def _label_map(value: Any, path: str, max_items: int, errors: list[FieldError]) 
 
 def parse_selector(value: Any, path: str, errors: list[FieldError]) -> LabelSelector:
     """A metav1.LabelSelector; In and NotIn need values, Exists and DoesNotExist take none."""
-    raw = _object(value, path, _SELECTOR_FIELDS, errors)
+    raw = as_object(value, path, errors, _SELECTOR_FIELDS)
     labels = _label_map(raw.get("matchLabels"), f"{path}.matchLabels", MAX_MATCH_LABELS, errors)
     expressions: list[LabelRequirement] = []
     raw_expressions = raw.get("matchExpressions")
@@ -284,14 +257,14 @@ def parse_selector(value: Any, path: str, errors: list[FieldError]) -> LabelSele
         raw_expressions = []
     for index, item in enumerate(raw_expressions or []):
         where = f"{path}.matchExpressions[{index}]"
-        expr = _object(item, where, _EXPRESSION_FIELDS, errors)
+        expr = as_object(item, where, errors, _EXPRESSION_FIELDS)
         key = _string(expr.get("key"), f"{where}.key", MAX_LABEL_KEY, errors)
         operator = expr.get("operator")
         if operator not in SELECTOR_OPERATORS:
             errors.append(
                 FieldError(
                     f"{where}.operator",
-                    f"{_describe(operator)} is not one of {', '.join(SELECTOR_OPERATORS)}",
+                    f"{described(operator)} is not one of {', '.join(SELECTOR_OPERATORS)}",
                 )
             )
             continue
@@ -321,7 +294,7 @@ def parse_selector(value: Any, path: str, errors: list[FieldError]) -> LabelSele
 
 def _priority(value: Any, errors: list[FieldError]) -> PriorityRule:
     path = "spec.priority"
-    raw = _object(value, path, _PRIORITY_FIELDS, errors)
+    raw = as_object(value, path, errors, _PRIORITY_FIELDS)
     bounds: dict[str, int | None] = {}
     for key in ("min", "max"):
         item = raw.get(key)
@@ -336,7 +309,7 @@ def _priority(value: Any, errors: list[FieldError]) -> PriorityRule:
                 FieldError(
                     f"{path}.{key}",
                     f"must be an integer from {-MAX_PRIORITY} to {MAX_PRIORITY}, "
-                    f"got {_describe(item)}",
+                    f"got {described(item)}",
                 )
             )
             bounds[key] = None
@@ -351,7 +324,7 @@ def _priority(value: Any, errors: list[FieldError]) -> PriorityRule:
 
 def _provisioning(value: Any, errors: list[FieldError]) -> ProvisioningRule:
     path = "spec.provisioning"
-    raw = _object(value, path, _PROVISIONING_FIELDS, errors)
+    raw = as_object(value, path, errors, _PROVISIONING_FIELDS)
     modes = _string_list(
         raw.get("modes"), f"{path}.modes", errors, max_items=3, choices=tuple(ProvisioningMode)
     )
@@ -388,9 +361,9 @@ def parse_policy(obj: Mapping[str, Any]) -> Policy:
         errors.append(FieldError("metadata.name", "is required"))
     if obj.get("kind", KIND_POLICY) != KIND_POLICY:
         errors.append(
-            FieldError("kind", f"must be {KIND_POLICY}, got {_describe(obj.get('kind'))}")
+            FieldError("kind", f"must be {KIND_POLICY}, got {described(obj.get('kind'))}")
         )
-    spec = _object(obj.get("spec"), "spec", _SPEC_FIELDS, errors)
+    spec = as_object(obj.get("spec"), "spec", errors, _SPEC_FIELDS)
     if "namespaceSelector" not in spec:
         errors.append(
             FieldError(
@@ -399,13 +372,13 @@ def parse_policy(obj: Mapping[str, Any]) -> Policy:
             )
         )
     selector = parse_selector(spec.get("namespaceSelector"), "spec.namespaceSelector", errors)
-    pools = _object(spec.get("pools"), "spec.pools", _POOLS_FIELDS, errors)
+    pools = as_object(spec.get("pools"), "spec.pools", errors, _POOLS_FIELDS)
     pool_labels = (
         _label_map(pools["nodeSelector"], "spec.pools.nodeSelector", MAX_POOL_LABELS, errors)
         if "nodeSelector" in pools
         else {}
     )
-    raw_limits = _object(spec.get("limits"), "spec.limits", _LIMITS_FIELDS, errors)
+    raw_limits = as_object(spec.get("limits"), "spec.limits", errors, _LIMITS_FIELDS)
     limits = Limits(
         slices_per_object=_count(
             raw_limits.get("slicesPerObject"),
@@ -426,7 +399,7 @@ def parse_policy(obj: Mapping[str, Any]) -> Policy:
             errors,
         ),
     )
-    template = _object(spec.get("podTemplate"), "spec.podTemplate", _POD_TEMPLATE_FIELDS, errors)
+    template = as_object(spec.get("podTemplate"), "spec.podTemplate", errors, _POD_TEMPLATE_FIELDS)
     level: PodSecurityLevel | None = None
     raw_level = template.get("podSecurity")
     if raw_level is not None:
@@ -436,11 +409,11 @@ def parse_policy(obj: Mapping[str, Any]) -> Policy:
             errors.append(
                 FieldError(
                     "spec.podTemplate.podSecurity",
-                    f"{_describe(raw_level)} is not one of baseline, restricted (remove the "
+                    f"{described(raw_level)} is not one of baseline, restricted (remove the "
                     f"field for no Pod Security check)",
                 )
             )
-    services = _object(spec.get("services"), "spec.services", _SERVICES_FIELDS, errors)
+    services = as_object(spec.get("services"), "spec.services", errors, _SERVICES_FIELDS)
     policy = Policy(
         name=name,
         namespace_selector=selector,

@@ -12,10 +12,10 @@ from tpuslice.spec.parts import (
     SliceClusterSpec,
     SpecError,
     _cluster_parts,
-    _describe,
     _metadata,
-    _object,
+    as_object,
 )
+from tpuslice.spec.values import described
 
 __all__ = [
     "parse_cluster",
@@ -33,11 +33,11 @@ def parse_cluster(obj: Mapping[str, Any]) -> SliceClusterSpec:
         "the RayCluster",
         errors,
     )
-    spec = _object(raw, "spec", errors, _SPEC_FIELDS)
+    spec = as_object(raw, "spec", errors, _SPEC_FIELDS)
     suspend = spec.get("suspend", False)
     if not isinstance(suspend, bool):
         errors.append(
-            FieldError("spec.suspend", f"must be true or false, got {_describe(suspend)}")
+            FieldError("spec.suspend", f"must be true or false, got {described(suspend)}")
         )
     cluster = _cluster_parts(
         spec,

@@ -22,14 +22,14 @@ from tpuslice.spec.parts import (
     SubmissionMode,
     _boolean,
     _cluster_parts,
-    _describe,
     _integer,
     _metadata,
-    _object,
     _passthrough,
     _string,
     _yaml_map,
+    as_object,
 )
+from tpuslice.spec.values import described
 
 __all__ = [
     "JOB_PASSTHROUGH",
@@ -104,7 +104,7 @@ class SliceJobSpec(OwnedClusterSpec):
 
 
 def _submitter_config(value: Any, path: str, errors: list[FieldError]) -> None:
-    config = _object(value, path, errors, frozenset({"backoffLimit"}))
+    config = as_object(value, path, errors, frozenset({"backoffLimit"}))
     _integer(config.get("backoffLimit"), f"{path}.backoffLimit", errors, 0)
 
 
@@ -112,7 +112,7 @@ def _job(raw: Any, head: GroupSpec | None, errors: list[FieldError]) -> JobSetti
     if raw is None:
         errors.append(FieldError("spec.job", "is required (at least spec.job.entrypoint)"))
         return None
-    job = _object(raw, "spec.job", errors)
+    job = as_object(raw, "spec.job", errors)
     if not isinstance(raw, Mapping):
         return None
     mode = job.get("submissionMode", "K8sJobMode")
@@ -120,7 +120,7 @@ def _job(raw: Any, head: GroupSpec | None, errors: list[FieldError]) -> JobSetti
         errors.append(
             FieldError(
                 "spec.job.submissionMode",
-                f"{_describe(mode)} is not one of {', '.join(SUBMISSION_MODES)}",
+                f"{described(mode)} is not one of {', '.join(SUBMISSION_MODES)}",
             )
         )
         mode = "K8sJobMode"
@@ -197,7 +197,7 @@ def _job(raw: Any, head: GroupSpec | None, errors: list[FieldError]) -> JobSetti
                 FieldError(
                     "spec.head.template.spec.restartPolicy",
                     f"must be Never or unset with spec.job.submissionMode SidecarMode "
-                    f"(the submitter runs in the head pod), got {_describe(restart)}",
+                    f"(the submitter runs in the head pod), got {described(restart)}",
                 )
             )
     return JobSettings(
@@ -224,7 +224,7 @@ def parse_job(obj: Mapping[str, Any]) -> SliceJobSpec:
         "the RayJob's clusters",
         errors,
     )
-    spec = _object(raw, "spec", errors, _JOB_SPEC_FIELDS)
+    spec = as_object(raw, "spec", errors, _JOB_SPEC_FIELDS)
     cluster = _cluster_parts(
         spec, errors, name=name, namespace=namespace, uid=uid, owner_kind=constants.KIND_JOB
     )

@@ -22,6 +22,7 @@ from tpuslice.model import constants
 from tpuslice.model.records import CapacityType, GangMode, ProvisioningMode
 from tpuslice.model.topology import SliceShape, TopologyError, slice_shape
 from tpuslice.spec import bounds
+from tpuslice.spec.values import described
 from tpuslice.spec.yamlcheck import yaml_map_problem
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "RetryPolicy",
     "SliceClusterSpec",
     "SpecError",
+    "as_object",
     "default_image",
 ]
 
@@ -201,17 +203,7 @@ def _ray_version_error(version: str) -> str | None:
     return None
 
 
-def _describe(value: Any) -> str:
-    if isinstance(value, str):
-        return repr(value if len(value) <= 40 else value[:37] + "...")
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, list):
-        return "a list"
-    return repr(value)
-
-
-def _object(
+def as_object(
     value: Any, path: str, errors: list[FieldError], known: frozenset[str] | None = None
 ) -> Mapping[str, Any]:
     """``value`` as a map ({} when absent or wrong); with ``known``, unknown keys are
@@ -219,7 +211,7 @@ def _object(
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        errors.append(FieldError(path, f"must be an object, got {_describe(value)}"))
+        errors.append(FieldError(path, f"must be an object, got {described(value)}"))
         return {}
     if known is not None:
         for key in value:
@@ -237,7 +229,7 @@ def _string(value: Any, path: str, errors: list[FieldError], max_length: int = 0
     if value is None:
         return ""
     if not isinstance(value, str):
-        errors.append(FieldError(path, f"must be a string, got {_describe(value)}"))
+        errors.append(FieldError(path, f"must be a string, got {described(value)}"))
         return ""
     if max_length and len(value) > max_length:
         errors.append(FieldError(path, _too_long(len(value), max_length)))
@@ -261,7 +253,7 @@ def _string_map(
     """A map of at most ``max_entries`` strings of at most ``max_value`` characters;
     integers are accepted and written as strings."""
     out: dict[str, str] = {}
-    raw = _object(value, path, errors)
+    raw = as_object(value, path, errors)
     if len(raw) > max_entries:
         errors.append(FieldError(path, f"has {len(raw)} entries; at most {max_entries}"))
         return out  # the entries are not looked at: there may be very many
@@ -273,7 +265,7 @@ def _string_map(
         elif isinstance(item, int) and not isinstance(item, bool):
             out[str(key)] = str(item)
         else:
-            errors.append(FieldError(f"{path}.{key}", f"must be a string, got {_describe(item)}"))
+            errors.append(FieldError(f"{path}.{key}", f"must be a string, got {described(item)}"))
     return out
 
 
@@ -330,7 +322,7 @@ def _refuse_sub_slicing(template: Mapping[str, Any], path: str, errors: list[Fie
 
 
 def _group(raw: Any, path: str, errors: list[FieldError], *, tpu_owned: bool) -> GroupSpec:
-    raw = _object(raw, path, errors, _GROUP_FIELDS)
+    raw = as_object(raw, path, errors, _GROUP_FIELDS)
     template = raw.get("template")
     if template is None:
         template = {}
@@ -387,9 +379,9 @@ def _metadata(
     ``what`` the name must keep within DNS limits, ``services_of`` whose Kubernetes
     Services it names."""
     if not isinstance(obj, Mapping):
-        problem = f"a {kind} is an object, not {_describe(obj)}"
+        problem = f"a {kind} is an object, not {described(obj)}"
         raise SpecError([FieldError("metadata", problem)])
-    metadata = _object(obj.get("metadata"), "metadata", errors)
+    metadata = as_object(obj.get("metadata"), "metadata", errors)
     name = _string(metadata.get("name"), "metadata.name", errors)
     namespace = _string(metadata.get("namespace"), "metadata.namespace", errors)
     uid = _string(metadata.get("uid"), "metadata.uid", errors)
@@ -428,7 +420,7 @@ def _cluster_parts(
 ) -> SliceClusterSpec | None:
     """The shared parts (tpu, ray, head, worker, reservation) as a SliceClusterSpec
     for the object named; None when something is wrong (reported in ``errors``)."""
-    tpu = _object(spec.get("tpu"), "spec.tpu", errors, _TPU_FIELDS)
+    tpu = as_object(spec.get("tpu"), "spec.tpu", errors, _TPU_FIELDS)
     shape: SliceShape | None = None
     tpu_type = _string(tpu.get("type"), "spec.tpu.type", errors)
     topology = _string(tpu.get("topology"), "spec.tpu.topology", errors)
@@ -443,7 +435,8 @@ def _cluster_parts(
         ):
             errors.append(
                 FieldError(
-                    "spec.tpu.chipsPerHost", f"must be an integer, got {_describe(chips_per_host)}"
+                    "spec.tpu.chipsPerHost",
+                    f"must be an integer, got {described(chips_per_host)}",
                 )
             )
         else:
@@ -461,12 +454,12 @@ def _cluster_parts(
         errors.append(
             FieldError(
                 "spec.tpu.slices",
-                f"must be an integer from 1 to {constants.MAX_SLICES}, got {_describe(slices)}",
+                f"must be an integer from 1 to {constants.MAX_SLICES}, got {described(slices)}",
             )
         )
         slices = 1
 
-    ray = _object(spec.get("ray"), "spec.ray", errors, _RAY_FIELDS)
+    ray = as_object(spec.get("ray"), "spec.ray", errors, _RAY_FIELDS)
     ray_version = _string(ray.get("version"), "spec.ray.version", errors)
     if ray.get("version") in (None, ""):
         errors.append(FieldError("spec.ray.version", "is required, e.g. 2.54.0"))
@@ -478,11 +471,13 @@ def _cluster_parts(
     head = _group(spec.get("head"), "spec.head", errors, tpu_owned=False)
     worker = _group(spec.get("worker"), "spec.worker", errors, tpu_owned=True)
 
-    reservation = _object(spec.get("reservation"), "spec.reservation", errors, _RESERVATION_FIELDS)
+    reservation = as_object(
+        spec.get("reservation"), "spec.reservation", errors, _RESERVATION_FIELDS
+    )
     policy = reservation.get("policy", "NodePool")
     if policy not in ("NodePool", "None") or not isinstance(policy, str):
         errors.append(
-            FieldError("spec.reservation.policy", f"{_describe(policy)} is not NodePool or None")
+            FieldError("spec.reservation.policy", f"{described(policy)} is not NodePool or None")
         )
     gang, priority, capacity_types = _queueing(reservation, slices, errors)
     provisioning = _provisioning(reservation.get("provisioning"), errors)
@@ -529,7 +524,8 @@ def _bounded(
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         errors.append(
             FieldError(
-                f"{path}.{key}", f"must be an integer from {low} to {high}, got {_describe(value)}"
+                f"{path}.{key}",
+                f"must be an integer from {low} to {high}, got {described(value)}",
             )
         )
         return default
@@ -538,7 +534,7 @@ def _bounded(
 
 def _retry(raw: Any, errors: list[FieldError]) -> RetryPolicy:
     path = "spec.reservation.provisioning.retry"
-    retry = _object(raw, path, errors, _RETRY_FIELDS)
+    retry = as_object(raw, path, errors, _RETRY_FIELDS)
     default = RetryPolicy()
     limit = _bounded(retry, "limit", path, default.limit, 0, MAX_RETRY_LIMIT, errors)
     base = _bounded(
@@ -581,13 +577,13 @@ def _capacity_selector(raw: Any, errors: list[FieldError]) -> dict[str, str]:
             )
         elif key in constants.CAPACITY_SELECTOR_TRUE_ONLY and value != "true":
             errors.append(
-                FieldError(where, f'takes only "true" (GKE\'s label value), got {_describe(value)}')
+                FieldError(where, f'takes only "true" (GKE\'s label value), got {described(value)}')
             )
         elif len(value) > 63 or not _LABEL_VALUE.match(value):
             errors.append(
                 FieldError(
                     where,
-                    f"{_describe(value)} is not a label value (at most 63 letters, digits, "
+                    f"{described(value)} is not a label value (at most 63 letters, digits, "
                     f"'-', '_' or '.', starting and ending with a letter or digit)",
                 )
             )
@@ -600,9 +596,9 @@ def _provisioning(raw: Any, errors: list[FieldError]) -> ProvisioningSpec | None
         return None
     path = "spec.reservation.provisioning"
     if not isinstance(raw, Mapping):
-        errors.append(FieldError(path, f"must be an object, got {_describe(raw)}"))
+        errors.append(FieldError(path, f"must be an object, got {described(raw)}"))
         return None
-    prov = _object(raw, path, errors, _PROVISIONING_FIELDS)
+    prov = as_object(raw, path, errors, _PROVISIONING_FIELDS)
     modes = [str(m) for m in ProvisioningMode]
     raw_mode = prov.get("mode")
     if raw_mode is None:
@@ -610,7 +606,7 @@ def _provisioning(raw: Any, errors: list[FieldError]) -> ProvisioningSpec | None
         return None
     if not isinstance(raw_mode, str) or raw_mode not in modes:
         errors.append(
-            FieldError(f"{path}.mode", f"{_describe(raw_mode)} is not one of {', '.join(modes)}")
+            FieldError(f"{path}.mode", f"{described(raw_mode)} is not one of {', '.join(modes)}")
         )
         return None
     mode = ProvisioningMode(raw_mode)
@@ -630,7 +626,7 @@ def _provisioning(raw: Any, errors: list[FieldError]) -> ProvisioningSpec | None
         errors.append(
             FieldError(
                 f"{path}.provisioningClassName",
-                f"{_describe(override)} is not a class name (a DNS subdomain of at most 253 "
+                f"{described(override)} is not a class name (a DNS subdomain of at most 253 "
                 f"characters, e.g. {constants.PROVREQ_CLASS_QUEUED})",
             )
         )
@@ -661,7 +657,7 @@ def _boolean(value: Any, path: str, errors: list[FieldError], default: bool) -> 
     if value is None:
         return default
     if not isinstance(value, bool):
-        errors.append(FieldError(path, f"must be true or false, got {_describe(value)}"))
+        errors.append(FieldError(path, f"must be true or false, got {described(value)}"))
         return default
     return value
 
@@ -673,7 +669,7 @@ def _integer(
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool):
-        errors.append(FieldError(path, f"must be an integer, got {_describe(value)}"))
+        errors.append(FieldError(path, f"must be an integer, got {described(value)}"))
         return None
     if not minimum <= value <= _INT32_MAX:
         errors.append(FieldError(path, f"must be from {minimum} to {_INT32_MAX}, got {value}{why}"))
@@ -696,14 +692,14 @@ def _passthrough_value(expected: str, value: Any, path: str, errors: list[FieldE
     if expected == "number":
         if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
             errors.append(
-                FieldError(path, f"must be a number of at least 0, got {_describe(value)}")
+                FieldError(path, f"must be a number of at least 0, got {described(value)}")
             )
         return value
     if expected == "boolean":
         return _boolean(value, path, errors, False)
     if expected == "object":
         if not isinstance(value, Mapping):
-            errors.append(FieldError(path, f"must be an object, got {_describe(value)}"))
+            errors.append(FieldError(path, f"must be an object, got {described(value)}"))
         elif path in bounds.TEMPLATE_BYTES:
             _template_size(value, path, errors)
     return value
@@ -756,7 +752,7 @@ def _queueing(
     if not isinstance(raw_gang, str) or raw_gang not in modes:
         errors.append(
             FieldError(
-                "spec.reservation.gang", f"{_describe(raw_gang)} is not {' or '.join(modes)}"
+                "spec.reservation.gang", f"{described(raw_gang)} is not {' or '.join(modes)}"
             )
         )
         raw_gang = str(default_gang)
@@ -770,7 +766,7 @@ def _queueing(
             FieldError(
                 "spec.reservation.priority",
                 f"must be an integer from -{MAX_PRIORITY} to {MAX_PRIORITY} (higher is served "
-                f"first), got {_describe(priority)}",
+                f"first), got {described(priority)}",
             )
         )
         priority = 0
@@ -780,14 +776,14 @@ def _queueing(
     if not isinstance(raw_types, list):
         errors.append(
             FieldError(
-                "spec.reservation.capacityTypes", f"must be a list, got {_describe(raw_types)}"
+                "spec.reservation.capacityTypes", f"must be a list, got {described(raw_types)}"
             )
         )
         raw_types = []
     for i, raw in enumerate(raw_types):
         path = f"spec.reservation.capacityTypes[{i}]"
         if not isinstance(raw, str) or raw not in known:
-            errors.append(FieldError(path, f"{_describe(raw)} is not one of {', '.join(known)}"))
+            errors.append(FieldError(path, f"{described(raw)} is not one of {', '.join(known)}"))
         elif CapacityType(raw) in types:
             errors.append(FieldError(path, f"{raw} is listed twice; list each type once"))
         else:

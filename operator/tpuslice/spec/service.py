@@ -18,14 +18,14 @@ from tpuslice.spec.parts import (
     OwnedClusterSpec,
     SpecError,
     _cluster_parts,
-    _describe,
     _integer,
     _metadata,
-    _object,
     _passthrough,
     _string,
     _yaml_map,
+    as_object,
 )
+from tpuslice.spec.values import described
 
 __all__ = [
     "SERVE_PASSTHROUGH",
@@ -73,7 +73,7 @@ class SliceServiceSpec(OwnedClusterSpec):
 
 def _upgrade_strategy(value: Any, errors: list[FieldError]) -> None:
     path = "spec.serve.upgradeStrategy"
-    strategy = _object(value, path, errors)
+    strategy = as_object(value, path, errors)
     for key in strategy:
         if key == "clusterUpgradeOptions":
             errors.append(
@@ -98,7 +98,7 @@ def _upgrade_strategy(value: Any, errors: list[FieldError]) -> None:
     elif kind is not None and kind not in UPGRADE_TYPES:
         errors.append(
             FieldError(
-                f"{path}.type", f"{_describe(kind)} is not one of {', '.join(UPGRADE_TYPES)}"
+                f"{path}.type", f"{described(kind)} is not one of {', '.join(UPGRADE_TYPES)}"
             )
         )
 
@@ -107,7 +107,7 @@ def _serve(raw: Any, errors: list[FieldError]) -> ServeSettings | None:
     if raw is None:
         errors.append(FieldError("spec.serve", "is required (at least spec.serve.serveConfigV2)"))
         return None
-    serve = _object(raw, "spec.serve", errors)
+    serve = as_object(raw, "spec.serve", errors)
     if not isinstance(raw, Mapping):
         return None
     config = _string(
@@ -149,7 +149,7 @@ def parse_service(obj: Mapping[str, Any]) -> SliceServiceSpec:
         "the RayService",
         errors,
     )
-    spec = _object(raw, "spec", errors, _SERVICE_SPEC_FIELDS)
+    spec = as_object(raw, "spec", errors, _SERVICE_SPEC_FIELDS)
     cluster = _cluster_parts(
         spec, errors, name=name, namespace=namespace, uid=uid, owner_kind=constants.KIND_SERVICE
     )

@@ -26,6 +26,8 @@ from typing import Any, Final
 
 import yaml
 
+from tpuslice.spec.values import described
+
 __all__ = ["CACHE_ENTRIES", "LOADER", "yaml_map_problem"]
 
 #: libyaml's safe loader when PyYAML has it, else the pure-Python one.
@@ -37,14 +39,6 @@ CACHE_ENTRIES: Final = 1024
 _outcomes: OrderedDict[bytes, str | None] = OrderedDict()
 
 
-def _describe(value: Any) -> str:
-    if isinstance(value, str):
-        return repr(value if len(value) <= 40 else value[:37] + "...")
-    if isinstance(value, list):
-        return "a list"
-    return repr(value)
-
-
 def _parse(value: str) -> str | None:
     try:
         loaded = yaml.load(value, Loader=LOADER)
@@ -53,7 +47,7 @@ def _parse(value: str) -> str | None:
         where = f" (line {mark.line + 1})" if mark is not None else ""
         return f"is not valid YAML{where}; write a YAML map"
     if loaded is not None and not isinstance(loaded, Mapping):
-        return f"must be a YAML map, got {_describe(loaded)}"
+        return f"must be a YAML map, got {described(loaded)}"
     return None
 
 
