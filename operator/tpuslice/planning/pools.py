@@ -15,6 +15,7 @@ import zlib
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 
 from tpuslice.model.records import (
     Admission,
@@ -25,6 +26,7 @@ from tpuslice.model.records import (
     GangMode,
     Handover,
     Holder,
+    Move,
     NodeInfo,
     PodInfo,
     PodRelease,
@@ -35,6 +37,7 @@ from tpuslice.model.records import (
     SliceState,
     SliceStatus,
 )
+from tpuslice.planning.busy import busy_move, move_message
 from tpuslice.planning.nodeclass import WantedShape, classify_pool
 
 __all__ = [
@@ -410,6 +413,7 @@ def plan_slices(
     gang: GangMode = GangMode.PER_SLICE,
     admission: Admission | None = None,
     capacity_types: Sequence[CapacityType] = (),
+    now: datetime | None = None,
 ) -> SlicePlan:
     """Decide claims, releases and frees for one TPUSliceCluster from a snapshot.
 
@@ -430,6 +434,10 @@ def plan_slices(
     ``admission`` is the shape queue's decision for this cluster (slicequeue.py): the
     pools it may claim now, its place in the queue and the text explaining the wait.
     None means no queue: any free eligible pool.
+
+    ``now`` (the clock, for single-host slices): a slice holding a node whose released
+    pod could not schedule there for ``busy.BUSY_AFTER_SECONDS`` moves
+    (``SlicePlan.moves``); without it nothing moves.
     """
     wanted = _Wanted(accelerator, topology, hosts, chips_per_host)
     replicas, unindexed = _group_replicas(pods, hosts)
@@ -450,6 +458,8 @@ def plan_slices(
     claims: list[Claim] = []
     releases: list[PodRelease] = []
     binds: list[str] = []
+    moves: list[Move] = []
+    recheck_in: float | None = None
     taken_now: set[str] = set()
     by_index: dict[int, SliceStatus] = {}
 
@@ -613,6 +623,24 @@ def plan_slices(
                 )
             )
         assert pool is not None
+        if reservation is not None and now is not None and inventory.unit is CapacityUnit.NODE:
+            move, due = busy_move(pool, replica.name, live_pods, now)
+            if due is not None:
+                recheck_in = due if recheck_in is None else min(recheck_in, due)
+            if move is not None:
+                moves.append(move)
+                status_for(
+                    replica,
+                    SliceStatus(
+                        index,
+                        SliceState.RELEASING,
+                        replica.name,
+                        pool,
+                        message=move_message(pool),
+                        capacity_type=capacity_of(pool),
+                    ),
+                )
+                continue
         complete = len(live_pods) == hosts
         if complete and gang_complete:
             releases += [
@@ -678,6 +706,8 @@ def plan_slices(
         unindexed_pods=tuple(sorted(unindexed)),
         all_or_nothing=all_slices and bool(claims),
         stalled=stalled,
+        moves=tuple(moves),
+        recheck_in=recheck_in,
     )
 
 
