@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.helpers import E2ECluster
+from tests.e2e.helpers import E2ECluster, tpu_pod
 from tests.e2e.operator_support import (
     InvariantWatch,
     apply,
     delete_tsc,
+    event_reasons,
     get_tsc,
     kubectl,
     reservations,
@@ -157,3 +158,56 @@ def test_a_job_and_a_service_on_single_host_slices_each_hold_nodes(
         kubectl(
             cluster, "delete", plural, "--all", "-n", namespace, "--wait=true", "--timeout=120s"
         )
+
+
+def test_a_slice_whose_node_is_taken_by_a_foreign_pod_moves_to_another_node(
+    cluster: E2ECluster, namespace: str, single_host_pool: list[str]
+) -> None:
+    """A pod the operator did not place (no tpuslice label, bound by spec.nodeName)
+    holds all 4 chips of one node. With the other two nodes cordoned the slice can only
+    claim that node; once they are back, the slice's pod has been Unschedulable there
+    for 60 s, the slice moves, and the cluster ends Ready on another node, never the
+    busy one, which status.busyNodes names."""
+    busy, *others = single_host_pool
+    foreign = tpu_pod("foreign", None, 4, nodeName=busy)
+    cluster.core.create_namespaced_pod(namespace, foreign)
+    for name in others:
+        kube.cordon(cluster.api, name)
+    try:
+        apply(cluster, namespace, tsc("moves", topology="2x2"))
+
+        def pinned_and_unschedulable() -> bool:
+            held = held_by(cluster, namespace, "moves")
+            workers = [
+                p
+                for p in slice_pods(cluster, namespace, "moves")
+                if (p.spec.node_selector or {}).get("kubernetes.io/hostname") == busy
+            ]
+            conds = [
+                c
+                for p in workers
+                for c in p.status.conditions or []
+                if c.type == "PodScheduled" and c.reason == "Unschedulable"
+            ]
+            return [r["spec"]["node"] for r in held] == [busy] and bool(conds)
+
+        kube.wait_for(
+            pinned_and_unschedulable,
+            timeout_s=TIMEOUT_S,
+            what=f"the slice pinned to the busy node {busy} and Unschedulable",
+        )
+    finally:
+        for name in others:
+            kube.cordon(cluster.api, name, unschedulable=False)
+    try:
+        wait_condition(cluster, namespace, "moves", "Ready", "True", timeout_s=TIMEOUT_S)
+        held = held_by(cluster, namespace, "moves")
+        assert [r["spec"]["node"] for r in held] != [busy], held
+        assert len(held) == 1 and held[0]["spec"]["node"] in others, held
+        for pod in slice_pods(cluster, namespace, "moves"):
+            assert pod.spec.node_name != busy, pod.metadata.name
+        status = get_tsc(cluster, namespace, "moves")["status"]
+        assert [b["node"] for b in status.get("busyNodes") or []] == [busy], status
+        assert "SliceMovedOffBusyNode" in event_reasons(cluster, namespace)
+    finally:
+        cluster.core.delete_namespaced_pod("foreign", namespace, grace_period_seconds=0)

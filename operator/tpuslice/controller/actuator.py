@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from tpuslice.capacity.constraints import NO_CONSTRAINTS, CapacityConstraints
@@ -33,6 +34,8 @@ from tpuslice.model.records import (
     Admission,
     CapacityUnit,
     ClusterRef,
+    Move,
+    ObjectKey,
     PodInfo,
     PodRelease,
     PoolRequest,
@@ -42,6 +45,7 @@ from tpuslice.model.records import (
     SlicePlan,
     Snapshot,
 )
+from tpuslice.planning.busy import move_message, with_moves
 from tpuslice.planning.pools import (
     PoolIndex,
     eligible_pools,
@@ -74,6 +78,7 @@ __all__ = [
     "SliceActuator",
     "SpecCache",
     "admission_matters",
+    "avoiding",
     "decide_admission",
     "desired_of",
     "placed",
@@ -313,6 +318,14 @@ def placed(index: PoolIndex, spec: SliceClusterSpec, snap: Snapshot) -> PoolInde
     return index.narrowed(lambda name, _nodes: name not in out) if out else index
 
 
+def avoiding(index: PoolIndex, nodes: Collection[str]) -> PoolIndex:
+    """The pool index without the nodes this object found busy (``planning.busy``): only
+    an index of node units (single-host slices) is narrowed."""
+    if index.unit is not CapacityUnit.NODE or not (set(nodes) & set(index.matching)):
+        return index
+    return index.narrowed(lambda name, _nodes: name not in nodes)
+
+
 def constrained(index: PoolIndex, limits: CapacityConstraints) -> PoolIndex:
     """The pool index narrowed to the pools capacity on demand lets this object use."""
     if not limits.node_selector and not (limits.excluded & set(index.matching)):
@@ -365,6 +378,10 @@ class SliceActuator:
     specs: SpecCache = field(default_factory=SpecCache)
     #: capacity on demand (controller/capacity.py); None: never asks for capacity
     provisioner: Provisioner | None = None
+    #: the wall clock the busy-node rule reads (``planning.busy``)
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    #: asks for a pass of an object later (when a released pod will have waited enough)
+    kick_later: Callable[[ObjectKey, float], None] | None = None
 
     async def act(
         self,
@@ -375,6 +392,7 @@ class SliceActuator:
         *,
         desired_slices: int | None = None,
         keep_pools: bool = False,
+        avoid: Collection[str] = (),
     ) -> tuple[SlicePlan, Stall | None]:
         """Plan and act on every slice of ``ref``; the plan as it stands after acting, and
         a stall the plan revealed (pods KubeRay did not index, NotEnoughPools).
@@ -382,7 +400,9 @@ class SliceActuator:
         ``desired_slices`` overrides the spec's count (a TPUSliceJob that ended wants
         none). ``keep_pools`` (a TPUSliceJob between attempts): pools of slices whose
         pods are gone stay held and go to the new attempt's slices (``handovers``), and
-        while the job holds as many pools as it wants it claims none.
+        while the job holds as many pools as it wants it claims none. ``avoid``: nodes
+        the object found busy (``planning.busy``), never claimed for its single-host
+        slices; a slice moved off a busy node in this pass is not put back on it.
 
         Capacity on demand is two calls: its constraints before planning, its plan
         (carried out) after the first plan. The slices are planned once when no claim
@@ -414,8 +434,9 @@ class SliceActuator:
         if self.provisioner is not None and not waits_on_namespace:
             prov = self.provisioner.begin(ref, spec, snap, previous)
         limits = prov.constraints if prov is not None else NO_CONSTRAINTS
-        index = placed(constrained(index, limits), spec, snap)
+        index = avoiding(placed(constrained(index, limits), spec, snap), avoid)
         preferred = limits.prefer(previous_pools(previous))
+        now = self.clock()
 
         def plan() -> SlicePlan:
             pods = self.pending.pods(snap.pods)
@@ -448,6 +469,7 @@ class SliceActuator:
                 gang=spec.gang,
                 admission=admission,
                 capacity_types=spec.capacity_types,
+                now=now,
             )
             if keep_pools:
                 frees = kept_frees(
@@ -465,7 +487,13 @@ class SliceActuator:
             pods_now = self.pending.pods(snap.pods)
             reservations_now = self.pending.reservations(snap.reservations)
             capacity = await prov.act(current, pods_now, reservations_now, index)
-        acted = await self._free(ref, current.frees, snap)
+        moved = current
+        if current.moves:
+            await self._move(ref, current.moves, snap)
+            index = avoiding(index, [m.pool for m in current.moves])  # for every plan below
+            current = plan()
+        acted = bool(moved.moves)
+        acted = await self._free(ref, current.frees, snap) or acted
         held, lost = await self._claim(ref, spec, current, index)
         for _ in range(CLAIM_REPLANS):
             if not lost:
@@ -496,7 +524,9 @@ class SliceActuator:
             )
             acted = True
         await self._bind(current.binds)
-        final = plan() if acted else current
+        final = with_moves(plan() if acted else current, moved)
+        if final.recheck_in is not None and self.kick_later is not None:
+            self.kick_later(ref.key, final.recheck_in + 1.0)
         if final.stalled and stall is None:
             stall = Stall(events.NOT_ENOUGH_POOLS, final.stalled)
         final, stall = capacity.report(final, stall)
@@ -532,6 +562,32 @@ class SliceActuator:
                 events.SLICE_HANDED_OVER,
                 f"node pool {handover.pool} kept for slice {handover.holder.replica_index} "
                 f"({handover.holder.replica_name}; it held {old.holder.replica_name} before)",
+            )
+
+    async def _move(self, ref: ClusterRef, moves: Sequence[Move], snap: Snapshot) -> None:
+        """Take single-host slices off busy nodes: delete the slice's pods first (an
+        unscheduled pod goes at once, and KubeRay recreates it gated), then the
+        reservation, conditional on the uid the plan saw, so the released pod never
+        finds the node free without a reservation behind it."""
+        by_pool = {r.pool: r for r in self.pending.reservations(snap.reservations)}
+        for move in moves:
+            for namespace, name in move.pods:
+                await self.kube.delete_pod(namespace, name)
+            held = by_pool.get(move.pool)
+            if held is not None and await self.kube.delete_reservation(move.pool, held.uid):
+                self.pending.reservation_deleted(move.pool, time.monotonic(), held.uid)
+            log.info(
+                "%s %s: slice %s moves off node %s (its pod could not schedule for %.0fs)",
+                ref.kind,
+                ref,
+                move.replica_name,
+                move.pool,
+                move.waited,
+            )
+            await self.recorder.warning(
+                ref,
+                events.SLICE_MOVED,
+                f"slice {move.replica_name} leaves node {move.pool}: {move_message(move.pool)}",
             )
 
     async def _free(self, ref: ClusterRef, pools: Sequence[str], snap: Snapshot) -> bool:
@@ -617,10 +673,15 @@ class SliceActuator:
         self, releases: Sequence[PodRelease], annotations: Mapping[str, Mapping[str, str]]
     ) -> None:
         """Patch every pod of the slice(s) at once: the partly-released window is one RTT.
-        A slice on a ProvisioningRequest's capacity gets its consume annotations too."""
+        A slice on a ProvisioningRequest's capacity gets its consume annotations too; a
+        single-host slice's pod the time of its release (``planning.busy`` counts the
+        time it cannot schedule from then)."""
+        released_at = self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
 
         async def one(release: PodRelease) -> None:
             notes = annotations.get(release.replica_name)
+            if release.unit is CapacityUnit.NODE:
+                notes = {**(notes or {}), c.ANNOTATION_RELEASED_AT: released_at}
             try:
                 pin = release.unit.pin(release.pool)
                 await self.kube.release_pod(release.namespace, release.name, pin, notes)

@@ -45,6 +45,7 @@ from tpuslice.model.records import (
     SliceState,
     Snapshot,
 )
+from tpuslice.planning.busy import avoided_nodes, busy_nodes_status
 from tpuslice.planning.pools import held_pin
 from tpuslice.planning.queue import shape_name
 from tpuslice.policy.rules import check_object, effective_priority, facts_of
@@ -122,6 +123,14 @@ def waiting_for_capacity(plan: SlicePlan) -> bool:
     return bool(plan.stalled) or any(s.state in WAITING_STATES for s in plan.slices)
 
 
+def _busy_nodes_kept(status: dict[str, Any], previous: Mapping[str, Any]) -> dict[str, Any]:
+    """A status computed without acting (an invalid or refused spec) keeps the busy nodes
+    the object remembers: they are read back from status by the next pass."""
+    if "busyNodes" in previous and "busyNodes" not in status:
+        return {**status, "busyNodes": previous["busyNodes"]}
+    return status
+
+
 def failure_message(failure: Failure) -> str:
     count = failure.count
     return truncate(
@@ -168,6 +177,7 @@ class Reconciler:
             self.pool_indexes,
             specs=SpecCache(limits=self.limits),
         )
+        self.actuator.kick_later = self.queue.kick_later
         self.actuator.provisioner = Provisioner(
             self.kube, self.recorder, self.pending, kick_later=self.queue.kick_later
         )
@@ -263,7 +273,8 @@ class Reconciler:
         except SpecError as exc:
             invalid = Stall(events.INVALID_SPEC, str(exc))
             out = kind.invalid_status(body, invalid, previous, self.status.now())
-            await self.status.write_status(body, previous, out.status, out.slices)
+            kept = _busy_nodes_kept(out.status, previous)
+            await self.status.write_status(body, previous, kept, out.slices)
             return
         if refused is not None or rendered is None:
             why = refused or Stall(events.INVALID_SPEC, "nothing rendered")
@@ -274,8 +285,12 @@ class Reconciler:
         if kind.counts_creation:
             self._count_creation(key, body, owned, applied)
         self.pending.expire(time.monotonic())
+        now = self.actuator.clock()
         acted, plan_stall = await self._act(
-            kind.slice_sets(ref, parsed, snap, previous), snap.policies, snap.namespace_labels
+            kind.slice_sets(ref, parsed, snap, previous),
+            snap.policies,
+            snap.namespace_labels,
+            avoid=avoided_nodes(previous, now),
         )
         await self._give_back_unheld(ref, snap, {each.slices.ref.ray_cluster for each in acted})
         waits = any(waiting_for_capacity(each.plan) for each in acted)
@@ -284,6 +299,10 @@ class Reconciler:
         self.metrics.cluster_slices(key, states)
         stall = applied.stall or plan_stall
         out = kind.status(parsed, body, snap, acted, applied, stall, previous, self.status.now())
+        moved = [m.pool for each in acted for m in each.plan.moves]
+        busy = busy_nodes_status(previous, moved, now)
+        if busy is not None:
+            out.status["busyNodes"] = busy
         await self.status.write_status(body, previous, out.status, out.slices)
 
     async def _refused(
@@ -304,16 +323,19 @@ class Reconciler:
         await self._give_back_unheld(ref, snap, set())
         self._track_waiting(key, spec, False)
         out = self.adapter.invalid_status(body, stall, previous, self.status.now())
-        await self.status.write_status(body, previous, out.status, out.slices)
+        kept = _busy_nodes_kept(out.status, previous)
+        await self.status.write_status(body, previous, kept, out.slices)
 
     async def _act(
         self,
         slice_sets: Iterable[SliceSet],
         policies: Sequence[Any] = (),
         labels: Mapping[str, str] | None = None,
+        avoid: frozenset[str] = frozenset(),
     ) -> tuple[list[ActedSet], Stall | None]:
         """Each slice set planned and acted on; the first stall any of them revealed. The
-        priority each queues at is clamped into the governing TPUSlicePolicies' range."""
+        priority each queues at is clamped into the governing TPUSlicePolicies' range;
+        ``avoid``, the nodes the object found busy (status.busyNodes), is every set's."""
         acted: list[ActedSet] = []
         stall: Stall | None = None
         governed = governing(policies, labels or {}) if policies else ()
@@ -328,6 +350,7 @@ class Reconciler:
                 each.previous,
                 desired_slices=each.desired,
                 keep_pools=each.keep_pools,
+                avoid=avoid,
             )
             acted.append(ActedSet(each, plan))
             stall = stall or plan_stall

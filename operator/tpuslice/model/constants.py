@@ -41,6 +41,11 @@ LABEL_SERVICE: Final = f"{GROUP}/service"
 LABEL_OWNER_KIND: Final = f"{GROUP}/owner-kind"
 MANAGED_BY: Final = "tpuslice-operator"
 SCHEDULING_GATE: Final = f"{GROUP}/slice-reservation"
+# On a single-host slice's pod, set by the release patch: when the operator released it
+# (RFC 3339). The PodScheduled=False condition a pod gets while gated keeps its
+# lastTransitionTime when the scheduler turns it into Unschedulable (the status stays
+# False), so that time alone would count the wait in the queue as time unschedulable.
+ANNOTATION_RELEASED_AT: Final = f"{GROUP}/released-at"
 # Worker-template annotations: everything the TPU identity webhook needs beyond
 # KubeRay's own labels, so it computes a pod's identity from the pod alone.
 ANNOTATION_TPU_TYPE: Final = f"{GROUP}/tpu-type"

@@ -81,6 +81,20 @@ def _condition_true(status: Mapping[str, Any], kind: str) -> bool:
     )
 
 
+def _unschedulable_since(status: Mapping[str, Any]) -> str:
+    """lastTransitionTime of PodScheduled=False reason Unschedulable: the scheduler's
+    verdict that no node fits the pod ("Pod Lifecycle", Pod conditions,
+    https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-conditions)."""
+    for cond in status.get("conditions") or []:
+        if (
+            cond.get("type") == "PodScheduled"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "Unschedulable"
+        ):
+            return str(cond.get("lastTransitionTime") or "")
+    return ""
+
+
 def pod_info(pod: Mapping[str, Any]) -> PodInfo:
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
@@ -102,6 +116,8 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         created=meta.get("creationTimestamp", ""),
         owner_kind=labels.get(c.LABEL_OWNER_KIND) or c.KIND_CLUSTER,
         ray_cluster=labels.get(c.KUBERAY_LABEL_CLUSTER, ""),
+        unschedulable_since=_unschedulable_since(status),
+        released_at=str((meta.get("annotations") or {}).get(c.ANNOTATION_RELEASED_AT) or ""),
     )
 
 

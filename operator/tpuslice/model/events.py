@@ -17,6 +17,8 @@ SLICE_SCHEDULED: Final = "SliceScheduled"  # every pod of a slice was released a
 SLICE_READY: Final = "SliceReady"
 SLICE_TERMINATING: Final = "SliceTerminating"
 WAITING_FOR_CAPACITY: Final = "WaitingForCapacity"
+# a single-host slice left a node held by pods the operator did not place (planning/busy.py)
+SLICE_MOVED: Final = "SliceMovedOffBusyNode"
 RESERVATION_LOST: Final = "ReservationConflict"  # the pool was claimed by someone else first
 CLUSTER_READY: Final = "Ready"
 # A pass failed (API error, bug); posted at most every few minutes per cluster while

@@ -32,6 +32,7 @@ __all__ = [
     "GangMode",
     "Handover",
     "Holder",
+    "Move",
     "NodeInfo",
     "ObjectKey",
     "OwnedRequest",
@@ -183,6 +184,11 @@ class PodInfo:
     created: str = ""  # creationTimestamp, for latency metrics
     owner_kind: str = KIND_CLUSTER  # tpuslice.dev/owner-kind (absent on a TSC's pods)
     ray_cluster: str = ""  # ray.io/cluster: the RayCluster the pod belongs to
+    #: lastTransitionTime of the condition PodScheduled=False reason Unschedulable (the
+    #: scheduler found no node for it); empty when the pod has no such condition
+    unschedulable_since: str = ""
+    #: constants.ANNOTATION_RELEASED_AT: when the operator released it (single-host)
+    released_at: str = ""
 
     @property
     def owner(self) -> ObjectKey:
@@ -278,6 +284,19 @@ class Handover:
 
 
 @dataclass(frozen=True)
+class Move:
+    """Take a single-host slice off a node that pods the operator did not place hold:
+    delete the slice's ``pods`` (KubeRay recreates them gated) and its reservation of
+    ``pool`` (planning/busy.py)."""
+
+    pool: str
+    replica_name: str
+    pods: tuple[tuple[str, str], ...]  # (namespace, name)
+    #: how long the released pod could not schedule, in seconds
+    waited: float
+
+
+@dataclass(frozen=True)
 class Claim:
     """Create a SliceReservation for ``pool``: the atomic claim (AlreadyExists = lost)."""
 
@@ -354,6 +373,10 @@ class SlicePlan:
     # re-plans (the new plan frees the partial set) instead.
     all_or_nothing: bool = False
     stalled: str | None = None  # a NotEnoughPools message: no pool count of the shape will do
+    #: single-host slices to move off a node held by pods the operator did not place
+    moves: tuple[Move, ...] = ()
+    #: seconds until a released pod that cannot schedule has waited long enough to move
+    recheck_in: float | None = None
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import zlib
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from tpuslice.model.constants import NODE_LABEL_HOSTNAME, NODE_LABEL_NODEPOOL
@@ -27,6 +28,7 @@ from tpuslice.model.records import (
     GangMode,
     Handover,
     Holder,
+    Move,
     NodeInfo,
     PodInfo,
     PodRelease,
@@ -37,6 +39,7 @@ from tpuslice.model.records import (
     SliceState,
     SliceStatus,
 )
+from tpuslice.planning.busy import busy_move, move_message
 from tpuslice.planning.nodeclass import WantedShape, classify_pool, is_slicing_block
 
 __all__ = [
@@ -447,6 +450,7 @@ def plan_slices(
     gang: GangMode = GangMode.PER_SLICE,
     admission: Admission | None = None,
     capacity_types: Sequence[CapacityType] = (),
+    now: datetime | None = None,
 ) -> SlicePlan:
     """Decide claims, releases and frees for one TPUSliceCluster from a snapshot.
 
@@ -467,6 +471,10 @@ def plan_slices(
     ``admission`` is the shape queue's decision for this cluster (slicequeue.py): the
     pools it may claim now, its place in the queue and the text explaining the wait.
     None means no queue: any free eligible pool.
+
+    ``now`` (the clock, for single-host slices): a slice holding a node whose released
+    pod could not schedule there for ``busy.BUSY_AFTER_SECONDS`` moves
+    (``SlicePlan.moves``); without it nothing moves.
     """
     wanted = _Wanted(accelerator, topology, hosts, chips_per_host)
     replicas, unindexed = _group_replicas(pods, hosts)
@@ -487,6 +495,8 @@ def plan_slices(
     claims: list[Claim] = []
     releases: list[PodRelease] = []
     binds: list[str] = []
+    moves: list[Move] = []
+    recheck_in: float | None = None
     taken_now: set[str] = set()
     by_index: dict[int, SliceStatus] = {}
 
@@ -653,6 +663,24 @@ def plan_slices(
                 )
             )
         assert pool is not None
+        if reservation is not None and now is not None and inventory.unit is CapacityUnit.NODE:
+            move, due = busy_move(pool, replica.name, live_pods, now)
+            if due is not None:
+                recheck_in = due if recheck_in is None else min(recheck_in, due)
+            if move is not None:
+                moves.append(move)
+                status_for(
+                    replica,
+                    SliceStatus(
+                        index,
+                        SliceState.RELEASING,
+                        replica.name,
+                        pool,
+                        message=move_message(pool),
+                        capacity_type=capacity_of(pool),
+                    ),
+                )
+                continue
         complete = len(live_pods) == hosts
         if complete and gang_complete:
             releases += [
@@ -718,6 +746,8 @@ def plan_slices(
         unindexed_pods=tuple(sorted(unindexed)),
         all_or_nothing=all_slices and bool(claims),
         stalled=stalled,
+        moves=tuple(moves),
+        recheck_in=recheck_in,
     )
 
 

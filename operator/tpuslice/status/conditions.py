@@ -353,6 +353,7 @@ def _verdict(status: Mapping[str, Any]) -> tuple[Any, ...]:
             for s in status.get("slices") or []
             if s.get("provisioning") is not None
         ),
+        repr(status.get("busyNodes")),
     )
 
 
@@ -365,7 +366,8 @@ def may_fold(previous: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
     flipped condition or a new generation is written at once. So is a change of any
     ``slices[].provisioning``: the operator reads the attempt and failure counts back
     from status (a request deleted by someone is followed by the next attempt, not a
-    second attempt 1), so they are written with the request they describe."""
+    second attempt 1), so they are written with the request they describe; and so is a
+    change of ``busyNodes``, read back to keep the next claims off a busy node."""
     return previous != status and bool(previous) and _verdict(previous) == _verdict(status)
 
 
