@@ -82,9 +82,34 @@ def test_cert_manager_webhook_configuration_is_the_operators() -> None:
     assert "--webhook-cert-dir=/etc/tpuslice/webhook-certs" in args
 
 
+def test_cert_manager_policy_webhook_configuration_is_the_operators() -> None:
+    """The ValidatingWebhookConfiguration the chart renders with cert-manager is the one
+    the operator applies otherwise, for both the default and a set timeout."""
+    service = webhook_config.ServiceRef("rel-tpuslice-operator-webhook", "ops")
+    for values, timeout in (([], 5), (["--set", "webhook.timeoutSeconds=12"], 12)):
+        docs = render("--set", "webhook.certManager.enabled=true", *values)
+        chart = one(docs, "ValidatingWebhookConfiguration")
+        assert chart["metadata"].pop("annotations") == {
+            "cert-manager.io/inject-ca-from": "ops/rel-tpuslice-operator-webhook"
+        }
+        built = webhook_config.policy_webhook_configuration(
+            ca_bundle=b"x", service=service, timeout_seconds=timeout
+        )
+        del built["webhooks"][0]["clientConfig"]["caBundle"]
+        assert chart == built
+        assert chart["webhooks"][0]["failurePolicy"] == "Ignore"
+    # webhook.failurePolicy is the identity webhook's alone: Fail there, Ignore here
+    docs = render(
+        "--set", "webhook.certManager.enabled=true", "--set", "webhook.failurePolicy=Fail"
+    )
+    assert one(docs, "MutatingWebhookConfiguration")["webhooks"][0]["failurePolicy"] == "Fail"
+    assert one(docs, "ValidatingWebhookConfiguration")["webhooks"][0]["failurePolicy"] == "Ignore"
+
+
 def test_default_install_lets_the_operator_manage_its_configuration() -> None:
     docs = render()
     assert not [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
+    assert not [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
     args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--webhook-service=rel-tpuslice-operator-webhook" in args
     assert "--webhook-namespace=ops" in args
@@ -103,6 +128,13 @@ def test_default_install_lets_the_operator_manage_its_configuration() -> None:
             "verbs": ["create", "patch"],
         }
     ]
+    (policy_hook,) = [r for r in rules if "validatingwebhookconfigurations" in r["resources"]]
+    assert policy_hook["resourceNames"] == [
+        webhook_config.policy_webhook_configuration(ca_bundle=b"", url="https://x")["metadata"][
+            "name"
+        ]
+    ]
+    assert policy_hook["verbs"] == ["create", "patch"]
 
 
 WEBHOOK_VALUES = [
@@ -194,6 +226,7 @@ EXPECTED_RULES = {
     ("", "events"): {"create"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): {"create", "patch"},
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): {"create", "patch"},
 }
 
 
@@ -269,6 +302,7 @@ def test_cluster_role_is_the_reviewed_least_privilege() -> None:
     # with cert-manager the operator never touches webhook configurations
     with_cm = granted(render("--set", "webhook.certManager.enabled=true"))
     assert ("admissionregistration.k8s.io", "mutatingwebhookconfigurations") not in with_cm
+    assert ("admissionregistration.k8s.io", "validatingwebhookconfigurations") not in with_cm
 
 
 VERB = {

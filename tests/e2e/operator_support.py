@@ -338,6 +338,14 @@ def operator(cluster: E2ECluster, tpuslice_crds: None) -> Iterator[OperatorProce
     kubectl(
         cluster, "delete", "mutatingwebhookconfiguration", "tpuslice-identity", "--ignore-not-found"
     )
+    # and the policy webhook's (Ignore) would make every TPUSlice apply wait on a dead port
+    kubectl(
+        cluster,
+        "delete",
+        "validatingwebhookconfiguration",
+        "tpuslice-policy",
+        "--ignore-not-found",
+    )
     if TIMINGS:
         lines = [
             f"{k}: n={len(v)} max={max(v):.2f}s mean={sum(v) / len(v):.2f}s"

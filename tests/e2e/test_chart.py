@@ -231,13 +231,19 @@ def test_chart_install_rbac_upgrade_uninstall(
         "webhook.certManager.enabled=true",
     ).stdout
     docs = [d for d in yaml.safe_load_all(with_cm) if d]
-    assert {d["kind"] for d in docs} >= {"Certificate", "Issuer", "MutatingWebhookConfiguration"}
+    assert {d["kind"] for d in docs} >= {
+        "Certificate",
+        "Issuer",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    }
     # cert-manager's own kinds need its CRDs; everything else must be accepted. The
-    # configuration is checked under another name: the live tpuslice-identity belongs
-    # to the session operator (switching modes means deleting it first; chart README).
+    # configurations are checked under other names: the live tpuslice-identity and
+    # tpuslice-policy belong to the session operator (switching modes means deleting
+    # them first; chart README).
     docs = [d for d in docs if not d["apiVersion"].startswith("cert-manager.io")]
     for doc in docs:
-        if doc["kind"] == "MutatingWebhookConfiguration":
+        if doc["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
             doc["metadata"]["name"] = f"{RELEASE}-dry-run"
     dry_run(cluster, ns, yaml.safe_dump_all(docs))
     kubectl(cluster, "create", "namespace", "tpuslice-system", check=False)

@@ -6,7 +6,10 @@ its own node pool (the harness's v6e-4x4-a and v6e-4x4-b, labelled here with
 other's; a second cluster over team a's namespace limit waits, its slice naming the
 policy and the limit; a privileged worker template in team b's namespace (Pod Security
 ``baseline``) is Stalled with PolicyViolation naming the field; a namespace no policy
-selects is denied.
+selects is denied. Those two are the pass's refusals, so they are applied with the
+policy webhook's configuration removed (as while no replica answers: its
+failurePolicy is Ignore); with it, a privileged worker template is refused at
+``kubectl apply``, the error naming the policy and the field.
 
 Every policy is deleted at the end, and the node labels removed: a policy left behind
 would deny the namespace of every later test.
@@ -14,6 +17,8 @@ would deny the namespace of every later test.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -38,6 +43,45 @@ from tpusim import kube
 TEAM_LABEL = "tpuslice.dev/e2e-team"
 POOLS = {"a": "v6e-4x4-a", "b": "v6e-4x4-b"}
 READY_S = 180
+POLICY_WEBHOOK = "tpuslice-policy"
+PRIVILEGED = {"containers": [{"name": "ray-worker", "securityContext": {"privileged": True}}]}
+
+
+def _server_dry_run(cluster: E2ECluster, namespace: str, body: dict[str, Any]) -> Any:
+    """``kubectl apply --dry-run=server``: the API server runs admission, webhooks too."""
+    return kubectl(
+        cluster,
+        "apply",
+        "--dry-run=server",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        stdin=yaml.safe_dump(body),
+        check=False,
+    )
+
+
+@contextlib.contextmanager
+def without_policy_admission(
+    cluster: E2ECluster, namespace: str, body: dict[str, Any]
+) -> Iterator[None]:
+    """The policy webhook's configuration removed for the block, until the API server
+    admits ``body`` (the pass alone judges it then), and put back as it was."""
+    got = kubectl(cluster, "get", "validatingwebhookconfiguration", POLICY_WEBHOOK, "-o", "json")
+    live = json.loads(got.stdout)
+    meta = live["metadata"]
+    live["metadata"] = {k: meta[k] for k in ("name", "labels", "annotations") if k in meta}
+    kubectl(cluster, "delete", "validatingwebhookconfiguration", POLICY_WEBHOOK)
+    try:
+        kube.wait_for(
+            lambda: _server_dry_run(cluster, namespace, body).returncode == 0,
+            timeout_s=30,
+            what="the API server admitting without the policy webhook",
+        )
+        yield
+    finally:
+        kubectl(cluster, "create", "-f", "-", stdin=json.dumps(live))
 
 
 def _pool_nodes(cluster: E2ECluster, pool: str) -> list[str]:
@@ -125,10 +169,10 @@ def test_two_teams_each_on_their_own_pool_with_limits_and_pod_security(
     assert held_by(cluster, a, "over") == {}
 
     # a privileged worker in team b's namespace (baseline) is refused, naming the field
-    privileged = {"containers": [{"name": "ray-worker", "securityContext": {"privileged": True}}]}
     bad = tsc("privileged")
-    bad["spec"]["worker"]["template"] = {"spec": privileged}
-    apply(cluster, b, bad)
+    bad["spec"]["worker"]["template"] = {"spec": PRIVILEGED}
+    with without_policy_admission(cluster, b, bad):
+        apply(cluster, b, bad)
     refused = wait_condition(cluster, b, "privileged", "Stalled", "True", "PolicyViolation")
     stalled = next(x for x in refused["status"]["conditions"] if x["type"] == "Stalled")
     assert "securityContext.privileged" in stalled["message"]
@@ -151,7 +195,8 @@ def test_a_namespace_no_policy_selects_is_denied(
     unlabelled = f"{teams['a'][:50]}-x-{uuid.uuid4().hex[:4]}"
     cluster.core.create_namespace({"metadata": {"name": unlabelled}})
     try:
-        apply(cluster, unlabelled, tsc("denied"))
+        with without_policy_admission(cluster, unlabelled, tsc("denied")):
+            apply(cluster, unlabelled, tsc("denied"))
         obj = wait_condition(cluster, unlabelled, "denied", "Stalled", "True", "PolicyDenied")
         stalled = next(x for x in obj["status"]["conditions"] if x["type"] == "Stalled")
         assert "e2e-team-a" in stalled["message"] and "e2e-team-b" in stalled["message"]
@@ -159,3 +204,39 @@ def test_a_namespace_no_policy_selects_is_denied(
         delete_tsc(cluster, unlabelled, "denied")
     finally:
         cluster.core.delete_namespace(unlabelled)
+
+
+def test_a_privileged_worker_is_refused_at_kubectl_apply_naming_policy_and_field(
+    cluster: E2ECluster,
+    namespace: str,
+    operator: OperatorProcess,
+) -> None:
+    """The policy webhook: ``kubectl apply`` fails at once with the pass's refusal text,
+    and nothing is created. The webhook reads policies at most a few seconds old, so
+    the refusal is awaited with server-side dry runs first."""
+    body = _policy("admission", podTemplate={"podSecurity": "baseline"})
+    del body["spec"]["pools"]
+    kubectl(cluster, "label", "namespace", namespace, f"{TEAM_LABEL}=admission", "--overwrite")
+    kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(body))
+    bad = tsc("privileged")
+    bad["spec"]["worker"]["template"] = {"spec": PRIVILEGED}
+    try:
+        kube.wait_for(
+            lambda: _server_dry_run(cluster, namespace, bad).returncode != 0,
+            timeout_s=30,
+            what="the policy webhook refusing a privileged worker template",
+        )
+        refused = kubectl(
+            cluster, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(bad), check=False
+        )
+        assert refused.returncode != 0
+        error = refused.stderr
+        assert 'admission webhook "policy.tpuslice.dev" denied the request' in error, error
+        assert "TPUSlicePolicy e2e-team-admission" in error, error
+        assert "spec.worker.template.spec.containers[0].securityContext.privileged" in error
+        assert "podSecurity baseline" in error, error
+        gone = kubectl(cluster, "get", "tsc", "-n", namespace, "privileged", check=False)
+        assert gone.returncode != 0 and "NotFound" in gone.stderr, gone.stdout
+    finally:
+        kubectl(cluster, "delete", "tsp", body["metadata"]["name"], "--ignore-not-found")
+        kubectl(cluster, "label", "namespace", namespace, f"{TEAM_LABEL}-", check=False)

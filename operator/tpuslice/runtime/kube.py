@@ -566,6 +566,46 @@ class Kube:
             content_type=APPLY,
         )
 
+    def apply_validating_webhook_configuration(self, body: Mapping[str, Any]) -> None:
+        """Server-side apply of the policy webhook's configuration, as the mutating one."""
+        self.call_sync(
+            "PATCH",
+            api_path(
+                "admissionregistration.k8s.io",
+                "v1",
+                "validatingwebhookconfigurations",
+                body["metadata"]["name"],
+            ),
+            resource="validatingwebhookconfigurations",
+            query={"fieldManager": c.FIELD_MANAGER, "force": "true"},
+            body=body,
+            content_type=APPLY,
+        )
+
+    def list_policies(self, limit: int, timeout: float = 2) -> Any:
+        """One page of TPUSlicePolicies (the policy webhook's reader, on its threads)."""
+        return self.call_sync(
+            "GET",
+            api_path(c.GROUP, c.VERSION, c.PLURAL_POLICY),
+            resource="tpuslicepolicies",
+            query={"limit": str(limit)},
+            timeout=timeout,
+        )
+
+    def get_namespace(self, name: str, timeout: float = 2) -> Any:
+        """The Namespace, or None when there is none (the policy webhook's reader)."""
+        try:
+            return self.call_sync(
+                "GET",
+                api_path("", "v1", "namespaces", name),
+                resource="namespaces",
+                timeout=timeout,
+            )
+        except ApiError as exc:
+            if exc.not_found:
+                return None
+            raise
+
     # ------------------------------------------------------------ leader election
     def get_lease(self, namespace: str, name: str, timeout: float = 10) -> Any:
         """The Lease, or None when there is none."""

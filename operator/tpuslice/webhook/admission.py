@@ -41,6 +41,7 @@ __all__ = [
     "IDLE_TIMEOUT_SECONDS",
     "MAX_BODY_BYTES",
     "MAX_PATCH_BYTES",
+    "REVIEW_API_VERSION",
     "WARNING_WINDOW_SECONDS",
     "WEBHOOK_ENTRY_NAME",
     "BadReview",
@@ -49,6 +50,7 @@ __all__ = [
     "admission_warnings",
     "json_patch",
     "limited_warnings",
+    "review_request",
     "timed_admission_response",
 ]
 
@@ -129,7 +131,7 @@ MAX_PATCH_BYTES = 512 * 1024
 #: RayCluster's pods share a template, so they share its warnings.
 WARNING_WINDOW_SECONDS = 60.0
 
-_REVIEW_API_VERSION = "admission.k8s.io/v1"
+REVIEW_API_VERSION = "admission.k8s.io/v1"
 #: The process's limiter of repeated warnings; a caller (a test) may pass its own.
 _WARNINGS = CauseLimiter(window_seconds=WARNING_WINDOW_SECONDS)
 
@@ -214,12 +216,13 @@ def _patch_too_large(pod: Mapping[str, Any], result: MutationResult, size: int) 
     )
 
 
-def _request_of(review: Any) -> Mapping[str, Any]:
+def review_request(review: Any) -> Mapping[str, Any]:
+    """The ``request`` of an AdmissionReview v1; ``BadReview`` for any other body."""
     if not isinstance(review, Mapping):
         raise BadReview("the body is not a JSON object")
-    if review.get("apiVersion") != _REVIEW_API_VERSION or review.get("kind") != "AdmissionReview":
+    if review.get("apiVersion") != REVIEW_API_VERSION or review.get("kind") != "AdmissionReview":
         raise BadReview(
-            f"expected an AdmissionReview of {_REVIEW_API_VERSION}, got "
+            f"expected an AdmissionReview of {REVIEW_API_VERSION}, got "
             f"{review.get('kind')!r} of {review.get('apiVersion')!r}"
         )
     request = review.get("request")
@@ -260,9 +263,9 @@ def admission_response(
     the process's, one per cause a minute).
     """
     limiter = _WARNINGS if limiter is None else limiter
-    request = _request_of(review)
+    request = review_request(review)
     response: dict[str, Any] = {"uid": request["uid"], "allowed": True}
-    answer = {"apiVersion": _REVIEW_API_VERSION, "kind": "AdmissionReview", "response": response}
+    answer = {"apiVersion": REVIEW_API_VERSION, "kind": "AdmissionReview", "response": response}
     pod = request.get("object")
     if not _is_pod_create(request):
         return answer

@@ -1,4 +1,5 @@
-"""The MutatingWebhookConfiguration of the identity webhook, pointing at a URL (local
+"""The MutatingWebhookConfiguration of the identity webhook and the
+ValidatingWebhookConfiguration of the policy webhook, pointing at a URL (local
 development and e2e) or at a Service (in cluster).
 
 Which pods reach the webhook: a CREATE of a pod labelled ``tpuslice.dev/cluster``
@@ -22,16 +23,23 @@ from typing import Any
 
 from tpuslice.model import constants as c
 from tpuslice.webhook.admission import DEFAULT_TIMEOUT_SECONDS, HANDLER_ID, WEBHOOK_ENTRY_NAME
+from tpuslice.webhook.policy_admission import (
+    POLICY_HANDLER_ID,
+    POLICY_WEBHOOK,
+    POLICY_WEBHOOK_ENTRY_NAME,
+)
 
 __all__ = [
     "DEFAULT_FAILURE_POLICY",
     "DEFAULT_NAMESPACE_SELECTOR",
     "FAILURE_POLICIES",
     "NAMESPACE_NAME_LABEL",
+    "POLICY_FAILURE_POLICY",
     "ServiceRef",
     "checked_namespace_selector",
     "object_selector",
     "parse_namespace_selector",
+    "policy_webhook_configuration",
     "webhook_configuration",
 ]
 
@@ -49,6 +57,8 @@ FAILURE_POLICIES = ("Fail", "Ignore")
 #: A TPU worker admitted without its identity hangs in JAX start-up; refusing it
 #: makes KubeRay retry until the webhook answers again.
 DEFAULT_FAILURE_POLICY = "Fail"
+#: The policy webhook's: the pass enforces policies anyway (policy_webhook_configuration).
+POLICY_FAILURE_POLICY = "Ignore"
 
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 #: Bounds on a namespaceSelector given as a setting (far above any real one).
@@ -151,6 +161,11 @@ def parse_namespace_selector(text: str) -> dict[str, Any]:
 # --------------------------------------------------------------- configuration
 
 
+def _check_timeout(timeout_seconds: int) -> None:
+    if not 1 <= timeout_seconds <= 30:
+        raise ValueError("timeoutSeconds must be between 1 and 30 (a Kubernetes limit)")
+
+
 @dataclass(frozen=True)
 class ServiceRef:
     """The in-cluster Service in front of the operator's webhook port."""
@@ -179,26 +194,12 @@ def webhook_configuration(
     webhook removed what we set. ``namespace_selector`` None: every namespace but
     kube-system.
     """
-    if (url is None) == (service is None):
-        raise ValueError("give exactly one of url (local) or service (in cluster)")
-    if not 1 <= timeout_seconds <= 30:
-        raise ValueError("timeoutSeconds must be between 1 and 30 (a Kubernetes limit)")
+    _check_timeout(timeout_seconds)
     if failure_policy not in FAILURE_POLICIES:
         raise ValueError(
             f"failurePolicy {failure_policy!r} must be one of {', '.join(FAILURE_POLICIES)}"
         )
-    client_config: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode("ascii")}
-    if url is not None:
-        if not url.startswith("https://"):
-            raise ValueError(f"the API server calls webhooks over HTTPS only, got {url!r}")
-        client_config["url"] = f"{url.rstrip('/')}/{HANDLER_ID}"
-    elif service is not None:
-        client_config["service"] = {
-            "name": service.name,
-            "namespace": service.namespace,
-            "port": service.port,
-            "path": f"/{HANDLER_ID}",
-        }
+    client_config = _client_config(ca_bundle, url, service, HANDLER_ID)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
@@ -227,6 +228,77 @@ def webhook_configuration(
                 "sideEffects": "None",
                 "timeoutSeconds": timeout_seconds,
                 "reinvocationPolicy": "IfNeeded",
+            }
+        ],
+    }
+
+
+def _client_config(
+    ca_bundle: bytes, url: str | None, service: ServiceRef | None, path: str
+) -> dict[str, Any]:
+    """Where the API server calls: ``url`` with ``path`` appended, or the Service's ``path``."""
+    if (url is None) == (service is None):
+        raise ValueError("give exactly one of url (local) or service (in cluster)")
+    client_config: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode("ascii")}
+    if url is not None:
+        if not url.startswith("https://"):
+            raise ValueError(f"the API server calls webhooks over HTTPS only, got {url!r}")
+        client_config["url"] = f"{url.rstrip('/')}/{path}"
+    elif service is not None:
+        client_config["service"] = {
+            "name": service.name,
+            "namespace": service.namespace,
+            "port": service.port,
+            "path": f"/{path}",
+        }
+    return client_config
+
+
+def policy_webhook_configuration(
+    *,
+    ca_bundle: bytes,
+    url: str | None = None,
+    service: ServiceRef | None = None,
+    timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
+) -> dict[str, Any]:
+    """The ValidatingWebhookConfiguration of the policy webhook (``policy_admission``):
+    CREATE and UPDATE of the three TPUSlice kinds, in every namespace, on the same
+    server and certificate as the identity webhook, at its own path.
+
+    ``failurePolicy: Ignore``, always: the operator's pass enforces every policy
+    whether or not admission ran, so a webhook that cannot answer must not block
+    users' applies (nor the operator's own writes, nor finalizer removal); it only
+    delays a refusal from ``kubectl apply`` to the object's status. Status writes go
+    to the ``/status`` subresource, which the rules leave out; a DELETE is never sent.
+    Every namespace: a policy may govern any of them, and with policies present a
+    namespace no policy selects is refused.
+    """
+    _check_timeout(timeout_seconds)
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {
+            "name": POLICY_WEBHOOK,
+            "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY},
+        },
+        "webhooks": [
+            {
+                "name": POLICY_WEBHOOK_ENTRY_NAME,
+                "admissionReviewVersions": ["v1"],
+                "clientConfig": _client_config(ca_bundle, url, service, POLICY_HANDLER_ID),
+                "rules": [
+                    {
+                        "apiGroups": [c.GROUP],
+                        "apiVersions": [c.VERSION],
+                        "resources": [c.PLURAL_CLUSTER, c.PLURAL_JOB, c.PLURAL_SERVICE],
+                        "operations": ["CREATE", "UPDATE"],
+                        "scope": "Namespaced",
+                    }
+                ],
+                "failurePolicy": POLICY_FAILURE_POLICY,
+                "matchPolicy": "Equivalent",
+                "sideEffects": "None",
+                "timeoutSeconds": timeout_seconds,
             }
         ],
     }

@@ -1,5 +1,7 @@
 """The identity webhook's HTTPS server: ``POST /<HANDLER_ID>`` over TLS (stdlib
 ``http.server``, HTTP/1.1 keep-alive, a thread per connection), on threads of its own.
+The policy webhook (``policy_admission``) shares it, its connections and its limits,
+at ``POST /<POLICY_HANDLER_ID>``.
 
 Why threads, and not kopf's admission server: kopf answers admission requests
 on the asyncio event loop that also runs every reconcile and status patch, so
@@ -33,6 +35,7 @@ import ssl
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -58,6 +61,7 @@ from tpuslice.webhook.admission import (
     timed_admission_response,
 )
 from tpuslice.webhook.certificates import CertFiles
+from tpuslice.webhook.policy_admission import POLICY_HANDLER_ID
 
 __all__ = [
     "IdentityWebhookServer",
@@ -333,7 +337,8 @@ class _AdmissionHandler(BaseHTTPRequestHandler):
             self.close_connection = True  # the client went away mid-body, or was sent away
             return
         # The API server appends ``?timeout=5s``; only the path routes.
-        if urlsplit(self.path).path != f"/{HANDLER_ID}":
+        decide = self.server.handler_for(urlsplit(self.path).path)
+        if decide is None:
             self._reply(HTTPStatus.NOT_FOUND, b"not found\n")
             return
         try:
@@ -342,7 +347,7 @@ class _AdmissionHandler(BaseHTTPRequestHandler):
             self._reply(HTTPStatus.BAD_REQUEST, f"not JSON: {err}\n".encode())
             return
         try:
-            answer = self.server.answer(review)
+            answer = decide(review)
         except BadReview as err:
             self._reply(HTTPStatus.BAD_REQUEST, f"{err}\n".encode())
             return
@@ -458,13 +463,14 @@ def _tls_context(files: CertFiles) -> ssl.SSLContext:
 class IdentityWebhookServer(ThreadingHTTPServer):
     """``admission_response`` over HTTPS, in threads of its own (off the kopf event loop).
 
-    ``POST /<HANDLER_ID>`` with an AdmissionReview answers 200 with one (a refusal
-    is an answer too); a body that is no AdmissionReview gets 400, a failure of
-    the handler 500 (``failurePolicy: Fail`` then refuses the pod), other paths
-    404, ``GET /healthz`` 200. A daemon thread per connection, at most
-    ``limits.max_connections`` of them (the next gets 503, see ``ServerLimits``);
-    the API server reuses connections (HTTP/1.1 keep-alive). Nothing is bound
-    until ``start()``.
+    ``POST /<HANDLER_ID>`` (and ``/<POLICY_HANDLER_ID>`` with a ``policy_answer``) with
+    an AdmissionReview answers 200 with one (a refusal is an answer too); a body that
+    is no AdmissionReview gets 400, a failure of the handler 500 (``failurePolicy``
+    then decides: the identity webhook's Fail refuses the pod, the policy webhook's
+    Ignore admits the object), other paths 404, ``GET /healthz`` 200. A daemon thread
+    per connection, at most ``limits.max_connections`` of them (the next gets 503,
+    see ``ServerLimits``); the API server reuses connections (HTTP/1.1 keep-alive).
+    Nothing is bound until ``start()``.
     The certificate is read at construction and again by ``reload`` (a rotation:
     new connections get the new one). ``drain`` makes every answer close its
     connection, for the seconds between SIGTERM and ``stop``.
@@ -480,8 +486,10 @@ class IdentityWebhookServer(ThreadingHTTPServer):
         addr: str | None = None,
         metrics: Metrics | None = None,
         limits: ServerLimits | None = None,
+        policy_answer: Callable[[Any], dict[str, Any]] | None = None,
     ) -> None:
         self.metrics = metrics
+        self.policy_answer = policy_answer
         self.limits = limits or ServerLimits()
         self.request_queue_size = self.limits.listen_backlog
         self.context = _tls_context(files)
@@ -514,6 +522,15 @@ class IdentityWebhookServer(ThreadingHTTPServer):
 
     def drain(self) -> None:
         self.draining.set()
+
+    def handler_for(self, path: str) -> Callable[[Any], dict[str, Any]] | None:
+        """The decision a request path routes to: the identity webhook's, the policy
+        webhook's (when given), else None (404)."""
+        if path == f"/{HANDLER_ID}":
+            return self.answer
+        if path == f"/{POLICY_HANDLER_ID}":
+            return self.policy_answer
+        return None
 
     def answer(self, review: Any) -> dict[str, Any]:
         if self.metrics is None:
@@ -691,14 +708,19 @@ def serve_identity_webhook(
     addr: str | None = None,
     metrics: Metrics | None = None,
     limits: ServerLimits | None = None,
+    policy_answer: Callable[[Any], dict[str, Any]] | None = None,
 ) -> IdentityWebhookServer:
     """Serve the identity webhook from its own threads; the returned server is started.
 
-    ``addr`` None listens on all interfaces; ``limits`` None is ``ServerLimits()``.
+    ``addr`` None listens on all interfaces; ``limits`` None is ``ServerLimits()``;
+    ``policy_answer`` (the policy webhook's decision) is served on its own path, with
+    the same limits, when given.
     Raises OSError when the port cannot be bound: with ``failurePolicy: Fail``, no
     webhook means no TPU worker pods.
     """
-    server = IdentityWebhookServer(files, port=port, addr=addr, metrics=metrics, limits=limits)
+    server = IdentityWebhookServer(
+        files, port=port, addr=addr, metrics=metrics, limits=limits, policy_answer=policy_answer
+    )
     bound = server.start()
     log.info("TPU identity webhook listening on %s:%d (path /%s)", addr or "*", bound, HANDLER_ID)
     return server

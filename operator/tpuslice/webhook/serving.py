@@ -1,5 +1,7 @@
 """The identity webhook in the shell: its certificates, its server and its configuration,
-kept current on a thread of their own.
+kept current on a thread of their own. The policy webhook rides along: the same
+server (its own path, answered from a ``PolicyCache``), the same certificate, and
+its ValidatingWebhookConfiguration applied with the mutating one.
 
 Started before leader election is tried, so a standby serves the webhook as well
 as the leader, and the chart's Service can spread admission calls over every
@@ -35,10 +37,12 @@ from urllib.parse import urlparse
 from tpuslice.runtime.config import OperatorConfig
 from tpuslice.runtime.health import Health
 from tpuslice.runtime.kube import ApiError, Kube
+from tpuslice.runtime.policy_cache import PolicyCache
 from tpuslice.webhook import certificates as webhookcerts
 from tpuslice.webhook import configuration as webhook_config
 from tpuslice.webhook import server as webhook_server
 from tpuslice.webhook.certificates import CertBundle, CertFiles
+from tpuslice.webhook.policy_admission import policy_admission_response
 from tpuslice.webhook.server import IdentityWebhookServer
 
 __all__ = ["FilesInDir", "IdentityWebhook", "SharedSecret", "start_identity_webhook"]
@@ -208,8 +212,13 @@ def start_identity_webhook(config: OperatorConfig, kube: Kube, health: Health) -
     else:
         source = FilesInDir(webhookcerts.certificates_for(directory, hosts))
     files = source.current()
+    policies = PolicyCache(kube.list_policies, kube.get_namespace)
     server = webhook_server.serve_identity_webhook(
-        files, port=config.webhook_port, addr=config.webhook_addr, metrics=kube.metrics
+        files,
+        port=config.webhook_port,
+        addr=config.webhook_addr,
+        metrics=kube.metrics,
+        policy_answer=lambda review: policy_admission_response(review, policies.view),
     )
     apply = None
     if config.manage_webhook_configuration and (service or config.webhook_url):
@@ -227,6 +236,15 @@ def start_identity_webhook(config: OperatorConfig, kube: Kube, health: Health) -
                 )
             )
             log.info("TPU identity webhook configuration applied (%s)", where)
+            kube.apply_validating_webhook_configuration(
+                webhook_config.policy_webhook_configuration(
+                    ca_bundle=ca_bundle,
+                    url=config.webhook_url,
+                    service=service,
+                    timeout_seconds=config.webhook_timeout_seconds,
+                )
+            )
+            log.info("TPUSlicePolicy webhook configuration applied (%s)", where)
 
     hook = IdentityWebhook(
         server, source, apply, serving=files, check_seconds=config.webhook_cert_check_seconds
