@@ -556,14 +556,16 @@ def test_suspend_releases_the_pools_and_resume_gets_them_back(
 def test_single_host_slice_reserves_a_one_node_pool(
     cluster: E2ECluster, namespace: str, operator: OperatorProcess
 ) -> None:
-    """KubeRay labels single-host workers with the replica index only; still one pool each."""
+    """KubeRay labels single-host workers with the replica index only; the slice holds
+    its one node, and status names the node and its pool."""
     pool = TPUPool("v6e-2x2-solo", "v6e", "2x2", nodes=1)
-    add_pool(cluster, pool)
+    (node,) = add_pool(cluster, pool)
     try:
         apply(cluster, namespace, tsc("solo", topology="2x2"))
         obj = wait_condition(cluster, namespace, "solo", "Ready", "True")
         (entry,) = obj["status"]["slices"]
-        assert entry["nodePool"] == pool.name and entry["readyHosts"] == 1
+        assert (entry["nodePool"], entry["node"]) == (pool.name, node)
+        assert entry["readyHosts"] == 1
         (pod,) = slice_pods(cluster, namespace, "solo")
         assert entry["replica"] == pod.metadata.name
     finally:

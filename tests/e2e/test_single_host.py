@@ -109,7 +109,7 @@ def test_two_single_host_gangs_share_a_three_node_pool_in_turn(
         delete_tsc(cluster, namespace, "first")
         wait_condition(cluster, namespace, "second", "Ready", "True", timeout_s=TIMEOUT_S)
         assert len(held_by(cluster, namespace, "second")) == 2
-    watch.check(min_samples=20)
+    watch.check()
 
 
 def kind_slices_ready(
@@ -153,7 +153,7 @@ def test_a_job_and_a_service_on_single_host_slices_each_hold_nodes(
         held = [r for r in reservations(cluster) if r["spec"]["holder"]["namespace"] == namespace]
         assert sorted(r["spec"]["holder"]["name"] for r in held) == ["serve", "train", "train"]
         assert sorted(r["spec"]["node"] for r in held) == sorted(single_host_pool)
-    watch.check(min_samples=10)
+    watch.check()
     for plural in ("tpuslicejobs", "tpusliceservices"):
         kubectl(
             cluster, "delete", plural, "--all", "-n", namespace, "--wait=true", "--timeout=120s"

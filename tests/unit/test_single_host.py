@@ -98,3 +98,11 @@ def test_one_slice_takes_one_node_of_a_pool_with_more_nodes() -> None:
     kube = run(Snapshot(body(slices=1), workers(slices=1), single_host_pool(), [], None))
     assert len(kube.claimed) == 1
     assert len(kube.selectors) == 1
+
+
+def test_status_names_the_node_and_its_pool() -> None:
+    kube = run(Snapshot(body(slices=1), workers(slices=1), single_host_pool(), [], None))
+    assert kube.status is not None
+    (entry,) = kube.status["slices"]
+    assert entry["nodePool"] == "v6e-single"
+    assert entry["node"] in kube.claimed

@@ -112,9 +112,10 @@ def shape_of(spec: SliceClusterSpec) -> Shape:
 
 
 def previous_pools(status: Mapping[str, Any]) -> dict[int, str]:
-    """Slice index -> the pool it held, as the status last said (a preference)."""
+    """Slice index -> the unit it held (its node, else its node pool), as the status
+    last said (a preference)."""
     return {
-        int(s["index"]): s["nodePool"]
+        int(s["index"]): s.get("node") or s["nodePool"]
         for s in status.get("slices") or []
         if s.get("nodePool") and s.get("index") is not None
     }

@@ -340,12 +340,18 @@ class SliceStatus:
     message: str = ""
     capacity_type: CapacityType | None = None  # of the pool it holds
     provisioning: SliceProvisioning | None = None
+    #: A single-host slice holds a node (``node_pool`` is then the node's name): the
+    #: node pool that node belongs to, which status shows as ``nodePool`` beside ``node``.
+    pool_of_node: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"index": self.index}
         if self.replica:
             out["replica"] = self.replica
-        if self.node_pool:
+        if self.node_pool and self.pool_of_node:
+            out["nodePool"] = self.pool_of_node
+            out["node"] = self.node_pool
+        elif self.node_pool:
             out["nodePool"] = self.node_pool
         if self.capacity_type:
             out["capacityType"] = str(self.capacity_type)

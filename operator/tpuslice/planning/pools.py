@@ -737,6 +737,11 @@ def plan_slices(
         for _ in range(max(0, desired_slices - live_count))
     ]
     slices = tuple(sorted([*by_index.values(), *missing], key=lambda s: s.index))
+    if inventory.unit is CapacityUnit.NODE:  # status names the node and its pool
+        slices = tuple(
+            replace(s, pool_of_node=inventory.node_pool(s.node_pool)) if s.node_pool else s
+            for s in slices
+        )
     return SlicePlan(
         claims=tuple(claims),
         releases=tuple(releases),

@@ -322,7 +322,11 @@ def slice_events(
         reason = events.SLICE_STATE_REASONS.get(s.state)
         if reason is None:
             continue
-        where = f" on node pool {s.node_pool}" if s.node_pool else ""
+        where = ""
+        if s.node_pool and s.pool_of_node:
+            where = f" on node {s.node_pool} (pool {s.pool_of_node})"
+        elif s.node_pool:
+            where = f" on node pool {s.node_pool}"
         text = f"slice {s.index} ({s.replica or 'not created'}) {s.state}{where}"
         if s.message:
             text += f": {s.message}"
