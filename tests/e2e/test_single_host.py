@@ -39,10 +39,11 @@ def single_host_pool(
     nodes = kube.create_pool(cluster.api, TPUPool(POOL, "v6e", "2x2", nodes=3))
     kube.wait_nodes_ready(cluster.api, nodes)
     yield list(nodes)
-    kubectl(
-        cluster, "delete", "tsc", "--all", "-n", namespace, "--wait=true", "--timeout=120s",
-        check=False,
-    )  # fmt: skip
+    for plural in ("tpusliceclusters", "tpuslicejobs", "tpusliceservices"):
+        kubectl(
+            cluster, "delete", plural, "--all", "-n", namespace, "--wait=true", "--timeout=120s",
+            check=False,
+        )  # fmt: skip
     kube.wait_for(
         lambda: not cluster.core.list_namespaced_pod(namespace).items,
         timeout_s=120,
@@ -115,13 +116,13 @@ def test_two_single_host_gangs_share_a_three_node_pool_in_turn(
 def kind_slices_ready(
     cluster: E2ECluster, namespace: str, plural: str, name: str, slices: int
 ) -> dict[str, Any] | None:
-    """The object when all its ``slices`` are Ready, each on a node it holds."""
+    """The object when all its ``slices`` are Ready (``status.readySlices``, which a
+    TPUSliceJob and a TPUSliceService both report; a service lists its slices per
+    RayCluster)."""
     obj: dict[str, Any] = cluster.custom.get_namespaced_custom_object(
         "tpuslice.dev", "v1alpha1", namespace, plural, name
     )
-    status = obj.get("status") or {}
-    ready = [s for s in status.get("slices") or [] if s.get("state") == "Ready"]
-    return obj if len(ready) == slices else None
+    return obj if (obj.get("status") or {}).get("readySlices") == slices else None
 
 
 def test_a_job_and_a_service_on_single_host_slices_each_hold_nodes(
@@ -154,10 +155,6 @@ def test_a_job_and_a_service_on_single_host_slices_each_hold_nodes(
         assert sorted(r["spec"]["holder"]["name"] for r in held) == ["serve", "train", "train"]
         assert sorted(r["spec"]["node"] for r in held) == sorted(single_host_pool)
     watch.check()
-    for plural in ("tpuslicejobs", "tpusliceservices"):
-        kubectl(
-            cluster, "delete", plural, "--all", "-n", namespace, "--wait=true", "--timeout=120s"
-        )
 
 
 def test_a_slice_whose_node_is_taken_by_a_foreign_pod_moves_to_another_node(
