@@ -47,13 +47,14 @@ POLICY_WEBHOOK = "tpuslice-policy"
 PRIVILEGED = {"containers": [{"name": "ray-worker", "securityContext": {"privileged": True}}]}
 
 
-def _admitted_again(cluster: E2ECluster, namespace: str) -> None:
+def _admitted_again(cluster: E2ECluster) -> None:
     """Once the test's policies are deleted, wait until admission judges without them
     (the policy webhook keeps what it read for a few seconds): a policy still seen would
-    deny the namespaces of every later test."""
+    deny the namespaces of every later test. The probe goes to ``default``, which no
+    policy here selects, so it is admitted only once no policy is seen at all."""
     probe = tsc("probe")
     kube.wait_for(
-        lambda: _server_dry_run(cluster, namespace, probe).returncode == 0,
+        lambda: _server_dry_run(cluster, "default", probe).returncode == 0,
         timeout_s=60,
         what="admission without this test's TPUSlicePolicies",
     )
@@ -143,7 +144,7 @@ def teams(cluster: E2ECluster, namespace: str) -> Iterator[dict[str, str]]:
             for name in _pool_nodes(cluster, pool):
                 kubectl(cluster, "label", "node", name, f"{TEAM_LABEL}-", check=False)
         kubectl(cluster, "label", "namespace", namespace, f"{TEAM_LABEL}-", check=False)
-        _admitted_again(cluster, namespace)
+        _admitted_again(cluster)
         cluster.core.delete_namespace(other)
         kube.wait_for(
             lambda: not cluster.core.list_namespaced_pod(other).items,
@@ -254,4 +255,4 @@ def test_a_privileged_worker_is_refused_at_kubectl_apply_naming_policy_and_field
     finally:
         kubectl(cluster, "delete", "tsp", body["metadata"]["name"], "--ignore-not-found")
         kubectl(cluster, "label", "namespace", namespace, f"{TEAM_LABEL}-", check=False)
-        _admitted_again(cluster, namespace)
+        _admitted_again(cluster)
