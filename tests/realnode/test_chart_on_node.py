@@ -121,7 +121,7 @@ def wait_webhook_routed(cluster: NodeCluster, namespace: str, timeout_s: float =
     Service without a ready endpoint). Right after an install that is KubeRay's
     ``FailedToCreateWorkerPod ... connection refused``, retried (the README's
     troubleshooting row). The probe is a server-side dry run of a TPU pod that
-    the webhook itself refuses (our label without KubeRay's), so an answer in our
+    the webhook itself refuses (a worker of ours without KubeRay's labels), so an answer in our
     words proves the call went through the Service to a replica.
     """
     probe = {
@@ -129,7 +129,9 @@ def wait_webhook_routed(cluster: NodeCluster, namespace: str, timeout_s: float =
         "kind": "Pod",
         "metadata": {
             "name": "webhook-routed",
-            "labels": {"tpuslice.dev/cluster": "webhook-routed"},
+            # a worker of ours (the webhook sees only KubeRay workers) without KubeRay's
+            # cluster and group labels
+            "labels": {"tpuslice.dev/cluster": "webhook-routed", "ray.io/node-type": "worker"},
         },
         "spec": {
             "containers": [
