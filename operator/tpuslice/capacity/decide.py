@@ -27,6 +27,7 @@ from typing import Any
 from tpuslice.capacity.objects import request_hash, request_name
 from tpuslice.model import constants as c
 from tpuslice.model import events
+from tpuslice.model.convert import rfc3339
 from tpuslice.model.records import (
     ProvisioningAction,
     ProvisioningDecision,
@@ -135,10 +136,6 @@ def _said(cond: RequestCondition | None) -> str:
     if cond.reason and cond.message:
         return f"{cond.reason}: {cond.message}"
     return cond.reason or cond.message
-
-
-def _stamp(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def decide(
@@ -516,7 +513,7 @@ def _refused(
         reason=events.PROVISIONING_FAILED,
         stalled=f"slice {one.index}: the cluster autoscaler refused ProvisioningRequest "
         f"{request.name}: {text}; fix the node pools or spec.reservation.provisioning "
-        f"(tried again at {_stamp(again)})",
+        f"(tried again at {rfc3339(again)})",
         retry_at=again if again > now else None,
         state=SliceState.PROVISIONING,
         message=f"refused: {text}",
@@ -558,7 +555,7 @@ def _lapsed_retry(
         else events.BOOKING_EXPIRED,
         retry_at=at if at > now else None,
         state=SliceState.PROVISIONING,
-        message=f"{why}attempt {one.attempt + 1} at {_stamp(at)} ({left} more "
+        message=f"{why}attempt {one.attempt + 1} at {rfc3339(at)} ({left} more "
         f"retr{'y' if left == 1 else 'ies'} after it)",
     )
 
@@ -579,13 +576,13 @@ def _provisioned(
         # request and let the planner treat the pool as any other
         return one.delete(
             events.BOOKING_GIVEN_BACK,
-            f"{request.name} was provisioned at {_stamp(since)} and not claimed "
+            f"{request.name} was provisioned at {rfc3339(since)} and not claimed "
             f"within {int(claim_within)} s; giving it back (a free node pool is there)",
         )
     if now >= deadline:
         return one.create(
             one.failures + 1,
-            f"{request.name} was provisioned at {_stamp(since)} and no node pool of it could "
+            f"{request.name} was provisioned at {rfc3339(since)} and no node pool of it could "
             f"be claimed within {int(claim_within)} s; given back; ",
             events.BOOKING_GIVEN_BACK,
         )
@@ -606,7 +603,7 @@ def _provisioned(
             reason=events.CAPACITY_PROVISIONED,
             state=SliceState.PROVISIONING,
             message=f"capacity provisioned (ProvisioningRequest {request.name}); claiming "
-            f"node pool {pool} once its nodes are ready, by {_stamp(deadline)}",
+            f"node pool {pool} once its nodes are ready, by {rfc3339(deadline)}",
         )
     return one.out(
         ProvisioningAction.CLAIM,
@@ -615,7 +612,7 @@ def _provisioned(
         reason=events.CAPACITY_PROVISIONED,
         state=SliceState.PROVISIONING,
         message=f"capacity provisioned (ProvisioningRequest {request.name}); claiming a "
-        f"new whole node pool by {_stamp(deadline)}",
+        f"new whole node pool by {rfc3339(deadline)}",
     )
 
 

@@ -29,7 +29,7 @@ from tpuslice.controller.expectations import Expectations
 from tpuslice.controller.recorder import Recorder
 from tpuslice.model import constants as c
 from tpuslice.model import events
-from tpuslice.model.convert import holder_spec, reservation_body, reservation_info
+from tpuslice.model.convert import holder_spec, reservation_body, reservation_info, rfc3339
 from tpuslice.model.records import (
     Admission,
     CapacityUnit,
@@ -677,7 +677,7 @@ class SliceActuator:
         A slice on a ProvisioningRequest's capacity gets its consume annotations too; a
         single-host slice's pod the time of its release (``planning.busy`` counts the
         time it cannot schedule from then)."""
-        released_at = self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+        released_at = rfc3339(self.clock())
 
         async def one(release: PodRelease) -> None:
             notes = annotations.get(release.replica_name)

@@ -40,6 +40,7 @@ __all__ = [
     "raycluster_info",
     "reservation_body",
     "reservation_info",
+    "rfc3339",
 ]
 
 
@@ -323,6 +324,12 @@ def ray_owner_info(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A RayJob or RayService: what ``raycluster_info`` keeps, and its whole status (the
     TPUSliceJob's and TPUSliceService's status is computed from it)."""
     return {**raycluster_info(obj), "status": dict(obj.get("status") or {})}
+
+
+def rfc3339(when: datetime) -> str:
+    """``when`` as the API server writes a timestamp (``2026-11-30T00:00:00Z``, whole
+    seconds): what ``timestamp`` reads back."""
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def timestamp(value: Any) -> datetime | None:

@@ -24,7 +24,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from tpuslice.model.convert import timestamp
+from tpuslice.model.convert import rfc3339, timestamp
 from tpuslice.model.records import Move, PodInfo, SlicePlan
 
 __all__ = [
@@ -111,10 +111,6 @@ def with_moves(final: SlicePlan, moved: SlicePlan) -> SlicePlan:
     return replace(final, slices=slices, moves=moved.moves)
 
 
-def _stamp(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _entries(status: Mapping[str, Any], now: datetime) -> dict[str, datetime]:
     """status.busyNodes still remembered at ``now``: node -> when it was found busy.
     Entries that are not a node name with a readable time are dropped."""
@@ -153,4 +149,4 @@ def busy_nodes_status(
     if not entries and "busyNodes" not in previous:
         return None
     newest = sorted(entries.items(), key=lambda item: (item[1], item[0]), reverse=True)
-    return [{"node": node, "since": _stamp(since)} for node, since in newest[:BUSY_NODES_KEPT]]
+    return [{"node": node, "since": rfc3339(since)} for node, since in newest[:BUSY_NODES_KEPT]]
