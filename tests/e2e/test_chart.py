@@ -17,6 +17,7 @@ module.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import subprocess
@@ -212,6 +213,42 @@ def test_chart_install_rbac_upgrade_uninstall(
 
     refusal = kube.wait_for(tenant_refused, timeout_s=60, what="the reservation guard refusing")
     assert "SliceReservations are written only by the tpuslice operator" in refusal
+
+    # ... and may neither delete nor change another team's claim. The probe is made by the
+    # operator's own identity (an extra writer); the session operator sweeps it soon (its
+    # holder does not exist), so it is made again until the tenant's writes were judged.
+    probe = {
+        **reservation,
+        "metadata": {"name": "guard-probe-held"},
+        "spec": {**reservation["spec"], "nodePool": "guard-probe-held"},
+    }
+
+    def tenant_write_refused(*verb: str) -> str | None:
+        made = kubectl(cluster, "apply", "-f", "-", stdin=yaml.safe_dump(probe), check=False)
+        assert made.returncode == 0 or "NotFound" in made.stderr, made.stderr
+        done = kubectl(
+            cluster,
+            *verb,
+            "--dry-run=server",
+            "--as=tenant-a",
+            "--as-group=system:masters",
+            check=False,
+        )
+        if done.returncode == 0:
+            raise AssertionError(f"a tenant's {verb[0]} of a reservation was admitted")
+        return None if "NotFound" in done.stderr else done.stderr
+
+    for verb in (
+        ("delete", "slicereservation", "guard-probe-held"),
+        ("label", "slicereservation", "guard-probe-held", "stolen=yes"),
+    ):
+        refusal = kube.wait_for(
+            functools.partial(tenant_write_refused, *verb),
+            timeout_s=60,
+            what=f"the reservation guard refusing a tenant's {verb[0]}",
+        )
+        assert "SliceReservations are written only by the tpuslice operator" in refusal
+    kubectl(cluster, "delete", "slicereservation", "guard-probe-held", "--ignore-not-found")
     secret_name = f"{FULLNAME}-webhook-certs"
     assert not cluster.core.read_namespaced_secret(secret_name, ns).data  # rendered empty
     ext = kube.apiextensions_v1(apps)
