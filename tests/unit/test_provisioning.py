@@ -199,7 +199,7 @@ def test_podtemplate_is_a_gate_free_copy_of_the_worker_scheduling_fields() -> No
         index=0,
         attempt=1,
         worker_template=template,
-        exclude_pools=["pool-a"],
+        exclude_units=["pool-a"],
     )
     assert body["apiVersion"] == "v1" and body["kind"] == "PodTemplate"
     assert body["metadata"]["name"] == "llm-s0-1"
@@ -276,7 +276,7 @@ def test_non_queued_template_keeps_off_pools_with_nodes_in_every_term() -> None:
         index=0,
         attempt=1,
         worker_template=template,
-        exclude_pools=["pool-b", "pool-a", "pool-b"],
+        exclude_units=["pool-b", "pool-a", "pool-b"],
     )
     pod_spec = body["template"]["spec"]
     assert pod_spec["nodeSelector"][c.NODE_LABEL_SPOT] == "true"
@@ -299,7 +299,7 @@ def test_non_queued_template_keeps_off_pools_with_nodes_in_every_term() -> None:
         index=0,
         attempt=1,
         worker_template=template,
-        exclude_pools=["pool-a", "pool-b"],
+        exclude_units=["pool-a", "pool-b"],
     )
     assert again == body
 

@@ -12,11 +12,13 @@ asks for the rest). ``constraints`` reads all of it off the object's
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from tpuslice.capacity.requests import group_requests, lapsed, pool_matches_selector
 from tpuslice.model import constants as c
+from tpuslice.model.convert import timestamp
 from tpuslice.model.records import Admission, NodeInfo, ProvisioningView
 from tpuslice.spec.parts import SliceClusterSpec
 
@@ -30,6 +32,9 @@ class CapacityConstraints:
     #: pools no pass of this object may claim: promised to another object's request,
     #: or revoked (their nodes are about to be deleted)
     excluded: frozenset[str] = frozenset()
+    #: a promised pool -> since when: of a single-host pool only the nodes made since are
+    #: the other request's (the node units of ``allows``)
+    promised_since: Mapping[str, datetime] = field(default_factory=dict)
     #: the capacity nodeSelector: a pool whose nodes lack these labels is not eligible
     node_selector: Mapping[str, str] = field(default_factory=dict)
     #: slice index -> the pool its own Provisioned request names
@@ -41,9 +46,21 @@ class CapacityConstraints:
     def narrows(self) -> bool:
         return bool(self.excluded or self.node_selector)
 
-    def allows(self, pool: str, nodes: Iterable[NodeInfo]) -> bool:
-        """Whether the planner may use ``pool`` (of ``nodes``) for this object."""
-        return pool not in self.excluded and pool_matches_selector(nodes, self.node_selector)
+    def allows(self, unit: str, nodes: Sequence[NodeInfo]) -> bool:
+        """Whether the planner may use ``unit`` (of ``nodes``: a node pool, or one node)
+        for this object."""
+        if unit in self.excluded or not pool_matches_selector(nodes, self.node_selector):
+            return False
+        return not any(n.name == unit and self._promised(n) for n in nodes)
+
+    def _promised(self, node: NodeInfo) -> bool:
+        """A node of a pool promised elsewhere, made since the promise (at the same
+        second too: creation stamps have whole seconds, so it may be the request's)."""
+        since = self.promised_since.get(node.pool or "")
+        if since is None:
+            return False
+        created = timestamp(node.created)
+        return created is None or created >= since.replace(microsecond=0)
 
     def prefer(self, previous_pools: Mapping[int, str]) -> dict[int, str]:
         """Slice index -> preferred pool: the pool its own live request names first."""
@@ -74,6 +91,7 @@ def constraints(view: ProvisioningView, spec: SliceClusterSpec) -> CapacityConst
                 preferred[index] = pool
     return CapacityConstraints(
         excluded=view.promised_elsewhere | view.revoked_pools,
+        promised_since=view.promised_since,
         node_selector=dict(prov.node_selector) if prov is not None and asks else {},
         preferred=preferred,
         asks_for_capacity=asks,

@@ -29,6 +29,7 @@ from tpuslice.model import constants as c
 from tpuslice.model import events
 from tpuslice.model.convert import rfc3339
 from tpuslice.model.records import (
+    CapacityUnit,
     ProvisioningAction,
     ProvisioningDecision,
     ProvisioningRequestInfo,
@@ -296,7 +297,7 @@ class _Context:
             attempt=attempt + 1,
             reason=reason,
             state=SliceState.PROVISIONING,
-            message=f"{why}asking the cluster autoscaler for a node pool: "
+            message=f"{why}asking the cluster autoscaler for a {self.slice_.unit.noun}: "
             f"ProvisioningRequest {new} ({self.prov.class_name}), attempt {attempt + 1}",
         )
 
@@ -352,7 +353,9 @@ class _Conditions:
         existing pool and the request is merely left over."""
         request = one.request
         return self.is_provisioned and (
-            not one.prov.queued or request is None or request.node_pool in (None, one.slice_.pool)
+            not one.prov.queued
+            or request is None
+            or request.node_pool in (None, one.slice_.unit_pool or one.slice_.pool)
         )
 
 
@@ -406,7 +409,7 @@ def _released(one: _Context, said: _Conditions) -> ProvisioningDecision:
     if not said.ours(one):
         return one.delete(
             events.PROVISIONING_REQUEST_DELETED,
-            f"slice {index} runs on node pool {slice_.pool}, not on the capacity of "
+            f"slice {index} runs on {slice_.held}, not on the capacity of "
             f"ProvisioningRequest {request.name}; deleting it",
         )
     lost: RequestCondition | None = None
@@ -440,8 +443,7 @@ def _holding(one: _Context, said: _Conditions) -> ProvisioningDecision:
     if not said.ours(one):
         return one.delete(
             events.PROVISIONING_REQUEST_DELETED,
-            f"slice {index} holds node pool {slice_.pool}; deleting "
-            f"ProvisioningRequest {request.name}",
+            f"slice {index} holds {slice_.held}; deleting ProvisioningRequest {request.name}",
         )
     lapsed = next(
         (x for x in (said.revoked, said.expired, said.failed) if x is not None and x.true), None
@@ -456,8 +458,8 @@ def _holding(one: _Context, said: _Conditions) -> ProvisioningDecision:
         delete=request.name if gang else None,
         reason=events.BOOKING_EXPIRED,
         message=f"ProvisioningRequest {request.name}: {_said(lapsed)} before the "
-        f"slice was released{' (its gang was short)' if gang else ''}; giving node "
-        f"pool {slice_.pool} back",
+        f"slice was released{' (its gang was short)' if gang else ''}; giving "
+        f"{slice_.held} back",
     )
 
 
@@ -474,7 +476,7 @@ def _without_pool(
     if slice_.eligible_pool and not live:
         return one.delete(
             events.PROVISIONING_REQUEST_DELETED,
-            f"a free node pool is there for slice {index}; deleting "
+            f"a free {slice_.unit.noun} is there for slice {index}; deleting "
             f"ProvisioningRequest {request.name}",
         )
     for step in (_refused, _lapsed_retry):
@@ -577,12 +579,14 @@ def _provisioned(
         return one.delete(
             events.BOOKING_GIVEN_BACK,
             f"{request.name} was provisioned at {rfc3339(since)} and not claimed "
-            f"within {int(claim_within)} s; giving it back (a free node pool is there)",
+            f"within {int(claim_within)} s; giving it back (a free {one.slice_.unit.noun} is "
+            "there)",
         )
     if now >= deadline:
         return one.create(
             one.failures + 1,
-            f"{request.name} was provisioned at {rfc3339(since)} and no node pool of it could "
+            f"{request.name} was provisioned at {rfc3339(since)} and no "
+            f"{one.slice_.unit.noun} of it could "
             f"be claimed within {int(claim_within)} s; given back; ",
             events.BOOKING_GIVEN_BACK,
         )
@@ -603,7 +607,8 @@ def _provisioned(
             reason=events.CAPACITY_PROVISIONED,
             state=SliceState.PROVISIONING,
             message=f"capacity provisioned (ProvisioningRequest {request.name}); claiming "
-            f"node pool {pool} once its nodes are ready, by {rfc3339(deadline)}",
+            f"{_in_pool(one.slice_.unit, pool)} once its nodes are ready, by "
+            f"{rfc3339(deadline)}",
         )
     return one.out(
         ProvisioningAction.CLAIM,
@@ -612,8 +617,17 @@ def _provisioned(
         reason=events.CAPACITY_PROVISIONED,
         state=SliceState.PROVISIONING,
         message=f"capacity provisioned (ProvisioningRequest {request.name}); claiming a "
-        f"new whole node pool by {rfc3339(deadline)}",
+        f"{_new_unit(one.slice_.unit)} by {rfc3339(deadline)}",
     )
+
+
+def _in_pool(unit: CapacityUnit, pool: str) -> str:
+    """What a queued request's capacity is in messages: its pool, or a node new in it."""
+    return f"node pool {pool}" if unit is CapacityUnit.NODE_POOL else f"a new node of pool {pool}"
+
+
+def _new_unit(unit: CapacityUnit) -> str:
+    return "new whole node pool" if unit is CapacityUnit.NODE_POOL else "new node"
 
 
 def _waiting(

@@ -15,6 +15,7 @@ from tpuslice.capacity.plan import PoolNodes, fresh_pools
 from tpuslice.capacity.requests import lapsed, slices_to_provision
 from tpuslice.model import constants as c
 from tpuslice.model.records import (
+    CapacityUnit,
     ClusterRef,
     GangMode,
     PodInfo,
@@ -27,7 +28,7 @@ from tpuslice.model.records import (
 )
 from tpuslice.spec.parts import SliceClusterSpec
 
-__all__ = ["pods_by_replica", "slice_facts"]
+__all__ = ["pods_by_replica", "queued_capacity", "slice_facts"]
 
 
 def pods_by_replica(pods: Iterable[PodInfo]) -> dict[str, list[PodInfo]]:
@@ -37,6 +38,30 @@ def pods_by_replica(pods: Iterable[PodInfo]) -> dict[str, list[PodInfo]]:
         if pod.replica_name:
             out.setdefault(pod.replica_name, []).append(pod)
     return out
+
+
+def queued_capacity(
+    free: Iterable[str],
+    pool_nodes: PoolNodes,
+    outstanding: Sequence[ProvisioningRequestInfo],
+    unit: CapacityUnit,
+) -> set[str]:
+    """The free units that are the capacity of the object's outstanding queued requests
+    (the pool each names in provisioningClassDetails, even before Provisioned). A
+    multi-host slice's is the named pool itself; a single-host slice's are the nodes of
+    the named pool made since the request (GKE grows that pool by the request's nodes;
+    the ones there before are any slice's)."""
+    named = {r.node_pool for r in outstanding if r.node_pool}
+    if unit is CapacityUnit.NODE_POOL:
+        return named & set(free)
+    in_named = [u for u in free if _pool_of(u, pool_nodes) in named]
+    return fresh_pools(in_named, pool_nodes, [r for r in outstanding if r.node_pool in named])
+
+
+def _pool_of(unit: str | None, pool_nodes: PoolNodes) -> str | None:
+    """The GKE node pool of ``unit`` (a node pool's own name, or a node's pool)."""
+    nodes = pool_nodes.get(unit or "")
+    return nodes[0].pool if nodes else None
 
 
 def slice_facts(
@@ -76,8 +101,9 @@ def slice_facts(
         for k, r in newest.items()
         if r.is_true(c.PROVREQ_PROVISIONED) and not lapsed(r) and not r.deleting
     }
+    unit = CapacityUnit.for_hosts(hosts)
     if prov is not None and prov.mode == ProvisioningMode.QUEUED:
-        capacity = {r.node_pool for r in outstanding if r.node_pool}
+        capacity = queued_capacity(free, pool_nodes, outstanding, unit)
     else:
         capacity = fresh_pools(free, pool_nodes, outstanding)
     free_existing = len(free - capacity)
@@ -105,6 +131,8 @@ def slice_facts(
             released=any(not p.gated for p in live_pods),
             bound=complete and all(p.node_name for p in live_pods),
             gang_waiting=gang_short and pool is not None and all(p.gated for p in live_pods),
+            unit=unit,
+            unit_pool=_pool_of(pool, pool_nodes),
         )
         if exists and pool is None and complete and (raycluster, status.index) not in live:
             waiting.append(status.index)

@@ -21,9 +21,7 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from tpuslice.model import constants as c
-from tpuslice.model.records import (
-    ProvisioningMode,
-)
+from tpuslice.model.records import CapacityUnit, ProvisioningMode
 from tpuslice.render.kuberay import QUEUED_TOLERATION
 from tpuslice.spec.parts import ProvisioningSpec, SliceClusterSpec
 
@@ -132,11 +130,13 @@ def _container(raw: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _with_not_in(affinity: Mapping[str, Any] | None, pools: Sequence[str]) -> dict[str, Any]:
-    """``affinity`` with ``cloud.google.com/gke-nodepool NotIn pools`` required in every
-    node selector term (terms are ORed, so each one must carry it)."""
+def _with_not_in(
+    affinity: Mapping[str, Any] | None, key: str, values: Sequence[str]
+) -> dict[str, Any]:
+    """``affinity`` with ``key NotIn values`` required in every node selector term (terms
+    are ORed, so each one must carry it)."""
     out = json.loads(json.dumps(affinity or {}))
-    expression = {"key": c.NODE_LABEL_NODEPOOL, "operator": "NotIn", "values": list(pools)}
+    expression = {"key": key, "operator": "NotIn", "values": list(values)}
     node = out.setdefault("nodeAffinity", {})
     required = node.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
     terms = required.get("nodeSelectorTerms") or [{}]
@@ -160,19 +160,24 @@ def podtemplate_body(
     index: int,
     attempt: int,
     worker_template: Mapping[str, Any],
-    exclude_pools: Collection[str] = (),
+    exclude_units: Collection[str] = (),
 ) -> dict[str, Any]:
     """The core/v1 PodTemplate a slice's request points at: a gate-free copy of the
     worker pods' scheduling fields (selectors including the TPU and capacity keys,
     tolerations, affinity, container requests), never pinned to a node pool. For a
     queued class it tolerates ``cloud.google.com/gke-queued``; for the others it
-    requires ``cloud.google.com/gke-nodepool NotIn exclude_pools`` (the pools that
-    have nodes already, so the autoscaler cannot count capacity across them).
+    requires that the pods fit none of ``exclude_units``, the units of the shape that
+    exist already, so the autoscaler cannot count capacity that is there (held by a
+    gated slice, or another object's): ``cloud.google.com/gke-nodepool NotIn`` the node
+    pools of a multi-host slice (GKE makes such a pool as one slice, so new capacity is a
+    new pool), ``kubernetes.io/hostname NotIn`` the nodes of a single-host slice (GKE
+    grows a single-host pool node by node, so the request may grow an existing pool,
+    and a new node's name is never in the list).
 
     Owned by the TPUSlice object (not as controller) until the shell adds the request
     as its controller (``podtemplate_owner_references``). Deterministic, so the shell
     can compare it with the stored one: PodTemplates are mutable and the autoscaler
-    re-reads them every loop, so a stale ``exclude_pools`` is refreshed by an update."""
+    re-reads them every loop, so a stale ``exclude_units`` is refreshed by an update."""
     prov = spec.provisioning or ProvisioningSpec(mode=ProvisioningMode.NONE)
     pod_spec = worker_template.get("spec") or {}
     out_spec: dict[str, Any] = {}
@@ -192,8 +197,11 @@ def podtemplate_body(
     if prov.queued and not _tolerates(tolerations, c.QUEUED_TAINT_KEY):
         tolerations.append(dict(QUEUED_TOLERATION))
     out_spec["tolerations"] = tolerations
-    if not prov.queued and exclude_pools:
-        out_spec["affinity"] = _with_not_in(out_spec.get("affinity"), sorted(set(exclude_pools)))
+    if not prov.queued and exclude_units:
+        label = CapacityUnit.for_hosts(spec.shape.hosts).label
+        out_spec["affinity"] = _with_not_in(
+            out_spec.get("affinity"), label, sorted(set(exclude_units))
+        )
     out_spec["containers"] = [_container(x) for x in pod_spec.get("containers") or []]
     if pod_spec.get("initContainers"):
         out_spec["initContainers"] = [_container(x) for x in pod_spec["initContainers"]]

@@ -200,7 +200,7 @@ def fresh_hold(
         attempt=request.attempt,
         failures=request.failures,
         retry_at=now + timedelta(seconds=left),
-        message=f"holds node pool {fact.pool}, new since ProvisioningRequest "
+        message=f"holds {fact.held}, new since ProvisioningRequest "
         f"{request.name}: waiting for the request to say Provisioned before the release",
     )
 

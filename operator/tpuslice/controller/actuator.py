@@ -329,7 +329,11 @@ def avoiding(index: PoolIndex, nodes: Collection[str]) -> PoolIndex:
 
 def constrained(index: PoolIndex, limits: CapacityConstraints) -> PoolIndex:
     """The pool index narrowed to the pools capacity on demand lets this object use."""
-    if not limits.node_selector and not (limits.excluded & set(index.matching)):
+    if (
+        not limits.node_selector
+        and not limits.promised_since
+        and not (limits.excluded & set(index.matching))
+    ):
         return index
     return index.narrowed(limits.allows)
 

@@ -61,6 +61,7 @@ from tpuslice.model import constants as c
 from tpuslice.model import events
 from tpuslice.model.convert import provisioning_request_info, timestamp
 from tpuslice.model.records import (
+    CapacityUnit,
     ClusterRef,
     ObjectKey,
     OwnedRequest,
@@ -103,17 +104,22 @@ def _no_kick(key: ObjectKey, delay: float) -> None:
     """No queue to ask (unit tests that drive passes themselves)."""
 
 
-def promised_elsewhere(records: Iterable[OwnedRequest], owner: ObjectKey) -> frozenset[str]:
-    """Pools a live request of another object names: ``promised_pools`` (provisioned), and
-    a pool named by a request whose Provisioned the watch has not shown yet (GKE names it
-    in provisioningClassDetails; its nodes may be seen first)."""
+def promised_elsewhere(records: Iterable[OwnedRequest], owner: ObjectKey) -> dict[str, datetime]:
+    """Pools a live request of another object names (provisioned, or not yet: GKE names
+    it in provisioningClassDetails and its nodes may be seen first), each with the
+    creation of the oldest such request (the epoch when unknown: all its nodes)."""
     mine: set[str] = set()
-    others: set[str] = set()
+    others: dict[str, datetime] = {}
     for record in records:
         info = record.info
-        if info.node_pool and not info.deleting and not lapsed(info):
-            (mine if record.owner == owner else others).add(info.node_pool)
-    return frozenset(others - mine)
+        if not info.node_pool or info.deleting or lapsed(info):
+            continue
+        if record.owner == owner:
+            mine.add(info.node_pool)
+            continue
+        since = info.created or datetime.min.replace(tzinfo=UTC)
+        others[info.node_pool] = min(others.get(info.node_pool, since), since)
+    return {pool: since for pool, since in others.items() if pool not in mine}
 
 
 def provisioning_view(
@@ -124,10 +130,12 @@ def provisioning_view(
 ) -> ProvisioningView:
     """The snapshot's part for one object (``handlers.make_reader``)."""
     every = list(every_request)
+    promised = promised_elsewhere(every, owner)
     return ProvisioningView(
         requests=tuple(r.info for r in requests),
         templates=tuple(templates),
-        promised_elsewhere=promised_elsewhere(every, owner),
+        promised_elsewhere=frozenset(promised),
+        promised_since=promised,
         revoked_pools=frozenset(p for r in every if (p := r.info.lost_pool)),
     )
 
@@ -206,7 +214,8 @@ class ProvisioningPass:
             constraints(self.view, spec)
             if spec is not None
             else CapacityConstraints(
-                excluded=self.view.promised_elsewhere | self.view.revoked_pools
+                excluded=self.view.promised_elsewhere | self.view.revoked_pools,
+                promised_since=self.view.promised_since,
             )
         )
         #: the one thing carrying out the writes learns: the CRD found missing
@@ -314,7 +323,12 @@ class ProvisioningPass:
         is deleted like any other."""
         if request is None or not request.is_true(c.PROVREQ_CAPACITY_REVOKED):
             return False
-        lost = request.lost_pool or pool
+        # a node unit's capacity is the node its slice held, not the whole pool named
+        lost = (
+            (request.revoked_pool or pool)
+            if index.unit is CapacityUnit.NODE
+            else (request.lost_pool or pool)
+        )
         if not lost or not index.pools.get(lost):
             return False
         if request.revoked_pool == lost:
@@ -373,7 +387,7 @@ class ProvisioningPass:
             index=d.index,
             attempt=d.create_attempt,
             worker_template=worker,
-            exclude_pools=sorted(index.pools),
+            exclude_units=sorted(index.pools),
         )
         body = request_body(
             spec,
@@ -468,9 +482,10 @@ class ProvisioningPass:
     async def _refresh(
         self, template: Mapping[str, Any], request: ProvisioningRequestInfo, index: PoolIndex
     ) -> None:
-        """A best-effort request not yet provisioned: its template's ``gke-nodepool NotIn``
-        follows the pools that have nodes now (the autoscaler re-reads templates every
-        loop). Only the affinity is compared: the API server defaults the rest."""
+        """A best-effort request not yet provisioned: its template's ``NotIn`` list
+        (``objects.podtemplate_body``) follows the units that exist now, less those new
+        since the request (the autoscaler re-reads templates every loop). Only the
+        affinity is compared: the API server defaults the rest."""
         spec = self.spec
         prov = spec.provisioning if spec is not None else None
         if spec is None or prov is None or prov.queued or request.slice_index is None:
@@ -484,7 +499,7 @@ class ProvisioningPass:
             index=request.slice_index,
             attempt=request.attempt,
             worker_template=worker,
-            exclude_pools=sorted(
+            exclude_units=sorted(
                 set(index.pools) - fresh_pools(index.pools, index.pools, [request])
             ),
         )["template"]

@@ -86,10 +86,14 @@ class CapacityUnit(StrEnum):
         """What messages call one unit: ``node pool`` or ``node``."""
         return "node" if self is CapacityUnit.NODE else "node pool"
 
+    @property
+    def label(self) -> str:
+        """The node label whose value is a unit's name."""
+        return NODE_LABEL_HOSTNAME if self is CapacityUnit.NODE else NODE_LABEL_NODEPOOL
+
     def pin(self, name: str) -> dict[str, str]:
         """The nodeSelector that pins a released pod to the unit ``name``."""
-        label = NODE_LABEL_HOSTNAME if self is CapacityUnit.NODE else NODE_LABEL_NODEPOOL
-        return {label: name}
+        return {self.label: name}
 
 
 class GangMode(StrEnum):
@@ -582,6 +586,9 @@ class ProvisioningView:
     requests: Sequence[ProvisioningRequestInfo] = ()
     templates: Sequence[Mapping[str, Any]] = ()
     promised_elsewhere: frozenset[str] = frozenset()
+    #: each pool of ``promised_elsewhere`` -> the creation of the oldest request naming it:
+    #: of a single-host pool only the nodes made since are promised (GKE grows the pool)
+    promised_since: Mapping[str, datetime] = field(default_factory=dict)
     #: pools of CapacityRevoked requests of *any* object (``lost_pool``): kept from all
     revoked_pools: frozenset[str] = frozenset()
 
@@ -597,11 +604,20 @@ class SliceFacts:
     raycluster: str = ""  # the RayCluster it belongs to (names its requests)
     exists: bool = True
     pods_complete: bool = False  # all hostsPerSlice live pods created
-    pool: str | None = None  # the node pool its SliceReservation holds
+    pool: str | None = None  # the unit its SliceReservation holds (a node pool, or a node)
     released: bool = False  # some pod of it is ungated (pinned to ``pool``)
     bound: bool = False  # every pod of it is bound to a node
-    eligible_pool: bool = False  # a free existing pool is there for it in this pass
-    gang_waiting: bool = False  # holds its pool, unreleased only because its gang is short
+    eligible_pool: bool = False  # a free existing unit is there for it in this pass
+    gang_waiting: bool = False  # holds its unit, unreleased only because its gang is short
+    unit: CapacityUnit = CapacityUnit.NODE_POOL  # what ``pool`` names
+    #: the GKE node pool of ``pool`` (``pool`` itself for a node-pool unit): what a queued
+    #: request's provisioningClassDetails.NodePoolName is compared with
+    unit_pool: str | None = None
+
+    @property
+    def held(self) -> str:
+        """The unit it holds as messages name it: ``node pool p`` or ``node n``."""
+        return f"{self.unit.noun} {self.pool}"
 
 
 class ProvisioningAction(StrEnum):
