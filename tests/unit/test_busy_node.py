@@ -22,6 +22,7 @@ from tpuslice.planning.busy import (
     avoided_nodes,
     busy_move,
     busy_nodes_status,
+    move_message,
     unschedulable_for,
 )
 
@@ -97,6 +98,22 @@ def test_a_slice_moves_after_sixty_seconds_and_not_before() -> None:
     move, due = busy_move(BUSY, "llm-w-0", [released(61.0)], NOW)
     assert move is not None and due is None
     assert move.pool == BUSY and move.pods == (("ml", "llm-w-0"),)
+
+
+def test_the_move_says_why_the_node_cannot_take_the_pod() -> None:
+    """The scheduler's Unschedulable has several causes on a held node: the message names
+    the one the node shows (gone, not ready, cordoned), else the node is taken."""
+    waited = [released(61.0)]
+    cases = [
+        (None, "is gone"),
+        (node(BUSY, "v6e-single", topology="2x2", ready=False), "is not ready"),
+        (node(BUSY, "v6e-single", topology="2x2", schedulable=False), "is cordoned"),
+        (node(BUSY, "v6e-single", topology="2x2"), "is taken by pods the operator did not place"),
+    ]
+    for shown, why in cases:
+        move, _ = busy_move(BUSY, "llm-w-0", waited, NOW, shown)
+        assert move is not None and move.why == why
+        assert move_message(move).startswith(f"node {BUSY} {why} (the released pod")
 
 
 def test_a_pod_pinned_elsewhere_does_not_move_the_slice() -> None:

@@ -582,17 +582,19 @@ class SliceActuator:
             if held is not None and await self.kube.delete_reservation(move.pool, held.uid):
                 self.pending.reservation_deleted(move.pool, time.monotonic(), held.uid)
             log.info(
-                "%s %s: slice %s moves off node %s (its pod could not schedule for %.0fs)",
+                "%s %s: slice %s moves off node %s, which %s (its pod could not schedule "
+                "for %.0fs)",
                 ref.kind,
                 ref,
                 move.replica_name,
                 move.pool,
+                move.why,
                 move.waited,
             )
             await self.recorder.warning(
                 ref,
                 events.SLICE_MOVED,
-                f"slice {move.replica_name} leaves node {move.pool}: {move_message(move.pool)}",
+                f"slice {move.replica_name} leaves node {move.pool}: {move_message(move)}",
             )
 
     async def _free(self, ref: ClusterRef, pools: Sequence[str], snap: Snapshot) -> bool:

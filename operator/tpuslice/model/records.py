@@ -298,6 +298,8 @@ class Move:
     pods: tuple[tuple[str, str], ...]  # (namespace, name)
     #: how long the released pod could not schedule, in seconds
     waited: float
+    #: why it could not, as the status message says it (``planning.busy.busy_move``)
+    why: str = "is taken by pods the operator did not place"
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from tpuslice.model.convert import rfc3339, timestamp
-from tpuslice.model.records import Move, PodInfo, SlicePlan
+from tpuslice.model.records import Move, NodeInfo, PodInfo, SlicePlan
 
 __all__ = [
     "BUSY_AFTER_SECONDS",
@@ -73,11 +73,17 @@ def unschedulable_for(pod: PodInfo, now: datetime) -> float | None:
 
 
 def busy_move(
-    pool: str, replica_name: str, pods: Sequence[PodInfo], now: datetime
+    pool: str,
+    replica_name: str,
+    pods: Sequence[PodInfo],
+    now: datetime,
+    node: NodeInfo | None = None,
 ) -> tuple[Move | None, float | None]:
-    """The move of a single-host slice holding ``pool`` whose live ``pods`` are all
-    released to it and Unschedulable for ``BUSY_AFTER_SECONDS`` (else None), and the
-    seconds until it would be (None when nothing is waiting to become busy)."""
+    """The move of a single-host slice holding ``pool`` (the node ``node``, None when it is
+    gone) whose live ``pods`` are all released to it and Unschedulable for
+    ``BUSY_AFTER_SECONDS`` (else None), and the seconds until it would be (None when
+    nothing is waiting to become busy). The move says why the node cannot take them: it
+    is gone, not ready or cordoned (the scheduler's own reasons), else it is taken."""
     if not pods or any(p.pinned_pool != pool for p in pods):
         return None, None
     waits = [unschedulable_for(p, now) for p in pods]
@@ -86,15 +92,25 @@ def busy_move(
     waited = min(w for w in waits if w is not None)
     if waited < BUSY_AFTER_SECONDS:
         return None, BUSY_AFTER_SECONDS - waited
-    move = Move(pool, replica_name, tuple((p.namespace, p.name) for p in pods), waited)
+    move = Move(pool, replica_name, tuple((p.namespace, p.name) for p in pods), waited, _why(node))
     return move, None
 
 
-def move_message(pool: str) -> str:
+def _why(node: NodeInfo | None) -> str:
+    if node is None:
+        return "is gone"
+    if not node.ready:
+        return "is not ready"
+    if not node.schedulable:
+        return "is cordoned"
+    return Move.why
+
+
+def move_message(move: Move) -> str:
     """The slice's status message the pass that moves it writes."""
     return (
-        f"node {pool} is taken by pods the operator did not place (the released pod could "
-        f"not schedule for {BUSY_AFTER_SECONDS:.0f}s); moving to another node"
+        f"node {move.pool} {move.why} (the released pod could not schedule for "
+        f"{BUSY_AFTER_SECONDS:.0f}s); moving to another node"
     )
 
 

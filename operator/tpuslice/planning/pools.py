@@ -664,7 +664,8 @@ def plan_slices(
             )
         assert pool is not None
         if reservation is not None and now is not None and inventory.unit is CapacityUnit.NODE:
-            move, due = busy_move(pool, replica.name, live_pods, now)
+            node = next(iter(inventory.pools.get(pool) or ()), None)
+            move, due = busy_move(pool, replica.name, live_pods, now, node)
             if due is not None:
                 recheck_in = due if recheck_in is None else min(recheck_in, due)
             if move is not None:
@@ -676,7 +677,7 @@ def plan_slices(
                         SliceState.RELEASING,
                         replica.name,
                         pool,
-                        message=move_message(pool),
+                        message=move_message(move),
                         capacity_type=capacity_of(pool),
                     ),
                 )
