@@ -48,6 +48,8 @@ from ray.autoscaler.v2.instance_manager.cloud_providers.kuberay.cloud_provider i
 )
 from ray.autoscaler.v2.instance_manager.node_provider import LaunchNodeError
 
+from tpusim import autoscaler as harness
+
 pytestmark = pytest.mark.contract
 
 NAMESPACE = "ns"
@@ -384,3 +386,93 @@ def test_no_tpu_head_resource_without_both_gke_selectors(missing: str) -> None:
     ]
     assert resources["TPU"] == 4
     assert not [name for name in resources if name.endswith("-head")], resources
+
+
+# ------------------------------------------------------------------ the harness writes the same
+
+
+def cluster_state(
+    api: FakeApiServer,
+    replicas: int,
+    live_slices: int,
+    deletes: list[str] | None,
+    min_replicas: int,
+) -> tuple[harness.WorkerGroup, list[str]]:
+    """Put the cluster in this state; return what the harness reads from it."""
+    with_slices(api, replicas, live_slices)
+    group = api.raycluster["spec"]["workerGroupSpecs"][0]
+    group["minReplicas"] = min_replicas
+    if deletes is not None:
+        group["scaleStrategy"] = {"workersToDelete": deletes}
+    return harness.worker_group(api.raycluster, GROUP), harness.live_workers(api.pods, GROUP)
+
+
+def sent(api: FakeApiServer) -> list[dict[str, Any]]:
+    """The one JSON patch the provider sent ([] for none), in the harness's content type."""
+    assert len(api.patches) <= 1, api.patches
+    assert all(p.content_type == harness.JSON_PATCH for p in api.patches)
+    return api.patches[0].body if api.patches else []
+
+
+# (replicas, live slices, workersToDelete, minReplicas, slices wanted)
+SCALE_CASES = [
+    (0, 0, None, 0, 1),
+    (0, 0, None, 0, 3),
+    (0, 0, None, 0, 5),  # capped at maxReplicas
+    (1, 1, None, 0, 2),
+    (1, 1, None, 0, 1),  # no change: no patch
+    (0, 0, None, 2, 3),  # minReplicas above replicas
+    (1, 2, None, 0, 3),  # more live pods than replicas x hosts
+    (1, 1, slice_pods(1), 0, 2),  # finished deletes: the list is cleared
+    (1, 1, slice_pods(1), 0, 1),  # ... even with no new replica
+]
+
+
+@pytest.mark.parametrize(("replicas", "live", "deletes", "min_replicas", "slices"), SCALE_CASES)
+def test_harness_scale_writes_the_providers_launch_patch(
+    api: FakeApiServer,
+    replicas: int,
+    live: int,
+    deletes: list[str] | None,
+    min_replicas: int,
+    slices: int,
+) -> None:
+    """Scaling to N slices is Ray's launch of the hosts N slices add."""
+    group, live_pods = cluster_state(api, replicas, live, deletes, min_replicas)
+    expected = harness.scale_patch(group, slices, live_pods)
+    workers = max(max(replicas, min_replicas) * HOSTS, len(live_pods))
+    provider().launch({GROUP: slices * HOSTS - workers}, request_id="r1")
+    assert sent(api) == expected
+
+
+@pytest.mark.parametrize(
+    ("replicas", "live", "deletes", "victims"),
+    [
+        (2, 2, None, slice_pods(1)[2:3]),
+        (3, 3, None, slice_pods(0)),
+        (2, 2, None, slice_pods(0)[:1] + slice_pods(1)[:1]),
+        (1, 2, None, slice_pods(1)[:1]),  # live pods above replicas x hosts
+        (2, 2, ["gone"], slice_pods(0)[:1]),  # a finished delete is replaced, not cleared
+        (3, 3, None, slice_pods(0) + slice_pods(1) + slice_pods(2)),
+    ],
+)
+def test_harness_delete_writes_the_providers_terminate_patch(
+    api: FakeApiServer, replicas: int, live: int, deletes: list[str] | None, victims: list[str]
+) -> None:
+    group, live_pods = cluster_state(api, replicas, live, deletes, 0)
+    expected = harness.delete_patch(group, victims, live_pods)
+    provider().terminate(victims, request_id="t1")
+    assert sent(api) == expected
+
+
+def test_harness_and_provider_both_wait_while_a_named_pod_exists(api: FakeApiServer) -> None:
+    group, live_pods = cluster_state(api, 1, 2, slice_pods(1), 0)
+    p = provider()
+    p.launch({GROUP: HOSTS}, request_id="r1")
+    p.terminate(slice_pods(0)[:1], request_id="t1")
+    assert api.patches == []
+    assert len(p.poll_errors()) == 2
+    with pytest.raises(harness.AutoscaleError, match="still deletes"):
+        harness.scale_patch(group, 3, live_pods)
+    with pytest.raises(harness.AutoscaleError, match="still deletes"):
+        harness.delete_patch(group, slice_pods(0)[:1], live_pods)
