@@ -322,6 +322,12 @@ def cmd_autoscale(args: argparse.Namespace) -> int:
     """Send one scale patch as Ray's autoscaler v2 would, and print it."""
     from .autoscaler import AutoscaleError, delete_pods, scale
 
+    if args.delete_pod and args.group:
+        print(
+            "--group is for --slices; a deleted pod's group is its ray.io/group label",
+            file=sys.stderr,
+        )
+        return 2
     api = kube.api_client(args.kubeconfig) if args.kubeconfig else _api_for(args.dir)
     try:
         if args.delete_pod:
