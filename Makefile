@@ -40,7 +40,7 @@ test-chart: tools $(STAMP) verify-manifests ## The chart rendered by helm (the h
 test-harness: tools $(STAMP) ## Unit tests of the test harness: tpusim and the benchmark (seconds; KWOK's stages from `make tools`)
 	$(PY) -m pytest hack/tpusim/tests hack/bench/tests -q
 
-test-contract: $(STAMP) ## Ray contract tier: our TPU identity through real Ray (local Ray processes, ~1 min)
+test-contract: $(STAMP) ## Ray contract tier: our TPU identity through real Ray (local Ray processes, ~1 min) and Ray autoscaler v2 patches vs the harness autoscaler
 	$(PY) -m pytest tests/contract -q
 
 lint: $(STAMP) lint-imports ## ruff and strict mypy (the product, tpusim, the benchmark, and the unit tests' fake against kube.ClusterApi and their builders)

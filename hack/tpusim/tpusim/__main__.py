@@ -8,6 +8,9 @@ another shell find it. `up --real-node` adds one real kubelet node
 `cleanup-host` does that alone from the recorded state (after a crash).
 `provisioner` runs the fake GKE provisioner (tpusim.provisioner) in the
 foreground against the cluster of ``--dir`` (or ``--kubeconfig``).
+`autoscale` sends one RayCluster patch exactly as Ray's autoscaler would
+(tpusim.autoscaler): grow a worker group to ``--slices`` or name pods in
+``workersToDelete`` with ``--delete-pod``.
 """
 
 from __future__ import annotations
@@ -315,6 +318,29 @@ def cmd_provisioner(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_autoscale(args: argparse.Namespace) -> int:
+    """Send one scale patch as Ray's autoscaler v2 would, and print it."""
+    from .autoscaler import AutoscaleError, delete_pods, scale
+
+    if args.delete_pod and args.group:
+        print(
+            "--group is for --slices; a deleted pod's group is its ray.io/group label",
+            file=sys.stderr,
+        )
+        return 2
+    api = kube.api_client(args.kubeconfig) if args.kubeconfig else _api_for(args.dir)
+    try:
+        if args.delete_pod:
+            patch = delete_pods(api, args.namespace, args.cluster, args.delete_pod)
+        else:
+            patch = scale(api, args.namespace, args.cluster, args.group, args.slices)
+    except AutoscaleError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    print(json.dumps(patch) if patch else "no change: Ray's autoscaler would send no patch")
+    return 0
+
+
 def cmd_images(args: argparse.Namespace) -> int:
     """Build (or reuse) the real-node tier's images; print where the tars are."""
     import logging
@@ -405,6 +431,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--remove-pools", action="store_true", help="on exit delete every node it made"
     )
     prov.set_defaults(fn=cmd_provisioner)
+    auto = sub.add_parser(
+        "autoscale",
+        help="patch a RayCluster as Ray's autoscaler v2 does (docs/local-cluster.md)",
+    )
+    auto.add_argument("--kubeconfig", type=Path, help="default: the cluster of --dir")
+    auto.add_argument("--namespace", required=True)
+    auto.add_argument("--cluster", required=True, help="the RayCluster's name")
+    what = auto.add_mutually_exclusive_group(required=True)
+    what.add_argument("--slices", type=int, help="grow the group to this many replicas")
+    what.add_argument(
+        "--delete-pod",
+        action="append",
+        metavar="POD",
+        help="name a worker pod in workersToDelete (repeatable; KubeRay deletes its slice)",
+    )
+    auto.add_argument("--group", help="worker group for --slices (default: the only one)")
+    auto.set_defaults(fn=cmd_autoscale)
     images = sub.add_parser(
         "images", help="build the operator image (and the Ray image) with buildah, no daemon"
     )
