@@ -35,8 +35,8 @@ from tpusim.provreq import (
     Shape,
     Timings,
     decide,
-    fresh_node_indexes,
     free_nodes,
+    fresh_node_indexes,
     parse_autoscaled_pools,
     parse_request,
     resize_request_name,
@@ -416,3 +416,174 @@ def test_hostname_not_in_is_read_and_check_capacity_skips_those_nodes() -> None:
 
     assert free_nodes(s, [node("n1"), node("n2"), node("n3")]) == 1
     assert free_nodes(shape(), [node("n1"), node("n2"), node("n3")]) == 3
+
+
+# ---------------------------------------------------------------- the provisioner's bookkeeping
+
+
+class _Listed:
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        self.items = copy.deepcopy(items)
+
+
+class _Core:
+    """The CoreV1Api calls the provisioner makes, over dicts in memory."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.templates: list[dict[str, Any]] = []
+        self.config: dict[str, str] | None = None
+
+    def list_pod_template_for_all_namespaces(self) -> _Listed:
+        return _Listed(self.templates)
+
+    def list_node(self) -> _Listed:
+        return _Listed(list(self.nodes.values()))
+
+    def list_pod_for_all_namespaces(self) -> _Listed:
+        return _Listed([])
+
+    def read_namespaced_config_map(self, name: str, namespace: str) -> Any:
+        if self.config is None:
+            raise ApiException(status=404)
+        return dataclasses.make_dataclass("CM", ["data"])(dict(self.config))
+
+    def replace_namespaced_config_map(self, name: str, namespace: str, body: Any) -> None:
+        self.config = dict(body["data"])
+
+    def create_node(self, body: dict[str, Any]) -> None:
+        name = body["metadata"]["name"]
+        if name in self.nodes:
+            raise ApiException(status=409)
+        node = copy.deepcopy(body)
+        node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]  # KWOK's part
+        self.nodes[name] = node
+
+    def delete_node(self, name: str) -> None:
+        if self.nodes.pop(name, None) is None:
+            raise ApiException(status=404)
+
+
+class _Custom:
+    """The CustomObjectsApi calls the provisioner makes, for ProvisioningRequests."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+
+    def add(self, name: str, template: str, count: int) -> None:
+        self.objects[name] = {
+            "metadata": {
+                "namespace": "ns",
+                "name": name,
+                "uid": f"uid-{name}",
+                "resourceVersion": "1",
+                "creationTimestamp": "2027-01-15T08:00:00Z",
+                "annotations": {},
+            },
+            "spec": {
+                "provisioningClassName": BEST_EFFORT_CLASS,
+                "podSets": [{"podTemplateRef": {"name": template}, "count": count}],
+            },
+        }
+
+    def list_cluster_custom_object(self, *_: str) -> dict[str, Any]:
+        return {"items": copy.deepcopy(list(self.objects.values()))}
+
+    def get_namespaced_custom_object(self, *args: str) -> dict[str, Any]:
+        return copy.deepcopy(self.objects[args[-1]])
+
+    def patch_namespaced_custom_object(self, *args: Any) -> None:
+        *_, name, body = args
+        annotations = self.objects[name]["metadata"]["annotations"]
+        for key, value in body["metadata"]["annotations"].items():
+            if value is None:
+                annotations.pop(key, None)
+            else:
+                annotations[key] = value
+
+    def patch_namespaced_custom_object_status(self, *args: Any) -> None:
+        *_, name, body = args
+        self.objects[name]["status"] = copy.deepcopy(body["status"])
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> tuple[FakeProvisioner, _Core, _Custom]:
+    core, custom = _Core(), _Custom()
+    monkeypatch.setattr(kube, "core_v1", lambda api: core)
+    monkeypatch.setattr(provisioner.client, "CustomObjectsApi", lambda api: custom)
+    settings = ProvisionerSettings(timings=FAST, autoscaled_pools=(SINGLE,))
+    return FakeProvisioner(object(), settings), core, custom
+
+
+def _group_of(core: _Core) -> dict[str, str | None]:
+    return {
+        name: (n["metadata"]["annotations"] or {}).get(GROUP_ANNOTATION)
+        for name, n in sorted(core.nodes.items())
+    }
+
+
+def test_grown_nodes_are_named_apart_and_removed_per_request_only(
+    fake: tuple[FakeProvisioner, _Core, _Custom],
+) -> None:
+    prov, core, custom = fake
+    existing = pool_nodes(TPUPool("v6e-single", "v6e", "2x2", 1))[0]  # not ours
+    core.nodes[existing["metadata"]["name"]] = existing
+    excluded = [node_name("v6e-single", 0), node_name("v6e-single", 1)]
+    hosts = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": excluded}
+    core.templates = [template(name="ta", affinity=[hosts]), template(name="tb")]
+    custom.add("a", "ta", 2)  # grows the pool by 2, never naming a node it excludes
+    custom.add("b", "tb", 1)  # the pool's last room, in the same pass
+    custom.add("c", "tb", 1)  # no room left: a whole pool of its own
+    for at in (0, 1, 4):
+        prov.reconcile_once(CREATED + at)
+    pools = prov.pools()
+    group_a = custom.objects["a"]["metadata"]["annotations"][POOLS_ANNOTATION]
+    group_b = custom.objects["b"]["metadata"]["annotations"][POOLS_ANNOTATION]
+    pool_c = custom.objects["c"]["metadata"]["annotations"][POOLS_ANNOTATION]
+    assert {pools[group_a], pools[group_b], pools[pool_c]} == {
+        "ns/a/uid-a",
+        "ns/b/uid-b",
+        "ns/c/uid-c",
+    }
+    assert pool_c.startswith("auto-v6e-2x2-")
+    single = {k: v for k, v in _group_of(core).items() if "v6e-single" in k}
+    assert single == {
+        node_name("v6e-single", 0): None,
+        node_name("v6e-single", 1): group_b,
+        node_name("v6e-single", 2): group_a,
+        node_name("v6e-single", 3): group_a,
+    }
+    grown = core.nodes[node_name("v6e-single", 2)]["metadata"]
+    assert grown["annotations"][NODE_OWNER_ANNOTATION] == "ns/a/uid-a"
+    assert grown["labels"]["cloud.google.com/gke-nodepool"] == "v6e-single"
+    assert grown["labels"]["kubernetes.io/hostname"] == node_name("v6e-single", 2)
+
+    prov.revoke("ns", "a")  # CapacityRevoked: a's nodes go, the pool's others stay
+    prov.reconcile_once(CREATED + 5)
+    assert custom.objects["a"]["status"]["conditions"][-1]["type"] == "CapacityRevoked"
+    assert sorted(k for k in core.nodes if "v6e-single" in k) == [
+        node_name("v6e-single", 0),
+        node_name("v6e-single", 1),
+    ]
+    del custom.objects["b"]  # its owner gave it up: its group goes once empty
+    prov.reconcile_once(CREATED + 6)
+    assert node_name("v6e-single", 1) in core.nodes
+    prov.reconcile_once(CREATED + 12)
+    assert [k for k in core.nodes if "v6e-single" in k] == [node_name("v6e-single", 0)]
+    assert any(k.startswith(f"gke-tpusim-{pool_c}-") for k in core.nodes)  # c's pool stays
+
+
+def test_declared_pools_come_from_the_config_map_and_a_bad_one_is_ignored(
+    fake: tuple[FakeProvisioner, _Core, _Custom],
+) -> None:
+    prov, core, _ = fake
+    assert prov._read_config()[2] == [SINGLE]
+    prov.configure(autoscaled_pools=[QUEUED_SINGLE])
+    assert prov._read_config()[2] == [QUEUED_SINGLE]
+    prov.configure()  # no key: the settings' list applies
+    assert prov._read_config()[2] == [SINGLE]
+    core.config = {"autoscaledPools": "- {name: m, tpuType: v6e, topology: 4x4, maxNodes: 2}\n"}
+    assert prov._read_config()[2] == [SINGLE]
+    assert any("only single-host" in line for line in prov.events)
+    with pytest.raises(ValueError, match="duplicate"):
+        ProvisionerSettings(autoscaled_pools=(SINGLE, SINGLE))
