@@ -19,6 +19,7 @@ from tpusim import kube, provisioner
 from tpusim.nodepools import TPUPool, node_name, pool_nodes
 from tpusim.provisioner import FakeProvisioner, ProvisionerSettings
 from tpusim.provreq import (
+    AUTOSCALED_PRESETS,
     BEST_EFFORT_CLASS,
     GROUP_ANNOTATION,
     NODE_OWNER_ANNOTATION,
@@ -38,6 +39,7 @@ from tpusim.provreq import (
     free_nodes,
     fresh_node_indexes,
     parse_autoscaled_pools,
+    parse_autoscaled_spec,
     parse_request,
     resize_request_name,
     template_shape,
@@ -587,3 +589,19 @@ def test_declared_pools_come_from_the_config_map_and_a_bad_one_is_ignored(
     assert any("only single-host" in line for line in prov.events)
     with pytest.raises(ValueError, match="duplicate"):
         ProvisionerSettings(autoscaled_pools=(SINGLE, SINGLE))
+
+
+def test_cli_spec_and_presets_declare_pools() -> None:
+    pool = parse_autoscaled_spec("serve:v5e:2x2:6,queued,reservation=r1")
+    assert (pool.name, pool.tpu_type, pool.max_nodes, pool.queued) == ("serve", "v5e", 6, True)
+    assert pool.reservation == "r1" and pool.node_pool(1).capacity_type == "reservation"
+    assert parse_autoscaled_spec("v6e-2x2-autoscaled") == AUTOSCALED_PRESETS["v6e-2x2-autoscaled"]
+    assert AUTOSCALED_PRESETS["v6e-2x2-queued"].queued
+    for bad, why in (
+        ("serve:v6e:2x2", "want NAME:TYPE"),
+        ("serve:v6e:2x2:many", "not a number"),
+        ("serve:v6e:2x2:2,fast", "unknown option 'fast'"),
+        ("serve:v6e:4x4:2", "only single-host"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            parse_autoscaled_spec(bad)

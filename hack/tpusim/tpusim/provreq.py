@@ -878,6 +878,50 @@ def parse_autoscaled_pools(raw: Any) -> list[AutoscaledPool]:
     return pools
 
 
+#: Declared pools the CLI takes by name (``provisioner --autoscaled-pool v6e-2x2-autoscaled``):
+#: GKE's usual single-host serving pool, empty until a slice needs a node.
+AUTOSCALED_PRESETS: Mapping[str, AutoscaledPool] = {
+    "v6e-2x2-autoscaled": AutoscaledPool("v6e-2x2-autoscaled", "v6e", "2x2", max_nodes=4),
+    "v6e-2x2-queued": AutoscaledPool("v6e-2x2-queued", "v6e", "2x2", max_nodes=4, queued=True),
+}
+
+
+def parse_autoscaled_spec(spec: str) -> AutoscaledPool:
+    """The CLI shorthand ``NAME:TYPE:TOPOLOGY:MAX_NODES[,OPTION...]`` (options ``queued``,
+    ``spot``, ``flex-start``, ``reservation=NAME``) or a preset's name
+    (``AUTOSCALED_PRESETS``)."""
+    if spec in AUTOSCALED_PRESETS:
+        return AUTOSCALED_PRESETS[spec]
+    head, *options = spec.split(",")
+    parts = head.split(":")
+    if len(parts) != 4:
+        raise ValueError(
+            f"bad autoscaled pool {spec!r}: want NAME:TYPE:TOPOLOGY:MAX_NODES[,OPTION...] "
+            f"or a preset ({', '.join(sorted(AUTOSCALED_PRESETS))})"
+        )
+    raw: dict[str, Any] = {"name": parts[0], "tpuType": parts[1], "topology": parts[2]}
+    try:
+        raw["maxNodes"] = int(parts[3])
+    except ValueError:
+        raise ValueError(
+            f"bad autoscaled pool {spec!r}: MAX_NODES {parts[3]!r} is not a number"
+        ) from None
+    flags = {"queued": "queued", "spot": "spot", "flex-start": "flexStart"}
+    for option in options:
+        key, _, value = option.partition("=")
+        if key in flags and not value:
+            raw[flags[key]] = True
+        elif key == "reservation" and value:
+            raw["reservation"] = value
+        else:
+            raise ValueError(
+                f"bad autoscaled pool {spec!r}: unknown option {option!r} "
+                f"(queued, spot, flex-start, reservation=NAME)"
+            )
+    (pool,) = parse_autoscaled_pools([raw])
+    return pool
+
+
 @dataclass(frozen=True)
 class GrowablePool:
     """A declared pool as the cluster shows it now: its nodes (ours or not) and the
