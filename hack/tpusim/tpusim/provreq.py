@@ -749,8 +749,8 @@ class AutoscaledPool:
                 f"{where}: name must be 1-40 lowercase letters, digits and '-', "
                 f"starting with a letter (a GKE node pool name)"
             )
-        chips = host_chips(self.tpu_type)  # ValueError names the known types
         try:
+            chips = host_chips(self.tpu_type)
             topo_chips = topology_chips(self.topology)
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
