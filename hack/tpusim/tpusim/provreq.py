@@ -59,12 +59,14 @@ Sources (what each rule below cites):
 
 - [gke-tpus] "About TPUs in GKE" https://cloud.google.com/kubernetes-engine/docs/concepts/tpus
   and "Plan TPUs in GKE" https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus:
-  a single-host TPU slice node pool is autoscaled like any pool, one VM per node, between
-  its min and max node counts (a pool at 0 nodes exists with no Node); only multi-host
-  pools are scaled atomically as one slice. The autoscaler's rule:
-  GoogleCloudPlatform/cluster-autoscaler@7d250507
+  a multi-host TPU slice node pool is atomic and immutable (no node can be added to it);
+  a single-host pool is not; "Use TPUs with KubeRay" (docs.ray.io): GKE scales
+  multi-host slices "atomically by node pools, rather than individual nodes". The
+  autoscaler's rule: GoogleCloudPlatform/cluster-autoscaler@7d250507
   ``pkg/cloudprovider/gke/gke_cloud_provider_impl.go`` ``ResizeAtomically()`` (multi-host
-  TPU, GPU slices, bulk provisioning only).
+  TPU, GPU slices, bulk provisioning only). That a single-host pool therefore grows one
+  VM per pending slice, from 0 nodes (no Node objects) up to its max, is inferred from
+  these (fleet-facts.md §2), not quoted.
 - [oss-best-effort] kubernetes/autoscaler
   ``cluster-autoscaler/provisioningrequest/besteffortatomic/provisioning_class.go``: the
   best-effort-atomic class runs the ordinary scale-up over the existing node groups
