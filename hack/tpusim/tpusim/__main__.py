@@ -289,7 +289,7 @@ def cmd_provisioner(args: argparse.Namespace) -> int:
     import logging
 
     from .provisioner import FakeProvisioner, ProvisionerSettings, install_crd
-    from .provreq import Timings
+    from .provreq import Timings, parse_autoscaled_spec
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     api = kube.api_client(args.kubeconfig) if args.kubeconfig else _api_for(args.dir)
@@ -304,7 +304,15 @@ def cmd_provisioner(args: argparse.Namespace) -> int:
         pending_retry_s=args.pending_retry,
         scale_down_delay_s=args.scale_down_delay,
     )
-    fake = FakeProvisioner(api, ProvisionerSettings(timings=timings, interval_s=args.interval))
+    try:
+        declared = tuple(parse_autoscaled_spec(spec) for spec in args.autoscaled_pool)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    fake = FakeProvisioner(
+        api,
+        ProvisionerSettings(timings=timings, interval_s=args.interval, autoscaled_pools=declared),
+    )
     exit_on_signals()
     fake.start()
     print(f"fake GKE provisioner running ({timings}); Ctrl-C stops it")
@@ -429,6 +437,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     prov.add_argument(
         "--remove-pools", action="store_true", help="on exit delete every node it made"
+    )
+    prov.add_argument(
+        "--autoscaled-pool",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="declare a single-host pool that exists with 0..MAX_NODES nodes and grows per "
+        "request: NAME:TYPE:TOPOLOGY:MAX_NODES[,queued][,spot][,flex-start]"
+        "[,reservation=NAME], or v6e-2x2-autoscaled / v6e-2x2-queued (repeatable)",
     )
     prov.set_defaults(fn=cmd_provisioner)
     auto = sub.add_parser(

@@ -64,6 +64,8 @@ __all__ = [
     "NodePool",
     "TPUPool",
     "default_pools",
+    "host_chips",
+    "node_name",
     "parse_pool_spec",
     "pool_from_dict",
     "pool_names",
@@ -382,6 +384,15 @@ def tpu_type_for_accelerator(accelerator: str) -> str | None:
     return None
 
 
+def host_chips(tpu_type: str) -> tuple[int, ...]:
+    """The chips of ``tpu_type``'s machine types (its single-host shapes have exactly one
+    of these many chips), or ValueError naming the known types."""
+    tpu = _TPU_TYPES.get(tpu_type)
+    if tpu is None:
+        raise ValueError(f"unknown TPU type {tpu_type!r} (one of {', '.join(sorted(_TPU_TYPES))})")
+    return tpu.chips_per_host
+
+
 def topology_chips(topology: str) -> int:
     """Chips in a topology string such as ``4x4`` or ``2x2x2``."""
     try:
@@ -477,10 +488,22 @@ def _node(
     }
 
 
-def pool_nodes(pool: NodePool, cluster: str = "tpusim") -> list[dict[str, Any]]:
-    """The Node objects (as API dicts) GKE would register for ``pool``."""
+def pool_nodes(
+    pool: NodePool, cluster: str = "tpusim", indexes: Iterable[int] | None = None
+) -> list[dict[str, Any]]:
+    """The Node objects (as API dicts) GKE would register for ``pool``.
+
+    ``indexes``: the node indexes to name them by (``node_name``), one per node; default
+    ``0 .. nodes-1``. Nodes added to a pool that already has some take indexes its
+    existing nodes do not use.
+    """
+    chosen = list(range(pool.nodes) if indexes is None else indexes)
+    if len(chosen) != pool.nodes or len(set(chosen)) != len(chosen) or min(chosen, default=0) < 0:
+        raise ValueError(
+            f"pool {pool.name}: indexes must be {pool.nodes} distinct numbers >= 0, not {chosen}"
+        )
     nodes = []
-    for i in range(pool.nodes):
+    for i in chosen:
         name = node_name(pool.name, i, cluster)
         if isinstance(pool, CPUPool):
             labels = _base_labels(pool.name, name, pool.machine_type, pool.zone)

@@ -16,10 +16,20 @@ Driving it from a test::
         fake.revoke("ns", "my-request")        # CapacityRevoked now, nodes deleted
         fake.wait_idle()                        # optional: one whole pass has run since
 
-Faults and timings can also be set without Python: the ConfigMap
-``kube-system/tpusim-provisioner`` (keys ``faults`` and ``settings``, YAML) is read
-every pass, and a request's own annotations ``tpusim.dev/fault`` and
-``tpusim.dev/revoke`` act on that request alone (``kubectl annotate``).
+Single-host pools that exist with autoscaling (GKE's usual single-host TPU pools, 0
+nodes until a slice needs one) are declared, not created::
+
+    fake.configure(autoscaled_pools=[AutoscaledPool("v6e-single", "v6e", "2x2", max_nodes=4)])
+
+A single-host request whose template fits one with room grows it by its count
+(``provreq.grow_target``); the nodes added carry ``tpusim.dev/node-group`` so
+revocation and scale-down remove that request's nodes only.
+
+Faults, timings and declared pools can also be set without Python: the ConfigMap
+``kube-system/tpusim-provisioner`` (keys ``faults``, ``settings`` and
+``autoscaledPools``, YAML) is read every pass, and a request's own annotations
+``tpusim.dev/fault`` and ``tpusim.dev/revoke`` act on that request alone
+(``kubectl annotate``).
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from types import TracebackType
 from typing import Any
@@ -47,15 +57,19 @@ from .provreq import (
     CRD_NAME,
     FAULT_ANNOTATION,
     GROUP,
+    GROUP_ANNOTATION,
     NODE_OWNER_ANNOTATION,
     NODEPOOL_LABEL,
     PLURAL,
+    PROVISIONING_REQUEST_LABEL,
     REVOKE_ANNOTATION,
     VERSION,
+    AutoscaledPool,
     Condition,
     Decision,
     Fault,
     FaultRule,
+    GrowablePool,
     NodeView,
     PoolPlan,
     PoolView,
@@ -64,7 +78,9 @@ from .provreq import (
     choose_fault,
     decide,
     free_nodes,
+    fresh_node_indexes,
     orphan_pools_to_remove,
+    parse_autoscaled_pools,
     parse_fault,
     parse_request,
     parse_rules,
@@ -73,6 +89,7 @@ from .provreq import (
 
 __all__ = [
     "CONFIG_MAP",
+    "AutoscaledPool",
     "FakeProvisioner",
     "Fault",
     "FaultRule",
@@ -87,7 +104,8 @@ __all__ = [
 log = logging.getLogger("tpusim.provisioner")
 
 #: (namespace, name) of the ConfigMap read every pass: ``faults`` (a YAML list of
-#: rules, ``provreq.parse_rules``) and ``settings`` (``Timings`` overrides).
+#: rules, ``provreq.parse_rules``), ``settings`` (``Timings`` overrides) and
+#: ``autoscaledPools`` (``provreq.parse_autoscaled_pools``; replaces the settings' list).
 CONFIG_MAP = ("kube-system", "tpusim-provisioner")
 NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}
 
@@ -99,6 +117,11 @@ class ProvisionerSettings:
     interval_s: float = 0.5
     cluster: str = "tpusim"
     zone: str = "us-east5-b"
+    #: Single-host pools that exist with autoscaling (0 to ``max_nodes`` nodes).
+    autoscaled_pools: tuple[AutoscaledPool, ...] = ()
+
+    def __post_init__(self) -> None:
+        parse_autoscaled_pools([p.to_dict() for p in self.autoscaled_pools])  # duplicates
 
 
 def load_crd() -> dict[str, Any]:
@@ -159,6 +182,7 @@ def write_config(
     api: Any,
     faults: Iterable[FaultRule] | None = None,
     settings: Mapping[str, float] | None = None,
+    autoscaled_pools: Iterable[AutoscaledPool] | None = None,
 ) -> None:
     """Write the ConfigMap every provisioner reads each pass (None: that key unset)."""
     namespace, name = CONFIG_MAP
@@ -167,6 +191,10 @@ def write_config(
         data["faults"] = yaml.safe_dump([r.to_dict() for r in faults], sort_keys=False)
     if settings is not None:
         data["settings"] = yaml.safe_dump(dict(settings))
+    if autoscaled_pools is not None:
+        raw = [p.to_dict() for p in autoscaled_pools]
+        parse_autoscaled_pools(raw)  # refuse what every provisioner would refuse
+        data["autoscaledPools"] = yaml.safe_dump(raw, sort_keys=False)
     body = {"metadata": {"name": name, "namespace": namespace}, "data": data}
     core = kube.core_v1(api)
     try:
@@ -270,9 +298,17 @@ class FakeProvisioner:
                 raise kube.WaitTimeout(f"provisioner did not finish {passes} passes")
 
     # ------------------------------------------------------------ the test's API
-    def configure(self, faults: Iterable[FaultRule] | None = None, **timings: float) -> None:
-        """Replace the global fault rules and timing overrides (the ConfigMap)."""
-        write_config(self.api, list(faults or []), timings)
+    def configure(
+        self,
+        faults: Iterable[FaultRule] | None = None,
+        autoscaled_pools: Iterable[AutoscaledPool] | None = None,
+        **timings: float,
+    ) -> None:
+        """Replace the global fault rules, timing overrides and, if given, the declared
+        autoscaled pools (the ConfigMap; without ``autoscaled_pools`` the settings'
+        list applies)."""
+        pools = None if autoscaled_pools is None else list(autoscaled_pools)
+        write_config(self.api, list(faults or []), timings, pools)
 
     def revoke(self, namespace: str, name: str) -> None:
         """Revoke a request's capacity now (CapacityRevoked, its nodes deleted)."""
@@ -283,19 +319,19 @@ class FakeProvisioner:
         self._annotate(namespace, name, {FAULT_ANNOTATION: fault.to_json()})
 
     def pools(self) -> dict[str, str]:
-        """Pool name -> owning request (``namespace/name/uid``) of every pool it made."""
+        """Pool name (or ``pool/group`` of nodes added to a declared pool) -> owning
+        request (``namespace/name/uid``) of every pool or group it made."""
         out: dict[str, str] = {}
         for node in self._owned_nodes():
-            labels = node["metadata"].get("labels") or {}
             owner = node["metadata"]["annotations"][NODE_OWNER_ANNOTATION]
-            out[labels.get(NODEPOOL_LABEL, "")] = owner
+            out[_unit_of(node)] = owner
         return out
 
     # ------------------------------------------------------------ one pass
     def reconcile_once(self, now: float | None = None) -> list[str]:
         """One pass over every request; returns what it did (also in ``events``)."""
         now = time.time() if now is None else now
-        timings, rules = self._read_config()
+        timings, rules, declared = self._read_config()
         try:
             listed = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)
         except ApiException as exc:
@@ -335,16 +371,18 @@ class FakeProvisioner:
                 fault=fault,
                 shapes=shapes,
                 pools=own,
-                taken_pools=state.pool_names - {p.name for p in own},
+                taken_pools=(state.pool_names | {p.name for p in declared}) - {p.name for p in own},
                 consumed=state.consumed.get((req.namespace, req.name), 0),
                 free=[
                     free_nodes(s, state.node_views) if not isinstance(s, str) else 0 for s in shapes
                 ],
                 zone=self.settings.zone,
                 cluster=self.settings.cluster,
+                growable=state.growable(declared),
             )
             if decision:
                 done += self._apply(req, decision)
+                state.grew(decision.create)
         live = {r.owner for r in requests if not r.true(CAPACITY_REVOKED)}
         for name in orphan_pools_to_remove(state.owned, live, now=now, timings=timings):
             self._delete_pool(name)
@@ -364,23 +402,26 @@ class FakeProvisioner:
             log.error("%s", message)
             self.events = [*self.events, message][-500:]
 
-    def _read_config(self) -> tuple[Timings, list[FaultRule]]:
+    def _read_config(self) -> tuple[Timings, list[FaultRule], list[AutoscaledPool]]:
         timings, rules = self.settings.timings, list[FaultRule]()
+        declared = list(self.settings.autoscaled_pools)
         namespace, name = CONFIG_MAP
         try:
             cm = self.core.read_namespaced_config_map(name, namespace)
         except ApiException as exc:
             if exc.status == 404:
-                return timings, rules
+                return timings, rules, declared
             raise
         data = cm.data or {}
         try:
             timings = timings.with_overrides(yaml.safe_load(data.get("settings") or "{}") or {})
             rules = parse_rules(yaml.safe_load(data.get("faults") or "[]"))
+            if "autoscaledPools" in data:
+                declared = parse_autoscaled_pools(yaml.safe_load(data["autoscaledPools"] or "[]"))
         except (ValueError, TypeError, yaml.YAMLError) as exc:
             self._log_once(f"ConfigMap {namespace}/{name} ignored: {exc}")
-            return self.settings.timings, []
-        return timings, rules
+            return self.settings.timings, [], list(self.settings.autoscaled_pools)
+        return timings, rules, declared
 
     def _fault_for(self, req: Request, rules: list[FaultRule]) -> Fault:
         raw = req.annotations.get(FAULT_ANNOTATION)
@@ -459,10 +500,12 @@ class FakeProvisioner:
         )
 
     def _create_pool(self, req: Request, plan: PoolPlan) -> None:
-        for i, node in enumerate(pool_nodes(plan.pool, self.settings.cluster)):
+        for i, node in enumerate(self._new_nodes(plan)):
             meta = node["metadata"]
             meta["labels"].update(plan.labels)
             meta["annotations"][NODE_OWNER_ANNOTATION] = req.owner
+            if plan.group is not None:
+                meta["annotations"][GROUP_ANNOTATION] = plan.group
             node["spec"]["taints"] = [*node["spec"].get("taints", []), *map(dict, plan.taints)]
             not_ready = i == plan.not_ready_node
             if not_ready:  # KWOK leaves it alone: a VM whose kubelet never comes up
@@ -476,9 +519,28 @@ class FakeProvisioner:
             if not_ready:
                 kube.set_node_not_ready(self.api, meta["name"], reason="KubeletNotReady")
 
+    def _new_nodes(self, plan: PoolPlan) -> list[dict[str, Any]]:
+        """A whole pool's nodes; or, for a group added to an existing pool, the group's
+        nodes not there yet, named apart from every node of the pool."""
+        cluster = self.settings.cluster
+        if plan.group is None:
+            return pool_nodes(plan.pool, cluster)
+        members = [
+            n
+            for n in self._dicts(self.core.list_node().items)
+            if (n["metadata"].get("labels") or {}).get(NODEPOOL_LABEL) == plan.pool.name
+        ]
+        have = sum(1 for n in members if _unit_of(n) == plan.group)
+        missing = max(0, plan.pool.nodes - have)
+        taken = [n["metadata"]["name"] for n in members]
+        indexes = fresh_node_indexes(plan.pool.name, missing, taken, plan.avoid_hosts, cluster)
+        return pool_nodes(replace(plan.pool, nodes=missing), cluster, indexes)
+
     def _delete_pool(self, name: str) -> None:
+        """Delete the nodes this fake made of pool ``name`` (never the groups it added
+        to a declared pool), or of group ``name`` only."""
         for node in self._owned_nodes():
-            if (node["metadata"].get("labels") or {}).get(NODEPOOL_LABEL) == name:
+            if _unit_of(node) == name:
                 kube.delete_node(self.api, node["metadata"]["name"])
         self._empty_since.pop(name, None)
 
@@ -487,6 +549,14 @@ class FakeProvisioner:
         return [
             n for n in nodes if NODE_OWNER_ANNOTATION in (n["metadata"].get("annotations") or {})
         ]
+
+
+def _unit_of(node: Mapping[str, Any]) -> str:
+    """What a node of ours belongs to as a unit: its group in a declared pool, else its
+    pool (whole pools are made per request)."""
+    meta = node["metadata"]
+    group = (meta.get("annotations") or {}).get(GROUP_ANNOTATION)
+    return str(group) if group else str((meta.get("labels") or {}).get(NODEPOOL_LABEL, ""))
 
 
 class _ClusterState:
@@ -503,16 +573,24 @@ class _ClusterState:
         owner_of: dict[str, str] = {}
         size: Counter[str] = Counter()
         self.pool_names: set[str] = set()
+        #: Every node of each pool (ours or not), and the Resize Requests they carry.
+        self.pool_sizes: Counter[str] = Counter()
+        self.pool_resize: dict[str, set[str]] = {}
         for node in nodes:
             meta = node["metadata"]
-            pool = (meta.get("labels") or {}).get(NODEPOOL_LABEL)
+            labels = meta.get("labels") or {}
+            pool = labels.get(NODEPOOL_LABEL)
             if pool:
                 self.pool_names.add(pool)
+                self.pool_sizes[pool] += 1
+                if labels.get(PROVISIONING_REQUEST_LABEL):
+                    self.pool_resize.setdefault(pool, set()).add(labels[PROVISIONING_REQUEST_LABEL])
             owner = (meta.get("annotations") or {}).get(NODE_OWNER_ANNOTATION)
             if pool and owner:
-                pool_of[meta["name"]] = pool
-                owner_of[pool] = owner
-                size[pool] += 1
+                unit = _unit_of(node)
+                pool_of[meta["name"]] = unit
+                owner_of[unit] = owner
+                size[unit] += 1
         busy: Counter[str] = Counter()
         used_chips: Counter[str] = Counter()
         self.consumed: Counter[tuple[str, str]] = Counter()
@@ -554,3 +632,20 @@ class _ClusterState:
 
     def pools_of(self, owner: str) -> list[PoolView]:
         return [view for o, view in self.owned.values() if o == owner]
+
+    def growable(self, declared: Iterable[AutoscaledPool]) -> list[GrowablePool]:
+        return [
+            GrowablePool(p, self.pool_sizes[p.name], frozenset(self.pool_resize.get(p.name, ())))
+            for p in declared
+        ]
+
+    def grew(self, plans: Iterable[PoolPlan]) -> None:
+        """Count nodes just planned into a declared pool, so a later request of the same
+        pass sees the room they took."""
+        for plan in plans:
+            if plan.group is None:
+                continue
+            self.pool_sizes[plan.pool.name] += plan.pool.nodes
+            resize = plan.labels.get(PROVISIONING_REQUEST_LABEL)
+            if resize:
+                self.pool_resize.setdefault(plan.pool.name, set()).add(resize)

@@ -57,6 +57,24 @@ Sources (what each rule below cites):
   pools are created with ``--flex-start --enable-queued-provisioning``, GKE allocates
   every requested node at once.
 
+- [gke-tpus] "About TPUs in GKE" https://cloud.google.com/kubernetes-engine/docs/concepts/tpus
+  and "Plan TPUs in GKE" https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus:
+  a multi-host TPU slice node pool is atomic and immutable (no node can be added to it);
+  a single-host pool is not; "Use TPUs with KubeRay" (docs.ray.io): GKE scales
+  multi-host slices "atomically by node pools, rather than individual nodes". The
+  autoscaler's rule: GoogleCloudPlatform/cluster-autoscaler@7d250507
+  ``pkg/cloudprovider/gke/gke_cloud_provider_impl.go`` ``ResizeAtomically()`` (multi-host
+  TPU, GPU slices, bulk provisioning only). That a single-host pool therefore grows one
+  VM per pending slice, from 0 nodes (no Node objects) up to its max, is inferred from
+  these (fleet-facts.md §2), not quoted.
+- [oss-best-effort] kubernetes/autoscaler
+  ``cluster-autoscaler/provisioningrequest/besteffortatomic/provisioning_class.go``: the
+  best-effort-atomic class runs the ordinary scale-up over the existing node groups
+  (each within its max size) for all of the request's pods at once.
+- [gke-queued-pool] GKE CA ``pkg/autoprovisioning/injection.go`` (capacity-facts.md §2):
+  the ``autoscaling.gke.io/provisioning-request`` label is written on the node pool, so
+  a queued pool serves one request at a time.
+
 Where the fake is simpler than GKE it says so (``docs/local-cluster.md`` lists it).
 """
 
@@ -77,6 +95,9 @@ from .nodepools import (
     SPOT_LABEL,
     TPU_RESOURCE,
     TPUPool,
+    host_chips,
+    node_name,
+    pool_nodes,
     topology_chips,
     tpu_type_for_accelerator,
 )
@@ -88,6 +109,7 @@ __all__ = [
     "CRD_NAME",
     "FAULT_ANNOTATION",
     "GROUP",
+    "GROUP_ANNOTATION",
     "NODE_OWNER_ANNOTATION",
     "PLURAL",
     "POOLS_ANNOTATION",
@@ -96,10 +118,12 @@ __all__ = [
     "QUEUED_TAINT",
     "REVOKE_ANNOTATION",
     "VERSION",
+    "AutoscaledPool",
     "Condition",
     "Decision",
     "Fault",
     "FaultRule",
+    "GrowablePool",
     "NodeView",
     "PoolPlan",
     "PoolView",
@@ -110,7 +134,11 @@ __all__ = [
     "decide",
     "format_time",
     "free_nodes",
+    "fresh_node_indexes",
+    "grow_target",
+    "node_group",
     "orphan_pools_to_remove",
+    "parse_autoscaled_pools",
     "parse_fault",
     "parse_request",
     "parse_rules",
@@ -139,6 +167,7 @@ BOOKING_EXPIRED, CAPACITY_REVOKED = "BookingExpired", "CapacityRevoked"
 ACCELERATOR_LABEL = "cloud.google.com/gke-tpu-accelerator"
 TOPOLOGY_LABEL = "cloud.google.com/gke-tpu-topology"
 NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 #: [gke-labels] On queued nodes: the Resize Request that made them.
 PROVISIONING_REQUEST_LABEL = "autoscaling.gke.io/provisioning-request"
 #: [gke-pods] The taint of queued-provisioning pools.
@@ -151,8 +180,13 @@ QUEUED_TAINT: dict[str, str] = {
 # The simulation's own marks (never GKE's): annotations, so labels stay GKE's.
 #: On a node: the request (``namespace/name/uid``) whose pool it belongs to.
 NODE_OWNER_ANNOTATION = "tpusim.dev/provisioning-request"
-#: On a request: the pools made for it (comma-separated), once made.
+#: On a request: the pools made for it (comma-separated), once made; for a grown
+#: pool, the group of nodes added for it (``GROUP_ANNOTATION``'s value).
 POOLS_ANNOTATION = "tpusim.dev/pools"
+#: On a node added to an existing (declared, autoscaled) pool for a request:
+#: ``<pool>/<hash of the request's owner>``. The fake's bookkeeping (empty, revoked,
+#: orphaned) then acts on that group, never on the pool's other nodes.
+GROUP_ANNOTATION = "tpusim.dev/node-group"
 #: On a request: its scripted fault (JSON or a bare kind); see ``parse_fault``.
 FAULT_ANNOTATION = "tpusim.dev/fault"
 #: On a request: any value revokes its capacity (CapacityRevoked, nodes deleted).
@@ -512,6 +546,9 @@ class Shape:
     tolerations: tuple[Mapping[str, Any], ...]
     pool_not_in: frozenset[str] = frozenset()
     pool_in: frozenset[str] | None = None
+    #: ``kubernetes.io/hostname NotIn``: nodes the pods must not land on (existing
+    #: nodes of the shape, so only new ones count).
+    host_not_in: frozenset[str] = frozenset()
 
     def hosts(self, count: int) -> str | None:
         """None if ``count`` pods make whole slices of this shape, else why not."""
@@ -552,23 +589,34 @@ def _tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, str
     return False
 
 
-def _pool_affinity(spec: Mapping[str, Any]) -> tuple[frozenset[str], frozenset[str] | None]:
-    """gke-nodepool NotIn / In of the required node affinity (other terms are ignored)."""
+def _pool_affinity(
+    spec: Mapping[str, Any],
+) -> tuple[frozenset[str], frozenset[str] | None, frozenset[str]]:
+    """gke-nodepool NotIn / In and hostname NotIn of the required node affinity (other
+    terms are ignored; the terms' expressions are pooled, not ORed: the templates the
+    operator writes have one term)."""
     node_aff = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     ) or {}
     not_in: set[str] = set()
     within: set[str] | None = None
+    hosts_not_in: set[str] = set()
     for term in node_aff.get("nodeSelectorTerms") or []:
         for expr in term.get("matchExpressions") or []:
+            values = {str(v) for v in expr.get("values") or []}
+            if expr.get("key") == HOSTNAME_LABEL and expr.get("operator") == "NotIn":
+                hosts_not_in |= values
             if expr.get("key") != NODEPOOL_LABEL:
                 continue
-            values = set(expr.get("values") or [])
             if expr.get("operator") == "NotIn":
                 not_in |= values
             elif expr.get("operator") == "In":
                 within = values if within is None else within & values
-    return frozenset(not_in), None if within is None else frozenset(within)
+    return (
+        frozenset(not_in),
+        None if within is None else frozenset(within),
+        frozenset(hosts_not_in),
+    )
 
 
 def template_shape(template: Mapping[str, Any]) -> Shape | str:
@@ -598,8 +646,10 @@ def template_shape(template: Mapping[str, Any]) -> Shape | str:
     tpu_taint = {"key": TPU_RESOURCE, "value": "present", "effect": "NoSchedule"}
     if not _tolerates(tolerations, tpu_taint):
         return f"the pod template does not tolerate the {TPU_RESOURCE} NoSchedule taint"
-    not_in, within = _pool_affinity(spec)
-    return Shape(accelerator, tpu_type, topology, chips, selector, tolerations, not_in, within)
+    not_in, within, hosts_not_in = _pool_affinity(spec)
+    return Shape(
+        accelerator, tpu_type, topology, chips, selector, tolerations, not_in, within, hosts_not_in
+    )
 
 
 def pool_for(shape: Shape, name: str, count: int, *, queued: bool) -> TPUPool | str:
@@ -659,6 +709,310 @@ def pool_name(req: Request, index: int, shape: Shape, taken: Iterable[str]) -> s
     return name
 
 
+# ---------------------------------------------------------------- declared autoscaled pools
+
+#: Bounds of a declaration (GKE's own limit is per cluster and zone; these keep the
+#: fake's lists small): node count of one pool, pools declared at once.
+MAX_POOL_NODES = 1000
+MAX_AUTOSCALED_POOLS = 100
+_AUTOSCALED_KEYS = frozenset(
+    {"name", "tpuType", "accelerator", "topology", "maxNodes", "spot", "reservation"}
+    | {"flexStart", "queued"}
+)
+
+
+@dataclass(frozen=True)
+class AutoscaledPool:
+    """A single-host TPU pool that exists in the cluster's configuration, with autoscaling
+    from 0 to ``max_nodes`` ([gke-tpus]): GKE adds one VM per pending single-host slice.
+    At 0 nodes it has no Node objects. ``queued``: created with
+    ``--enable-queued-provisioning`` (so only the queued class grows it, and its nodes
+    carry the queued taint); a queued pool without a capacity type is a flex-start pool
+    ([gke-doc]). Multi-host shapes are refused: GKE grows those only as whole slices.
+    """
+
+    name: str
+    tpu_type: str
+    topology: str
+    max_nodes: int
+    spot: bool = False
+    reservation: str | None = None
+    flex_start: bool = False
+    queued: bool = False
+
+    def __post_init__(self) -> None:
+        where = f"autoscaled pool {self.name!r}"
+        if (
+            not self.name
+            or len(self.name) > 40
+            or not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", self.name)
+        ):
+            raise ValueError(
+                f"{where}: name must be 1-40 lowercase letters, digits and '-', "
+                f"starting with a letter (a GKE node pool name)"
+            )
+        try:
+            chips = host_chips(self.tpu_type)
+            topo_chips = topology_chips(self.topology)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        if topo_chips not in chips:
+            raise ValueError(
+                f"{where}: topology {self.topology} has {topo_chips} chips, but a "
+                f"{self.tpu_type} host has {' or '.join(map(str, chips))}; only single-host "
+                f"shapes grow node by node (declare a topology of one host, e.g. "
+                f"{'2x2x1' if len(self.topology.split('x')) == 3 else '2x2'})"
+            )
+        if not 1 <= self.max_nodes <= MAX_POOL_NODES:
+            raise ValueError(f"{where}: maxNodes must be 1..{MAX_POOL_NODES}, not {self.max_nodes}")
+        self.node_pool(1)  # the TPUPool's own checks (dimensions, one capacity type)
+
+    @property
+    def chips_per_host(self) -> int:
+        return topology_chips(self.topology)
+
+    def node_pool(self, nodes: int, zone: str = "us-east5-b") -> TPUPool:
+        """The pool's ``nodes`` new VMs as a TPUPool (same name, labels, capacity)."""
+        try:
+            return TPUPool(
+                self.name,
+                self.tpu_type,
+                self.topology,
+                nodes,
+                chips_per_node=self.chips_per_host,
+                zone=zone,
+                spot=self.spot,
+                reservation=self.reservation,
+                flex_start=self.flex_start
+                or (self.queued and not self.spot and not self.reservation),
+            )
+        except ValueError as exc:
+            raise ValueError(f"autoscaled {exc}") from None
+
+    def node_labels(self, zone: str, cluster: str) -> dict[str, str]:
+        """The labels every node of the pool carries (a node's own hostname left out)."""
+        labels = dict(pool_nodes(self.node_pool(1, zone), cluster)[0]["metadata"]["labels"])
+        labels.pop(HOSTNAME_LABEL, None)
+        return labels
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name,
+            "tpuType": self.tpu_type,
+            "topology": self.topology,
+            "maxNodes": self.max_nodes,
+        }
+        for key, value, default in (
+            ("spot", self.spot, False),
+            ("reservation", self.reservation, None),
+            ("flexStart", self.flex_start, False),
+            ("queued", self.queued, False),
+        ):
+            if value != default:
+                out[key] = value
+        return out
+
+
+def _bool_field(raw: Mapping[str, Any], key: str, where: str) -> bool:
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{where}: {key} must be true or false, not {value!r}")
+    return value
+
+
+def parse_autoscaled_pools(raw: Any) -> list[AutoscaledPool]:
+    """Pools from the ConfigMap's ``autoscaledPools``: a YAML list of mappings
+    ``{name, tpuType | accelerator, topology, maxNodes, spot?, reservation?, flexStart?,
+    queued?}``."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ValueError("autoscaledPools must be a list of pools")
+    if len(raw) > MAX_AUTOSCALED_POOLS:
+        raise ValueError(f"autoscaledPools: at most {MAX_AUTOSCALED_POOLS} pools, not {len(raw)}")
+    pools: list[AutoscaledPool] = []
+    for index, item in enumerate(raw):
+        where = f"autoscaledPools[{index}]"
+        if not isinstance(item, Mapping):
+            raise ValueError(f"{where} must be a mapping")
+        unknown = set(item) - _AUTOSCALED_KEYS
+        if unknown:
+            raise ValueError(
+                f"{where}: unknown fields {', '.join(sorted(map(str, unknown)))} "
+                f"(known: {', '.join(sorted(_AUTOSCALED_KEYS))})"
+            )
+        missing = [k for k in ("name", "topology", "maxNodes") if k not in item]
+        if missing:
+            raise ValueError(f"{where}: missing {', '.join(missing)}")
+        tpu_type = item.get("tpuType")
+        if "accelerator" in item:
+            by_accelerator = tpu_type_for_accelerator(str(item["accelerator"]))
+            if by_accelerator is None:
+                raise ValueError(f"{where}: no GKE TPU has the accelerator {item['accelerator']!r}")
+            if tpu_type is not None and tpu_type != by_accelerator:
+                raise ValueError(
+                    f"{where}: tpuType {tpu_type!r} disagrees with accelerator "
+                    f"{item['accelerator']!r} ({by_accelerator}); give one of them"
+                )
+            tpu_type = by_accelerator
+        if tpu_type is None:
+            raise ValueError(f"{where}: give tpuType (v6e) or accelerator (tpu-v6e-slice)")
+        max_nodes = item["maxNodes"]
+        if isinstance(max_nodes, bool) or not isinstance(max_nodes, int):
+            raise ValueError(f"{where}: maxNodes must be a whole number, not {max_nodes!r}")
+        reservation = item.get("reservation")
+        pools.append(
+            AutoscaledPool(
+                name=str(item["name"]),
+                tpu_type=str(tpu_type),
+                topology=str(item["topology"]),
+                max_nodes=max_nodes,
+                spot=_bool_field(item, "spot", where),
+                reservation=None if reservation is None else str(reservation),
+                flex_start=_bool_field(item, "flexStart", where),
+                queued=_bool_field(item, "queued", where),
+            )
+        )
+    names = [p.name for p in pools]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"autoscaledPools: duplicate pool names {', '.join(dupes)}")
+    return pools
+
+
+#: Declared pools the CLI takes by name (``provisioner --autoscaled-pool v6e-2x2-autoscaled``):
+#: GKE's usual single-host serving pool, empty until a slice needs a node.
+AUTOSCALED_PRESETS: Mapping[str, AutoscaledPool] = {
+    "v6e-2x2-autoscaled": AutoscaledPool("v6e-2x2-autoscaled", "v6e", "2x2", max_nodes=4),
+    "v6e-2x2-queued": AutoscaledPool("v6e-2x2-queued", "v6e", "2x2", max_nodes=4, queued=True),
+}
+
+
+def parse_autoscaled_spec(spec: str) -> AutoscaledPool:
+    """The CLI shorthand ``NAME:TYPE:TOPOLOGY:MAX_NODES[,OPTION...]`` (options ``queued``,
+    ``spot``, ``flex-start``, ``reservation=NAME``) or a preset's name
+    (``AUTOSCALED_PRESETS``)."""
+    if spec in AUTOSCALED_PRESETS:
+        return AUTOSCALED_PRESETS[spec]
+    head, *options = spec.split(",")
+    parts = head.split(":")
+    if len(parts) != 4:
+        raise ValueError(
+            f"bad autoscaled pool {spec!r}: want NAME:TYPE:TOPOLOGY:MAX_NODES[,OPTION...] "
+            f"or a preset ({', '.join(sorted(AUTOSCALED_PRESETS))})"
+        )
+    raw: dict[str, Any] = {"name": parts[0], "tpuType": parts[1], "topology": parts[2]}
+    try:
+        raw["maxNodes"] = int(parts[3])
+    except ValueError:
+        raise ValueError(
+            f"bad autoscaled pool {spec!r}: MAX_NODES {parts[3]!r} is not a number"
+        ) from None
+    flags = {"queued": "queued", "spot": "spot", "flex-start": "flexStart"}
+    for option in options:
+        key, _, value = option.partition("=")
+        if key in flags and not value:
+            raw[flags[key]] = True
+        elif key == "reservation" and value:
+            raw["reservation"] = value
+        else:
+            raise ValueError(
+                f"bad autoscaled pool {spec!r}: unknown option {option!r} "
+                f"(queued, spot, flex-start, reservation=NAME)"
+            )
+    (pool,) = parse_autoscaled_pools([raw])
+    return pool
+
+
+@dataclass(frozen=True)
+class GrowablePool:
+    """A declared pool as the cluster shows it now: its nodes (ours or not) and the
+    Resize Requests (``PROVISIONING_REQUEST_LABEL`` values) its nodes carry."""
+
+    pool: AutoscaledPool
+    nodes: int = 0
+    resize_requests: frozenset[str] = frozenset()
+
+
+def _matches_pool(
+    shape: Shape, pool: AutoscaledPool, *, queued: bool, zone: str, cluster: str
+) -> bool:
+    """Pods of ``shape`` would fit a new node of ``pool``: same single-host TPU shape,
+    every nodeSelector key agreeing with the node's labels (capacity type, pool pin),
+    the pool allowed by the gke-nodepool affinity, the class's kind of pool."""
+    if pool.queued != queued:
+        return False
+    if (shape.tpu_type, shape.topology, shape.chips_per_host) != (
+        pool.tpu_type,
+        pool.topology,
+        pool.chips_per_host,
+    ):
+        return False
+    if pool.name in shape.pool_not_in or (
+        shape.pool_in is not None and pool.name not in shape.pool_in
+    ):
+        return False
+    labels = pool.node_labels(zone, cluster)
+    return all(labels.get(k) == v for k, v in shape.node_selector.items())
+
+
+def grow_target(
+    req: Request,
+    shape: Shape,
+    count: int,
+    pools: Sequence[GrowablePool],
+    *,
+    zone: str = "us-east5-b",
+    cluster: str = "tpusim",
+) -> tuple[AutoscaledPool | None, AutoscaledPool | None]:
+    """Which declared pool GKE grows by ``count`` nodes for one pod set of ``req``:
+    (the first matching pool with room, the first matching pool at all). Room: its
+    nodes plus ``count`` within ``maxNodes``; for a queued pool also no node of another
+    request's Resize Request ([gke-queued-pool]). The fake takes the first declared
+    pool with room; GKE's expander chooses among node groups by its own policy."""
+    queued = req.class_name == QUEUED_CLASS
+    if topology_chips(shape.topology) != shape.chips_per_host:
+        return None, None  # multi-host: only a whole new pool is one slice
+    resize = resize_request_name(req.namespace, req.name)
+    pinned = req.details.get("NodePoolName") if queued else None
+    first: AutoscaledPool | None = None
+    for state in pools:
+        pool = state.pool
+        if pinned and pool.name != pinned:
+            continue
+        if not _matches_pool(shape, pool, queued=queued, zone=zone, cluster=cluster):
+            continue
+        first = first or pool
+        if state.nodes + count > pool.max_nodes:
+            continue
+        if pool.queued and state.resize_requests - {resize}:
+            continue
+        return pool, first
+    return None, first
+
+
+def fresh_node_indexes(
+    pool: str, count: int, taken: Iterable[str], avoid: Iterable[str] = (), cluster: str = "tpusim"
+) -> list[int]:
+    """``count`` node indexes (``nodepools.node_name``) whose names are neither taken by
+    the pool's existing nodes nor in ``avoid`` (a template's hostname NotIn list), the
+    lowest first."""
+    used = set(taken) | set(avoid)
+    out: list[int] = []
+    index = 0
+    while len(out) < count:
+        if node_name(pool, index, cluster) not in used:
+            out.append(index)
+        index += 1
+    return out
+
+
+def node_group(pool: str, owner: str, pod_set: int = 0) -> str:
+    """The ``GROUP_ANNOTATION`` value of the nodes added to ``pool`` for pod set
+    ``pod_set`` of the request ``owner``."""
+    return f"{pool}/{hashlib.sha256(f'{owner}/{pod_set}'.encode()).hexdigest()[:10]}"
+
+
 # ---------------------------------------------------------------- what the cluster shows
 
 
@@ -690,6 +1044,8 @@ def free_nodes(shape: Shape, nodes: Iterable[NodeView]) -> int:
     for node in nodes:
         if not node.ready or not node.schedulable or node.free_chips < shape.chips_per_host:
             continue
+        if {node.name, node.labels.get(HOSTNAME_LABEL, node.name)} & shape.host_not_in:
+            continue
         if any(node.labels.get(k) != v for k, v in shape.node_selector.items()):
             continue
         pool = node.labels.get(NODEPOOL_LABEL, "")
@@ -708,12 +1064,31 @@ def free_nodes(shape: Shape, nodes: Iterable[NodeView]) -> int:
 
 @dataclass(frozen=True)
 class PoolPlan:
-    """A pool to create: ``pool`` with, on every node, ``labels`` and ``taints`` added."""
+    """A pool to create: ``pool`` with, on every node, ``labels`` and ``taints`` added.
+
+    ``group`` set: ``pool.nodes`` nodes added to the existing pool ``pool.name`` instead,
+    annotated with ``GROUP_ANNOTATION`` = ``group``, named with indexes the pool's
+    nodes do not use and whose names are not in ``avoid_hosts``.
+    """
 
     pool: TPUPool
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Mapping[str, str], ...] = ()
     not_ready_node: int | None = None
+    group: str | None = None
+    avoid_hosts: frozenset[str] = frozenset()
+
+    @property
+    def unit(self) -> str:
+        """What the request owns: the group of nodes it added, else the whole pool."""
+        return self.group or self.pool.name
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    """A queued request whose declared pool matches but has no room: it stays queued."""
+
+    pool: str
 
 
 @dataclass
@@ -762,41 +1137,66 @@ def _max_run_s(req: Request) -> float:
 
 
 def _plans(
-    req: Request, shapes: Sequence[Shape], taken: Iterable[str], fault: Fault, zone: str
-) -> list[PoolPlan] | str:
+    req: Request,
+    shapes: Sequence[Shape],
+    taken: Iterable[str],
+    fault: Fault,
+    zone: str,
+    growable: Sequence[GrowablePool] = (),
+    cluster: str = "tpusim",
+) -> list[PoolPlan] | str | _Waiting:
     queued = req.class_name == QUEUED_CLASS
     taken = set(taken)
+    room = {g.pool.name: g for g in growable}  # what earlier pod sets already took
+    resize = resize_request_name(req.namespace, req.name)
     plans: list[PoolPlan] = []
     for index, (shape, (_, count)) in enumerate(zip(shapes, req.pod_sets, strict=True)):
-        name = req.details.get("NodePoolName") if queued else None
-        name = name or pool_name(req, index, shape, taken)
-        taken.add(name)
-        pool = pool_for(shape, name, count, queued=queued)
-        if isinstance(pool, str):
-            return pool
-        pool = replace(pool, zone=zone)
         labels: dict[str, str] = {}
         taints: tuple[Mapping[str, str], ...] = ()
         if queued:
-            labels[PROVISIONING_REQUEST_LABEL] = resize_request_name(req.namespace, req.name)
+            labels[PROVISIONING_REQUEST_LABEL] = resize
             taints = (dict(QUEUED_TAINT),)
         not_ready = None
         if fault.kind == "not-ready-node" and index == 0:
             not_ready = count - 1 if fault.node is None else max(0, min(fault.node, count - 1))
-        plans.append(PoolPlan(pool, labels, taints, not_ready))
+        target, match = grow_target(
+            req, shape, count, list(room.values()), zone=zone, cluster=cluster
+        )
+        if target is not None:  # [gke-tpus], [oss-best-effort]: grow the existing pool
+            state = room[target.name]
+            grown = state.resize_requests | ({resize} if queued else set())
+            room[target.name] = replace(state, nodes=state.nodes + count, resize_requests=grown)
+            group = node_group(target.name, req.owner, index)
+            pool = target.node_pool(count, zone)
+            plans.append(
+                PoolPlan(
+                    pool, labels, taints, not_ready, group=group, avoid_hosts=shape.host_not_in
+                )
+            )
+            continue
+        if match is not None and queued:
+            return _Waiting(match.name)  # [gke-doc]: queued until capacity is found
+        name = req.details.get("NodePoolName") if queued else None
+        name = name or pool_name(req, index, shape, taken)
+        taken.add(name)
+        new_pool = pool_for(shape, name, count, queued=queued)
+        if isinstance(new_pool, str):
+            return new_pool
+        plans.append(PoolPlan(replace(new_pool, zone=zone), labels, taints, not_ready))
     return plans
 
 
-def _queued_details(req: Request, plan: PoolPlan, shape: Shape, cluster: str) -> dict[str, str]:
+def _queued_details(
+    req: Request, pool: str, zone: str, shape: Shape, cluster: str
+) -> dict[str, str]:
     """[gke-wrapper] the details GKE's queued class writes (resize-request mode).
     ``NodeGroupName`` (the MIG) is made up in GKE's style; nothing reads it."""
-    pool = plan.pool
     return {
-        "NodePoolName": pool.name,
-        "NodeGroupName": f"gke-{cluster}-{pool.name}-grp",
+        "NodePoolName": pool,
+        "NodeGroupName": f"gke-{cluster}-{pool}-grp",
         "ResizeRequestName": resize_request_name(req.namespace, req.name),
         "AcceleratorType": shape.accelerator,
-        "SelectedZone": pool.zone,
+        "SelectedZone": zone,
         "NodePoolAutoProvisioned": "false",
         "PodTemplateName": req.pod_sets[0][0],
         "ProvisioningMode": "resize_request",
@@ -820,13 +1220,16 @@ def decide(
     free: Sequence[int] = (),
     zone: str = "us-east5-b",
     cluster: str = "tpusim",
+    growable: Sequence[GrowablePool] = (),
 ) -> Decision:
     """What GKE does next for ``req``.
 
     ``shapes``: per pod set, its template's shape or why nothing fits (templates
     exist: the caller skips the pass otherwise, [oss-client]). ``pools``: the pools
-    made for it that still have nodes. ``consumed``: its consuming pods bound to
-    nodes. ``free``: per pod set, nodes that could take one more pod (check-capacity).
+    (or groups of nodes added to a pool) made for it that still have nodes.
+    ``consumed``: its consuming pods bound to nodes. ``free``: per pod set, nodes that
+    could take one more pod (check-capacity). ``growable``: the declared autoscaled
+    pools as they are now; a single-host pod set that fits one with room grows it.
     """
     d = Decision()
     if req.class_name not in CLASSES:
@@ -851,9 +1254,9 @@ def decide(
             _set(d, req, FAILED, "True", fault_rm, now)
             return d
         problem = next((s for s in shapes if isinstance(s, str)), None)
-        plans: list[PoolPlan] | str = []
+        plans: list[PoolPlan] | str | _Waiting = []
         if problem is None:
-            plans = _plans(req, _good(shapes), taken_pools, fault, zone)
+            plans = _plans(req, _good(shapes), taken_pools, fault, zone, growable, cluster)
             if isinstance(plans, str):
                 problem = plans
         if problem is not None and queued:
@@ -867,7 +1270,10 @@ def decide(
             return d
         _set(d, req, ACCEPTED, "True", Q_ACCEPTED if queued else O_ACCEPTED, now)
         if queued and isinstance(plans, list) and plans:
-            d.details = _queued_details(req, plans[0], _good(shapes)[0], cluster)
+            first = plans[0].pool
+            d.details = _queued_details(req, first.name, first.zone, _good(shapes)[0], cluster)
+        elif queued and isinstance(plans, _Waiting):
+            d.details = _queued_details(req, plans.pool, zone, _good(shapes)[0], cluster)
         if problem is not None:  # [oss-conditions] not found: stays, retried every loop
             msg = f"{O_NOT_FOUND[1]} (tpusim: {problem})"
             _set(d, req, PROVISIONED, "False", (O_NOT_FOUND[0], msg), now)
@@ -900,13 +1306,15 @@ def decide(
             else:
                 _set(d, req, PROVISIONED, "False", O_NOT_FOUND, now)
             return d
-        plans = _plans(req, good, taken_pools, fault, zone)
+        plans = _plans(req, good, taken_pools, fault, zone, growable, cluster)
         if isinstance(plans, str):
             _set(d, req, FAILED, "True", (Q_NO_QUEUED_POOL[0] if queued else "Failed", plans), now)
             return d
+        if isinstance(plans, _Waiting):  # stays queued; tried again every pass
+            return d
         if fault.kind != "late-nodes":
             d.create = plans
-            d.annotations[POOLS_ANNOTATION] = ",".join(p.pool.name for p in plans)
+            d.annotations[POOLS_ANNOTATION] = ",".join(p.unit for p in plans)
             d.log.append(f"pools {d.annotations[POOLS_ANNOTATION]} created")
         _set(d, req, PROVISIONED, "True", Q_PROVISIONED if queued else O_PROVISIONED, now)
         return d
@@ -914,11 +1322,15 @@ def decide(
     # Provisioned (and maybe BookingExpired).
     if fault.kind == "late-nodes" and not req.pools and now - provisioned.time >= fault.seconds:
         good = _good(shapes)
-        late = _plans(req, good, taken_pools, fault, zone) if len(good) == len(shapes) else []
+        late = (
+            _plans(req, good, taken_pools, fault, zone, growable, cluster)
+            if len(good) == len(shapes)
+            else []
+        )
         if isinstance(late, list) and late:
             plans = late
             d.create = plans
-            d.annotations[POOLS_ANNOTATION] = ",".join(p.pool.name for p in plans)
+            d.annotations[POOLS_ANNOTATION] = ",".join(p.unit for p in plans)
             d.log.append(f"pools {d.annotations[POOLS_ANNOTATION]} created (late)")
     expired = req.true(BOOKING_EXPIRED)
     revoke = REVOKE_ANNOTATION in req.annotations or (
