@@ -51,14 +51,15 @@ from tpusim.nodepools import TPUPool
 from tpusim.operator_process import OperatorProcess
 from tpusim.provisioner import (
     CONFIG_MAP,
+    AutoscaledPool,
     FakeProvisioner,
     ProvisionerSettings,
     install_crd,
     uninstall_crd,
 )
 from tpusim.provreq import GROUP as PR_GROUP
+from tpusim.provreq import NODEPOOL_LABEL, Fault, FaultRule, Timings
 from tpusim.provreq import PLURAL as PR_PLURAL
-from tpusim.provreq import Fault, FaultRule, Timings
 
 TOPOLOGY, HOSTS = "2x4", 2  # v6e 2x4 on 4-chip hosts (shape_pools' default)
 CONSUME = "autoscaling.x-k8s.io/consume-provisioning-request"
@@ -650,3 +651,68 @@ def test_a_missing_crd_stalls_and_recovers_by_itself(
     watch.check()
     assert condition(obj, "Stalled")["status"] == "False"
     install_crd(cluster.api)
+
+
+# ---------------------------------------------------------------- single-host: a node per slice
+GROWN = ("v6e-2x2-grown", "v6e-2x2-grown-b")  # single-host pools declared with no nodes
+
+
+def grown_nodes(cluster: E2ECluster) -> dict[str, Any]:
+    return {
+        n.metadata.name: n
+        for pool in GROWN
+        for n in cluster.core.list_node(label_selector=f"{NODEPOOL_LABEL}={pool}").items
+    }
+
+
+@pytest.mark.parametrize("mode", ["BestEffortAtomic", "QueuedProvisioning"])
+def test_a_single_host_pool_grown_from_zero_serves_a_two_slice_gang(
+    cluster: E2ECluster, namespace: str, capacity: FakeProvisioner, mode: str
+) -> None:
+    """Single-host pools as GKE makes them, autoscaled from zero nodes: each waiting slice
+    asks for one node (count 1), the fake grows an existing pool node by node, and each
+    slice claims one of the new nodes (a SliceReservation per node) and is released onto
+    it with its own request's consume annotations; no slice takes another's node.
+    Best-effort: both nodes are added to one pool, and the request's template keeps off
+    the nodes that exist (hostname NotIn). Queued: GKE labels a queued pool with one
+    request at a time, so each slice's node comes in the pool its own request names."""
+    queued = mode == "QueuedProvisioning"
+    declared = GROWN if queued else GROWN[:1]
+    capacity.configure(
+        autoscaled_pools=[
+            AutoscaledPool(name, "v6e", "2x2", max_nodes=3, queued=queued) for name in declared
+        ]
+    )
+    body = capacity_tsc("small", mode)
+    body["spec"]["tpu"]["topology"] = "2x2"
+    try:
+        with InvariantWatch(cluster, namespace) as watch:
+            apply(cluster, namespace, body)
+            obj = wait_condition(cluster, namespace, "small", "Ready", "True", timeout_s=WAIT_S)
+        watch.check()
+        made = requests(cluster, namespace)
+        assert sorted(made) == ["small-s0-1", "small-s1-1"]
+        assert all(r["spec"]["podSets"][0]["count"] == 1 for r in made.values())
+        nodes = grown_nodes(cluster)
+        held = slices_of(obj)
+        assert len(nodes) == 2, sorted(nodes)  # grown by exactly the two slices' nodes
+        assert {e["node"] for e in held} == set(nodes)
+        assert {e["nodePool"] for e in held} == set(declared)
+        consumers = check_consumers(cluster, namespace, "small")
+        assert sorted(consumers.values()) == ["small-s0-1", "small-s1-1"]
+        if queued:
+            for entry in held:
+                status = made[entry["provisioning"]["request"]]["status"]
+                assert status["provisioningClassDetails"]["NodePoolName"] == entry["nodePool"]
+        else:
+            # never the node-pool NotIn of a multi-host slice, which would keep the
+            # autoscaler off the pool it must grow (from zero there is nothing to exclude)
+            for name in made:
+                template = cluster.core.read_namespaced_pod_template(name, namespace)
+                affinity = template.template.spec.affinity
+                assert NODEPOOL_LABEL not in str(affinity), affinity
+    finally:
+        kubectl(cluster, "delete", "tsc", "small", "-n", namespace, "--wait=true", check=False)
+        capacity.configure(autoscaled_pools=[])
+        for name in grown_nodes(cluster):
+            kube.delete_node(cluster.api, name)
