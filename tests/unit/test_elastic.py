@@ -1,0 +1,228 @@
+"""Elastic slices (spec.elastic): the CRD's rules, the parse, the rendering for the Ray
+autoscaler v2 and the identity of an elastic set's workers."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from tests.support.builders import tpu, tpuslice
+from tests.support.crd import validate
+from tests.unit.test_identity import env_of, kuberay_pod
+from tpuslice.model import constants as c
+from tpuslice.model.records import GangMode
+from tpuslice.render.identity import mutate_pod
+from tpuslice.render.kuberay import render, render_cluster
+from tpuslice.spec.bounds import SpecLimits
+from tpuslice.spec.cluster import parse_cluster
+from tpuslice.spec.limits import limit_errors
+from tpuslice.spec.parts import ElasticSpec, SpecError
+
+CRDS = {
+    c.KIND_CLUSTER: "tpuslice.dev_tpusliceclusters.yaml",
+    c.KIND_JOB: "tpuslice.dev_tpuslicejobs.yaml",
+    c.KIND_SERVICE: "tpuslice.dev_tpusliceservices.yaml",
+}
+KIND_FIELDS: dict[str, dict[str, Any]] = {
+    c.KIND_CLUSTER: {},
+    c.KIND_JOB: {"job": {"entrypoint": "python train.py"}},
+    c.KIND_SERVICE: {"serve": {"serveConfigV2": "applications: []"}},
+}
+
+
+def elastic_obj(
+    kind: str = c.KIND_CLUSTER, *, slices: int | None = None, **elastic: Any
+) -> dict[str, Any]:
+    fields = {"maxSlices": 4, **elastic}
+    shape = tpu() if slices is None else tpu(slices=slices)
+    return tpuslice(kind, tpu=shape, elastic=fields, **KIND_FIELDS[kind])
+
+
+# --- the CRD -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", list(CRDS))
+def test_every_kind_accepts_a_range_with_zero_minimum(kind: str) -> None:
+    assert validate(CRDS[kind], elastic_obj(kind, minSlices=0, maxSlices=10)) == []
+
+
+@pytest.mark.parametrize("kind", list(CRDS))
+def test_elastic_and_several_fixed_slices_are_refused_naming_both_and_the_fix(kind: str) -> None:
+    messages = validate(CRDS[kind], elastic_obj(kind, slices=2))
+    assert any(
+        "spec.elastic and spec.tpu.slices above 1 are exclusive" in m
+        and "set spec.tpu.slices to 1" in m
+        for m in messages
+    ), messages
+    assert validate(CRDS[kind], elastic_obj(kind, slices=1)) == []
+
+
+@pytest.mark.parametrize(
+    ("elastic", "fragment"),
+    [
+        ({"minSlices": 5, "maxSlices": 4}, "minSlices must not exceed spec.elastic.maxSlices"),
+        ({"maxSlices": 0}, "less than the minimum of 1"),
+        ({"maxSlices": 4097}, "greater than the maximum of 4096"),
+        ({"minSlices": -1}, "less than the minimum of 0"),
+        ({"scaleUpTimeoutSeconds": 10}, "less than the minimum of 60"),
+        ({"idleTimeoutSeconds": 604801}, "greater than the maximum of 604800"),
+        ({"replicas": 3}, "Additional properties are not allowed"),
+    ],
+)
+def test_bad_ranges_are_refused_at_apply(elastic: dict[str, Any], fragment: str) -> None:
+    messages = validate(CRDS[c.KIND_CLUSTER], elastic_obj(**elastic))
+    assert any(fragment in m for m in messages), messages
+
+
+def test_max_slices_is_required() -> None:
+    obj = elastic_obj()
+    del obj["spec"]["elastic"]["maxSlices"]
+    assert any(
+        "'maxSlices' is a required property" in m for m in validate(CRDS[c.KIND_CLUSTER], obj)
+    )
+
+
+# --- the parse -----------------------------------------------------------------------
+
+
+def test_parse_keeps_the_range_and_judges_bounds_at_the_maximum() -> None:
+    spec = parse_cluster(
+        elastic_obj(minSlices=2, maxSlices=6, idleTimeoutSeconds=120, scaleUpTimeoutSeconds=900)
+    )
+    assert spec.elastic == ElasticSpec(2, 6, 120, 900)
+    assert spec.slices == 6 and spec.min_slices == 2
+    assert spec.gang == GangMode.ALL_SLICES  # the minimum is a multislice gang
+    assert parse_cluster(elastic_obj(minSlices=1)).gang == GangMode.PER_SLICE
+    assert parse_cluster(tpuslice(tpu=tpu(slices=3))).min_slices == 3
+
+
+@pytest.mark.parametrize(
+    ("replicas", "target"), [(None, 1), (0, 1), (1, 1), (3, 3), (4, 4), (9, 4)]
+)
+def test_the_target_is_the_live_replicas_clamped_to_the_range(
+    replicas: int | None, target: int
+) -> None:
+    spec = parse_cluster(elastic_obj(minSlices=1, maxSlices=4))
+    assert spec.desired_slices(replicas) == target
+    assert parse_cluster(tpuslice(tpu=tpu(slices=3))).desired_slices(replicas) == 3
+
+
+@pytest.mark.parametrize(
+    ("patch", "expected"),
+    [
+        ({"minSlices": 3, "maxSlices": 2}, "spec.elastic.minSlices: 3 is more than"),
+        ({"maxSlices": "4"}, "spec.elastic.maxSlices: must be an integer from 1 to 4096"),
+        ({"maxSlices": None}, "spec.elastic.maxSlices: is required"),
+        ({"scaleUpTimeoutSeconds": 5}, "spec.elastic.scaleUpTimeoutSeconds: must be an integer"),
+        ({"idleTimeoutSeconds": True}, "spec.elastic.idleTimeoutSeconds: must be an integer"),
+        ({"minReplicas": 1}, "spec.elastic.minReplicas: is not a field"),
+    ],
+)
+def test_parse_errors_name_the_field(patch: dict[str, Any], expected: str) -> None:
+    obj = elastic_obj(**patch)
+    obj["spec"]["elastic"] = {k: v for k, v in obj["spec"]["elastic"].items() if v is not None}
+    with pytest.raises(SpecError) as err:
+        parse_cluster(obj)
+    assert expected in str(err.value)
+
+
+def test_parse_refuses_elastic_with_several_fixed_slices() -> None:
+    with pytest.raises(SpecError) as err:
+        parse_cluster(elastic_obj(slices=3))
+    assert "spec.elastic: and spec.tpu.slices 3 are exclusive" in str(err.value)
+
+
+def test_limits_judge_the_maximum_under_its_own_field() -> None:
+    spec = parse_cluster(elastic_obj(maxSlices=10))
+    errors = limit_errors(spec, SpecLimits(max_slices=8))
+    assert [e.path for e in errors] == ["spec.elastic.maxSlices"]
+    assert limit_errors(spec, SpecLimits(max_slices=10)) == []
+
+
+# --- the rendering -------------------------------------------------------------------
+
+
+def _group(rendered: dict[str, Any]) -> dict[str, Any]:
+    spec = rendered["spec"]
+    spec = spec.get("rayClusterSpec") or spec.get("rayClusterConfig") or spec
+    group: dict[str, Any] = spec["workerGroupSpecs"][0]
+    return group
+
+
+def test_an_elastic_cluster_runs_the_autoscaler_v2_and_never_sends_replicas() -> None:
+    rc = render_cluster(
+        elastic_obj(minSlices=0, maxSlices=8, idleTimeoutSeconds=300, scaleUpTimeoutSeconds=1200)
+    )
+    spec = rc["spec"]
+    assert spec["enableInTreeAutoscaling"] is True
+    assert spec["autoscalerOptions"] == {
+        "version": "v2",
+        "env": [{"name": "RAY_AUTOSCALER_RECONCILE_ALLOCATE_STATUS_TIMEOUT_S", "value": "1200"}],
+    }
+    group = _group(rc)
+    assert "replicas" not in group
+    assert (group["minReplicas"], group["maxReplicas"], group["numOfHosts"]) == (0, 8, 4)
+    assert group["idleTimeoutSeconds"] == 300
+    annotations = group["template"]["metadata"]["annotations"]
+    assert annotations[c.ANNOTATION_ELASTIC] == "true"
+    assert annotations[c.ANNOTATION_SLICES] == "8"
+
+
+def test_the_autoscaler_defaults_are_left_to_it() -> None:
+    rc = render_cluster(elastic_obj(minSlices=1, maxSlices=2))
+    assert rc["spec"]["autoscalerOptions"] == {"version": "v2"}
+    assert "idleTimeoutSeconds" not in _group(rc)
+
+
+def test_the_ray_autoscaler_sees_both_tpu_node_selectors() -> None:
+    """Ray's KubeRay autoscaling config adds TPU-<pod type>-head only when both GKE TPU
+    selectors are in the group template (autoscaler/_private/kuberay/autoscaling_config.py)."""
+    selector = _group(render_cluster(elastic_obj()))["template"]["spec"]["nodeSelector"]
+    assert selector[c.NODE_LABEL_ACCELERATOR] == "tpu-v6e-slice"
+    assert selector[c.NODE_LABEL_TOPOLOGY] == "4x4"
+
+
+@pytest.mark.parametrize("kind", [c.KIND_JOB, c.KIND_SERVICE])
+def test_jobs_and_services_render_the_same_elastic_cluster(kind: str) -> None:
+    group = _group(render(elastic_obj(kind, minSlices=1, maxSlices=3)))
+    assert "replicas" not in group and (group["minReplicas"], group["maxReplicas"]) == (1, 3)
+
+
+def test_a_fixed_cluster_still_pins_its_count() -> None:
+    rc = render_cluster(tpuslice(tpu=tpu(slices=2)))
+    group = _group(rc)
+    assert (group["replicas"], group["minReplicas"], group["maxReplicas"]) == (2, 2, 2)
+    assert "enableInTreeAutoscaling" not in rc["spec"]
+    assert c.ANNOTATION_ELASTIC not in group["template"]["metadata"]["annotations"]
+
+
+# --- identity ------------------------------------------------------------------------
+
+
+def _worker(obj: dict[str, Any], replica: int) -> dict[str, Any]:
+    group = _group(render_cluster(obj))
+    return kuberay_pod(copy.deepcopy(group["template"]), group["numOfHosts"], replica, 0)
+
+
+def test_an_elastic_worker_gets_no_megascale_settings_of_ours() -> None:
+    env = env_of(mutate_pod(_worker(elastic_obj(minSlices=2, maxSlices=4), 3)).pod)
+    assert not any(name.startswith("MEGASCALE_") for name in env), env
+    assert env["TPU_WORKER_ID"] == "0"
+
+
+def test_a_user_megascale_count_on_an_elastic_set_gets_the_slice_id() -> None:
+    obj = elastic_obj(minSlices=2, maxSlices=4)
+    obj["spec"]["worker"] = {
+        "template": {
+            "spec": {
+                "containers": [
+                    {"name": "ray-worker", "env": [{"name": "MEGASCALE_NUM_SLICES", "value": "2"}]}
+                ]
+            }
+        }
+    }
+    env = env_of(mutate_pod(_worker(obj, 1)).pod)
+    assert env["MEGASCALE_NUM_SLICES"] == "2"  # the user's, kept
+    assert env["MEGASCALE_SLICE_ID"] == "1"
