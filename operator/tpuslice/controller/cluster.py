@@ -10,13 +10,23 @@ from tpuslice.controller.adapter import ActedSet, SliceSet, StatusOut, unparsed_
 from tpuslice.controller.applier import Applied
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
+from tpuslice.model.convert import worker_replicas
 from tpuslice.model.records import ClusterRef, SlicePlan, Snapshot
 from tpuslice.render.kuberay import render_raycluster
 from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.parts import SliceClusterSpec
 from tpuslice.status.conditions import Observed, Stall, compute_status
 
-__all__ = ["ClusterKind", "observed_of", "stalled_observation"]
+__all__ = ["ClusterKind", "live_desired", "observed_of", "stalled_observation"]
+
+
+def live_desired(spec: SliceClusterSpec, raycluster: Mapping[str, Any] | None) -> int | None:
+    """The slices a set of ``raycluster`` wants in this pass: None (the spec's count) for a
+    fixed set; for an elastic one the autoscaler's live ``replicas`` clamped to the range,
+    none when suspended."""
+    if spec.elastic is None:
+        return None
+    return 0 if spec.suspend else spec.desired_slices(worker_replicas(raycluster))
 
 
 def observed_of(
@@ -34,7 +44,7 @@ def observed_of(
         hosts_per_slice=spec.shape.hosts,
         chips_per_host=spec.shape.chips_per_host,
         ray_cluster=spec.name,
-        desired_slices=0 if spec.suspend else spec.slices,
+        desired_slices=0 if spec.suspend else spec.desired_slices(worker_replicas(snap.raycluster)),
         slices=plan.slices,
         ray_cluster_ready=bool(snap.raycluster and snap.raycluster.get("state") == "ready"),
         suspended=spec.suspend,
@@ -80,7 +90,9 @@ class ClusterKind:
         snap: Snapshot,
         previous: Mapping[str, Any],
     ) -> list[SliceSet]:
-        return [SliceSet(ref, parsed, snap, previous)]
+        return [
+            SliceSet(ref, parsed, snap, previous, desired=live_desired(parsed, snap.raycluster))
+        ]
 
     def status(
         self,

@@ -31,6 +31,7 @@ from tpuslice.controller.adapter import (
 from tpuslice.controller.applier import Applied
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
+from tpuslice.model.convert import worker_replicas
 from tpuslice.model.records import ClusterRef, SlicePlan, Snapshot
 from tpuslice.render.kuberay import render_rayjob
 from tpuslice.spec.job import SliceJobSpec, parse_job
@@ -70,7 +71,7 @@ def job_observed(
         hosts_per_slice=spec.cluster.shape.hosts,
         chips_per_host=spec.cluster.shape.chips_per_host,
         ray_job=spec.name,
-        desired_slices=spec.cluster.slices,
+        desired_slices=spec.cluster.slices if spec.cluster.elastic is None else desired,
         ray_job_status=ray_status,
         cluster=_current_cluster(ray_status or {}, snap, desired, plan),
         suspend=spec.job.suspend,
@@ -108,7 +109,9 @@ class JobKind(OwnsKubeRayObject):
         ray_status = (snap.owned or {}).get("status") or {}
         ended = job_ended(ray_status) if snap.owned is not None else False
         wants = not ended and not parsed.job.suspend
-        desired = parsed.cluster.slices if wants else 0
+        name = str(ray_status.get("rayClusterName") or "")
+        current = snap.rayclusters.get(name) if name else None
+        desired = parsed.cluster.desired_slices(worker_replicas(current)) if wants else 0
         return [SliceSet(ref, parsed.cluster, snap, previous, desired=desired, keep_pools=wants)]
 
     def status(

@@ -36,8 +36,10 @@ from tpuslice.controller.adapter import (
     unparsed_fields,
 )
 from tpuslice.controller.applier import Applied
+from tpuslice.controller.cluster import live_desired
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
+from tpuslice.model.convert import worker_replicas
 from tpuslice.model.records import ClusterRef, Snapshot
 from tpuslice.render.kuberay import render_rayservice
 from tpuslice.spec.service import SliceServiceSpec, parse_service
@@ -90,6 +92,7 @@ class ServiceKind(OwnsKubeRayObject):
                 parsed.cluster,
                 replace(snap, pods=[p for p in snap.pods if p.ray_cluster == name]),
                 {},
+                desired=live_desired(parsed.cluster, snap.rayclusters.get(name)),
             )
             for name in service_clusters(snap)
         ]
@@ -111,7 +114,7 @@ class ServiceKind(OwnsKubeRayObject):
             found = snap.rayclusters.get(name)
             clusters[name] = ClusterSlices(
                 name,
-                parsed.cluster.slices,
+                parsed.cluster.desired_slices(worker_replicas(found)),
                 each.plan.slices,
                 ray_cluster_ready=bool(found and found.get("state") == "ready"),
             )
