@@ -1,18 +1,29 @@
 """Elastic slices (spec.elastic): the CRD's rules, the parse, the rendering for the Ray
-autoscaler v2 and the identity of an elastic set's workers."""
+autoscaler v2, the identity of an elastic set's workers, and planning and queueing with
+a moving count (``plan``, ``req``, ``SHAPE`` and ``free_pools`` are the gang and queue
+tests' helpers)."""
 
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from tests.support.builders import tpu, tpuslice
+from tests.support.builders import holder, nodes_of, reservation, slice_pods, tpu, tpuslice
 from tests.support.crd import validate
 from tests.unit.test_identity import env_of, kuberay_pod
+from tests.unit.test_reservation import CLUSTER, plan
+from tests.unit.test_slicequeue import SHAPE, free_pools, req
+from tpuslice.controller.actuator import desired_of
+from tpuslice.controller.cluster import live_desired
 from tpuslice.model import constants as c
-from tpuslice.model.records import GangMode
+from tpuslice.model.convert import worker_replicas
+from tpuslice.model.records import GangMode, Holder, ShapePool, SliceState
+from tpuslice.planning.elastic import PlanTerms, plan_terms
+from tpuslice.planning.pools import pool_request
+from tpuslice.planning.queue import decide_queue
 from tpuslice.render.identity import mutate_pod
 from tpuslice.render.kuberay import render, render_cluster
 from tpuslice.spec.bounds import SpecLimits
@@ -226,3 +237,184 @@ def test_a_user_megascale_count_on_an_elastic_set_gets_the_slice_id() -> None:
     env = env_of(mutate_pod(_worker(obj, 1)).pod)
     assert env["MEGASCALE_NUM_SLICES"] == "2"  # the user's, kept
     assert env["MEGASCALE_SLICE_ID"] == "1"
+
+
+# --- planning with a moving count ----------------------------------------------------
+
+
+PODS = {
+    i: slice_pods(f"tpu-{'abcd'[i] * 5}", i) for i in range(4)
+}  # replica tpu-aaaaa is index 0, tpu-bbbbb 1, ...
+
+
+@pytest.mark.parametrize(
+    ("held", "desired", "expected"),
+    [
+        (0, 3, PlanTerms(GangMode.ALL_SLICES, 2)),  # the minimum first, as a gang
+        (1, 3, PlanTerms(GangMode.ALL_SLICES, 2)),
+        (2, 3, PlanTerms(GangMode.PER_SLICE, 3, extra=True)),  # then one by one
+        (2, 2, PlanTerms(GangMode.ALL_SLICES, 2)),
+        (0, 0, PlanTerms(GangMode.ALL_SLICES, 0)),
+    ],
+)
+def test_plan_terms_gang_the_minimum_and_take_extras_one_by_one(
+    held: int, desired: int, expected: PlanTerms
+) -> None:
+    assert plan_terms(GangMode.ALL_SLICES, desired, held, minimum=2) == expected
+    assert plan_terms(GangMode.ALL_SLICES, desired, held, minimum=None) == PlanTerms(
+        GangMode.ALL_SLICES, desired
+    )
+
+
+def test_the_minimum_is_claimed_as_a_gang_and_extras_wait_for_it() -> None:
+    """Target 3 over a minimum of 2: with one pool free nothing is claimed (the gang
+    needs two); the extra slice waits too."""
+    result = plan(
+        gang=GangMode.ALL_SLICES,
+        desired_slices=3,
+        minimum=2,
+        pods=PODS[0] + PODS[1] + PODS[2],
+        nodes=nodes_of("pool-a"),
+    )
+    assert result.claims == ()
+    assert {s.state for s in result.slices} == {SliceState.WAITING_FOR_CAPACITY}
+
+
+def test_an_extra_slice_claims_alone_once_the_minimum_is_held() -> None:
+    """Minimum 2 held, the autoscaler asked for 4: the one free pool goes to the first
+    extra slice and it is released on its own; the fourth waits."""
+    held = [
+        reservation("pool-a", holder("tpu-aaaaa", 0)),
+        reservation("pool-b", holder("tpu-bbbbb", 1)),
+    ]
+    result = plan(
+        gang=GangMode.ALL_SLICES,
+        desired_slices=4,
+        minimum=2,
+        pods=PODS[0] + PODS[1] + PODS[2] + PODS[3],
+        nodes=nodes_of("pool-a") + nodes_of("pool-b") + nodes_of("pool-c"),
+        reservations=held,
+    )
+    assert [(c.pool, c.holder.replica_name) for c in result.claims] == [("pool-c", "tpu-ccccc")]
+    assert not result.all_or_nothing
+    assert {r.replica_name for r in result.releases} >= {"tpu-ccccc"}
+    assert result.slices[3].state == SliceState.WAITING_FOR_CAPACITY
+    # the same with a fixed gang of 4 claims nothing: all or none
+    fixed = plan(
+        gang=GangMode.ALL_SLICES,
+        desired_slices=4,
+        pods=PODS[0] + PODS[1] + PODS[2] + PODS[3],
+        nodes=nodes_of("pool-a") + nodes_of("pool-b") + nodes_of("pool-c"),
+        reservations=held,
+    )
+    assert fixed.claims == ()
+
+
+def test_a_slice_removed_by_the_autoscaler_frees_its_pool_once_its_pods_are_gone() -> None:
+    """workersToDelete: KubeRay deletes the whole replica; the reservation of a slice
+    with no pod left is freed (the existing rule), whatever the count."""
+    result = plan(
+        gang=GangMode.ALL_SLICES,
+        desired_slices=2,
+        minimum=1,
+        pods=PODS[0],
+        nodes=nodes_of("pool-a") + nodes_of("pool-b"),
+        reservations=[
+            reservation("pool-a", holder("tpu-aaaaa", 0)),
+            reservation("pool-b", holder("tpu-bbbbb", 1)),
+        ],
+    )
+    assert result.frees == ("pool-b",)
+
+
+def test_pool_request_of_an_elastic_set_asks_for_its_minimum_then_for_extras() -> None:
+    short = pool_request(
+        CLUSTER,
+        hosts=4,
+        desired_slices=3,
+        pods=PODS[0] + PODS[1] + PODS[2],
+        reservations=[],
+        gang=GangMode.ALL_SLICES,
+        minimum=2,
+    )
+    assert (short.desired, short.gang, short.extra) == (2, GangMode.ALL_SLICES, False)
+    grown = pool_request(
+        CLUSTER,
+        hosts=4,
+        desired_slices=3,
+        pods=PODS[0] + PODS[1] + PODS[2],
+        reservations=[
+            reservation("pool-a", holder("tpu-aaaaa", 0)),
+            reservation("pool-b", holder("tpu-bbbbb", 1)),
+        ],
+        gang=GangMode.ALL_SLICES,
+        minimum=2,
+    )
+    assert (grown.desired, grown.gang, grown.extra, grown.missing) == (
+        3,
+        GangMode.PER_SLICE,
+        True,
+        1,
+    )
+
+
+def test_extras_rank_after_a_newcomers_minimum_of_the_same_priority() -> None:
+    """An elastic set created first, at its minimum and asking for more, does not take
+    the one free pool from a later object's minimum; a higher priority still wins."""
+    elastic = req("elastic", 4, t=1, held=2, claimable=2, gang=GangMode.PER_SLICE, extra=True)
+    newcomer = req("newcomer", 1, t=5)
+    held = [
+        ShapePool(f"e{i}", True, holder=Holder("ml", "elastic", "uid-elastic", f"tpu-{i}", i))
+        for i in range(2)
+    ]
+    pools = free_pools("p1") + held
+    decision = decide_queue(SHAPE, [elastic, newcomer], pools)
+    assert decision.admissions[newcomer.key].pools == ("p1",)
+    assert decision.admissions[elastic.key].pools == ()
+    urgent = decide_queue(
+        SHAPE,
+        [replace(elastic, priority=5), newcomer],
+        pools,
+    )
+    assert urgent.admissions[elastic.key].pools == ("p1",)
+
+
+def test_extras_beyond_the_pools_that_exist_are_not_stalled() -> None:
+    """A fixed request larger than the shape is NotEnoughPools; an elastic set's extras
+    take what exists and the autoscaler gives up on the rest after its timeout."""
+    extra = req("elastic", 5, held=1, claimable=4, gang=GangMode.PER_SLICE, extra=True)
+    decision = decide_queue(SHAPE, [extra], free_pools("p1", "p2"))
+    admission = decision.admissions[extra.key]
+    assert admission.stalled is None and len(admission.pools) == 2
+    fixed = decide_queue(SHAPE, [req("fixed", 5, gang=GangMode.PER_SLICE)], free_pools("p1"))
+    assert fixed.admissions[("TPUSliceCluster", "ml", "fixed")].stalled
+
+
+def _raycluster(replicas: int | None) -> dict[str, Any]:
+    group: dict[str, Any] = {"groupName": c.WORKER_GROUP, "minReplicas": 1, "maxReplicas": 4}
+    if replicas is not None:
+        group["replicas"] = replicas
+    return {"spec": {"workerGroupSpecs": [group]}}
+
+
+def test_the_live_count_is_the_tpu_groups_replicas() -> None:
+    assert worker_replicas(_raycluster(3)) == 3
+    assert worker_replicas(_raycluster(None)) is None
+    assert worker_replicas(None) is None
+    assert (
+        worker_replicas({"spec": {"workerGroupSpecs": [{"groupName": "cpu", "replicas": 9}]}})
+        is None
+    )
+
+
+def test_the_pass_plans_for_the_live_count_and_others_read_the_written_target() -> None:
+    spec = parse_cluster(elastic_obj(minSlices=1, maxSlices=4))
+    assert live_desired(spec, _raycluster(3)) == 3
+    assert live_desired(spec, _raycluster(7)) == 4
+    assert live_desired(spec, None) == 1
+    assert live_desired(parse_cluster(tpuslice(tpu=tpu(slices=2))), _raycluster(7)) is None
+    body = elastic_obj(minSlices=1, maxSlices=4)
+    assert desired_of(body, spec) == 1
+    body["status"] = {"elastic": {"target": 3}}
+    assert desired_of(body, spec) == 3
+    assert live_desired(replace(spec, suspend=True), _raycluster(3)) == 0
