@@ -16,6 +16,7 @@ from tests.support.crd import validate
 from tests.unit.test_identity import env_of, kuberay_pod
 from tests.unit.test_reservation import CLUSTER, plan
 from tests.unit.test_slicequeue import SHAPE, free_pools, req
+from tests.unit.test_status import observed
 from tpuslice.controller.actuator import desired_of
 from tpuslice.controller.cluster import live_desired
 from tpuslice.model import constants as c
@@ -30,6 +31,7 @@ from tpuslice.spec.bounds import SpecLimits
 from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.limits import limit_errors
 from tpuslice.spec.parts import ElasticSpec, SpecError
+from tpuslice.status.conditions import ElasticCount, as_requested, compute_status, slice_events
 
 CRDS = {
     c.KIND_CLUSTER: "tpuslice.dev_tpusliceclusters.yaml",
@@ -418,3 +420,55 @@ def test_the_pass_plans_for_the_live_count_and_others_read_the_written_target() 
     body["status"] = {"elastic": {"target": 3}}
     assert desired_of(body, spec) == 3
     assert live_desired(replace(spec, suspend=True), _raycluster(3)) == 0
+
+
+# --- status --------------------------------------------------------------------------
+
+
+def _elastic_observed(*states: SliceState, minimum: int = 1, maximum: int = 4) -> Any:
+    base = observed(*states, ray_cluster_ready=True)
+    return replace(
+        base,
+        slices=as_requested(base.slices, minimum),
+        elastic=ElasticCount(minimum, maximum, len(states)),
+    )
+
+
+def _conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {x["type"]: (x["status"], x["reason"]) for x in status["conditions"]}
+
+
+def test_scaling_up_never_turns_ready_false_and_waiting_extras_are_requested() -> None:
+    waiting = SliceState.WAITING_FOR_CAPACITY
+    status = compute_status(
+        _elastic_observed(SliceState.READY, SliceState.READY, waiting), None, "T"
+    )
+    conds = _conditions(status)
+    assert conds["Ready"] == ("True", "Ready")
+    assert conds["ScalingUp"] == ("True", "SlicesRequested")
+    assert [s["state"] for s in status["slices"]] == ["Ready", "Ready", "Requested"]
+    assert status["elastic"] == {"minSlices": 1, "maxSlices": 4, "target": 3, "intactSlices": 2}
+    assert status["sliceReadiness"] == "2/3 (1-4)"
+    events = slice_events([], _elastic_observed(SliceState.READY, waiting).slices)
+    assert ("Normal", "SliceRequested") in {(kind, reason) for kind, reason, _ in events}
+
+
+def test_below_the_minimum_the_set_is_not_ready_and_its_slices_wait() -> None:
+    waiting = SliceState.WAITING_FOR_CAPACITY
+    status = compute_status(
+        _elastic_observed(SliceState.READY, waiting, waiting, minimum=2), None, "T"
+    )
+    assert _conditions(status)["Ready"][0] == "False"
+    # slice 1 is part of the minimum: it waits; slice 2 is an extra: Requested
+    assert [s["state"] for s in status["slices"]] == ["Ready", "WaitingForCapacity", "Requested"]
+
+
+def test_at_its_target_the_set_is_not_scaling() -> None:
+    status = compute_status(_elastic_observed(SliceState.READY), None, "T")
+    assert _conditions(status)["ScalingUp"] == ("False", "AtTarget")
+
+
+def test_a_fixed_cluster_has_no_elastic_status() -> None:
+    status = compute_status(observed(SliceState.READY), None, "T")
+    assert "elastic" not in status and "ScalingUp" not in _conditions(status)
+    assert status["sliceReadiness"] == "1/1"

@@ -126,6 +126,9 @@ class SliceState(StrEnum):
     SCHEDULED = "Scheduled"  # every pod released and pinned; not all running/ready
     READY = "Ready"  # every pod running and ready on the reserved pool
     RELEASING = "Releasing"  # pods terminating; the pool stays held until they are gone
+    # a slice above an elastic set's minimum that the Ray autoscaler asked for and that
+    # waits for capacity (shown in status; the planner says WaitingForCapacity)
+    REQUESTED = "Requested"
 
 
 @dataclass(frozen=True)
