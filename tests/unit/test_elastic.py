@@ -472,3 +472,46 @@ def test_a_fixed_cluster_has_no_elastic_status() -> None:
     status = compute_status(observed(SliceState.READY), None, "T")
     assert "elastic" not in status and "ScalingUp" not in _conditions(status)
     assert status["sliceReadiness"] == "1/1"
+
+
+# --- TPUSliceService: incremental upgrades of an elastic service ----------------------
+
+INCREMENTAL = {
+    "type": "NewClusterWithIncrementalUpgrade",
+    "clusterUpgradeOptions": {"maxSurgePercent": 50, "gatewayClassName": "istio"},
+}
+
+
+def _service(upgrade: dict[str, Any], *, elastic: bool) -> dict[str, Any]:
+    obj = elastic_obj(c.KIND_SERVICE)
+    obj["spec"]["serve"]["upgradeStrategy"] = upgrade
+    if not elastic:
+        del obj["spec"]["elastic"]
+    return obj
+
+
+def test_an_elastic_service_may_upgrade_incrementally() -> None:
+    obj = _service(INCREMENTAL, elastic=True)
+    assert validate(CRDS[c.KIND_SERVICE], obj) == []
+    rendered = render(obj)
+    assert rendered["spec"]["upgradeStrategy"] == INCREMENTAL
+    assert rendered["spec"]["rayClusterConfig"]["enableInTreeAutoscaling"] is True
+
+
+def test_a_fixed_service_may_not_upgrade_incrementally() -> None:
+    obj = _service(INCREMENTAL, elastic=False)
+    messages = validate(CRDS[c.KIND_SERVICE], obj)
+    assert any("NewClusterWithIncrementalUpgrade needs spec.elastic" in m for m in messages)
+    assert any("clusterUpgradeOptions only applies to" in m for m in messages)
+    with pytest.raises(SpecError) as err:
+        render(obj)
+    assert "spec.serve.upgradeStrategy.type: NewClusterWithIncrementalUpgrade needs" in str(
+        err.value
+    )
+
+
+def test_upgrade_options_are_bounded() -> None:
+    big = {**INCREMENTAL, "clusterUpgradeOptions": {"gatewayClassName": "x" * 5000}}
+    with pytest.raises(SpecError) as err:
+        render(_service(big, elastic=True))
+    assert "spec.serve.upgradeStrategy.clusterUpgradeOptions: is" in str(err.value)
