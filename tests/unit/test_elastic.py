@@ -31,7 +31,13 @@ from tpuslice.spec.bounds import SpecLimits
 from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.limits import limit_errors
 from tpuslice.spec.parts import ElasticSpec, SpecError
-from tpuslice.status.conditions import ElasticCount, as_requested, compute_status, slice_events
+from tpuslice.status.conditions import (
+    ElasticCount,
+    as_requested,
+    compute_status,
+    elastic_slices,
+    slice_events,
+)
 
 CRDS = {
     c.KIND_CLUSTER: "tpuslice.dev_tpusliceclusters.yaml",
@@ -515,3 +521,18 @@ def test_upgrade_options_are_bounded() -> None:
     with pytest.raises(SpecError) as err:
         render(_service(big, elastic=True))
     assert "spec.serve.upgradeStrategy.clusterUpgradeOptions: is" in str(err.value)
+
+
+def test_a_job_or_service_cluster_is_ready_at_its_minimum_with_extras_requested() -> None:
+    base = observed(SliceState.READY, SliceState.WAITING_FOR_CAPACITY)
+    cluster = elastic_slices("train-x1", 2, base.slices, True, (1, 4))
+    assert cluster.all_ready and cluster.blocked() is None
+    entry = cluster.to_status()
+    assert entry["sliceReadiness"] == "1/2 (1-4)"
+    assert entry["elastic"] == {"minSlices": 1, "maxSlices": 4, "target": 2, "intactSlices": 1}
+    assert [s["state"] for s in entry["slices"]] == ["Ready", "Requested"]
+    fixed = elastic_slices("train-x1", 2, base.slices, True, None)
+    assert not fixed.all_ready and fixed.blocked() is not None
+    assert "elastic" not in fixed.to_status()
+    below = elastic_slices("train-x1", 2, base.slices, True, (2, 4))
+    assert not below.all_ready and below.blocked() is not None

@@ -35,14 +35,18 @@ from tpuslice.model.convert import worker_replicas
 from tpuslice.model.records import ClusterRef, SlicePlan, Snapshot
 from tpuslice.render.kuberay import render_rayjob
 from tpuslice.spec.job import SliceJobSpec, parse_job
-from tpuslice.status.conditions import ClusterSlices, Stall
+from tpuslice.status.conditions import ClusterSlices, Stall, elastic_slices
 from tpuslice.status.job import JobObserved, compute_job_status, job_ended
 
 __all__ = ["JobKind", "job_observed"]
 
 
 def _current_cluster(
-    ray_status: Mapping[str, Any], snap: Snapshot, desired: int, plan: SlicePlan
+    ray_status: Mapping[str, Any],
+    snap: Snapshot,
+    desired: int,
+    plan: SlicePlan,
+    elastic: tuple[int, int] | None,
 ) -> ClusterSlices | None:
     """The current attempt's RayCluster and the job's slices on it (the slices of an
     attempt being torn down show as Releasing until their pods are gone)."""
@@ -51,7 +55,12 @@ def _current_cluster(
         return None
     found = snap.rayclusters.get(name) if name else None
     ready = bool(found and found.get("state") == "ready")
-    return ClusterSlices(name, desired, plan.slices, ray_cluster_ready=ready)
+    return elastic_slices(name, desired, plan.slices, ready, elastic)
+
+
+def _range(spec: SliceJobSpec) -> tuple[int, int] | None:
+    elastic = spec.cluster.elastic
+    return None if elastic is None else (elastic.min_slices, elastic.max_slices)
 
 
 def job_observed(
@@ -73,7 +82,7 @@ def job_observed(
         ray_job=spec.name,
         desired_slices=spec.cluster.slices if spec.cluster.elastic is None else desired,
         ray_job_status=ray_status,
-        cluster=_current_cluster(ray_status or {}, snap, desired, plan),
+        cluster=_current_cluster(ray_status or {}, snap, desired, plan, _range(spec)),
         suspend=spec.job.suspend,
         gated=spec.cluster.gated,
         applied=applied,

@@ -43,7 +43,7 @@ from tpuslice.model.convert import worker_replicas
 from tpuslice.model.records import ClusterRef, Snapshot
 from tpuslice.render.kuberay import render_rayservice
 from tpuslice.spec.service import SliceServiceSpec, parse_service
-from tpuslice.status.conditions import ClusterSlices, Stall
+from tpuslice.status.conditions import ClusterSlices, Stall, elastic_slices
 from tpuslice.status.service import ServiceObserved, compute_service_status
 
 __all__ = ["ServiceKind", "service_clusters"]
@@ -112,11 +112,13 @@ class ServiceKind(OwnsKubeRayObject):
         for each in acted:
             name = each.slices.ref.ray_cluster
             found = snap.rayclusters.get(name)
-            clusters[name] = ClusterSlices(
+            elastic = parsed.cluster.elastic
+            clusters[name] = elastic_slices(
                 name,
                 parsed.cluster.desired_slices(worker_replicas(found)),
                 each.plan.slices,
-                ray_cluster_ready=bool(found and found.get("state") == "ready"),
+                bool(found and found.get("state") == "ready"),
+                None if elastic is None else (elastic.min_slices, elastic.max_slices),
             )
         ray_status = (snap.owned or {}).get("status") if snap.owned is not None else None
         observed = ServiceObserved(

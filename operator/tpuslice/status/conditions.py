@@ -25,6 +25,7 @@ __all__ = [
     "Stall",
     "as_requested",
     "compute_status",
+    "elastic_slices",
     "elastic_status",
     "failure_status",
     "index_ranges",
@@ -82,6 +83,27 @@ class ElasticCount:
     min_slices: int
     max_slices: int
     target: int
+
+
+def elastic_slices(
+    name: str,
+    desired: int,
+    slices: Sequence[SliceStatus],
+    ray_cluster_ready: bool,
+    elastic: tuple[int, int] | None,
+) -> ClusterSlices:
+    """One RayCluster's slices; for an elastic set (``elastic`` its min and max) with the
+    range, the target ``desired`` and the waiting extras shown as Requested."""
+    if elastic is None:
+        return ClusterSlices(name, desired, slices, ray_cluster_ready=ray_cluster_ready)
+    low, high = elastic
+    return ClusterSlices(
+        name,
+        desired,
+        as_requested(slices, low),
+        ray_cluster_ready=ray_cluster_ready,
+        elastic=ElasticCount(low, high, desired),
+    )
 
 
 def as_requested(slices: Sequence[SliceStatus], minimum: int) -> list[SliceStatus]:
@@ -245,24 +267,32 @@ def scaling_condition(observed: Observed) -> dict[str, Any] | None:
     )
 
 
-def elastic_status(observed: ObservedObject, slices: Sequence[SliceStatus]) -> dict[str, Any]:
-    """status.elastic: the range, the autoscaler's target, and the intact slices (every
-    host running and ready; a slice KubeRay is removing is not intact)."""
-    assert observed.elastic is not None
+def _elastic_entry(elastic: ElasticCount, slices: Sequence[SliceStatus]) -> dict[str, Any]:
     return {
-        "minSlices": observed.elastic.min_slices,
-        "maxSlices": observed.elastic.max_slices,
-        "target": observed.elastic.target,
+        "minSlices": elastic.min_slices,
+        "maxSlices": elastic.max_slices,
+        "target": elastic.target,
         "intactSlices": sum(1 for s in slices if s.state == SliceState.READY),
     }
 
 
+def elastic_status(observed: ObservedObject, slices: Sequence[SliceStatus]) -> dict[str, Any]:
+    """status.elastic: the range, the autoscaler's target, and the intact slices (every
+    host running and ready; a slice KubeRay is removing is not intact)."""
+    assert observed.elastic is not None
+    return _elastic_entry(observed.elastic, slices)
+
+
+def _readiness_text(ready: int, desired: int, elastic: ElasticCount | None) -> str:
+    text = f"{ready}/{desired}"
+    if elastic is not None:
+        text += f" ({elastic.min_slices}-{elastic.max_slices})"
+    return text
+
+
 def readiness(ready: int, observed: ObservedObject) -> str:
     """The Slices printer column: ready/desired, and an elastic set's range."""
-    text = f"{ready}/{observed.desired_slices}"
-    if observed.elastic is not None:
-        text += f" ({observed.elastic.min_slices}-{observed.elastic.max_slices})"
-    return text
+    return _readiness_text(ready, observed.desired_slices, observed.elastic)
 
 
 def desired_conditions(observed: Observed) -> list[dict[str, Any]]:
@@ -489,6 +519,8 @@ class ClusterSlices:
     desired_slices: int
     slices: Sequence[SliceStatus]
     ray_cluster_ready: bool
+    #: An elastic set's range and target; None for a fixed count.
+    elastic: ElasticCount | None = None
 
     @property
     def ready_slices(self) -> int:
@@ -497,11 +529,19 @@ class ClusterSlices:
 
     @property
     def all_ready(self) -> bool:
+        """Every wanted slice Ready; for an elastic set its minimum (scaling never makes
+        the cluster not ready)."""
+        if self.elastic is not None:
+            return self.ready_slices >= self.elastic.min_slices
         return self.desired_slices > 0 and self.ready_slices == self.desired_slices
 
     def blocked(self) -> tuple[str, str] | None:
         """(state, message) of the slices that keep this cluster from being ready, in the
-        order the TPUSliceCluster's Ready=False explains them; None when none is blocked."""
+        order the TPUSliceCluster's Ready=False explains them; None when none is blocked
+        (nor for an elastic set at its minimum: slices the autoscaler added and that wait
+        show as Requested, and block nothing)."""
+        if self.elastic is not None and self.all_ready:
+            return None
         for state in _BLOCKING_ORDER:
             blocked = [s for s in self.slices if s.state == state]
             if blocked:
@@ -513,12 +553,15 @@ class ClusterSlices:
 
     def to_status(self) -> dict[str, Any]:
         """The slices-status part of the CRDs (crds/parts/slices-status.yaml)."""
-        return {
+        out: dict[str, Any] = {
             "desiredSlices": self.desired_slices,
             "readySlices": self.ready_slices,
-            "sliceReadiness": f"{self.ready_slices}/{self.desired_slices}",
+            "sliceReadiness": _readiness_text(self.ready_slices, self.desired_slices, self.elastic),
             "slices": _slice_entries(self.slices),
         }
+        if self.elastic is not None:
+            out["elastic"] = _elastic_entry(self.elastic, self.slices)
+        return out
 
 
 def condition(
