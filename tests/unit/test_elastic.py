@@ -13,20 +13,24 @@ import pytest
 
 from tests.support.builders import holder, nodes_of, reservation, slice_pods, tpu, tpuslice
 from tests.support.crd import validate
+from tests.support.fake_kube import FakeKube
 from tests.unit.test_identity import env_of, kuberay_pod
+from tests.unit.test_reconcile import UID, make, run
 from tests.unit.test_reservation import CLUSTER, plan
 from tests.unit.test_slicequeue import SHAPE, free_pools, req
 from tests.unit.test_status import observed
 from tpuslice.controller.actuator import desired_of
+from tpuslice.controller.applier import applied_hash, with_live_replicas
 from tpuslice.controller.cluster import live_desired
 from tpuslice.model import constants as c
-from tpuslice.model.convert import worker_replicas
-from tpuslice.model.records import GangMode, Holder, ShapePool, SliceState
+from tpuslice.model.convert import raycluster_info, worker_replicas
+from tpuslice.model.records import GangMode, Holder, ShapePool, SliceState, Snapshot
 from tpuslice.planning.elastic import PlanTerms, plan_terms
 from tpuslice.planning.pools import pool_request
 from tpuslice.planning.queue import decide_queue
 from tpuslice.render.identity import mutate_pod
 from tpuslice.render.kuberay import render, render_cluster
+from tpuslice.runtime.kube import ApiError
 from tpuslice.spec.bounds import SpecLimits
 from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.limits import limit_errors
@@ -536,3 +540,76 @@ def test_a_job_or_service_cluster_is_ready_at_its_minimum_with_extras_requested(
     assert "elastic" not in fixed.to_status()
     below = elastic_slices("train-x1", 2, base.slices, True, (2, 4))
     assert not below.all_ready and below.blocked() is not None
+
+
+# --- the apply: an edit never resets the autoscaler's count --------------------------
+
+
+def _elastic_body(**elastic: Any) -> dict[str, Any]:
+    body = tpuslice(uid=UID, generation=2, elastic={"minSlices": 1, "maxSlices": 4, **elastic})
+    return body
+
+
+def _live_raycluster(body: dict[str, Any], replicas: int, rendered_from: dict[str, Any]) -> Any:
+    """The RayCluster as the watch shows it after the autoscaler set ``replicas``,
+    applied by the operator from ``rendered_from``'s rendering."""
+    rendered = render_cluster(rendered_from)
+    rendered["metadata"]["annotations"] = {"tpuslice.dev/applied-hash": applied_hash(rendered)}
+    rendered["metadata"]["resourceVersion"] = "41"
+    rendered["spec"]["workerGroupSpecs"][0]["replicas"] = replicas
+    return raycluster_info({**rendered, "status": {"state": "ready"}})
+
+
+def test_with_live_replicas_carries_the_count_guarded_by_the_resource_version() -> None:
+    body = _elastic_body()
+    rendered = render_cluster(body)
+    live = _live_raycluster(body, 3, body)
+    sent = with_live_replicas(rendered, live)
+    assert sent["spec"]["workerGroupSpecs"][0]["replicas"] == 3
+    assert sent["metadata"]["resourceVersion"] == "41"
+    assert "replicas" not in rendered["spec"]["workerGroupSpecs"][0]  # not changed in place
+    assert with_live_replicas(rendered, None) == rendered  # a new RayCluster: KubeRay's default
+    fixed = render_cluster(tpuslice(uid=UID, tpu=tpu(slices=2)))
+    assert with_live_replicas(fixed, live) == fixed
+
+
+def test_an_edit_of_an_elastic_cluster_applies_the_autoscalers_count() -> None:
+    before = _elastic_body()
+    after = _elastic_body(idleTimeoutSeconds=120)  # the user edits the range's settings
+    live = _live_raycluster(before, 3, before)
+    kube = FakeKube()
+    snap = Snapshot(after, [], nodes_of("pool-a"), [], live)
+    run(make(kube, snap))
+    (sent,) = kube.applied
+    group = sent["spec"]["workerGroupSpecs"][0]
+    assert group["replicas"] == 3 and group["idleTimeoutSeconds"] == 120
+    assert sent["metadata"]["resourceVersion"] == "41"
+
+
+def test_a_count_moved_under_the_apply_is_not_a_stall() -> None:
+    before = _elastic_body()
+    live = _live_raycluster(before, 3, before)
+    kube = FakeKube(apply_error=ApiError(409, "Conflict", "the object has been modified"))
+    run(
+        make(
+            kube, Snapshot(_elastic_body(idleTimeoutSeconds=120), [], nodes_of("pool-a"), [], live)
+        )
+    )
+    assert kube.status is not None
+    stalled = next(x for x in kube.status["conditions"] if x["type"] == "Stalled")
+    assert stalled["status"] == "False", kube.status["conditions"]
+
+
+def test_the_pass_reserves_for_the_autoscalers_count() -> None:
+    """The autoscaler asked for 2 slices over a minimum of 1: both claim a pool (the
+    extra on its own once the minimum holds one), and status reports the target."""
+    body = _elastic_body()
+    live = _live_raycluster(body, 2, body)
+    held = [reservation("pool-a", Holder("ml", "llm", UID, "tpu-aaaaa", 0))]
+    pods_now = slice_pods("tpu-aaaaa", 0) + slice_pods("tpu-bbbbb", 1)
+    kube = FakeKube()
+    run(make(kube, Snapshot(body, pods_now, nodes_of("pool-a") + nodes_of("pool-b"), held, live)))
+    assert ("claim", "pool-b") in kube.calls
+    assert kube.status is not None
+    assert kube.status["elastic"]["target"] == 2
+    assert kube.status["desiredSlices"] == 2

@@ -312,6 +312,7 @@ def raycluster_info(obj: Mapping[str, Any]) -> dict[str, Any]:
         "namespace": meta.get("namespace", ""),
         "ownsSuspend": _owns_suspend(meta),
         "uid": meta.get("uid"),
+        "resourceVersion": meta.get("resourceVersion"),
         "deleting": bool(meta.get("deletionTimestamp")),
         "labels": dict(meta.get("labels") or {}),
         "annotations": dict(meta.get("annotations") or {}),

@@ -277,20 +277,14 @@ def _elastic(ray_spec: dict[str, Any], group: dict[str, Any], elastic: ElasticSp
     """An elastic slice set: KubeRay's in-tree Ray autoscaler, v2, moves the group's
     ``replicas`` between the range's ends.
 
-    ``replicas`` is never sent. Server-side apply makes the operator's field manager
-    own every field it sends and take it back at each apply, so sending it would reset
-    the autoscaler's count on every edit. Left out, KubeRay's CRD default (0) stands on
-    a new RayCluster and KubeRay and the autoscaler read it as ``minReplicas``
-    (``max(replicas, minReplicas)``, ray-project/ray 2.60
+    ``replicas`` is not rendered: the count is the autoscaler's. On a new RayCluster
+    KubeRay's CRD default (0) stands, which KubeRay and the autoscaler read as
+    ``minReplicas`` (``max(replicas, minReplicas)``, ray-project/ray 2.60
     python/ray/autoscaler/v2/instance_manager/cloud_providers/kuberay/cloud_provider.py).
-    A RayCluster that was fixed and becomes elastic loses the operator's ownership of
-    ``replicas`` at the first elastic apply (a field no longer sent and owned by no
-    other manager is removed, then defaulted); no worker is deleted for it, because
-    with in-tree autoscaling KubeRay deletes workers only through
-    ``scaleStrategy.workersToDelete`` (ray-project/kuberay
-    ray-operator/controllers/ray/raycluster_controller.go, ENABLE_RANDOM_POD_DELETE),
-    and Ray's v2 provider raises a ``replicas`` below the workers it observes back to
-    them (same cloud_provider.py)."""
+    KubeRay's ``workerGroupSpecs`` is an atomic list for server-side apply, so an apply
+    onto an existing RayCluster must still carry a count: the applier adds the live one,
+    guarded by the resourceVersion it read (``applier.with_live_replicas``), and an
+    edit of the TPUSlice object, or a fixed object made elastic, keeps the count."""
     del group["replicas"]
     group["minReplicas"] = elastic.min_slices
     group["maxReplicas"] = elastic.max_slices
