@@ -28,7 +28,7 @@ from tpuslice.model.records import GangMode, Holder, ShapePool, SliceState, Snap
 from tpuslice.planning.elastic import PlanTerms, plan_terms
 from tpuslice.planning.pools import pool_request
 from tpuslice.planning.queue import decide_queue
-from tpuslice.render.identity import mutate_pod
+from tpuslice.render.identity import IdentityError, mutate_pod
 from tpuslice.render.kuberay import render, render_cluster
 from tpuslice.runtime.kube import ApiError
 from tpuslice.spec.bounds import SpecLimits
@@ -613,3 +613,12 @@ def test_the_pass_reserves_for_the_autoscalers_count() -> None:
     assert kube.status is not None
     assert kube.status["elastic"]["target"] == 2
     assert kube.status["desiredSlices"] == 2
+
+
+def test_an_elastic_workers_replica_index_may_pass_its_maximum() -> None:
+    """KubeRay numbers replicas as it scales; an elastic set's index bounds nothing of
+    ours, while a fixed set's is still checked (its MEGASCALE_SLICE_ID)."""
+    env = env_of(mutate_pod(_worker(elastic_obj(minSlices=1, maxSlices=2), 5)).pod)
+    assert env["TPU_NAME"].endswith("-5")
+    with pytest.raises(IdentityError):
+        mutate_pod(_worker(tpuslice(tpu=tpu(slices=2)), 5))

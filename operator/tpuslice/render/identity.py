@@ -339,7 +339,10 @@ def read_identity(pod: Mapping[str, Any]) -> PodIdentity | None:
         host = _index_label(pod, labels, c.KUBERAY_LABEL_HOST_INDEX)
     else:
         host = 0  # KubeRay sets the host index only when numOfHosts > 1
-    if replica >= slices:
+    elastic = annotations.get(c.ANNOTATION_ELASTIC) == "true"
+    # an elastic set's replica indices follow KubeRay's scale-ups and -downs, and no
+    # MEGASCALE_SLICE_ID of ours depends on them: only a fixed set's are checked
+    if replica >= slices and not elastic:
         raise IdentityError(
             f"pod {_pod_name(pod)}: replica index {replica} is not below the slice count "
             f"{slices} ({c.ANNOTATION_SLICES}); its MEGASCALE_SLICE_ID would be out of range"
@@ -357,7 +360,7 @@ def read_identity(pod: Mapping[str, Any]) -> PodIdentity | None:
         host_index=host,
         shape=shape,
         slices=slices,
-        elastic=annotations.get(c.ANNOTATION_ELASTIC) == "true",
+        elastic=elastic,
     )
     if shape.multi_host:
         _check_dns_label(pod, "hostname", identity.hostname)
