@@ -435,7 +435,7 @@ def test_job_defaults_are_applied() -> None:
         (tpuslice_job(preRunningDeadlineSeconds=5), "Additional properties are not allowed"),
         (
             tpuslice_service(upgradeStrategy={"type": "NewClusterWithIncrementalUpgrade"}),
-            "NewClusterWithIncrementalUpgrade is not supported",
+            "NewClusterWithIncrementalUpgrade needs spec.elastic",
         ),
         (
             tpuslice_service(upgradeStrategy={"clusterUpgradeOptions": {"maxSurgePercent": 50}}),

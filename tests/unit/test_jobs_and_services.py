@@ -139,7 +139,7 @@ def test_sidecar_mode_needs_a_never_restarting_head() -> None:
     [
         (
             {"upgradeStrategy": {"type": "NewClusterWithIncrementalUpgrade"}},
-            "spec.serve.upgradeStrategy.type: NewClusterWithIncrementalUpgrade is not supported",
+            "spec.serve.upgradeStrategy.type: NewClusterWithIncrementalUpgrade needs spec.elastic",
         ),
         ({"upgradeStrategy": {"type": "Rolling"}}, "'Rolling' is not one of NewCluster, None"),
         (

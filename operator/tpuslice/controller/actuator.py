@@ -151,12 +151,20 @@ class SpecCache:
 
 def desired_of(cluster: Mapping[str, Any], spec: SliceClusterSpec) -> int:
     """How many slices an object wants now: none when suspended, or when it is a
-    TPUSliceJob that has ended (its status says Complete or Failed)."""
+    TPUSliceJob that has ended (its status says Complete or Failed). An elastic set
+    wants the target its last pass wrote (``status.elastic.target``, the autoscaler's
+    count clamped to the range), so another object's pass reads it from the object
+    alone; its own pass reads its RayCluster's live count instead (``SliceSet.desired``)."""
     if spec.suspend:
         return 0
-    for cond in (cluster.get("status") or {}).get("conditions") or []:
+    status = cluster.get("status") or {}
+    for cond in status.get("conditions") or []:
         if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
             return 0
+    if spec.elastic is not None:
+        written = (status.get("elastic") or {}).get("target")
+        target = written if isinstance(written, int) and not isinstance(written, bool) else None
+        return spec.desired_slices(target)
     return spec.slices
 
 
@@ -179,6 +187,7 @@ def _request(
         created=str((cluster.get("metadata") or {}).get("creationTimestamp") or ""),
         capacity_types=spec.capacity_types,
         previous_pools=previous_pools(cluster.get("status") or {}),
+        minimum=None if spec.elastic is None else spec.elastic.min_slices,
     )
 
 
@@ -475,6 +484,7 @@ class SliceActuator:
                 admission=admission,
                 capacity_types=spec.capacity_types,
                 now=now,
+                minimum=None if spec.elastic is None else spec.elastic.min_slices,
             )
             if keep_pools:
                 frees = kept_frees(

@@ -30,7 +30,7 @@ from typing import Any
 from tpuslice.controller.expectations import Expectations
 from tpuslice.model import constants as c
 from tpuslice.model import events
-from tpuslice.model.convert import raycluster_info
+from tpuslice.model.convert import raycluster_info, worker_replicas
 from tpuslice.runtime.kube import ApiError, ClusterApi
 from tpuslice.spec.schema import template_schema
 from tpuslice.status.conditions import Stall
@@ -44,6 +44,7 @@ __all__ = [
     "is_subset",
     "name_taken_message",
     "rejection_message",
+    "with_live_replicas",
 ]
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,42 @@ def with_resume(rendered: Mapping[str, Any], actual: Mapping[str, Any] | None) -
     ):
         return {**rendered, "spec": {**rendered["spec"], "suspend": False}}
     return dict(rendered)
+
+
+def with_live_replicas(
+    rendered: Mapping[str, Any], actual: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """An elastic RayCluster's apply carrying the autoscaler's live ``replicas``, guarded by
+    the ``resourceVersion`` it was read at.
+
+    The render never sends ``replicas`` for an elastic set (the autoscaler owns the
+    count), but KubeRay declares ``workerGroupSpecs`` without a list type
+    (ray-project/kuberay ray-operator/apis/ray/v1/raycluster_types.go), so server-side
+    apply treats the list as atomic: whoever applies it sets every field of every group,
+    and a group sent without ``replicas`` would have its count removed (then defaulted
+    to 0, read as ``minReplicas``). So an apply onto an existing RayCluster sends the
+    count the watch shows, and the ``resourceVersion`` makes the API server refuse it
+    (409) if the autoscaler changed anything since: the next pass, kicked by that
+    change, applies again with the new count. A new RayCluster gets none (KubeRay's
+    default, the minimum). RayJobs and RayServices are left as rendered: KubeRay makes
+    their RayClusters from the template and the autoscaler patches those."""
+    out = dict(rendered)
+    if rendered.get("kind") != c.RAY_KIND_CLUSTER or actual is None:
+        return out
+    spec = rendered["spec"]
+    live = worker_replicas(actual)
+    if not spec.get("enableInTreeAutoscaling") or live is None:
+        return out
+    groups = [
+        {**group, "replicas": live}
+        if group.get("groupName") == c.WORKER_GROUP and "replicas" not in group
+        else group
+        for group in spec.get("workerGroupSpecs") or []
+    ]
+    out["spec"] = {**spec, "workerGroupSpecs": groups}
+    if actual.get("resourceVersion"):
+        out["metadata"] = {**rendered["metadata"], "resourceVersion": actual["resourceVersion"]}
+    return out
 
 
 @dataclass(frozen=True)
@@ -227,9 +264,14 @@ class KubeRayApplier:
         if existing is not None and not controlled_by(existing["ownerReferences"], owner_uid):
             stall = Stall(events.RAYCLUSTER_NAME_TAKEN, name_taken_message(key, existing))
             return Applied(ok=False, stall=stall)
+        body = with_live_replicas(rendered, existing)
         try:
-            await self.kube.apply_ray(rendered)
+            await self.kube.apply_ray(body)
         except ApiError as exc:
+            if exc.conflict and "resourceVersion" in body["metadata"]:
+                # the autoscaler moved the count since the watch showed it: the watch
+                # event of that change passes the object again, with the new count
+                return Applied(ok=False)
             if exc.not_found:
                 return Applied(ok=False, stall=Stall(events.KUBERAY_NOT_INSTALLED, KUBERAY_HINT))
             if exc.status in (400, 403, 409, 422) or _typed_patch_error(exc):

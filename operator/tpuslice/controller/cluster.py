@@ -10,13 +10,29 @@ from tpuslice.controller.adapter import ActedSet, SliceSet, StatusOut, unparsed_
 from tpuslice.controller.applier import Applied
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
-from tpuslice.model.records import ClusterRef, SlicePlan, Snapshot
+from tpuslice.model.convert import worker_replicas
+from tpuslice.model.records import ClusterRef, SlicePlan, SliceStatus, Snapshot
 from tpuslice.render.kuberay import render_raycluster
 from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.parts import SliceClusterSpec
-from tpuslice.status.conditions import Observed, Stall, compute_status
+from tpuslice.status.conditions import (
+    ElasticCount,
+    Observed,
+    Stall,
+    as_requested,
+    compute_status,
+)
 
-__all__ = ["ClusterKind", "observed_of", "stalled_observation"]
+__all__ = ["ClusterKind", "live_desired", "observed_of", "stalled_observation"]
+
+
+def live_desired(spec: SliceClusterSpec, raycluster: Mapping[str, Any] | None) -> int | None:
+    """The slices a set of ``raycluster`` wants in this pass: None (the spec's count) for a
+    fixed set; for an elastic one the autoscaler's live ``replicas`` clamped to the range,
+    none when suspended."""
+    if spec.elastic is None:
+        return None
+    return 0 if spec.suspend else spec.desired_slices(worker_replicas(raycluster))
 
 
 def observed_of(
@@ -27,20 +43,28 @@ def observed_of(
     applied: Applied,
     stall: Stall | None,
 ) -> Observed:
-    """What this pass saw, for ``status.compute_status``."""
+    """What this pass saw, for ``status.compute_status``: an elastic set's slices above
+    its minimum that wait for capacity shown as Requested."""
+    desired = 0 if spec.suspend else spec.desired_slices(worker_replicas(snap.raycluster))
+    slices: Sequence[SliceStatus] = plan.slices
+    elastic = None
+    if spec.elastic is not None:
+        elastic = ElasticCount(spec.elastic.min_slices, spec.elastic.max_slices, desired)
+        slices = as_requested(plan.slices, spec.elastic.min_slices)
     return Observed(
         generation=generation(body),
         accelerator_type=spec.shape.accelerator_type,
         hosts_per_slice=spec.shape.hosts,
         chips_per_host=spec.shape.chips_per_host,
         ray_cluster=spec.name,
-        desired_slices=0 if spec.suspend else spec.slices,
-        slices=plan.slices,
+        desired_slices=desired,
+        slices=slices,
         ray_cluster_ready=bool(snap.raycluster and snap.raycluster.get("state") == "ready"),
         suspended=spec.suspend,
         gated=spec.gated,
         applied=applied.ok,
         stall=stall,
+        elastic=elastic,
     )
 
 
@@ -80,7 +104,9 @@ class ClusterKind:
         snap: Snapshot,
         previous: Mapping[str, Any],
     ) -> list[SliceSet]:
-        return [SliceSet(ref, parsed, snap, previous)]
+        return [
+            SliceSet(ref, parsed, snap, previous, desired=live_desired(parsed, snap.raycluster))
+        ]
 
     def status(
         self,

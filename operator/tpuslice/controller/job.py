@@ -31,17 +31,22 @@ from tpuslice.controller.adapter import (
 from tpuslice.controller.applier import Applied
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
+from tpuslice.model.convert import worker_replicas
 from tpuslice.model.records import ClusterRef, SlicePlan, Snapshot
 from tpuslice.render.kuberay import render_rayjob
 from tpuslice.spec.job import SliceJobSpec, parse_job
-from tpuslice.status.conditions import ClusterSlices, Stall
+from tpuslice.status.conditions import ClusterSlices, Stall, elastic_slices
 from tpuslice.status.job import JobObserved, compute_job_status, job_ended
 
 __all__ = ["JobKind", "job_observed"]
 
 
 def _current_cluster(
-    ray_status: Mapping[str, Any], snap: Snapshot, desired: int, plan: SlicePlan
+    ray_status: Mapping[str, Any],
+    snap: Snapshot,
+    desired: int,
+    plan: SlicePlan,
+    elastic: tuple[int, int] | None,
 ) -> ClusterSlices | None:
     """The current attempt's RayCluster and the job's slices on it (the slices of an
     attempt being torn down show as Releasing until their pods are gone)."""
@@ -50,7 +55,12 @@ def _current_cluster(
         return None
     found = snap.rayclusters.get(name) if name else None
     ready = bool(found and found.get("state") == "ready")
-    return ClusterSlices(name, desired, plan.slices, ray_cluster_ready=ready)
+    return elastic_slices(name, desired, plan.slices, ready, elastic)
+
+
+def _range(spec: SliceJobSpec) -> tuple[int, int] | None:
+    elastic = spec.cluster.elastic
+    return None if elastic is None else (elastic.min_slices, elastic.max_slices)
 
 
 def job_observed(
@@ -70,9 +80,9 @@ def job_observed(
         hosts_per_slice=spec.cluster.shape.hosts,
         chips_per_host=spec.cluster.shape.chips_per_host,
         ray_job=spec.name,
-        desired_slices=spec.cluster.slices,
+        desired_slices=spec.cluster.slices if spec.cluster.elastic is None else desired,
         ray_job_status=ray_status,
-        cluster=_current_cluster(ray_status or {}, snap, desired, plan),
+        cluster=_current_cluster(ray_status or {}, snap, desired, plan, _range(spec)),
         suspend=spec.job.suspend,
         gated=spec.cluster.gated,
         applied=applied,
@@ -108,7 +118,9 @@ class JobKind(OwnsKubeRayObject):
         ray_status = (snap.owned or {}).get("status") or {}
         ended = job_ended(ray_status) if snap.owned is not None else False
         wants = not ended and not parsed.job.suspend
-        desired = parsed.cluster.slices if wants else 0
+        name = str(ray_status.get("rayClusterName") or "")
+        current = snap.rayclusters.get(name) if name else None
+        desired = parsed.cluster.desired_slices(worker_replicas(current)) if wants else 0
         return [SliceSet(ref, parsed.cluster, snap, previous, desired=desired, keep_pools=wants)]
 
     def status(

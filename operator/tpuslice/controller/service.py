@@ -36,12 +36,14 @@ from tpuslice.controller.adapter import (
     unparsed_fields,
 )
 from tpuslice.controller.applier import Applied
+from tpuslice.controller.cluster import live_desired
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
+from tpuslice.model.convert import worker_replicas
 from tpuslice.model.records import ClusterRef, Snapshot
 from tpuslice.render.kuberay import render_rayservice
 from tpuslice.spec.service import SliceServiceSpec, parse_service
-from tpuslice.status.conditions import ClusterSlices, Stall
+from tpuslice.status.conditions import ClusterSlices, Stall, elastic_slices
 from tpuslice.status.service import ServiceObserved, compute_service_status
 
 __all__ = ["ServiceKind", "service_clusters"]
@@ -90,6 +92,7 @@ class ServiceKind(OwnsKubeRayObject):
                 parsed.cluster,
                 replace(snap, pods=[p for p in snap.pods if p.ray_cluster == name]),
                 {},
+                desired=live_desired(parsed.cluster, snap.rayclusters.get(name)),
             )
             for name in service_clusters(snap)
         ]
@@ -109,11 +112,13 @@ class ServiceKind(OwnsKubeRayObject):
         for each in acted:
             name = each.slices.ref.ray_cluster
             found = snap.rayclusters.get(name)
-            clusters[name] = ClusterSlices(
+            elastic = parsed.cluster.elastic
+            clusters[name] = elastic_slices(
                 name,
-                parsed.cluster.slices,
+                parsed.cluster.desired_slices(worker_replicas(found)),
                 each.plan.slices,
-                ray_cluster_ready=bool(found and found.get("state") == "ready"),
+                bool(found and found.get("state") == "ready"),
+                None if elastic is None else (elastic.min_slices, elastic.max_slices),
             )
         ray_status = (snap.owned or {}).get("status") if snap.owned is not None else None
         observed = ServiceObserved(

@@ -51,6 +51,17 @@ ANNOTATION_RELEASED_AT: Final = f"{GROUP}/released-at"
 ANNOTATION_TPU_TYPE: Final = f"{GROUP}/tpu-type"
 ANNOTATION_CHIPS_PER_HOST: Final = f"{GROUP}/chips-per-host"
 ANNOTATION_SLICES: Final = f"{GROUP}/slices"
+# "true" on the workers of an elastic slice set: their count moves, so the webhook
+# writes no MEGASCALE_* of its own (docs/tpu-identity.md, "Elastic slice sets").
+ANNOTATION_ELASTIC: Final = f"{GROUP}/elastic"
+# The Ray autoscaler v2's timeout for an instance allocated (its pod exists) to run
+# Ray, after which it is terminated: spec.elastic.scaleUpTimeoutSeconds, sent as the
+# autoscaler container's env (ray-project/ray 2.60
+# python/ray/autoscaler/v2/instance_manager/config.py, default 3600 s).
+ENV_AUTOSCALER_ALLOCATE_TIMEOUT: Final = "RAY_AUTOSCALER_RECONCILE_ALLOCATE_STATUS_TIMEOUT_S"
+# KubeRay's autoscalerOptions.version that runs the Ray autoscaler v2 (the only one
+# whose KubeRay provider scales multi-host groups by whole replicas).
+AUTOSCALER_VERSION: Final = "v2"
 # On the RayCluster: digest of the last applied rendering, so a field we stop
 # sending (suspend lifted, an override removed) triggers an apply that drops it.
 ANNOTATION_APPLIED_HASH: Final = f"{GROUP}/applied-hash"

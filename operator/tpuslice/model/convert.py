@@ -41,6 +41,7 @@ __all__ = [
     "reservation_body",
     "reservation_info",
     "rfc3339",
+    "worker_replicas",
 ]
 
 
@@ -311,6 +312,7 @@ def raycluster_info(obj: Mapping[str, Any]) -> dict[str, Any]:
         "namespace": meta.get("namespace", ""),
         "ownsSuspend": _owns_suspend(meta),
         "uid": meta.get("uid"),
+        "resourceVersion": meta.get("resourceVersion"),
         "deleting": bool(meta.get("deletionTimestamp")),
         "labels": dict(meta.get("labels") or {}),
         "annotations": dict(meta.get("annotations") or {}),
@@ -318,6 +320,21 @@ def raycluster_info(obj: Mapping[str, Any]) -> dict[str, Any]:
         "spec": obj.get("spec") or {},
         "state": (obj.get("status") or {}).get("state"),
     }
+
+
+def worker_replicas(raycluster: Mapping[str, Any] | None) -> int | None:
+    """The TPU worker group's ``replicas`` of a RayCluster (``raycluster_info`` or the
+    object): for an elastic set the Ray autoscaler's count. None when there is no
+    RayCluster, no such group, or no count written (KubeRay's default, 0, not stored)."""
+    if raycluster is None:
+        return None
+    for group in (raycluster.get("spec") or {}).get("workerGroupSpecs") or []:
+        if isinstance(group, Mapping) and group.get("groupName") == c.WORKER_GROUP:
+            replicas = group.get("replicas")
+            if isinstance(replicas, int) and not isinstance(replicas, bool):
+                return replicas
+            return None
+    return None
 
 
 def ray_owner_info(obj: Mapping[str, Any]) -> dict[str, Any]:

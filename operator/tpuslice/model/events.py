@@ -53,6 +53,9 @@ PROVISIONING_CAPACITY: Final = "ProvisioningCapacity"
 PROVISIONING_FAILED: Final = "ProvisioningFailed"
 PROVISIONING_NOT_INSTALLED: Final = "ProvisioningRequestNotInstalled"
 
+# A slice above an elastic set's minimum that the autoscaler asked for waits for capacity.
+SLICE_REQUESTED: Final = "SliceRequested"
+
 SLICE_STATE_REASONS: Final = {
     SliceState.RESERVED: SLICE_RESERVED,
     SliceState.SCHEDULED: SLICE_SCHEDULED,
@@ -60,4 +63,5 @@ SLICE_STATE_REASONS: Final = {
     SliceState.WAITING_FOR_CAPACITY: WAITING_FOR_CAPACITY,
     SliceState.PROVISIONING: PROVISIONING_CAPACITY,
     SliceState.RELEASING: SLICE_TERMINATING,
+    SliceState.REQUESTED: SLICE_REQUESTED,
 }

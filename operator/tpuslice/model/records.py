@@ -130,6 +130,9 @@ class SliceState(StrEnum):
     SCHEDULED = "Scheduled"  # every pod released and pinned; not all running/ready
     READY = "Ready"  # every pod running and ready on the reserved pool
     RELEASING = "Releasing"  # pods terminating; the pool stays held until they are gone
+    # a slice above an elastic set's minimum that the Ray autoscaler asked for and that
+    # waits for capacity (shown in status; the planner says WaitingForCapacity)
+    REQUESTED = "Requested"
 
 
 @dataclass(frozen=True)
@@ -442,7 +445,7 @@ class PoolRequest:
 
     key: ObjectKey
     uid: str
-    desired: int  # spec.tpu.slices (0 when suspended)
+    desired: int  # spec.tpu.slices, an elastic set's target or minimum (0 when suspended)
     held: int  # pools its reservations hold now, any phase
     claimable: int  # live slices (KubeRay made their pods) that hold no pool yet
     gang: GangMode = GangMode.PER_SLICE
@@ -452,6 +455,9 @@ class PoolRequest:
     capacity_types: tuple[CapacityType, ...] = ()  # spec.reservation.capacityTypes
     previous: tuple[str, ...] = ()  # pools its slices held before (status.slices[].nodePool)
     live_pods: int = 0  # its worker pods not being deleted, gated or not
+    #: Only slices above an elastic minimum are missing (``planning.elastic``): ranked
+    #: after every other request of the same priority that misses its minimum.
+    extra: bool = False
 
     @property
     def missing(self) -> int:

@@ -40,6 +40,7 @@ from tpuslice.model.records import (
     SliceStatus,
 )
 from tpuslice.planning.busy import busy_move, move_message
+from tpuslice.planning.elastic import plan_terms
 from tpuslice.planning.nodeclass import WantedShape, classify_pool, is_slicing_block
 
 __all__ = [
@@ -451,6 +452,7 @@ def plan_slices(
     admission: Admission | None = None,
     capacity_types: Sequence[CapacityType] = (),
     now: datetime | None = None,
+    minimum: int | None = None,
 ) -> SlicePlan:
     """Decide claims, releases and frees for one TPUSliceCluster from a snapshot.
 
@@ -471,6 +473,9 @@ def plan_slices(
     ``admission`` is the shape queue's decision for this cluster (slicequeue.py): the
     pools it may claim now, its place in the queue and the text explaining the wait.
     None means no queue: any free eligible pool.
+
+    ``minimum``: an elastic set's minimum (``planning.elastic``): the gang rule covers
+    the minimum alone, and the slices above it claim one by one once it is held.
 
     ``now`` (the clock, for single-host slices): a slice holding a node whose released
     pod could not schedule there for ``busy.BUSY_AFTER_SECONDS`` moves
@@ -540,6 +545,11 @@ def plan_slices(
         free = [name for name in free if name in allowed]
     assignment: dict[str, str] = {}  # replica name -> pool to claim now
     holding = [r for r in live if r.name in ours]
+    if minimum is not None:
+        terms = plan_terms(gang, desired_slices, len(holding), minimum)
+        all_slices = terms.gang == GangMode.ALL_SLICES
+        if all_slices:
+            desired_slices = terms.desired
     need = max(0, desired_slices - len(holding)) if all_slices else len(unheld)
     gang_ready = len(unheld) >= need
     if gated and not (stalled and all_slices):
@@ -840,6 +850,7 @@ def pool_request(
     created: str = "",
     capacity_types: Sequence[CapacityType] = (),
     previous_pools: Mapping[int, str] | None = None,
+    minimum: int | None = None,
 ) -> PoolRequest:
     """The cluster's entry in its shape's queue, counted the way plan_slices counts:
     ``held`` = its reservations of live slices, ``claimable`` = live slices without
@@ -852,13 +863,15 @@ def pool_request(
     ours = {r.holder.replica_name: r for r in reservations if cluster.holds(r.holder)}
     live = [r for r in replicas.values() if r.live]
     holding = [r for r in live if r.name in ours]
+    terms = plan_terms(gang, desired_slices, len(holding), minimum)
     return PoolRequest(
         key=cluster.key,
         uid=cluster.uid,
-        desired=desired_slices,
+        desired=terms.desired,
         held=len(holding),
         claimable=len(live) - len(holding),
-        gang=gang,
+        gang=terms.gang,
+        extra=terms.extra,
         priority=priority,
         created=created,
         idle=sum(1 for r in holding if all(p.gated for p in r.live)),

@@ -7,13 +7,18 @@ after a restart, computes the same decision from the same objects. No memory.
 
 The rules (``decide_queue``):
 
-1. **Order**: ``priority`` (higher first), then ``creationTimestamp`` (older first),
+1. **Order**: ``priority`` (higher first), then the slices an object cannot run
+   without before extras (an elastic set that holds its minimum and misses only
+   slices the autoscaler added, ``PoolRequest.extra``, ranks after every request of
+   its priority that misses its minimum), then ``creationTimestamp`` (older first),
    then namespace/name and uid (a stable tie-break).
 2. **NotEnoughPools**: a request whose ``desired`` slices exceed every pool of the
    shape that exists (healthy or not, held or not) can never be satisfied: it leaves
    the queue (it neither claims nor sets pools aside) and is Stalled with a message
    naming both numbers, until pools are added or its spec changes. PerSlice requests
    too: otherwise a 5-slice request over 3 pools would sit at the head for ever.
+   Extras above an elastic minimum are never stalled: they take what there is, and
+   the autoscaler gives up on the rest after its own timeout.
 3. **Strict order, no backfill**: walking the queue head first, each request sets
    aside ``min(free, missing)`` of the free eligible pools (missing = desired - held).
    An AllSlices request is granted only when it got all it misses *and* its pods are
@@ -209,11 +214,11 @@ def not_enough_message(
 
 
 def queue_order(requests: Iterable[PoolRequest]) -> list[PoolRequest]:
-    """Head first: priority (higher first), creationTimestamp (older first; a missing
-    one last), then namespace/name and uid."""
+    """Head first: priority (higher first), minimums before extras, creationTimestamp
+    (older first; a missing one last), then namespace/name and uid."""
     return sorted(
         requests,
-        key=lambda r: (-r.priority, r.created == "", r.created, r.key, r.uid),
+        key=lambda r: (-r.priority, r.extra, r.created == "", r.created, r.key, r.uid),
     )
 
 
@@ -236,8 +241,8 @@ def decide_queue(
     free = [p for p in by_name if p.eligible and p.holder is None]
     admissions: dict[ObjectKey, Admission] = {}
     wanting = [r for r in requests if r.missing > 0]
-    stalled = [r for r in wanting if r.desired > exist]
-    order = queue_order(r for r in wanting if r.desired <= exist)
+    stalled = [r for r in wanting if r.desired > exist and not r.extra]
+    order = queue_order(r for r in wanting if r.desired <= exist or r.extra)
     for r in stalled:
         admissions[r.key] = Admission(
             pools=(),

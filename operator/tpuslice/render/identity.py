@@ -101,6 +101,10 @@ class PodIdentity:
     host_index: int  # host index within the slice, 0..hosts-1
     shape: SliceShape
     slices: int
+    #: A worker of an elastic slice set: ``slices`` is its maximum, not a live count,
+    #: so no MEGASCALE_* is written unless the user sets MEGASCALE_NUM_SLICES
+    #: (docs/tpu-identity.md, "Elastic slice sets").
+    elastic: bool = False
 
     @property
     def multi_host(self) -> bool:
@@ -335,7 +339,10 @@ def read_identity(pod: Mapping[str, Any]) -> PodIdentity | None:
         host = _index_label(pod, labels, c.KUBERAY_LABEL_HOST_INDEX)
     else:
         host = 0  # KubeRay sets the host index only when numOfHosts > 1
-    if replica >= slices:
+    elastic = annotations.get(c.ANNOTATION_ELASTIC) == "true"
+    # an elastic set's replica indices follow KubeRay's scale-ups and -downs, and no
+    # MEGASCALE_SLICE_ID of ours depends on them: only a fixed set's are checked
+    if replica >= slices and not elastic:
         raise IdentityError(
             f"pod {_pod_name(pod)}: replica index {replica} is not below the slice count "
             f"{slices} ({c.ANNOTATION_SLICES}); its MEGASCALE_SLICE_ID would be out of range"
@@ -353,6 +360,7 @@ def read_identity(pod: Mapping[str, Any]) -> PodIdentity | None:
         host_index=host,
         shape=shape,
         slices=slices,
+        elastic=elastic,
     )
     if shape.multi_host:
         _check_dns_label(pod, "hostname", identity.hostname)
@@ -394,7 +402,7 @@ def desired_env(
                 EnvSetting(c.ENV_TPU_PROCESS_PORT, str(c.TPU_PROCESS_PORT_BASE + tpu_index)),
             ]
     if megascale:
-        if identity.slices > 1:
+        if identity.slices > 1 and not identity.elastic:
             env.append(EnvSetting(c.ENV_MEGASCALE_NUM_SLICES, str(identity.slices)))
         megascale_port = c.MEGASCALE_PORT_BASE + (tpu_index if identity.tpu7x else 0)
         env += [
@@ -498,7 +506,7 @@ def mutate_pod(pod: Mapping[str, Any]) -> MutationResult:
             identity,
             tpu_index,
             len(tpu_containers),
-            megascale=identity.slices > 1 or user_megascale,
+            megascale=(identity.slices > 1 and not identity.elastic) or user_megascale,
             peers=peers,
         )
         _merge_env(container, desired, tpu_index, kept, replaced)

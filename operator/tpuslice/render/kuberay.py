@@ -22,7 +22,7 @@ from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.job import SliceJobSpec, parse_job
 from tpuslice.spec.limits import check_limits
 from tpuslice.spec.overrides import OwnedValue, merge_template
-from tpuslice.spec.parts import FieldError, SliceClusterSpec, SpecError
+from tpuslice.spec.parts import ElasticSpec, FieldError, SliceClusterSpec, SpecError
 from tpuslice.spec.service import SliceServiceSpec, parse_service
 
 __all__ = [
@@ -119,11 +119,15 @@ def ray_node_labels(shape: SliceShape) -> dict[str, str]:
 
 def worker_annotations(spec: SliceClusterSpec) -> dict[str, str]:
     """What the TPU identity webhook reads besides KubeRay's labels (see identity.py)."""
-    return {
+    annotations = {
         c.ANNOTATION_TPU_TYPE: spec.shape.generation.name,
         c.ANNOTATION_CHIPS_PER_HOST: str(spec.shape.chips_per_host),
+        # an elastic set's maximum: the bound of a replica index, not a live count
         c.ANNOTATION_SLICES: str(spec.slices),
     }
+    if spec.elastic is not None:
+        annotations[c.ANNOTATION_ELASTIC] = "true"
+    return annotations
 
 
 def _head_template(
@@ -241,31 +245,61 @@ def render_ray_cluster_spec(
     worker_template, worker_conflicts = _worker_template(spec, template_schema)
     if head_conflicts or worker_conflicts:
         raise SpecError(head_conflicts + worker_conflicts)
+    group: dict[str, Any] = {
+        "groupName": c.WORKER_GROUP,
+        "replicas": spec.slices,
+        "minReplicas": spec.slices,
+        "maxReplicas": spec.slices,
+        "numOfHosts": spec.shape.hosts,
+        "labels": ray_node_labels(spec.shape),
+        "rayStartParams": dict(spec.worker.ray_start_params),
+        "template": worker_template,
+    }
     ray_spec: dict[str, Any] = {
         "rayVersion": spec.ray_version,
         "headGroupSpec": {
             "rayStartParams": dict(spec.head.ray_start_params),
             "template": head_template,
         },
-        "workerGroupSpecs": [
-            {
-                "groupName": c.WORKER_GROUP,
-                "replicas": spec.slices,
-                "minReplicas": spec.slices,
-                "maxReplicas": spec.slices,
-                "numOfHosts": spec.shape.hosts,
-                "labels": ray_node_labels(spec.shape),
-                "rayStartParams": dict(spec.worker.ray_start_params),
-                "template": worker_template,
-            }
-        ],
+        "workerGroupSpecs": [group],
     }
+    if spec.elastic is not None:
+        _elastic(ray_spec, group, spec.elastic)
     # Only a requested suspension is sent: leaving the field out lets another
     # owner (Kueue admits RayClusters by flipping it) keep it. Suspension of a job
     # is the RayJob's (spec.job.suspend), never its cluster's.
     if spec.suspend:
         ray_spec["suspend"] = True
     return ray_spec
+
+
+def _elastic(ray_spec: dict[str, Any], group: dict[str, Any], elastic: ElasticSpec) -> None:
+    """An elastic slice set: KubeRay's in-tree Ray autoscaler, v2, moves the group's
+    ``replicas`` between the range's ends.
+
+    ``replicas`` is not rendered: the count is the autoscaler's. On a new RayCluster
+    KubeRay's CRD default (0) stands, which KubeRay and the autoscaler read as
+    ``minReplicas`` (``max(replicas, minReplicas)``, ray-project/ray 2.60
+    python/ray/autoscaler/v2/instance_manager/cloud_providers/kuberay/cloud_provider.py).
+    KubeRay's ``workerGroupSpecs`` is an atomic list for server-side apply, so an apply
+    onto an existing RayCluster must still carry a count: the applier adds the live one,
+    guarded by the resourceVersion it read (``applier.with_live_replicas``), and an
+    edit of the TPUSlice object, or a fixed object made elastic, keeps the count."""
+    del group["replicas"]
+    group["minReplicas"] = elastic.min_slices
+    group["maxReplicas"] = elastic.max_slices
+    if elastic.idle_timeout_seconds is not None:
+        group["idleTimeoutSeconds"] = elastic.idle_timeout_seconds
+    ray_spec["enableInTreeAutoscaling"] = True
+    options: dict[str, Any] = {"version": c.AUTOSCALER_VERSION}
+    if elastic.scale_up_timeout_seconds is not None:
+        options["env"] = [
+            {
+                "name": c.ENV_AUTOSCALER_ALLOCATE_TIMEOUT,
+                "value": str(elastic.scale_up_timeout_seconds),
+            }
+        ]
+    ray_spec["autoscalerOptions"] = options
 
 
 def render_raycluster(

@@ -82,13 +82,16 @@ STRING_BOUNDS: Final[Mapping[str, int]] = {
 #: the schema can bound nothing) and the most bytes their compact JSON may take. A
 #: whole pod template with a dozen containers, their env and volumes is 10-30 KiB;
 #: 128 KiB is four times the largest seen. A Service spec is a few hundred bytes.
-#: Refused fields (rayClusterSpec, rayClusterConfig, deletionStrategy,
-#: clusterUpgradeOptions) are not here: the CRD refuses them whatever their size.
+#: Refused fields (rayClusterSpec, rayClusterConfig, deletionStrategy) are not here:
+#: the CRD refuses them whatever their size.
 TEMPLATE_BYTES: Final[Mapping[str, int]] = {
     "spec.head.template": 128 * KiB,
     "spec.worker.template": 128 * KiB,
     "spec.job.submitterPodTemplate": 128 * KiB,
     "spec.serve.serveService": 32 * KiB,
+    # KubeRay's ClusterUpgradeOptions is four small fields (the surge and step
+    # percentages, the interval, the Gateway class name)
+    "spec.serve.upgradeStrategy.clusterUpgradeOptions": 4 * KiB,
 }
 
 #: The most hosts (worker pods) any setting may allow one object: GKE 1.31 and later

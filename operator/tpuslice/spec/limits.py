@@ -24,11 +24,13 @@ def limit_errors(spec: SliceClusterSpec, limits: SpecLimits) -> list[FieldError]
     worker pod each). A suspended spec is judged too: resuming it must not be the moment
     it turns out to be too big."""
     errors: list[FieldError] = []
+    # an elastic object is judged at its maximum, the most the autoscaler may reach
+    path = "spec.tpu.slices" if spec.elastic is None else "spec.elastic.maxSlices"
     if spec.slices > limits.max_slices:
         fix = _fix("fewer slices", limits.max_slices, CEILING.max_slices, RAISE_SLICES)
         errors.append(
             FieldError(
-                "spec.tpu.slices",
+                path,
                 f"{spec.slices} is more than the {limits.max_slices} slices this operator "
                 f"allows one object; {fix}",
             )
@@ -38,7 +40,7 @@ def limit_errors(spec: SliceClusterSpec, limits: SpecLimits) -> list[FieldError]
         fix = _fix("fewer or smaller slices", limits.max_hosts, CEILING.max_hosts, RAISE_HOSTS)
         errors.append(
             FieldError(
-                "spec.tpu.slices",
+                path,
                 f"{spec.slices} slices of {spec.shape.hosts} hosts ({spec.shape.topology}) "
                 f"are {hosts} hosts (one worker pod each), more than the {limits.max_hosts} "
                 f"this operator allows one object; {fix}",

@@ -26,6 +26,7 @@ from tpuslice.spec.values import described
 from tpuslice.spec.yamlcheck import yaml_map_problem
 
 __all__ = [
+    "ElasticSpec",
     "FieldError",
     "GroupSpec",
     "OwnedClusterSpec",
@@ -125,6 +126,25 @@ class ProvisioningSpec:
 
 
 @dataclass(frozen=True)
+class ElasticSpec:
+    """spec.elastic: the Ray autoscaler moves the slice count between ``min_slices`` and
+    ``max_slices``; the timeouts are None when the autoscaler's defaults apply."""
+
+    min_slices: int
+    max_slices: int
+    idle_timeout_seconds: int | None = None
+    scale_up_timeout_seconds: int | None = None
+
+    def target(self, replicas: int | None) -> int:
+        """The slices wanted now: the RayCluster's live ``replicas`` (the autoscaler's
+        count) clamped to the range, as KubeRay and the autoscaler clamp it; ``None``
+        (no RayCluster yet, or KubeRay's default not written) is the minimum."""
+        if replicas is None:
+            return self.min_slices
+        return max(self.min_slices, min(self.max_slices, replicas))
+
+
+@dataclass(frozen=True)
 class SliceClusterSpec:
     """A validated TPUSliceCluster with every default applied."""
 
@@ -132,6 +152,8 @@ class SliceClusterSpec:
     namespace: str  # "" for a local file without one (kubectl picks the namespace)
     uid: str
     shape: SliceShape
+    #: spec.tpu.slices; for an elastic object its most slices (spec.elastic.maxSlices),
+    #: so every bound and policy limit judges the largest count the autoscaler may reach.
     slices: int
     ray_version: str
     image: str
@@ -151,6 +173,18 @@ class SliceClusterSpec:
     capacity_types: tuple[CapacityType, ...] = ()
     #: spec.reservation.provisioning; None when absent (slices only wait for pools).
     provisioning: ProvisioningSpec | None = None
+    #: spec.elastic; None for a fixed count (spec.tpu.slices).
+    elastic: ElasticSpec | None = None
+
+    @property
+    def min_slices(self) -> int:
+        """Slices held as a gang whatever the autoscaler does: all of a fixed object's."""
+        return self.slices if self.elastic is None else self.elastic.min_slices
+
+    def desired_slices(self, replicas: int | None) -> int:
+        """Slices wanted now: spec.tpu.slices, or for an elastic object the live
+        ``replicas`` of its RayCluster clamped to the range (``ElasticSpec.target``)."""
+        return self.slices if self.elastic is None else self.elastic.target(replicas)
 
     @property
     def provisions(self) -> bool:
@@ -350,7 +384,14 @@ def _group(raw: Any, path: str, errors: list[FieldError], *, tpu_owned: bool) ->
     )
 
 
-_CLUSTER_PARTS = frozenset({"tpu", "ray", "head", "worker", "reservation"})
+_CLUSTER_PARTS = frozenset({"tpu", "elastic", "ray", "head", "worker", "reservation"})
+_ELASTIC_FIELDS = frozenset(
+    {"minSlices", "maxSlices", "idleTimeoutSeconds", "scaleUpTimeoutSeconds"}
+)
+#: Bounds of spec.elastic's timeouts (the CRD's): a week at most; the autoscaler's
+#: allocate timeout below a minute would give up on slices before their pods can start.
+MAX_ELASTIC_TIMEOUT = 604_800
+MIN_SCALE_UP_TIMEOUT = 60
 _SPEC_FIELDS = _CLUSTER_PARTS | {"suspend"}
 _JOB_SPEC_FIELDS = _CLUSTER_PARTS | {"job"}
 _SERVICE_SPEC_FIELDS = _CLUSTER_PARTS | {"serve"}
@@ -459,6 +500,10 @@ def _cluster_parts(
         )
         slices = 1
 
+    elastic = _elastic(spec.get("elastic"), slices, errors)
+    if elastic is not None:
+        slices = elastic.max_slices
+
     ray = as_object(spec.get("ray"), "spec.ray", errors, _RAY_FIELDS)
     ray_version = _string(ray.get("version"), "spec.ray.version", errors)
     if ray.get("version") in (None, ""):
@@ -479,7 +524,9 @@ def _cluster_parts(
         errors.append(
             FieldError("spec.reservation.policy", f"{described(policy)} is not NodePool or None")
         )
-    gang, priority, capacity_types = _queueing(reservation, slices, errors)
+    gang, priority, capacity_types = _queueing(
+        reservation, slices if elastic is None else elastic.min_slices, errors
+    )
     provisioning = _provisioning(reservation.get("provisioning"), errors)
     if provisioning is not None and provisioning.enabled and policy == "None":
         errors.append(
@@ -508,7 +555,62 @@ def _cluster_parts(
         priority=priority,
         capacity_types=capacity_types,
         provisioning=provisioning,
+        elastic=elastic,
     )
+
+
+def _elastic(raw: Any, slices: int, errors: list[FieldError]) -> ElasticSpec | None:
+    """spec.elastic (None when absent), exclusive with spec.tpu.slices above 1."""
+    if raw is None:
+        return None
+    elastic = as_object(raw, "spec.elastic", errors, _ELASTIC_FIELDS)
+    bad = len(errors)
+    if slices > 1:
+        errors.append(
+            FieldError(
+                "spec.elastic",
+                f"and spec.tpu.slices {slices} are exclusive: an elastic object's slice count "
+                f"moves between spec.elastic.minSlices and maxSlices; set spec.tpu.slices to 1 "
+                f"(or remove it) and give the range in spec.elastic, or remove spec.elastic",
+            )
+        )
+    if elastic.get("maxSlices") is None:
+        errors.append(FieldError("spec.elastic.maxSlices", "is required, e.g. 4"))
+    low = _bounded(elastic, "minSlices", "spec.elastic", 0, 0, constants.MAX_SLICES, errors)
+    high = _bounded(elastic, "maxSlices", "spec.elastic", 1, 1, constants.MAX_SLICES, errors)
+    if low > high:
+        errors.append(
+            FieldError(
+                "spec.elastic.minSlices",
+                f"{low} is more than spec.elastic.maxSlices {high}; lower minSlices or raise "
+                f"maxSlices",
+            )
+        )
+    idle = elastic.get("idleTimeoutSeconds")
+    scale_up = elastic.get("scaleUpTimeoutSeconds")
+    if idle is not None:
+        idle = _bounded(
+            elastic,
+            "idleTimeoutSeconds",
+            "spec.elastic",
+            0,
+            0,
+            MAX_ELASTIC_TIMEOUT,
+            errors,
+        )
+    if scale_up is not None:
+        scale_up = _bounded(
+            elastic,
+            "scaleUpTimeoutSeconds",
+            "spec.elastic",
+            MIN_SCALE_UP_TIMEOUT,
+            MIN_SCALE_UP_TIMEOUT,
+            MAX_ELASTIC_TIMEOUT,
+            errors,
+        )
+    if len(errors) > bad:
+        return None
+    return ElasticSpec(low, high, idle, scale_up)
 
 
 def _bounded(

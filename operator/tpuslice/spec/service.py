@@ -52,7 +52,7 @@ _SERVE_REFUSED: Mapping[str, str] = {
     "serviceUnhealthySecondThreshold": "is deprecated and ignored by KubeRay; remove it",
     "deploymentUnhealthySecondThreshold": "is deprecated and ignored by KubeRay; remove it",
 }
-UPGRADE_TYPES = ("NewCluster", "None")
+UPGRADE_TYPES = ("NewCluster", "None", "NewClusterWithIncrementalUpgrade")
 
 
 @dataclass(frozen=True)
@@ -71,28 +71,45 @@ class SliceServiceSpec(OwnedClusterSpec):
     serve: ServeSettings
 
 
-def _upgrade_strategy(value: Any, errors: list[FieldError]) -> None:
+def _upgrade_strategy(value: Any, errors: list[FieldError], *, elastic: bool) -> None:
+    """KubeRay's incremental upgrade needs the Ray autoscaler (KubeRay's RayService
+    validation), which only an elastic service runs; its options are bounded here (a
+    free-form object the CRD cannot bound)."""
     path = "spec.serve.upgradeStrategy"
     strategy = as_object(value, path, errors)
+    kind = strategy.get("type")
+    incremental = kind == "NewClusterWithIncrementalUpgrade"
     for key in strategy:
         if key == "clusterUpgradeOptions":
-            errors.append(
-                FieldError(
-                    f"{path}.clusterUpgradeOptions",
-                    "only applies to NewClusterWithIncrementalUpgrade, which a TPUSliceService "
-                    "does not support; remove it",
+            options = f"{path}.clusterUpgradeOptions"
+            if not (incremental and elastic):
+                errors.append(
+                    FieldError(
+                        options,
+                        "only applies to NewClusterWithIncrementalUpgrade of an elastic "
+                        "TPUSliceService; remove it or set that type and spec.elastic",
+                    )
                 )
-            )
+            elif not isinstance(strategy[key], Mapping):
+                errors.append(
+                    FieldError(options, f"must be an object, got {described(strategy[key])}")
+                )
+            elif (size := bounds.json_size(strategy[key])) > bounds.TEMPLATE_BYTES[options]:
+                errors.append(
+                    FieldError(
+                        options,
+                        f"is {size} bytes as JSON; at most {bounds.TEMPLATE_BYTES[options]}",
+                    )
+                )
         elif key != "type":
             errors.append(FieldError(f"{path}.{key}", "is not a field; use type"))
-    kind = strategy.get("type")
-    if kind == "NewClusterWithIncrementalUpgrade":
+    if incremental and not elastic:
         errors.append(
             FieldError(
                 f"{path}.type",
-                "NewClusterWithIncrementalUpgrade is not supported: KubeRay requires the Ray "
-                "autoscaler for it, and a TPUSliceService's slices are fixed; use NewCluster "
-                "(the default) or None",
+                "NewClusterWithIncrementalUpgrade needs spec.elastic: KubeRay requires the Ray "
+                "autoscaler for it, which only an elastic TPUSliceService runs; set "
+                "spec.elastic or use NewCluster (the default) or None",
             )
         )
     elif kind is not None and kind not in UPGRADE_TYPES:
@@ -103,7 +120,7 @@ def _upgrade_strategy(value: Any, errors: list[FieldError]) -> None:
         )
 
 
-def _serve(raw: Any, errors: list[FieldError]) -> ServeSettings | None:
+def _serve(raw: Any, errors: list[FieldError], *, elastic: bool) -> ServeSettings | None:
     if raw is None:
         errors.append(FieldError("spec.serve", "is required (at least spec.serve.serveConfigV2)"))
         return None
@@ -127,7 +144,7 @@ def _serve(raw: Any, errors: list[FieldError]) -> ServeSettings | None:
         serve, "spec.serve", _SERVE_OWNED, SERVE_PASSTHROUGH, _SERVE_REFUSED, errors
     )
     if "upgradeStrategy" in passthrough:
-        _upgrade_strategy(passthrough["upgradeStrategy"], errors)
+        _upgrade_strategy(passthrough["upgradeStrategy"], errors, elastic=elastic)
     if "rayClusterDeletionDelaySeconds" in passthrough:
         _integer(
             passthrough["rayClusterDeletionDelaySeconds"],
@@ -153,7 +170,7 @@ def parse_service(obj: Mapping[str, Any]) -> SliceServiceSpec:
     cluster = _cluster_parts(
         spec, errors, name=name, namespace=namespace, uid=uid, owner_kind=constants.KIND_SERVICE
     )
-    serve = _serve(spec.get("serve"), errors)
+    serve = _serve(spec.get("serve"), errors, elastic=spec.get("elastic") is not None)
     if errors or cluster is None or serve is None:
         raise SpecError(errors)
     return SliceServiceSpec(cluster=cluster, serve=serve)

@@ -12,7 +12,7 @@ generation it was computed for, and ``lastTransitionTime`` moves only when
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tpuslice.model import events
@@ -21,12 +21,18 @@ from tpuslice.model.records import SliceState, SliceStatus
 __all__ = [
     "MAX_MESSAGE",
     "MAX_SLICE_MESSAGE",
+    "ElasticCount",
     "Stall",
+    "as_requested",
     "compute_status",
+    "elastic_slices",
+    "elastic_status",
     "failure_status",
     "index_ranges",
     "may_fold",
     "merge_conditions",
+    "readiness",
+    "scaling_condition",
     "slice_events",
     "status_head",
     "truncate",
@@ -36,6 +42,8 @@ READY = "Ready"
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
 SLICES_RESERVED = "SlicesReserved"
+#: An elastic set's: slices the Ray autoscaler asked for are not all Ready yet.
+SCALING_UP = "ScalingUp"
 
 #: Longest condition message written. The CRD allows 32,768 characters (and refuses the
 #: whole status write beyond that); a message is read by people, so it summarises.
@@ -50,6 +58,7 @@ SLICE_MESSAGES_BUDGET = 65536
 # The order in which a not-ready slice explains the cluster's Ready=False.
 _BLOCKING_ORDER = (
     SliceState.WAITING_FOR_CAPACITY,
+    SliceState.REQUESTED,
     SliceState.PROVISIONING,
     SliceState.PENDING,
     SliceState.RESERVED,
@@ -66,6 +75,48 @@ class Stall:
     message: str
 
 
+@dataclass(frozen=True)
+class ElasticCount:
+    """An elastic set's range and the target the Ray autoscaler set (its RayCluster's
+    ``replicas`` clamped to the range): what ``status.elastic`` reports."""
+
+    min_slices: int
+    max_slices: int
+    target: int
+
+
+def elastic_slices(
+    name: str,
+    desired: int,
+    slices: Sequence[SliceStatus],
+    ray_cluster_ready: bool,
+    elastic: tuple[int, int] | None,
+) -> ClusterSlices:
+    """One RayCluster's slices; for an elastic set (``elastic`` its min and max) with the
+    range, the target ``desired`` and the waiting extras shown as Requested."""
+    if elastic is None:
+        return ClusterSlices(name, desired, slices, ray_cluster_ready=ray_cluster_ready)
+    low, high = elastic
+    return ClusterSlices(
+        name,
+        desired,
+        as_requested(slices, low),
+        ray_cluster_ready=ray_cluster_ready,
+        elastic=ElasticCount(low, high, desired),
+    )
+
+
+def as_requested(slices: Sequence[SliceStatus], minimum: int) -> list[SliceStatus]:
+    """An elastic set's slices with those above its ``minimum`` that wait for capacity
+    shown as Requested: the autoscaler asked for them, and the set is Ready without them."""
+    return [
+        replace(s, state=SliceState.REQUESTED)
+        if s.index >= minimum and s.state == SliceState.WAITING_FOR_CAPACITY
+        else s
+        for s in slices
+    ]
+
+
 @dataclass(frozen=True, kw_only=True)
 class ObservedObject:
     """What the status of every TPUSlice kind depends on alike, gathered by the pass:
@@ -76,10 +127,12 @@ class ObservedObject:
     accelerator_type: str
     hosts_per_slice: int
     chips_per_host: int
-    desired_slices: int  # spec.tpu.slices
+    desired_slices: int  # spec.tpu.slices, or an elastic set's target
     gated: bool  # reservation.policy NodePool
     applied: bool  # the KubeRay object for this generation was applied (or needed no change)
     stall: Stall | None = None
+    #: spec.elastic's range and the live target; None for a fixed count.
+    elastic: ElasticCount | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,6 +227,74 @@ def _ready_slices(observed: Observed) -> int:
     return min(ready, observed.desired_slices)
 
 
+def _ready_enough(observed: Observed) -> bool:
+    """Every wanted slice Ready; for an elastic set its minimum, so the autoscaler's
+    scaling never turns Ready False."""
+    ready = _ready_slices(observed)
+    if observed.elastic is not None:
+        return ready >= observed.elastic.min_slices
+    return ready == observed.desired_slices
+
+
+def scaling_condition(observed: Observed) -> dict[str, Any] | None:
+    """ScalingUp of an elastic set: True while slices the autoscaler asked for are not
+    Ready (reason SlicesRequested while some wait for capacity, else SlicesStarting),
+    False at its target. None for a fixed count."""
+    if observed.elastic is None:
+        return None
+    ready = _ready_slices(observed)
+    target = observed.desired_slices
+    if ready >= target:
+        return _condition(
+            SCALING_UP, False, "AtTarget", f"{ready} of {target} slices ready", observed.generation
+        )
+    requested = [s for s in observed.slices if s.state == SliceState.REQUESTED]
+    if requested:
+        return _condition(
+            SCALING_UP,
+            True,
+            "SlicesRequested",
+            f"the autoscaler asked for {target} slices, {ready} ready; {len(requested)} "
+            f"Requested: {_blocked_detail(requested)}",
+            observed.generation,
+        )
+    return _condition(
+        SCALING_UP,
+        True,
+        "SlicesStarting",
+        f"the autoscaler asked for {target} slices, {ready} ready",
+        observed.generation,
+    )
+
+
+def _elastic_entry(elastic: ElasticCount, slices: Sequence[SliceStatus]) -> dict[str, Any]:
+    return {
+        "minSlices": elastic.min_slices,
+        "maxSlices": elastic.max_slices,
+        "target": elastic.target,
+        "intactSlices": sum(1 for s in slices if s.state == SliceState.READY),
+    }
+
+
+def elastic_status(observed: ObservedObject, slices: Sequence[SliceStatus]) -> dict[str, Any]:
+    """status.elastic: the range, the autoscaler's target, and the intact slices (every
+    host running and ready; a slice KubeRay is removing is not intact)."""
+    assert observed.elastic is not None
+    return _elastic_entry(observed.elastic, slices)
+
+
+def _readiness_text(ready: int, desired: int, elastic: ElasticCount | None) -> str:
+    text = f"{ready}/{desired}"
+    if elastic is not None:
+        text += f" ({elastic.min_slices}-{elastic.max_slices})"
+    return text
+
+
+def readiness(ready: int, observed: ObservedObject) -> str:
+    """The Slices printer column: ready/desired, and an elastic set's range."""
+    return _readiness_text(ready, observed.desired_slices, observed.elastic)
+
+
 def desired_conditions(observed: Observed) -> list[dict[str, Any]]:
     """Conditions without timestamps; merge_conditions adds lastTransitionTime."""
     gen = observed.generation
@@ -190,8 +311,13 @@ def desired_conditions(observed: Observed) -> list[dict[str, Any]]:
             _condition(RECONCILING, False, "Suspended", "spec.suspend is true", gen),
             _condition(STALLED, False, "Suspended", "spec.suspend is true", gen),
         ]
-    elif _ready_slices(observed) == observed.desired_slices and observed.ray_cluster_ready:
-        message = f"{observed.desired_slices} of {observed.desired_slices} slices ready"
+    elif _ready_enough(observed) and observed.ray_cluster_ready:
+        message = f"{_ready_slices(observed)} of {observed.desired_slices} slices ready"
+        if observed.elastic is not None:
+            message += (
+                f" (elastic {observed.elastic.min_slices}-{observed.elastic.max_slices}, "
+                f"at least {observed.elastic.min_slices} needed)"
+            )
         conditions = [
             _condition(READY, True, "Ready", message, gen),
             _condition(RECONCILING, False, "Ready", message, gen),
@@ -219,6 +345,9 @@ def desired_conditions(observed: Observed) -> list[dict[str, Any]]:
                 gen,
             )
         )
+    scaling = scaling_condition(observed)
+    if scaling is not None and observed.stall is None and not observed.suspended:
+        conditions.append(scaling)
     return conditions
 
 
@@ -266,13 +395,15 @@ def compute_status(
             "rayCluster": observed.ray_cluster,
             "desiredSlices": observed.desired_slices,
             "readySlices": ready,
-            "sliceReadiness": f"{ready}/{observed.desired_slices}",
+            "sliceReadiness": readiness(ready, observed),
             "slices": _slice_entries(observed.slices),
             "conditions": merge_conditions(
                 previous.get("conditions") or [], desired_conditions(observed), now
             ),
         }
     )
+    if observed.elastic is not None:
+        status["elastic"] = elastic_status(observed, observed.slices)
     return status
 
 
@@ -388,6 +519,8 @@ class ClusterSlices:
     desired_slices: int
     slices: Sequence[SliceStatus]
     ray_cluster_ready: bool
+    #: An elastic set's range and target; None for a fixed count.
+    elastic: ElasticCount | None = None
 
     @property
     def ready_slices(self) -> int:
@@ -396,11 +529,19 @@ class ClusterSlices:
 
     @property
     def all_ready(self) -> bool:
+        """Every wanted slice Ready; for an elastic set its minimum (scaling never makes
+        the cluster not ready)."""
+        if self.elastic is not None:
+            return self.ready_slices >= self.elastic.min_slices
         return self.desired_slices > 0 and self.ready_slices == self.desired_slices
 
     def blocked(self) -> tuple[str, str] | None:
         """(state, message) of the slices that keep this cluster from being ready, in the
-        order the TPUSliceCluster's Ready=False explains them; None when none is blocked."""
+        order the TPUSliceCluster's Ready=False explains them; None when none is blocked
+        (nor for an elastic set at its minimum: slices the autoscaler added and that wait
+        show as Requested, and block nothing)."""
+        if self.elastic is not None and self.all_ready:
+            return None
         for state in _BLOCKING_ORDER:
             blocked = [s for s in self.slices if s.state == state]
             if blocked:
@@ -412,12 +553,15 @@ class ClusterSlices:
 
     def to_status(self) -> dict[str, Any]:
         """The slices-status part of the CRDs (crds/parts/slices-status.yaml)."""
-        return {
+        out: dict[str, Any] = {
             "desiredSlices": self.desired_slices,
             "readySlices": self.ready_slices,
-            "sliceReadiness": f"{self.ready_slices}/{self.desired_slices}",
+            "sliceReadiness": _readiness_text(self.ready_slices, self.desired_slices, self.elastic),
             "slices": _slice_entries(self.slices),
         }
+        if self.elastic is not None:
+            out["elastic"] = _elastic_entry(self.elastic, self.slices)
+        return out
 
 
 def condition(
