@@ -46,6 +46,7 @@ from tpuslice.model.records import (
     Snapshot,
 )
 from tpuslice.planning.busy import move_message, with_moves
+from tpuslice.planning.disruption import maintenance_before
 from tpuslice.planning.pools import (
     PoolIndex,
     eligible_pools,
@@ -179,6 +180,11 @@ def _request(
         created=str((cluster.get("metadata") or {}).get("creationTimestamp") or ""),
         capacity_types=spec.capacity_types,
         previous_pools=previous_pools(cluster.get("status") or {}),
+        # the queue's decision is read from the snapshot alone; the wall clock only
+        # moves which announced maintenance is "soon" (spec.disruption)
+        maintenance_before=maintenance_before(
+            datetime.now(UTC), spec.disruption.avoid_maintenance_within_s
+        ),
     )
 
 
@@ -471,6 +477,9 @@ class SliceActuator:
                 admission=admission,
                 capacity_types=spec.capacity_types,
                 now=now,
+                maintenance_before=maintenance_before(
+                    now, spec.disruption.avoid_maintenance_within_s
+                ),
             )
             if keep_pools:
                 frees = kept_frees(

@@ -446,6 +446,8 @@ class PoolRequest:
     capacity_types: tuple[CapacityType, ...] = ()  # spec.reservation.capacityTypes
     previous: tuple[str, ...] = ()  # pools its slices held before (status.slices[].nodePool)
     live_pods: int = 0  # its worker pods not being deleted, gated or not
+    #: Unix time before which a pool's scheduled maintenance ranks it last (None: ignored)
+    maintenance_before: int | None = None
 
     @property
     def missing(self) -> int:
@@ -471,6 +473,8 @@ class ShapePool:
     capacity_type: CapacityType = CapacityType.ON_DEMAND
     block: str | None = None
     subblock: str | None = None
+    #: the earliest cloud.google.com/scheduled-maintenance-time of its nodes (Unix s)
+    maintenance_at: int | None = None
 
 
 @dataclass(frozen=True)

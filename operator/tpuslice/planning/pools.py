@@ -40,6 +40,7 @@ from tpuslice.model.records import (
     SliceStatus,
 )
 from tpuslice.planning.busy import busy_move, move_message
+from tpuslice.planning.disruption import maintenance_message, scheduled_maintenance
 from tpuslice.planning.nodeclass import WantedShape, classify_pool, is_slicing_block
 
 __all__ = [
@@ -192,6 +193,7 @@ def pool_facts(
         capacity_type=first.capacity_type if first else CapacityType.ON_DEMAND,
         block=blocks.pop() if len(blocks) == 1 else None,
         subblock=subblocks.pop()[1] if len(subblocks) == 1 else None,
+        maintenance_at=scheduled_maintenance(nodes),
     )
 
 
@@ -257,6 +259,7 @@ def prefer_pools(
     anchor: Sequence[ShapePool] = (),
     by_name: bool = False,
     spread: str = "",
+    maintenance_before: int | None = None,
 ) -> list[ShapePool]:
     """Up to ``count`` of ``candidates`` in the order of preference:
 
@@ -269,12 +272,25 @@ def prefer_pools(
     (d) with ``spread`` (the claimant's uid, when no queue decides who takes which
         pool), the claimant's own order of the pools (``spread_rank``); else, and to
         break a tie, the pool name.
-    Pure and stable: the same input gives the same pools in the same order.
+    Before (b)-(d): with ``maintenance_before`` (Unix s, spec.disruption
+    .avoidMaintenanceWithin from now), pools with maintenance scheduled before it rank
+    after all others, the latest maintenance first (a window costs the slice a restart;
+    a later one costs it later). Pure and stable: the same input gives the same pools
+    in the same order.
     ``by_name``: the candidates are already in name order (the queue keeps them so); with
     no preference to apply, the first ``count`` are the answer without sorting.
     """
+
+    def soon(p: ShapePool) -> bool:
+        return (
+            maintenance_before is not None
+            and p.maintenance_at is not None
+            and p.maintenance_at < maintenance_before
+        )
+
     if (
         by_name
+        and not any(soon(p) for p in candidates)
         and not spread
         and not capacity_types
         and not together
@@ -283,8 +299,11 @@ def prefer_pools(
         return list(candidates[:count])
     rank = _capacity_rank(capacity_types)
 
-    def key(p: ShapePool) -> tuple[int, int, str]:
+    def key(p: ShapePool) -> tuple[int, int, int, int, str]:
+        late = soon(p)
         return (
+            int(late),
+            -(p.maintenance_at or 0) if late else 0,
             rank.get(p.capacity_type, len(rank)),
             spread_rank(spread, p.name) if spread else 0,
             p.name,
@@ -451,6 +470,7 @@ def plan_slices(
     admission: Admission | None = None,
     capacity_types: Sequence[CapacityType] = (),
     now: datetime | None = None,
+    maintenance_before: int | None = None,
 ) -> SlicePlan:
     """Decide claims, releases and frees for one TPUSliceCluster from a snapshot.
 
@@ -471,6 +491,10 @@ def plan_slices(
     ``admission`` is the shape queue's decision for this cluster (slicequeue.py): the
     pools it may claim now, its place in the queue and the text explaining the wait.
     None means no queue: any free eligible pool.
+
+    ``maintenance_before`` (planning.disruption.maintenance_before): pools with
+    maintenance scheduled before it are taken last (``prefer_pools``), and a slice on
+    one says "maintenance at <time>".
 
     ``now`` (the clock, for single-host slices): a slice holding a node whose released
     pod could not schedule there for ``busy.BUSY_AFTER_SECONDS`` moves
@@ -555,6 +579,7 @@ def plan_slices(
             # no queue decision names the pools: spread the claims of clusters that plan
             # at once (a queue's grant is already this cluster's own pools)
             spread=cluster.uid if admission is None or admission.pools is None else "",
+            maintenance_before=maintenance_before,
         )
         if stalled:  # PerSlice that cannot be satisfied: keep what it has, take no more
             assignment = {}
@@ -713,6 +738,8 @@ def plan_slices(
             message = f"{noun} {pool} {problem}"
         elif pool not in pools:
             message = f"{noun} {pool} is gone" if noun == "node" else f"{noun} {pool} has no nodes"
+        elif (at := scheduled_maintenance(pools[pool])) is not None:
+            message = f"{noun} {pool}: {maintenance_message(at)}"
         if (
             state in (SliceState.SCHEDULED, SliceState.READY)
             and reservation is not None
@@ -766,6 +793,7 @@ def _assign(
     together: bool,
     anchor: Sequence[ShapePool],
     spread: str = "",
+    maintenance_before: int | None = None,
 ) -> dict[str, str]:
     """Pools for ``replicas`` (in their order) among ``free``: a replica whose pods were
     released already can only go back to the pool they are pinned to (a released pod's
@@ -791,6 +819,7 @@ def _assign(
         together=together,
         anchor=[*anchor, *(facts(p) for p in out.values())],
         spread=spread,
+        maintenance_before=maintenance_before,
     )
     names = [p.name for p in picked]
     for replica in rest:  # first the index's previous pool, then the next preferred
@@ -839,6 +868,7 @@ def pool_request(
     created: str = "",
     capacity_types: Sequence[CapacityType] = (),
     previous_pools: Mapping[int, str] | None = None,
+    maintenance_before: int | None = None,
 ) -> PoolRequest:
     """The cluster's entry in its shape's queue, counted the way plan_slices counts:
     ``held`` = its reservations of live slices, ``claimable`` = live slices without
@@ -864,6 +894,7 @@ def pool_request(
         capacity_types=tuple(capacity_types),
         previous=tuple(sorted(set((previous_pools or {}).values()))),
         live_pods=sum(1 for p in pods if not p.deleting),
+        maintenance_before=maintenance_before,
     )
 
 
