@@ -34,6 +34,7 @@ from tpuslice.model.records import (
     Admission,
     CapacityUnit,
     ClusterRef,
+    Drain,
     Move,
     ObjectKey,
     PodInfo,
@@ -55,9 +56,10 @@ from tpuslice.planning.pools import (
     plan_slices,
     pool_index,
     pool_request,
+    quarantined_units,
     shape_pools,
 )
-from tpuslice.planning.queue import admission_for, decide_queue
+from tpuslice.planning.queue import admission_for, decide_queue, shape_name
 from tpuslice.policy.placement import (
     excluded_pools,
     namespace_wait,
@@ -480,6 +482,7 @@ class SliceActuator:
                 maintenance_before=maintenance_before(
                     now, spec.disruption.avoid_maintenance_within_s
                 ),
+                grace_seconds=spec.disruption.grace_period_s,
             )
             if keep_pools:
                 frees = kept_frees(
@@ -497,6 +500,10 @@ class SliceActuator:
             pods_now = self.pending.pods(snap.pods)
             reservations_now = self.pending.reservations(snap.reservations)
             capacity = await prov.act(current, pods_now, reservations_now, index)
+        self.metrics.quarantined(shape_name(shape_of(spec)), quarantined_units(index))
+        drained = current.drains
+        if drained:
+            await self._drain(ref, drained)
         moved = current
         if current.moves:
             await self._move(ref, current.moves, snap)
@@ -534,7 +541,7 @@ class SliceActuator:
             )
             acted = True
         await self._bind(current.binds)
-        final = with_moves(plan() if acted else current, moved)
+        final = replace(with_moves(plan() if acted else current, moved), drains=drained)
         if final.recheck_in is not None and self.kick_later is not None:
             self.kick_later(ref.key, final.recheck_in + 1.0)
         if final.stalled and stall is None:
@@ -572,6 +579,33 @@ class SliceActuator:
                 events.SLICE_HANDED_OVER,
                 f"node pool {handover.pool} kept for slice {handover.holder.replica_index} "
                 f"({handover.holder.replica_name}; it held {old.holder.replica_name} before)",
+            )
+
+    async def _drain(self, ref: ClusterRef, drains: Sequence[Drain]) -> None:
+        """Delete every pod of each disrupted slice in one go, with its grace period, so
+        every host of the slice drains at once (a TPU slice is interrupted whole). The
+        reservation stays until the pods are gone (then the slice's pool is freed as
+        any slice without pods); the unit is not claimed while its signal lasts."""
+        for drain in drains:
+            for namespace, name in drain.pods:
+                await self.kube.delete_pod(namespace, name, grace_seconds=drain.grace_seconds)
+                self.pending.pod_deleted(namespace, name, time.monotonic())
+            self.metrics.slice_disrupted(drain.reason)
+            log.info(
+                "%s %s: slice %s drained (%s): node %s %s",
+                ref.kind,
+                ref,
+                drain.replica_name,
+                drain.reason,
+                drain.node,
+                drain.signal,
+            )
+            await self.recorder.warning(
+                ref,
+                events.SLICE_DISRUPTED,
+                f"slice {drain.index} ({drain.replica_name}) on {drain.pool} drained, "
+                f"{len(drain.pods)} pods deleted together with grace {drain.grace_seconds}s "
+                f"({drain.reason}): node {drain.node} {drain.signal}",
             )
 
     async def _move(self, ref: ClusterRef, moves: Sequence[Move], snap: Snapshot) -> None:

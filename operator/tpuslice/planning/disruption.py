@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from tpuslice.model import constants as c
 from tpuslice.model.records import CapacityType, NodeInfo
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "NodeSignal",
     "Signal",
     "blocking_signal",
+    "drain_message",
     "drain_signal",
     "maintenance_before",
     "maintenance_message",
@@ -50,8 +52,8 @@ __all__ = [
 SCHEDULED_MAINTENANCE_LABEL = "cloud.google.com/scheduled-maintenance-time"
 ACTIVE_MAINTENANCE_LABEL = "cloud.google.com/active-node-maintenance"
 MAINTENANCE_ONGOING = "ONGOING"
-MAINTENANCE_STARTED_TAINT = "cloud.google.com/maintenance-window-started"
-IMPENDING_TERMINATION_TAINT = "cloud.google.com/impending-node-termination"
+MAINTENANCE_STARTED_TAINT = c.NODE_TAINT_MAINTENANCE_STARTED
+IMPENDING_TERMINATION_TAINT = c.NODE_TAINT_IMPENDING_TERMINATION
 PARTITION_STATE_LABEL = "cloud.google.com/gke-tpu-partition-4x4x4-state"
 PARTITION_UNHEALTHY = "UNHEALTHY"
 #: A scheduled-maintenance label further out than this (10 years) is not a time GKE
@@ -158,6 +160,15 @@ def maintenance_before(now: datetime | None, within_s: int) -> int | None:
     if now is None or within_s <= 0:
         return None
     return int(now.timestamp()) + within_s
+
+
+def drain_message(noun: str, pool: str, node: str, signal: str, grace_seconds: int) -> str:
+    """The status message of a slice the pass drains."""
+    return (
+        f"node {node} {signal}: every pod of the slice is deleted together "
+        f"(grace {grace_seconds}s); {noun} {pool} is quarantined until every node is Ready, "
+        "untainted and out of maintenance"
+    )
 
 
 def maintenance_message(at: int) -> str:

@@ -25,6 +25,7 @@ from tpuslice.model.records import (
     CapacityUnit,
     Claim,
     ClusterRef,
+    Drain,
     GangMode,
     Handover,
     Holder,
@@ -40,7 +41,12 @@ from tpuslice.model.records import (
     SliceStatus,
 )
 from tpuslice.planning.busy import busy_move, move_message
-from tpuslice.planning.disruption import maintenance_message, scheduled_maintenance
+from tpuslice.planning.disruption import (
+    drain_message,
+    drain_signal,
+    maintenance_message,
+    scheduled_maintenance,
+)
 from tpuslice.planning.nodeclass import WantedShape, classify_pool, is_slicing_block
 
 __all__ = [
@@ -55,6 +61,7 @@ __all__ = [
     "pool_inventory",
     "pool_request",
     "prefer_pools",
+    "quarantined_units",
     "shape_pools",
 ]
 
@@ -195,6 +202,16 @@ def pool_facts(
         subblock=subblocks.pop()[1] if len(subblocks) == 1 else None,
         maintenance_at=scheduled_maintenance(nodes),
     )
+
+
+def quarantined_units(inventory: PoolIndex) -> int:
+    """How many units of the shape a disruption signal keeps from every claim (and drains
+    the slice of): computed once per index, as the index is rebuilt when a node changes."""
+    key = (-1, -1)
+    if key not in inventory.eligible:
+        names = frozenset(n for n, nodes in inventory.matching.items() if drain_signal(nodes))
+        inventory.eligible[key] = names
+    return len(inventory.eligible[key])
 
 
 def eligible_pools(inventory: PoolIndex, *, hosts: int, chips_per_host: int) -> frozenset[str]:
@@ -471,6 +488,7 @@ def plan_slices(
     capacity_types: Sequence[CapacityType] = (),
     now: datetime | None = None,
     maintenance_before: int | None = None,
+    grace_seconds: int = 30,
 ) -> SlicePlan:
     """Decide claims, releases and frees for one TPUSliceCluster from a snapshot.
 
@@ -496,6 +514,12 @@ def plan_slices(
     maintenance scheduled before it are taken last (``prefer_pools``), and a slice on
     one says "maintenance at <time>".
 
+    A slice holding a unit one of whose nodes is being terminated, maintained, NotReady
+    or in an UNHEALTHY partition (``disruption.drain_signal``) is drained: all its live
+    pods deleted together with ``grace_seconds`` (``SlicePlan.drains``), so Ray sees one
+    slice go, not a torn one. A slice whose pods were never released gives the unit
+    back instead (nothing ran there). The unit stays ineligible while the signal lasts.
+
     ``now`` (the clock, for single-host slices): a slice holding a node whose released
     pod could not schedule there for ``busy.BUSY_AFTER_SECONDS`` moves
     (``SlicePlan.moves``); without it nothing moves.
@@ -520,6 +544,7 @@ def plan_slices(
     releases: list[PodRelease] = []
     binds: list[str] = []
     moves: list[Move] = []
+    drains: list[Drain] = []
     recheck_in: float | None = None
     taken_now: set[str] = set()
     by_index: dict[int, SliceStatus] = {}
@@ -688,6 +713,48 @@ def plan_slices(
                 )
             )
         assert pool is not None
+        signal = drain_signal(pools[pool]) if reservation is not None and pool in pools else None
+        if signal is not None and all(p.gated for p in live_pods):
+            frees = sorted({*frees, pool})
+            status_for(
+                replica,
+                SliceStatus(
+                    index,
+                    SliceState.WAITING_FOR_CAPACITY,
+                    replica.name,
+                    None,
+                    message=f"gave {noun} {pool} back before its pods ran: node "
+                    f"{signal.node} {signal.describe()}",
+                ),
+            )
+            continue
+        if signal is not None:
+            drains.append(
+                Drain(
+                    pool,
+                    replica.name,
+                    index,
+                    tuple((p.namespace, p.name) for p in live_pods),
+                    signal.node,
+                    signal.describe(),
+                    str(signal.reason),
+                    grace_seconds,
+                )
+            )
+            status_for(
+                replica,
+                SliceStatus(
+                    index,
+                    SliceState.RELEASING,
+                    replica.name,
+                    pool,
+                    message=drain_message(
+                        noun, pool, signal.node, signal.describe(), grace_seconds
+                    ),
+                    capacity_type=capacity_of(pool),
+                ),
+            )
+            continue
         if reservation is not None and now is not None and inventory.unit is CapacityUnit.NODE:
             move, due = busy_move(pool, replica.name, live_pods, now)
             if due is not None:
@@ -780,6 +847,7 @@ def plan_slices(
         stalled=stalled,
         moves=tuple(moves),
         recheck_in=recheck_in,
+        drains=tuple(drains),
     )
 
 
