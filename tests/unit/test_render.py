@@ -274,5 +274,5 @@ def test_grace_period_renders_termination_grace_and_rays_drain_deadline(
 def test_a_template_grace_period_that_disagrees_is_refused_naming_the_field() -> None:
     body = _load("v6e-2x2-single-host")
     body["spec"]["worker"] = {"template": {"spec": {"terminationGracePeriodSeconds": 5}}}
-    with pytest.raises(SpecError, match="spec.disruption.gracePeriodSeconds"):
+    with pytest.raises(SpecError, match=r"spec\.disruption\.gracePeriodSeconds"):
         render_cluster(body)
