@@ -120,3 +120,41 @@ def test_counts_are_bounded_and_garbage_in_status_is_ignored() -> None:
     assert out["disruptions"]["byReason"] == {"Maintenance": 2, "NodeFailure": 1}
     assert out["disruptions"]["total"] == 3
     assert out["slices"][0]["disruptions"] == 1
+
+
+def scheduled(nodes: list[NodeInfo], at: str) -> list[NodeInfo]:
+    return [
+        replace(n, labels={"cloud.google.com/scheduled-maintenance-time": at})
+        if n.pool == "pool-a"
+        else n
+        for n in nodes
+    ]
+
+
+def conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status["conditions"]}
+
+
+def test_scheduled_maintenance_shows_per_slice_and_as_an_informational_condition() -> None:
+    nodes = scheduled(nodes_of("pool-a"), "1796320800")  # 2026-12-03T18:00:00Z
+    kube, _ = run(Snapshot(body(), running(), nodes, [held()], None))
+    assert kube.status is not None
+    (entry,) = kube.status["slices"]
+    assert entry["maintenance"] == {"state": "Scheduled", "scheduledAt": "2026-12-03T18:00:00Z"}
+    assert entry["message"] == "node pool pool-a: maintenance at 2026-12-03T18:00:00Z"
+    assert not any(c[0] == "delete-pod" for c in kube.calls)  # scheduled only: no drain
+    cond = conditions(kube.status)["MaintenanceScheduled"]
+    assert (cond["status"], cond["reason"]) == ("True", "Scheduled")
+    assert cond["message"].startswith("slice 0: maintenance scheduled at 2026-12-03T18:00:00Z")
+    # maintenance done: the condition turns False (it existed), the entry goes
+    later, _ = run(Snapshot(body(kube.status), running(), nodes_of("pool-a"), [held()], None))
+    assert later.status is not None
+    assert "maintenance" not in later.status["slices"][0]
+    assert conditions(later.status)["MaintenanceScheduled"]["status"] == "False"
+
+
+def test_no_maintenance_no_condition() -> None:
+    kube, _ = run(Snapshot(body(), running(), nodes_of("pool-a"), [held()], None))
+    assert kube.status is not None
+    assert "MaintenanceScheduled" not in conditions(kube.status)
+    assert "disruptions" not in kube.status
