@@ -158,3 +158,17 @@ def test_no_maintenance_no_condition() -> None:
     assert kube.status is not None
     assert "MaintenanceScheduled" not in conditions(kube.status)
     assert "disruptions" not in kube.status
+
+
+def test_the_drained_slice_keeps_its_why_when_the_pass_also_claims_for_another() -> None:
+    nodes = tainted(nodes_of("pool-a", "pool-b"), "pool-a-0")
+    other = slice_pods("tpu-bbbbb", 1)  # a second slice, gated, wanting a pool
+    two = body()
+    two["spec"]["tpu"]["slices"] = 2
+    kube, _ = run(Snapshot(two, running() + other, nodes, [held()], None))
+    assert list(kube.claimed) == ["pool-b"]  # acted, so the pass planned again
+    assert kube.status is not None
+    first = next(e for e in kube.status["slices"] if e["index"] == 0)
+    assert first["state"] == "Releasing"
+    assert first["message"].startswith("node pool-a-0 has the")
+    assert first["disruptions"] == 1

@@ -152,6 +152,18 @@ class SpecCache:
             del self._specs[key]
 
 
+def with_drains(final: SlicePlan, drained: SlicePlan) -> SlicePlan:
+    """The plan after acting, with the drains of the plan that made them and their
+    slices as that plan said (the re-plan sees the drained pods deleting and would only
+    say "pods terminating", where the reader needs which node and why)."""
+    if not drained.drains:
+        return replace(final, drains=())
+    names = {d.replica_name for d in drained.drains}
+    said = {s.index: s for s in drained.slices if s.replica in names}
+    slices = tuple(said.get(s.index, s) for s in final.slices)
+    return replace(final, slices=slices, drains=drained.drains)
+
+
 def desired_of(cluster: Mapping[str, Any], spec: SliceClusterSpec) -> int:
     """How many slices an object wants now: none when suspended, or when it is a
     TPUSliceJob that has ended (its status says Complete or Failed)."""
@@ -501,7 +513,7 @@ class SliceActuator:
             reservations_now = self.pending.reservations(snap.reservations)
             capacity = await prov.act(current, pods_now, reservations_now, index)
         self.metrics.quarantined(shape_name(shape_of(spec)), quarantined_units(index))
-        drained = current.drains
+        drained, drained_plan = current.drains, current
         if drained:
             await self._drain(ref, drained)
         moved = current
@@ -541,7 +553,7 @@ class SliceActuator:
             )
             acted = True
         await self._bind(current.binds)
-        final = replace(with_moves(plan() if acted else current, moved), drains=drained)
+        final = with_drains(with_moves(plan() if acted else current, moved), drained_plan)
         if final.recheck_in is not None and self.kick_later is not None:
             self.kick_later(ref.key, final.recheck_in + 1.0)
         if final.stalled and stall is None:
