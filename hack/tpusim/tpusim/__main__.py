@@ -300,18 +300,13 @@ def _targets(api: Any, names: Sequence[str]) -> list[Any]:
 
 def cmd_disrupt(args: argparse.Namespace) -> int:
     """Play GKE's maintenance, termination, Spot or partition signal on nodes."""
-    from . import maintenance as m
-
     api = _api_for(args.dir)
-    core = kube.core_v1(api)
-    now = time.time()
     for node in _targets(api, args.node):
         try:
-            patch = m.patch_for(
+            kube.disrupt(
+                api,
+                node.metadata.name,
                 args.action,
-                node.metadata.labels or {},
-                m.node_taints(node),
-                now_s=now,
                 in_s=getattr(args, "in_s", 0.0),
                 latest_in_s=getattr(args, "latest_in_s", None),
                 state=getattr(args, "state", ""),
@@ -319,7 +314,6 @@ def cmd_disrupt(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"{node.metadata.name}: {exc}", file=sys.stderr)
             return 2
-        core.patch_node(node.metadata.name, patch)
         print(f"{node.metadata.name}: {args.action}")
     return 0
 
