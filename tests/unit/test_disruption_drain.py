@@ -72,10 +72,12 @@ def test_a_termination_taint_on_one_node_drains_every_pod_of_the_slice_at_once()
         "reason": "Preemption",
         "time": "2026-12-03T12:00:00Z",
         "node": "pool-a-2",
+        "replica": "tpu-aaaaa",
     }
     assert kube.status["disruptions"] == {
         "total": 1,
         "byReason": {"Preemption": 1},
+        "failures": 0,
         "lastReason": "Preemption",
         "lastTime": "2026-12-03T12:00:00Z",
     }
@@ -95,6 +97,9 @@ def test_the_next_pass_neither_drains_again_nor_claims_the_quarantined_unit() ->
     assert list(kube.claimed) == ["pool-b"]
     assert kube.status is not None
     assert kube.status["disruptions"]["total"] == 1  # carried, not counted again
+    # the replacement at index 0 follows a drain: not a failure
+    assert kube.status["disruptions"]["failures"] == 0
+    assert "failures" not in kube.status["slices"][0]
     # the pods are gone and the taint cleared: the unit is claimable again
     healed, _ = run(Snapshot(body(kube.status), replacement, nodes_of("pool-a"), [], None))
     assert list(healed.claimed) == ["pool-a"]
@@ -172,3 +177,25 @@ def test_the_drained_slice_keeps_its_why_when_the_pass_also_claims_for_another()
     assert first["state"] == "Releasing"
     assert first["message"].startswith("node pool-a-0 has the")
     assert first["disruptions"] == 1
+
+
+def test_a_replica_replaced_without_a_drain_is_a_failure() -> None:
+    previous = {"slices": [{"index": 0, "replica": "tpu-aaaaa", "state": "Ready"}]}
+    out = with_disruptions({"slices": [{"index": 0, "replica": "tpu-ccccc"}]}, previous, [], NOW)
+    assert out["slices"][0]["failures"] == 1
+    assert out["disruptions"] == {"total": 0, "byReason": {}, "failures": 1}
+    # after a drain of that replica, its replacement is not a failure
+    drained = {
+        "slices": [
+            {
+                "index": 0,
+                "replica": "tpu-aaaaa",
+                "lastDisruption": {"reason": "Maintenance", "replica": "tpu-aaaaa"},
+            }
+        ]
+    }
+    out = with_disruptions({"slices": [{"index": 0, "replica": "tpu-ccccc"}]}, drained, [], NOW)
+    assert "failures" not in out["slices"][0] and "disruptions" not in out
+    # the same replica, or a slice that had none yet: nothing
+    same = with_disruptions({"slices": [{"index": 0, "replica": "tpu-aaaaa"}]}, previous, [], NOW)
+    assert "failures" not in same["slices"][0]

@@ -52,9 +52,13 @@ def with_disruptions(
     drains: Sequence[Drain],
     now: datetime,
 ) -> dict[str, Any]:
-    """``status`` with ``disruptions`` (object totals by reason, the last one) and each
-    ``slices[]`` entry's ``disruptions``/``lastDisruption`` carried from ``previous`` by
-    slice index and advanced by this pass's ``drains``."""
+    """``status`` with ``disruptions`` (object totals by reason, the last one, and the
+    failures) and each ``slices[]`` entry's ``disruptions``/``lastDisruption``/``failures``
+    carried from ``previous`` by slice index and advanced by this pass.
+
+    A disruption is one of this pass's ``drains``. A failure is a slice index whose
+    replica was replaced (KubeRay made a new replica at that index) without a drain of
+    the old one: a crashed or evicted pod, a failed job attempt; everything else."""
     out = dict(status)
     old = previous.get("disruptions")
     old = old if isinstance(old, Mapping) else {}
@@ -62,18 +66,13 @@ def with_disruptions(
     old_by = old_by if isinstance(old_by, Mapping) else {}
     by_reason = {r: _count(old_by.get(r)) for r in _REASONS if _count(old_by.get(r))}
     totals: dict[str, Any] = {k: v for k, v in old.items() if k in ("lastReason", "lastTime")}
+    failures = _count(old.get("failures"))
     for drain in drains:
         by_reason[drain.reason] = min(MAX_COUNT, by_reason.get(drain.reason, 0) + 1)
         totals["lastReason"], totals["lastTime"] = drain.reason, rfc3339(now)
-    if by_reason or "disruptions" in previous:
-        out["disruptions"] = {
-            "total": min(MAX_COUNT, sum(by_reason.values())),
-            "byReason": by_reason,
-            **totals,
-        }
     entries = out.get("slices")
     if not isinstance(entries, list):
-        return out
+        entries = []
     carried: dict[int, Mapping[str, Any]] = {}
     for entry in previous.get("slices") or []:
         if isinstance(entry, Mapping) and isinstance(entry.get("index"), int):
@@ -84,17 +83,38 @@ def with_disruptions(
         entry = dict(entry)
         before = carried.get(entry.get("index", -1), {})
         count = _count(before.get("disruptions"))
+        failed = _count(before.get("failures"))
         last = before.get("lastDisruption")
+        old_replica, new_replica = before.get("replica"), entry.get("replica")
+        drained_old = isinstance(last, Mapping) and last.get("replica") == old_replica
+        if old_replica and new_replica and old_replica != new_replica and not drained_old:
+            failed = min(MAX_COUNT, failed + 1)
+            failures = min(MAX_COUNT, failures + 1)
         this = drained.get(entry.get("index", -1))
         if this is not None:
             count = min(MAX_COUNT, count + 1)
-            last = {"reason": this.reason, "time": rfc3339(now), "node": this.node}
+            last = {
+                "reason": this.reason,
+                "time": rfc3339(now),
+                "node": this.node,
+                "replica": this.replica_name,
+            }
         if count:
             entry["disruptions"] = count
+        if failed:
+            entry["failures"] = failed
         if isinstance(last, Mapping):
             entry["lastDisruption"] = dict(last)
         slices.append(entry)
-    out["slices"] = slices
+    if isinstance(out.get("slices"), list):
+        out["slices"] = slices
+    if by_reason or failures or "disruptions" in previous:
+        out["disruptions"] = {
+            "total": min(MAX_COUNT, sum(by_reason.values())),
+            "byReason": by_reason,
+            "failures": failures,
+            **totals,
+        }
     return out
 
 
