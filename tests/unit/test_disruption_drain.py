@@ -14,6 +14,7 @@ from tests.support.fake_kube import FakeKube
 from tpuslice.controller.reconciler import Reconciler
 from tpuslice.model.records import Drain, Holder, NodeInfo, ReservationInfo, Snapshot, Taint
 from tpuslice.planning.accounting import with_disruptions
+from tpuslice.planning.busy import move_message
 
 NOW = datetime(2026, 12, 3, 12, 0, 0, tzinfo=UTC)
 KEY = ("TPUSliceCluster", "ml", "llm")
@@ -199,3 +200,19 @@ def test_a_replica_replaced_without_a_drain_is_a_failure() -> None:
     # the same replica, or a slice that had none yet: nothing
     same = with_disruptions({"slices": [{"index": 0, "replica": "tpu-aaaaa"}]}, previous, [], NOW)
     assert "failures" not in same["slices"][0]
+
+
+def test_a_slice_moved_off_a_busy_node_is_not_a_failure() -> None:
+    previous = {
+        "slices": [
+            {
+                "index": 0,
+                "replica": "llm-w-0",
+                "node": "n-0",
+                "state": "Releasing",
+                "message": move_message("n-0"),
+            }
+        ]
+    }
+    out = with_disruptions({"slices": [{"index": 0, "replica": "llm-w-1"}]}, previous, [], NOW)
+    assert "failures" not in out["slices"][0] and "disruptions" not in out

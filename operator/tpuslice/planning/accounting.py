@@ -16,6 +16,7 @@ from typing import Any
 
 from tpuslice.model.convert import rfc3339
 from tpuslice.model.records import Drain, NodeInfo
+from tpuslice.planning.busy import move_message
 from tpuslice.planning.disruption import (
     ACTIVE_MAINTENANCE_LABEL,
     MAINTENANCE_ONGOING,
@@ -58,7 +59,8 @@ def with_disruptions(
 
     A disruption is one of this pass's ``drains``. A failure is a slice index whose
     replica was replaced (KubeRay made a new replica at that index) without a drain of
-    the old one: a crashed or evicted pod, a failed job attempt; everything else."""
+    the old one: a crashed or evicted pod, a failed job attempt; everything else. A
+    single-host slice the operator moved off a busy node (planning/busy.py) is neither."""
     out = dict(status)
     old = previous.get("disruptions")
     old = old if isinstance(old, Mapping) else {}
@@ -87,7 +89,9 @@ def with_disruptions(
         last = before.get("lastDisruption")
         old_replica, new_replica = before.get("replica"), entry.get("replica")
         drained_old = isinstance(last, Mapping) and last.get("replica") == old_replica
-        if old_replica and new_replica and old_replica != new_replica and not drained_old:
+        moved_old = before.get("message") == move_message(str(before.get("node") or ""))
+        replaced = bool(old_replica and new_replica and old_replica != new_replica)
+        if replaced and not drained_old and not moved_old:
             failed = min(MAX_COUNT, failed + 1)
             failures = min(MAX_COUNT, failures + 1)
         this = drained.get(entry.get("index", -1))
