@@ -203,3 +203,23 @@ def test_no_drain_signal_on_healthy_or_merely_scheduled_nodes() -> None:
     assert drain_signal(nodes_of("p")) is None
     assert drain_signal(scheduled(nodes_of("p"), "p-0", 1_900_000_000)) is None
     assert drain_signal([node("x", "p", schedulable=False)]) is None
+
+
+def test_a_gang_that_must_take_pools_with_maintenance_takes_them_from_one_window() -> None:
+    base = int(NOW.timestamp())
+    pools = [
+        ShapePool("a1", True, maintenance_at=base + 5 * HOUR),
+        ShapePool("a2", True, maintenance_at=base + 5 * HOUR),
+        ShapePool("b1", True, maintenance_at=base + 10 * HOUR),
+        ShapePool("c", True),
+    ]
+    cutoff = base + 24 * HOUR
+    got = prefer_pools(pools, 3, maintenance_before=cutoff, together=True)
+    assert [p.name for p in got] == ["c", "a1", "a2"]  # one window: one restart
+    # slices on their own take the latest maintenance first
+    alone = prefer_pools(pools, 3, maintenance_before=cutoff)
+    assert [p.name for p in alone] == ["c", "b1", "a1"]
+    # no window has enough pools for all three: as ranked (the latest first)
+    short = [*pools[:3], ShapePool("d", True, maintenance_at=base + HOUR)]
+    got = prefer_pools(short, 3, maintenance_before=cutoff, together=True)
+    assert [p.name for p in got] == ["b1", "a1", "a2"]

@@ -286,6 +286,8 @@ def prefer_pools(
         ``cloud.google.com/gce-topology-block``, that can hold all of them, preferring
         the (sub-)block of ``anchor`` (the pools the gang holds already);
     (c) the user's ``capacity_types`` order (types not listed come after the listed);
+    (c') for a multislice gang (``together``) whose pools must include some with
+        maintenance soon, those of one window when enough exist (``_lined_up``);
     (d) with ``spread`` (the claimant's uid, when no queue decides who takes which
         pool), the claimant's own order of the pools (``spread_rank``); else, and to
         break a tie, the pool name.
@@ -351,7 +353,34 @@ def prefer_pools(
                     key=lambda g: (g not in home, [key(p) for p in fits[g]], str(g)),
                 )
                 return chosen + fits[best]
-    return chosen + sorted(left, key=key)[:k]
+    picked = sorted(left, key=key)[:k]
+    if together:
+        picked = _lined_up(picked, left, key, soon)
+    return chosen + picked
+
+
+def _lined_up(
+    picked: list[ShapePool],
+    left: Sequence[ShapePool],
+    key: Callable[[ShapePool], Any],
+    soon: Callable[[ShapePool], bool],
+) -> list[ShapePool]:
+    """A multislice gang's pools with maintenance soon, all of one window when the free
+    pools allow: one window then costs the job one restart, not one per window. The
+    pools without maintenance soon stay; the rest come from the latest window that has
+    enough pools (else ``picked`` as is)."""
+    late = [p for p in picked if soon(p)]
+    if len({p.maintenance_at for p in late}) <= 1:
+        return picked
+    windows: dict[int | None, list[ShapePool]] = defaultdict(list)
+    for p in sorted(left, key=key):
+        if soon(p):
+            windows[p.maintenance_at].append(p)
+    fits = [at for at, ps in windows.items() if len(ps) >= len(late)]
+    if not fits:
+        return picked
+    best = max(fits, key=lambda at: at or 0)
+    return [p for p in picked if not soon(p)] + windows[best][: len(late)]
 
 
 #: Matching pools a WaitingForCapacity message names (the rest are counted): the message
