@@ -39,6 +39,8 @@ class FakeKube:
         self.annotations: dict[str, dict[str, str]] = {}
         #: pod name -> the nodeSelector its release patch pinned it with
         self.selectors: dict[str, dict[str, str]] = {}
+        #: pod name -> the grace period its deletion asked for
+        self.pod_grace: dict[str, int] = {}
         #: reservation name -> the body a claim created
         self.claimed: dict[str, dict[str, Any]] = {}
         #: deletes refused for a stale uid (the API server's 409 Conflict)
@@ -111,8 +113,10 @@ class FakeKube:
         if annotations:
             self.annotations[name] = dict(annotations)
 
-    async def delete_pod(self, namespace: str, name: str) -> bool:
+    async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> bool:
         self.calls.append(("delete-pod", name))
+        if grace_seconds is not None:
+            self.pod_grace[name] = grace_seconds
         return True
 
     # ------------------------------------------------ capacity on demand

@@ -179,6 +179,7 @@ def test_exact_env_of_one_multislice_host() -> None:
     assert result.pod["spec"]["hostname"] == "tpu-1-2"
     assert result.pod["spec"]["subdomain"] == "llm-headless"
     assert result.pod["spec"]["containers"][0]["env"] == [
+        {"name": "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "value": "25"},  # spec.disruption
         {"name": "TPU_WORKER_ID", "value": "2"},
         {"name": "TPU_NAME", "value": "tpu-1"},
         {
@@ -457,7 +458,8 @@ def _gke_stand_in(pod: dict[str, Any], svc: str, slices_env: bool) -> dict[str, 
             {"name": "MEGASCALE_COORDINATOR_ADDRESS", "value": f"tpu-0-0.{svc}"},
             {"name": "MEGASCALE_PORT", "value": "8081"},
         ]
-    pod["spec"]["containers"][0]["env"] = env
+    container = pod["spec"]["containers"][0]
+    container["env"] = [*(container.get("env") or []), *env]  # it appends to the pod's env
     return pod
 
 

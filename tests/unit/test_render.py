@@ -253,3 +253,26 @@ def test_render_does_not_mutate_its_input() -> None:
     before = copy.deepcopy(obj)
     render_cluster(obj)
     assert obj == before
+
+
+@pytest.mark.parametrize(
+    ("grace", "drain"), [(30, "25"), (120, "115"), (6, "3"), (1, "0"), (0, "0")]
+)
+def test_grace_period_renders_termination_grace_and_rays_drain_deadline(
+    grace: int, drain: str
+) -> None:
+    body = _load("v6e-2x2-single-host")
+    body["spec"]["disruption"] = {"gracePeriodSeconds": grace}
+    pod = _worker(render_cluster(body))["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == grace
+    (container,) = pod["containers"]
+    assert {"name": "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "value": drain} in container["env"]
+    head = render_cluster(body)["spec"]["headGroupSpec"]["template"]["spec"]
+    assert "terminationGracePeriodSeconds" not in head
+
+
+def test_a_template_grace_period_that_disagrees_is_refused_naming_the_field() -> None:
+    body = _load("v6e-2x2-single-host")
+    body["spec"]["worker"] = {"template": {"spec": {"terminationGracePeriodSeconds": 5}}}
+    with pytest.raises(SpecError, match=r"spec\.disruption\.gracePeriodSeconds"):
+        render_cluster(body)

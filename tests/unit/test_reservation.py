@@ -296,9 +296,10 @@ def test_same_snapshot_same_plan() -> None:
     assert unordered_releases(plan(**snapshot(reverse=False))) == first
 
 
-def test_a_held_slice_with_a_pod_terminating_on_a_dead_node_keeps_its_pool_and_says_why() -> None:
-    """KubeRay waits for the deleted pod before replacing the replica; a dead kubelet never
-    finishes it: the pool stays held, nothing is released, and the message says why."""
+def test_a_held_slice_with_a_node_not_ready_is_drained_whole_and_keeps_its_pool() -> None:
+    """A dead host interrupts the whole slice: its live pods are deleted together (the
+    one already terminating is not deleted again), the pool stays held until they are
+    gone, and the message names the node."""
     pods = slice_pods("tpu-aaaaa", 0, gated=False, pool="pool-a", ready=True)
     pods[1] = slice_pods("tpu-aaaaa", 0, gated=False, pool="pool-a", deleting=True)[1]
     ours = ReservationInfo("pool-a", Holder("ml", "llm", "uid-llm", "tpu-aaaaa", 0), "Bound")
@@ -309,12 +310,13 @@ def test_a_held_slice_with_a_pod_terminating_on_a_dead_node_keeps_its_pool_and_s
         reservations=[ours],
     )
     assert result.frees == () and result.claims == () and result.releases == ()
-    (entry,) = result.slices
-    assert (entry.state, entry.node_pool) == (SliceState.RESERVED, "pool-a")
-    assert entry.message == (
-        "3 of 4 pods live, 1 terminating; the pool stays held until KubeRay has replaced "
-        "them (node pool pool-a has 2 of 4 nodes NotReady)"
-    )
+    (drain,) = result.drains
+    assert drain.pods == tuple(("ml", p.name) for p in pods if not p.deleting)
+    assert (drain.node, drain.reason, drain.grace_seconds) == ("pool-a-0", "NodeFailure", 30)
+    released = [s for s in result.slices if s.replica == "tpu-aaaaa"]
+    (entry,) = released
+    assert (entry.state, entry.node_pool) == (SliceState.RELEASING, "pool-a")
+    assert entry.message.startswith("node pool-a-0 is NotReady: every pod of the slice")
 
 
 def test_the_sweep_deletes_only_orphans_of_namespaces_it_watches() -> None:

@@ -217,10 +217,11 @@ def test_mutated_pod_gets_a_minimal_json_patch() -> None:
     assert pod == original, "the request object is not modified"
     assert _patched(pod, answer) == mutate_pod(pod).pod
     # Only what we set, not a rewrite of the spec: the audit log shows exactly this.
+    # the worker container has an env already (Ray's drain deadline, spec.disruption)
     assert sorted((op["op"], op["path"]) for op in _ops(answer)) == [
-        ("add", "/spec/containers/0/env"),
         ("add", "/spec/hostname"),
         ("add", "/spec/subdomain"),
+        ("replace", "/spec/containers/0/env"),
     ]
     assert webhook.admission_outcome(answer) == "mutated"
 

@@ -6,7 +6,9 @@ State (pids, ports, kubeconfig) lives in ``--dir`` so `down` and `status` from
 another shell find it. `up --real-node` adds one real kubelet node
 (tpusim.realnode; root); `down` takes it and every host change back, and
 `cleanup-host` does that alone from the recorded state (after a crash).
-`provisioner` runs the fake GKE provisioner (tpusim.provisioner) in the
+`schedule-maintenance`, `start-maintenance`, `clear-maintenance`, `terminate`,
+`unterminate`, `spot-notice` and `partition-state` put GKE's node signals on fake
+nodes (tpusim.maintenance). `provisioner` runs the fake GKE provisioner (tpusim.provisioner) in the
 foreground against the cluster of ``--dir`` (or ``--kubeconfig``).
 `autoscale` sends one RayCluster patch exactly as Ray's autoscaler would
 (tpusim.autoscaler): grow a worker group to ``--slices`` or name pods in
@@ -284,6 +286,41 @@ def cmd_remove_pool(args: argparse.Namespace) -> int:
     return 0
 
 
+def _targets(api: Any, names: Sequence[str]) -> list[Any]:
+    """Nodes named directly or as ``pool:NAME`` (every node of that harness pool)."""
+    core = kube.core_v1(api)
+    found: list[Any] = []
+    for name in names:
+        if name.startswith("pool:"):
+            nodes = kube.harness_nodes(api, name.removeprefix("pool:"))
+            if not nodes:
+                raise SystemExit(f"no nodes in pool {name.removeprefix('pool:')!r}")
+            found += nodes
+        else:
+            found.append(core.read_node(name))
+    return found
+
+
+def cmd_disrupt(args: argparse.Namespace) -> int:
+    """Play GKE's maintenance, termination, Spot or partition signal on nodes."""
+    api = _api_for(args.dir)
+    for node in _targets(api, args.node):
+        try:
+            kube.disrupt(
+                api,
+                node.metadata.name,
+                args.action,
+                in_s=getattr(args, "in_s", 0.0),
+                latest_in_s=getattr(args, "latest_in_s", None),
+                state=getattr(args, "state", ""),
+            )
+        except ValueError as exc:
+            print(f"{node.metadata.name}: {exc}", file=sys.stderr)
+            return 2
+        print(f"{node.metadata.name}: {args.action}")
+    return 0
+
+
 def cmd_provisioner(args: argparse.Namespace) -> int:
     """Install the ProvisioningRequest CRD and play GKE's side until Ctrl-C."""
     import logging
@@ -376,6 +413,36 @@ def cmd_images(args: argparse.Namespace) -> int:
     return 0
 
 
+DISRUPT_HELP = {
+    "schedule-maintenance": "announce maintenance: scheduled-maintenance-time(-latest) labels",
+    "start-maintenance": "maintenance begins: active-node-maintenance=ONGOING + window taint",
+    "clear-maintenance": "maintenance over: every maintenance label and taint removed",
+    "terminate": "impending-node-termination:NoSchedule taint",
+    "unterminate": "remove the impending-node-termination taint",
+    "spot-notice": "Spot reclaim notice (termination taint; Spot nodes only)",
+    "partition-state": "set a tpu7x node's partition-4x4x4-state label",
+}
+
+
+def _add_disrupt_commands(sub: Any) -> None:
+    """GKE's node signals on demand (docs/local-cluster.md, tpusim.maintenance)."""
+    for action, text in DISRUPT_HELP.items():
+        cmd = sub.add_parser(action, help=text)
+        cmd.add_argument("node", nargs="+", help="node name, or pool:NAME for a whole pool")
+        if action == "schedule-maintenance":
+            cmd.add_argument(
+                "--in", dest="in_s", type=float, default=3600.0, help="seconds from now"
+            )
+            cmd.add_argument(
+                "--latest-in", dest="latest_in_s", type=float, help="latest start (s from now)"
+            )
+        if action == "partition-state":
+            cmd.add_argument(
+                "--state", required=True, help="HEALTHY|DEGRADED|UNHEALTHY|UNSET|INCOMPLETE"
+            )
+        cmd.set_defaults(fn=cmd_disrupt, action=action)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tpusim", description=__doc__)
     parser.add_argument(
@@ -412,6 +479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rm = sub.add_parser("remove-pool", help="delete every node of the named pools")
     rm.add_argument("name", nargs="+")
     rm.set_defaults(fn=cmd_remove_pool)
+    _add_disrupt_commands(sub)
     prov = sub.add_parser(
         "provisioner",
         help="fake GKE ProvisioningRequest provisioner in the foreground (docs/local-cluster.md)",

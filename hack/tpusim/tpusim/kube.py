@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from kubernetes import client, config
 from kubernetes.client import ApiException
 
+from .maintenance import node_taints, patch_for
 from .nodepools import KWOK_ANNOTATION, POOL_ANNOTATION, NodePool, pool_nodes
 from .stages import DEAD_KUBELET_ANNOTATION
 
@@ -28,6 +29,7 @@ __all__ = [
     "create_pool",
     "delete_node",
     "delete_pool",
+    "disrupt",
     "harness_nodes",
     "node_ready",
     "restore_node",
@@ -157,6 +159,32 @@ def delete_pool(api: Any, pool: str, timeout_s: float = 60.0) -> None:
         timeout_s=timeout_s,
         what=f"nodes of pool {pool} deleted",
     )
+
+
+def disrupt(
+    api: Any,
+    name: str,
+    action: str,
+    *,
+    in_s: float = 3600.0,
+    latest_in_s: float | None = None,
+    state: str = "",
+) -> None:
+    """Put one of GKE's node signals on a node (``tpusim.maintenance``: the actions of
+    ``python -m tpusim schedule-maintenance|start-maintenance|...``); ValueError when it
+    does not apply to that node."""
+    core = core_v1(api)
+    node = core.read_node(name)
+    patch = patch_for(
+        action,
+        node.metadata.labels or {},
+        node_taints(node),
+        now_s=time.time(),
+        in_s=in_s,
+        latest_in_s=latest_in_s,
+        state=state,
+    )
+    core.patch_node(name, patch)
 
 
 def cordon(api: Any, name: str, unschedulable: bool = True) -> None:

@@ -34,6 +34,7 @@ from tpuslice.model.records import (
     Admission,
     CapacityUnit,
     ClusterRef,
+    Drain,
     Move,
     ObjectKey,
     PodInfo,
@@ -46,6 +47,7 @@ from tpuslice.model.records import (
     Snapshot,
 )
 from tpuslice.planning.busy import move_message, with_moves
+from tpuslice.planning.disruption import maintenance_before
 from tpuslice.planning.pools import (
     PoolIndex,
     eligible_pools,
@@ -54,9 +56,10 @@ from tpuslice.planning.pools import (
     plan_slices,
     pool_index,
     pool_request,
+    quarantined_units,
     shape_pools,
 )
-from tpuslice.planning.queue import admission_for, decide_queue
+from tpuslice.planning.queue import admission_for, decide_queue, shape_name
 from tpuslice.policy.placement import (
     excluded_pools,
     namespace_wait,
@@ -149,6 +152,18 @@ class SpecCache:
             del self._specs[key]
 
 
+def with_drains(final: SlicePlan, drained: SlicePlan) -> SlicePlan:
+    """The plan after acting, with the drains of the plan that made them and their
+    slices as that plan said (the re-plan sees the drained pods deleting and would only
+    say "pods terminating", where the reader needs which node and why)."""
+    if not drained.drains:
+        return replace(final, drains=())
+    names = {d.replica_name for d in drained.drains}
+    said = {s.index: s for s in drained.slices if s.replica in names}
+    slices = tuple(said.get(s.index, s) for s in final.slices)
+    return replace(final, slices=slices, drains=drained.drains)
+
+
 def desired_of(cluster: Mapping[str, Any], spec: SliceClusterSpec) -> int:
     """How many slices an object wants now: none when suspended, or when it is a
     TPUSliceJob that has ended (its status says Complete or Failed). An elastic set
@@ -188,6 +203,11 @@ def _request(
         capacity_types=spec.capacity_types,
         previous_pools=previous_pools(cluster.get("status") or {}),
         minimum=None if spec.elastic is None else spec.elastic.min_slices,
+        # the queue's decision is read from the snapshot alone; the wall clock only
+        # moves which announced maintenance is "soon" (spec.disruption)
+        maintenance_before=maintenance_before(
+            datetime.now(UTC), spec.disruption.avoid_maintenance_within_s
+        ),
     )
 
 
@@ -485,6 +505,10 @@ class SliceActuator:
                 capacity_types=spec.capacity_types,
                 now=now,
                 minimum=None if spec.elastic is None else spec.elastic.min_slices,
+                maintenance_before=maintenance_before(
+                    now, spec.disruption.avoid_maintenance_within_s
+                ),
+                grace_seconds=spec.disruption.grace_period_s,
             )
             if keep_pools:
                 frees = kept_frees(
@@ -502,6 +526,10 @@ class SliceActuator:
             pods_now = self.pending.pods(snap.pods)
             reservations_now = self.pending.reservations(snap.reservations)
             capacity = await prov.act(current, pods_now, reservations_now, index)
+        self.metrics.quarantined(shape_name(shape_of(spec)), quarantined_units(index))
+        drained, drained_plan = current.drains, current
+        if drained:
+            await self._drain(ref, drained)
         moved = current
         if current.moves:
             await self._move(ref, current.moves, snap)
@@ -539,7 +567,7 @@ class SliceActuator:
             )
             acted = True
         await self._bind(current.binds)
-        final = with_moves(plan() if acted else current, moved)
+        final = with_drains(with_moves(plan() if acted else current, moved), drained_plan)
         if final.recheck_in is not None and self.kick_later is not None:
             self.kick_later(ref.key, final.recheck_in + 1.0)
         if final.stalled and stall is None:
@@ -577,6 +605,33 @@ class SliceActuator:
                 events.SLICE_HANDED_OVER,
                 f"node pool {handover.pool} kept for slice {handover.holder.replica_index} "
                 f"({handover.holder.replica_name}; it held {old.holder.replica_name} before)",
+            )
+
+    async def _drain(self, ref: ClusterRef, drains: Sequence[Drain]) -> None:
+        """Delete every pod of each disrupted slice in one go, with its grace period, so
+        every host of the slice drains at once (a TPU slice is interrupted whole). The
+        reservation stays until the pods are gone (then the slice's pool is freed as
+        any slice without pods); the unit is not claimed while its signal lasts."""
+        for drain in drains:
+            for namespace, name in drain.pods:
+                await self.kube.delete_pod(namespace, name, grace_seconds=drain.grace_seconds)
+                self.pending.pod_deleted(namespace, name, time.monotonic())
+            self.metrics.slice_disrupted(drain.reason)
+            log.info(
+                "%s %s: slice %s drained (%s): node %s %s",
+                ref.kind,
+                ref,
+                drain.replica_name,
+                drain.reason,
+                drain.node,
+                drain.signal,
+            )
+            await self.recorder.warning(
+                ref,
+                events.SLICE_DISRUPTED,
+                f"slice {drain.index} ({drain.replica_name}) on {drain.pool} drained, "
+                f"{len(drain.pods)} pods deleted together with grace {drain.grace_seconds}s "
+                f"({drain.reason}): node {drain.node} {drain.signal}",
             )
 
     async def _move(self, ref: ClusterRef, moves: Sequence[Move], snap: Snapshot) -> None:

@@ -47,6 +47,8 @@ class Expectations:
     deleted: dict[str, tuple[str, float]] = field(default_factory=dict)
     released: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
     bound: dict[str, float] = field(default_factory=dict)  # phase Bound sent, per pool
+    #: pods of a drained slice deleted (shown deleting until the watch shows it)
+    pods_deleted: dict[tuple[str, str], float] = field(default_factory=dict)
     applied: dict[ObjectKey, tuple[str, float]] = field(default_factory=dict)  # by (kind, ns, name)
     #: ProvisioningRequests: created (with their owner), deleted, marked retired (its pool)
     requests_created: dict[RequestKey, tuple[ObjectKey, ProvisioningRequestInfo, float]] = field(
@@ -74,6 +76,10 @@ class Expectations:
 
     def pod_released(self, namespace: str, name: str, pool: str, now: float) -> None:
         self.released[(namespace, name)] = (pool, now)
+
+    def pod_deleted(self, namespace: str, name: str, now: float) -> None:
+        """A pod of a drained slice deleted: the next pass must not drain it again."""
+        self.pods_deleted[(namespace, name)] = now
 
     def reservation_bound(self, pool: str, now: float) -> None:
         self.bound[pool] = now
@@ -106,6 +112,7 @@ class Expectations:
         self.released = {k: v for k, v in self.released.items() if fresh(v[1])}
         self.deleted = {k: v for k, v in self.deleted.items() if fresh(v[1])}
         self.bound = {k: v for k, v in self.bound.items() if fresh(v)}
+        self.pods_deleted = {k: v for k, v in self.pods_deleted.items() if fresh(v)}
         self.applied = {k: v for k, v in self.applied.items() if fresh(v[1])}
         self.requests_created = {k: v for k, v in self.requests_created.items() if fresh(v[2])}
         self.requests_deleted = {k: v for k, v in self.requests_deleted.items() if fresh(v[1])}
@@ -132,6 +139,8 @@ class Expectations:
         for pod in pods:
             if not pod.gated:
                 self.released.pop((pod.namespace, pod.name), None)
+            if pod.deleting:
+                self.pods_deleted.pop((pod.namespace, pod.name), None)
 
     def reservation_gone(self, pool: str, uid: str = "") -> None:
         """The watch showed the reservation ``uid`` of ``pool`` deleted."""
@@ -188,12 +197,14 @@ class Expectations:
 
     def pods(self, indexed: Iterable[PodInfo]) -> list[PodInfo]:
         """The indexed pods, those we released and the index shows gated shown released
-        (ungated, pinned)."""
+        (ungated, pinned), and those we deleted shown deleting."""
         out = []
         for pod in indexed:
             entry = self.released.get((pod.namespace, pod.name))
             if entry is not None and pod.gated:
                 pod = replace(pod, gated=False, pinned_pool=entry[0])
+            if not pod.deleting and (pod.namespace, pod.name) in self.pods_deleted:
+                pod = replace(pod, deleting=True)
             out.append(pod)
         return out
 

@@ -45,6 +45,12 @@ from tpuslice.model.records import (
     SliceState,
     Snapshot,
 )
+from tpuslice.planning.accounting import (
+    MAINTENANCE_CONDITION,
+    maintenance_condition,
+    with_disruptions,
+    with_maintenance,
+)
 from tpuslice.planning.busy import avoided_nodes, busy_nodes_status
 from tpuslice.planning.pools import held_pin
 from tpuslice.planning.queue import shape_name
@@ -125,10 +131,13 @@ def waiting_for_capacity(plan: SlicePlan) -> bool:
 
 def _busy_nodes_kept(status: dict[str, Any], previous: Mapping[str, Any]) -> dict[str, Any]:
     """A status computed without acting (an invalid or refused spec) keeps the busy nodes
-    the object remembers: they are read back from status by the next pass."""
-    if "busyNodes" in previous and "busyNodes" not in status:
-        return {**status, "busyNodes": previous["busyNodes"]}
-    return status
+    and the disruption totals the object remembers: they are read back from status by
+    the next pass."""
+    kept = dict(status)
+    for name in ("busyNodes", "disruptions"):
+        if name in previous and name not in kept:
+            kept[name] = previous[name]
+    return kept
 
 
 def failure_message(failure: Failure) -> str:
@@ -303,7 +312,19 @@ class Reconciler:
         busy = busy_nodes_status(previous, moved, now)
         if busy is not None:
             out.status["busyNodes"] = busy
-        await self.status.write_status(body, previous, out.status, out.slices)
+        drains = [d for each in acted for d in each.plan.drains]
+        status = with_maintenance(with_disruptions(out.status, previous, drains, now), snap.nodes)
+        condition = maintenance_condition(status, previous, now, generation(body))
+        if condition is not None:
+            status["conditions"] = [
+                *(
+                    c
+                    for c in status.get("conditions") or []
+                    if c.get("type") != MAINTENANCE_CONDITION
+                ),
+                condition,
+            ]
+        await self.status.write_status(body, previous, status, out.slices)
 
     async def _refused(
         self,

@@ -246,3 +246,10 @@ MEGASCALE_PORT_BASE: Final = 8081
 TPU_DEVICE_PLUGIN_PORT: Final = 2112
 # Name of the mutating webhook (configuration and kopf handler id).
 IDENTITY_WEBHOOK: Final = "tpuslice-identity"
+
+# GKE's host maintenance and termination taints (GKE "Manage disruption to GKE nodes
+# that don't live migrate", https://cloud.google.com/kubernetes-engine/docs/concepts/
+# handle-disruption-gpu-tpu): the planner judges them itself (planning/disruption.py).
+NODE_TAINT_IMPENDING_TERMINATION: Final = "cloud.google.com/impending-node-termination"
+NODE_TAINT_MAINTENANCE_STARTED: Final = "cloud.google.com/maintenance-window-started"
+DISRUPTION_TAINT_KEYS: Final = (NODE_TAINT_IMPENDING_TERMINATION, NODE_TAINT_MAINTENANCE_STARTED)

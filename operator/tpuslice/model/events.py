@@ -19,6 +19,9 @@ SLICE_TERMINATING: Final = "SliceTerminating"
 WAITING_FOR_CAPACITY: Final = "WaitingForCapacity"
 # a single-host slice left a node held by pods the operator did not place (planning/busy.py)
 SLICE_MOVED: Final = "SliceMovedOffBusyNode"
+# a node of a held unit is terminated, maintained, NotReady or UNHEALTHY: the whole slice
+# is drained at once (planning/disruption.py)
+SLICE_DISRUPTED: Final = "SliceDisrupted"
 RESERVATION_LOST: Final = "ReservationConflict"  # the pool was claimed by someone else first
 CLUSTER_READY: Final = "Ready"
 # A pass failed (API error, bug); posted at most every few minutes per cluster while

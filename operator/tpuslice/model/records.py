@@ -306,6 +306,22 @@ class Move:
 
 
 @dataclass(frozen=True)
+class Drain:
+    """Delete every pod of a slice at once, each with ``grace_seconds``: a node of the
+    unit it holds is being terminated, maintained, has failed or its partition is
+    UNHEALTHY (planning/disruption.py), and a TPU slice is interrupted whole."""
+
+    pool: str
+    replica_name: str
+    index: int
+    pods: tuple[tuple[str, str], ...]  # (namespace, name)
+    node: str  # the first disrupted node, by name
+    signal: str  # what it says (the rest of "node <name> ...")
+    reason: str  # DisruptionReason: Maintenance, Preemption, CapacityRevoked, NodeFailure
+    grace_seconds: int
+
+
+@dataclass(frozen=True)
 class Claim:
     """Create a SliceReservation for ``pool``: the atomic claim (AlreadyExists = lost)."""
 
@@ -392,6 +408,8 @@ class SlicePlan:
     moves: tuple[Move, ...] = ()
     #: seconds until a released pod that cannot schedule has waited long enough to move
     recheck_in: float | None = None
+    #: slices whose held unit is disrupted: all their pods deleted together
+    drains: tuple[Drain, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -458,6 +476,8 @@ class PoolRequest:
     #: Only slices above an elastic minimum are missing (``planning.elastic``): ranked
     #: after every other request of the same priority that misses its minimum.
     extra: bool = False
+    #: Unix time before which a pool's scheduled maintenance ranks it last (None: ignored)
+    maintenance_before: int | None = None
 
     @property
     def missing(self) -> int:
@@ -483,6 +503,8 @@ class ShapePool:
     capacity_type: CapacityType = CapacityType.ON_DEMAND
     block: str | None = None
     subblock: str | None = None
+    #: the earliest cloud.google.com/scheduled-maintenance-time of its nodes (Unix s)
+    maintenance_at: int | None = None
 
 
 @dataclass(frozen=True)

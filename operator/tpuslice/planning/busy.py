@@ -34,6 +34,7 @@ __all__ = [
     "avoided_nodes",
     "busy_move",
     "busy_nodes_status",
+    "is_move_message",
     "move_message",
     "unschedulable_for",
     "with_moves",
@@ -49,6 +50,8 @@ BUSY_AFTER_SECONDS = 60.0
 BUSY_NODES_KEPT = 16
 #: A busy node is avoided this long after it was found busy, then tried again.
 BUSY_NODE_MEMORY_SECONDS = 600.0
+#: How every move message ends (``is_move_message`` knows a move by it).
+_MOVING = "; moving to another node"
 
 
 def unschedulable_for(pod: PodInfo, now: datetime) -> float | None:
@@ -110,7 +113,17 @@ def move_message(move: Move) -> str:
     """The slice's status message the pass that moves it writes."""
     return (
         f"node {move.pool} {move.why} (the released pod could not schedule for "
-        f"{BUSY_AFTER_SECONDS:.0f}s); moving to another node"
+        f"{BUSY_AFTER_SECONDS:.0f}s){_MOVING}"
+    )
+
+
+def is_move_message(message: object, node: str) -> bool:
+    """Whether a slice's status ``message`` is the one the pass that moved it off
+    ``node`` wrote (``move_message``, whatever the node's state was)."""
+    return (
+        isinstance(message, str)
+        and message.startswith(f"node {node} ")
+        and message.endswith(_MOVING)
     )
 
 

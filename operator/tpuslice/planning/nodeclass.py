@@ -23,6 +23,9 @@ Where the facts come from:
   then look like an ordinary pool of that topology, but they belong to whoever created
   the Slice. ``owned_slices`` names the Slices whose nodes we may claim (none yet: the
   operator creates no Slice today).
+- A node with GKE's impending-termination taint, in host maintenance, or in an
+  UNHEALTHY tpu7x partition (planning.disruption) is about to lose its slice: its unit
+  is not claimed until the signal clears.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from tpuslice.model.constants import (
     TPU_RESOURCE,
 )
 from tpuslice.model.records import NodeInfo
+from tpuslice.planning.disruption import blocking_signal
 
 __all__ = [
     "Fit",
@@ -68,6 +72,8 @@ class Fit(enum.Enum):
     SLICING_BLOCK = "SlicingBlock"
     #: (pool only) not exactly one node per host of the slice
     NODE_COUNT = "NodeCount"
+    #: GKE is terminating a node, maintaining it, or its tpu7x partition is UNHEALTHY
+    DISRUPTED = "Disrupted"
     NOT_READY = "NotReady"
     CORDONED = "Cordoned"
     #: the right labels, but a different google.com/tpu than the shape's chips per host
@@ -89,11 +95,13 @@ class WantedShape:
 
 @dataclass(frozen=True)
 class NodeFit:
-    """One node's class; ``gke_slice`` names the Slice for ``IN_GKE_SLICE``."""
+    """One node's class; ``gke_slice`` names the Slice for ``IN_GKE_SLICE``, ``signal``
+    the disruption of ``DISRUPTED`` (the rest of ``node <name> ...``)."""
 
     node: str
     fit: Fit
     gke_slice: str = ""
+    signal: str = ""
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,9 @@ class PoolFit:
     found: int = 0
     needed: int = 0
     gke_slice: str = ""
+    #: DISRUPTED: the first disrupted node (by name) and what it says
+    node: str = ""
+    signal: str = ""
 
     @property
     def usable(self) -> bool:
@@ -121,7 +132,12 @@ class PoolFit:
         """Why the pool cannot hold the slice, as the rest of ``<pool> ...``; empty when
         it can."""
         of = f"{self.nodes} of {self.total} nodes"
-        if self.total == 1 and self.fit in (Fit.NOT_READY, Fit.CORDONED, Fit.CHIP_COUNT):
+        if self.total == 1 and self.fit in (
+            Fit.NOT_READY,
+            Fit.CORDONED,
+            Fit.CHIP_COUNT,
+            Fit.DISRUPTED,
+        ):
             return self._one_node()
         match self.fit:
             case Fit.USABLE:
@@ -143,6 +159,8 @@ class PoolFit:
                 )
             case Fit.NODE_COUNT:
                 return f"has {self.found} nodes (needs {self.needed})"
+            case Fit.DISRUPTED:
+                return f"has node {self.node} that {self.signal}; not claimed until it clears"
             case Fit.NOT_READY:
                 return f"has {of} NotReady"
             case Fit.CORDONED:
@@ -156,6 +174,8 @@ class PoolFit:
             return "is NotReady"
         if self.fit is Fit.CORDONED:
             return "is cordoned"
+        if self.fit is Fit.DISRUPTED:
+            return f"{self.signal}; not claimed until it clears"
         return f"has {self.found} {TPU_RESOURCE} (needs {self.needed})"
 
 
@@ -184,6 +204,8 @@ def classify_node(
         return NodeFit(node.name, Fit.IN_GKE_SLICE, node.gke_slice)
     if not node.gke_slice and is_slicing_block(node):
         return NodeFit(node.name, Fit.SLICING_BLOCK)
+    if (signal := blocking_signal(node)) is not None:
+        return NodeFit(node.name, Fit.DISRUPTED, signal=signal.describe())
     if not node.ready:
         return NodeFit(node.name, Fit.NOT_READY)
     if not node.schedulable:
@@ -215,6 +237,9 @@ def classify_pool(
             return PoolFit(pool, fit, len(found), total, gke_slice=", ".join(slices))
     if total != wanted.hosts:
         return PoolFit(pool, Fit.NODE_COUNT, total, total, found=total, needed=wanted.hosts)
+    if found := sorted(with_fit(Fit.DISRUPTED), key=lambda f: f.node):
+        first = found[0]
+        return PoolFit(pool, Fit.DISRUPTED, len(found), total, node=first.node, signal=first.signal)
     for fit in (Fit.NOT_READY, Fit.CORDONED):
         if found := with_fit(fit):
             return PoolFit(pool, fit, len(found), total)

@@ -25,6 +25,7 @@ from tpuslice.model.records import (
     CapacityUnit,
     Claim,
     ClusterRef,
+    Drain,
     GangMode,
     Handover,
     Holder,
@@ -40,6 +41,12 @@ from tpuslice.model.records import (
     SliceStatus,
 )
 from tpuslice.planning.busy import busy_move, move_message
+from tpuslice.planning.disruption import (
+    drain_message,
+    drain_signal,
+    maintenance_message,
+    scheduled_maintenance,
+)
 from tpuslice.planning.elastic import plan_terms
 from tpuslice.planning.nodeclass import WantedShape, classify_pool, is_slicing_block
 
@@ -55,6 +62,7 @@ __all__ = [
     "pool_inventory",
     "pool_request",
     "prefer_pools",
+    "quarantined_units",
     "shape_pools",
 ]
 
@@ -193,7 +201,18 @@ def pool_facts(
         capacity_type=first.capacity_type if first else CapacityType.ON_DEMAND,
         block=blocks.pop() if len(blocks) == 1 else None,
         subblock=subblocks.pop()[1] if len(subblocks) == 1 else None,
+        maintenance_at=scheduled_maintenance(nodes),
     )
+
+
+def quarantined_units(inventory: PoolIndex) -> int:
+    """How many units of the shape a disruption signal keeps from every claim (and drains
+    the slice of): computed once per index, as the index is rebuilt when a node changes."""
+    key = (-1, -1)
+    if key not in inventory.eligible:
+        names = frozenset(n for n, nodes in inventory.matching.items() if drain_signal(nodes))
+        inventory.eligible[key] = names
+    return len(inventory.eligible[key])
 
 
 def eligible_pools(inventory: PoolIndex, *, hosts: int, chips_per_host: int) -> frozenset[str]:
@@ -258,6 +277,7 @@ def prefer_pools(
     anchor: Sequence[ShapePool] = (),
     by_name: bool = False,
     spread: str = "",
+    maintenance_before: int | None = None,
 ) -> list[ShapePool]:
     """Up to ``count`` of ``candidates`` in the order of preference:
 
@@ -267,15 +287,30 @@ def prefer_pools(
         ``cloud.google.com/gce-topology-block``, that can hold all of them, preferring
         the (sub-)block of ``anchor`` (the pools the gang holds already);
     (c) the user's ``capacity_types`` order (types not listed come after the listed);
+    (c') for a multislice gang (``together``) whose pools must include some with
+        maintenance soon, those of one window when enough exist (``_lined_up``);
     (d) with ``spread`` (the claimant's uid, when no queue decides who takes which
         pool), the claimant's own order of the pools (``spread_rank``); else, and to
         break a tie, the pool name.
-    Pure and stable: the same input gives the same pools in the same order.
+    Before (b)-(d): with ``maintenance_before`` (Unix s, spec.disruption
+    .avoidMaintenanceWithin from now), pools with maintenance scheduled before it rank
+    after all others, the latest maintenance first (a window costs the slice a restart;
+    a later one costs it later). Pure and stable: the same input gives the same pools
+    in the same order.
     ``by_name``: the candidates are already in name order (the queue keeps them so); with
     no preference to apply, the first ``count`` are the answer without sorting.
     """
+
+    def soon(p: ShapePool) -> bool:
+        return (
+            maintenance_before is not None
+            and p.maintenance_at is not None
+            and p.maintenance_at < maintenance_before
+        )
+
     if (
         by_name
+        and not any(soon(p) for p in candidates)
         and not spread
         and not capacity_types
         and not together
@@ -284,8 +319,11 @@ def prefer_pools(
         return list(candidates[:count])
     rank = _capacity_rank(capacity_types)
 
-    def key(p: ShapePool) -> tuple[int, int, str]:
+    def key(p: ShapePool) -> tuple[int, int, int, int, str]:
+        late = soon(p)
         return (
+            int(late),
+            -(p.maintenance_at or 0) if late else 0,
             rank.get(p.capacity_type, len(rank)),
             spread_rank(spread, p.name) if spread else 0,
             p.name,
@@ -316,7 +354,34 @@ def prefer_pools(
                     key=lambda g: (g not in home, [key(p) for p in fits[g]], str(g)),
                 )
                 return chosen + fits[best]
-    return chosen + sorted(left, key=key)[:k]
+    picked = sorted(left, key=key)[:k]
+    if together:
+        picked = _lined_up(picked, left, key, soon)
+    return chosen + picked
+
+
+def _lined_up(
+    picked: list[ShapePool],
+    left: Sequence[ShapePool],
+    key: Callable[[ShapePool], Any],
+    soon: Callable[[ShapePool], bool],
+) -> list[ShapePool]:
+    """A multislice gang's pools with maintenance soon, all of one window when the free
+    pools allow: one window then costs the job one restart, not one per window. The
+    pools without maintenance soon stay; the rest come from the latest window that has
+    enough pools (else ``picked`` as is)."""
+    late = [p for p in picked if soon(p)]
+    if len({p.maintenance_at for p in late}) <= 1:
+        return picked
+    windows: dict[int | None, list[ShapePool]] = defaultdict(list)
+    for p in sorted(left, key=key):
+        if soon(p):
+            windows[p.maintenance_at].append(p)
+    fits = [at for at, ps in windows.items() if len(ps) >= len(late)]
+    if not fits:
+        return picked
+    best = max(fits, key=lambda at: at or 0)
+    return [p for p in picked if not soon(p)] + windows[best][: len(late)]
 
 
 #: Matching pools a WaitingForCapacity message names (the rest are counted): the message
@@ -453,6 +518,8 @@ def plan_slices(
     capacity_types: Sequence[CapacityType] = (),
     now: datetime | None = None,
     minimum: int | None = None,
+    maintenance_before: int | None = None,
+    grace_seconds: int = 30,
 ) -> SlicePlan:
     """Decide claims, releases and frees for one TPUSliceCluster from a snapshot.
 
@@ -476,6 +543,15 @@ def plan_slices(
 
     ``minimum``: an elastic set's minimum (``planning.elastic``): the gang rule covers
     the minimum alone, and the slices above it claim one by one once it is held.
+    ``maintenance_before`` (planning.disruption.maintenance_before): pools with
+    maintenance scheduled before it are taken last (``prefer_pools``), and a slice on
+    one says "maintenance at <time>".
+
+    A slice holding a unit one of whose nodes is being terminated, maintained, NotReady
+    or in an UNHEALTHY partition (``disruption.drain_signal``) is drained: all its live
+    pods deleted together with ``grace_seconds`` (``SlicePlan.drains``), so Ray sees one
+    slice go, not a torn one. A slice whose pods were never released gives the unit
+    back instead (nothing ran there). The unit stays ineligible while the signal lasts.
 
     ``now`` (the clock, for single-host slices): a slice holding a node whose released
     pod could not schedule there for ``busy.BUSY_AFTER_SECONDS`` moves
@@ -501,6 +577,7 @@ def plan_slices(
     releases: list[PodRelease] = []
     binds: list[str] = []
     moves: list[Move] = []
+    drains: list[Drain] = []
     recheck_in: float | None = None
     taken_now: set[str] = set()
     by_index: dict[int, SliceStatus] = {}
@@ -565,6 +642,7 @@ def plan_slices(
             # no queue decision names the pools: spread the claims of clusters that plan
             # at once (a queue's grant is already this cluster's own pools)
             spread=cluster.uid if admission is None or admission.pools is None else "",
+            maintenance_before=maintenance_before,
         )
         if stalled:  # PerSlice that cannot be satisfied: keep what it has, take no more
             assignment = {}
@@ -673,6 +751,48 @@ def plan_slices(
                 )
             )
         assert pool is not None
+        signal = drain_signal(pools[pool]) if reservation is not None and pool in pools else None
+        if signal is not None and all(p.gated for p in live_pods):
+            frees = sorted({*frees, pool})
+            status_for(
+                replica,
+                SliceStatus(
+                    index,
+                    SliceState.WAITING_FOR_CAPACITY,
+                    replica.name,
+                    None,
+                    message=f"gave {noun} {pool} back before its pods ran: node "
+                    f"{signal.node} {signal.describe()}",
+                ),
+            )
+            continue
+        if signal is not None:
+            drains.append(
+                Drain(
+                    pool,
+                    replica.name,
+                    index,
+                    tuple((p.namespace, p.name) for p in live_pods),
+                    signal.node,
+                    signal.describe(),
+                    str(signal.reason),
+                    grace_seconds,
+                )
+            )
+            status_for(
+                replica,
+                SliceStatus(
+                    index,
+                    SliceState.RELEASING,
+                    replica.name,
+                    pool,
+                    message=drain_message(
+                        noun, pool, signal.node, signal.describe(), grace_seconds
+                    ),
+                    capacity_type=capacity_of(pool),
+                ),
+            )
+            continue
         if reservation is not None and now is not None and inventory.unit is CapacityUnit.NODE:
             node = next(iter(inventory.pools.get(pool) or ()), None)
             move, due = busy_move(pool, replica.name, live_pods, now, node)
@@ -724,6 +844,8 @@ def plan_slices(
             message = f"{noun} {pool} {problem}"
         elif pool not in pools:
             message = f"{noun} {pool} is gone" if noun == "node" else f"{noun} {pool} has no nodes"
+        elif (at := scheduled_maintenance(pools[pool])) is not None:
+            message = f"{noun} {pool}: {maintenance_message(at)}"
         if (
             state in (SliceState.SCHEDULED, SliceState.READY)
             and reservation is not None
@@ -764,6 +886,7 @@ def plan_slices(
         stalled=stalled,
         moves=tuple(moves),
         recheck_in=recheck_in,
+        drains=tuple(drains),
     )
 
 
@@ -777,6 +900,7 @@ def _assign(
     together: bool,
     anchor: Sequence[ShapePool],
     spread: str = "",
+    maintenance_before: int | None = None,
 ) -> dict[str, str]:
     """Pools for ``replicas`` (in their order) among ``free``: a replica whose pods were
     released already can only go back to the pool they are pinned to (a released pod's
@@ -802,6 +926,7 @@ def _assign(
         together=together,
         anchor=[*anchor, *(facts(p) for p in out.values())],
         spread=spread,
+        maintenance_before=maintenance_before,
     )
     names = [p.name for p in picked]
     for replica in rest:  # first the index's previous pool, then the next preferred
@@ -851,6 +976,7 @@ def pool_request(
     capacity_types: Sequence[CapacityType] = (),
     previous_pools: Mapping[int, str] | None = None,
     minimum: int | None = None,
+    maintenance_before: int | None = None,
 ) -> PoolRequest:
     """The cluster's entry in its shape's queue, counted the way plan_slices counts:
     ``held`` = its reservations of live slices, ``claimable`` = live slices without
@@ -878,6 +1004,7 @@ def pool_request(
         capacity_types=tuple(capacity_types),
         previous=tuple(sorted(set((previous_pools or {}).values()))),
         live_pods=sum(1 for p in pods if not p.deleting),
+        maintenance_before=maintenance_before,
     )
 
 

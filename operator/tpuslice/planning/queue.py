@@ -307,6 +307,7 @@ def decide_queue(
                     together=r.gang == GangMode.ALL_SLICES and r.desired > 1,
                     anchor=holding.get(r.uid, ()),
                     by_name=True,
+                    maintenance_before=r.maintenance_before,
                 )
             )
             taken = {p.name for p in picks}

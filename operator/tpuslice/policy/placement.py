@@ -17,7 +17,10 @@ The node lifecycle taints (``node.kubernetes.io/*``: not-ready, unreachable,
 unschedulable, the pressure taints; Kubernetes "Taints and Tolerations", Taint based
 evictions, https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/)
 are not judged here: they mirror node conditions the planner already reads (Ready,
-``spec.unschedulable``) and come and go with them.
+``spec.unschedulable``) and come and go with them. Nor are GKE's maintenance and
+termination taints (``c.DISRUPTION_TAINT_KEYS``): the planner judges them itself
+(planning/disruption.py), so a slice holding the unit is drained whole and the unit's
+not-eligible message names the node and the signal.
 """
 
 from __future__ import annotations
@@ -95,6 +98,7 @@ def _node_usable(
         return False
     return all(
         taint.key.startswith(LIFECYCLE_TAINT_PREFIX)
+        or taint.key in c.DISRUPTION_TAINT_KEYS
         or any(tolerates(t, taint) for t in tolerations)
         for taint in node.taints
     )

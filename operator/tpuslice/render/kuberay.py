@@ -148,6 +148,21 @@ def _head_template(
     return merge_template(base, spec.head.template, (), "spec.head.template", schema)
 
 
+#: Ray's SIGTERM drain deadline: ``ray start --block`` marks its node draining (reason
+#: PREEMPTION, with a deadline) and waits up to this many seconds (default 30.0; 0 = no
+#: drain) [read: ray 2.60.0 ray/_private/ray_constants.py, RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S].
+RAY_DRAIN_TIMEOUT_ENV = "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"
+#: Seconds of the grace period left after Ray's drain deadline, so ``ray start`` exits on
+#: its own before the kubelet's SIGKILL at the end of terminationGracePeriodSeconds.
+DRAIN_MARGIN_SECONDS = 5
+
+
+def drain_timeout(grace_seconds: int) -> int:
+    """Ray's drain deadline for a pod with ``grace_seconds`` of termination grace: the
+    grace less ``DRAIN_MARGIN_SECONDS``, at least half of it (0 stays 0: no drain)."""
+    return max(grace_seconds - DRAIN_MARGIN_SECONDS, grace_seconds // 2)
+
+
 def _worker_owned(spec: SliceClusterSpec) -> list[OwnedValue]:
     chips = str(spec.shape.chips_per_host)
     container = ("spec", "containers", ("name", c.WORKER_CONTAINER), "resources")
@@ -164,6 +179,16 @@ def _worker_owned(spec: SliceClusterSpec) -> list[OwnedValue]:
         ),
         ((*container, "requests", c.TPU_RESOURCE), chips, "chips per host from spec.tpu"),
         ((*container, "limits", c.TPU_RESOURCE), chips, "chips per host from spec.tpu"),
+        (
+            ("spec", "terminationGracePeriodSeconds"),
+            spec.disruption.grace_period_s,
+            "from spec.disruption.gracePeriodSeconds",
+        ),
+        (
+            (*container[:-1], "env", ("name", RAY_DRAIN_TIMEOUT_ENV), "value"),
+            str(drain_timeout(spec.disruption.grace_period_s)),
+            "from spec.disruption.gracePeriodSeconds",
+        ),
     ]
     owned += [
         (("metadata", "labels", key), value, "identifies the slice's pods")
@@ -207,7 +232,22 @@ def _worker_template(
             c.NODE_LABEL_TOPOLOGY: spec.shape.topology,
         },
         "tolerations": [{"key": c.TPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
-        "containers": [{"name": c.WORKER_CONTAINER, "image": spec.image, "resources": resources}],
+        "containers": [
+            {
+                "name": c.WORKER_CONTAINER,
+                "image": spec.image,
+                "resources": resources,
+                # a disrupted slice's pods are deleted with this grace (planning/disruption.py);
+                # KubeRay sets none itself (ray-project/kuberay#5004)
+                "env": [
+                    {
+                        "name": RAY_DRAIN_TIMEOUT_ENV,
+                        "value": str(drain_timeout(spec.disruption.grace_period_s)),
+                    }
+                ],
+            }
+        ],
+        "terminationGracePeriodSeconds": spec.disruption.grace_period_s,
     }
     if spec.gated:
         pod_spec["schedulingGates"] = [{"name": c.SCHEDULING_GATE}]

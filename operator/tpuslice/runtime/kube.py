@@ -91,7 +91,9 @@ class ClusterApi(Protocol):
         annotations: Mapping[str, str] | None = None,
     ) -> None: ...
 
-    async def delete_pod(self, namespace: str, name: str) -> bool: ...
+    async def delete_pod(
+        self, namespace: str, name: str, grace_seconds: int | None = None
+    ) -> bool: ...
 
     async def create_podtemplate(self, body: Mapping[str, Any]) -> Any: ...
 
@@ -367,11 +369,15 @@ class Kube:
                 return None
             raise
 
-    async def _delete(self, path: str, resource: str, uid: str | None = None) -> bool:
+    async def _delete(
+        self, path: str, resource: str, uid: str | None = None, grace_seconds: int | None = None
+    ) -> bool:
         """Delete in the background; with ``uid``, only the object of that uid (409 when
         the name now belongs to another object, which is never deleted). False when it
         was gone already or is another object now."""
         body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if grace_seconds is not None:
+            body["gracePeriodSeconds"] = grace_seconds
         if uid:
             body["preconditions"] = {"uid": uid}
         try:
@@ -478,10 +484,14 @@ class Kube:
             content_type=STRATEGIC,
         )
 
-    async def delete_pod(self, namespace: str, name: str) -> bool:
-        """Delete a worker pod (a slice whose capacity was revoked: KubeRay replaces the
-        whole replica); False if already gone."""
-        return await self._delete(api_path("", "v1", "pods", name, namespace), "pods")
+    async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> bool:
+        """Delete a worker pod (a slice whose capacity was revoked or whose unit is
+        disrupted: KubeRay replaces the whole replica); False if already gone. With
+        ``grace_seconds``, DeleteOptions.gracePeriodSeconds: the kubelet sends SIGTERM
+        and kills after that long (Kubernetes "Pod Lifecycle", termination of Pods)."""
+        return await self._delete(
+            api_path("", "v1", "pods", name, namespace), "pods", grace_seconds=grace_seconds
+        )
 
     # ------------------------------------------------------------ capacity on demand
     async def create_podtemplate(self, body: Mapping[str, Any]) -> Any:

@@ -128,6 +128,22 @@ class Metrics:
             buckets=SLOW_BUCKETS,
             registry=r,
         )
+        self.slice_disruptions = Counter(
+            "tpuslice_slice_disruptions",
+            "Slices drained whole because a node of the unit they held was disrupted, by "
+            "reason (Maintenance, Preemption, CapacityRevoked, NodeFailure); counted apart "
+            "from failures.",
+            ["reason"],
+            registry=r,
+        )
+        self.quarantined_units = Gauge(
+            "tpuslice_quarantined_units",
+            "Units (node pools, or nodes of single-host pools) of each TPU shape that no slice "
+            "claims because a node is terminating, in maintenance, NotReady or UNHEALTHY, "
+            "as of the shape's last pass.",
+            ["shape"],
+            registry=r,
+        )
         self.reservations = Gauge(
             "tpuslice_reservations",
             "SliceReservations by status.phase as the operator's watch sees them "
@@ -202,6 +218,14 @@ class Metrics:
             start = parse_timestamp(created)
             if start is not None:
                 self.slice_release_seconds.observe(max(0.0, now - start))
+
+    def slice_disrupted(self, reason: str) -> None:
+        """One slice drained whole (planning/disruption.py)."""
+        self.slice_disruptions.labels(reason).inc()
+
+    def quarantined(self, shape: str, units: int) -> None:
+        """The units of ``shape`` quarantined as of this pass."""
+        self.quarantined_units.labels(shape).set(units)
 
     def cluster_slices(self, key: ObjectKey, states: Iterable[str]) -> None:
         """Replace one cluster's contribution to ``tpuslice_slices`` (a delta, not a recount)."""

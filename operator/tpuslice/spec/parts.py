@@ -26,6 +26,7 @@ from tpuslice.spec.values import described
 from tpuslice.spec.yamlcheck import yaml_map_problem
 
 __all__ = [
+    "DisruptionSpec",
     "ElasticSpec",
     "FieldError",
     "GroupSpec",
@@ -125,6 +126,31 @@ class ProvisioningSpec:
         return self.mode == ProvisioningMode.QUEUED
 
 
+#: spec.disruption defaults and bounds (the CRD's). Scheduled maintenance on TPUs is
+#: announced about seven days ahead (Cloud TPU "View maintenance notifications":
+#: "SCHEDULED: Maintenance will get seven days notice"), so the default window is that
+#: whole notice: a unit with any announced maintenance ranks after every unit without.
+#: It is a preference, never a refusal, so a long window costs nothing when no other
+#: unit exists. The grace period matches Ray's own drain deadline default
+#: (RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S = 30.0, ray 2.60 ray/_private/ray_constants.py),
+#: Kubernetes' default terminationGracePeriodSeconds (30) and a Spot VM's notice (about
+#: 30 s, GKE "Spot VMs").
+DEFAULT_AVOID_MAINTENANCE_WITHIN_S = 604_800
+MAX_AVOID_MAINTENANCE_WITHIN_S = 2_592_000
+DEFAULT_GRACE_PERIOD_S = 30
+MAX_GRACE_PERIOD_S = 3_600
+
+
+@dataclass(frozen=True)
+class DisruptionSpec:
+    """spec.disruption: how slices meet GKE's host maintenance and terminations."""
+
+    #: Units whose nodes have maintenance scheduled within this many seconds rank last.
+    avoid_maintenance_within_s: int = DEFAULT_AVOID_MAINTENANCE_WITHIN_S
+    #: The TPU workers' terminationGracePeriodSeconds and Ray's drain deadline base.
+    grace_period_s: int = DEFAULT_GRACE_PERIOD_S
+
+
 @dataclass(frozen=True)
 class ElasticSpec:
     """spec.elastic: the Ray autoscaler moves the slice count between ``min_slices`` and
@@ -185,6 +211,9 @@ class SliceClusterSpec:
         """Slices wanted now: spec.tpu.slices, or for an elastic object the live
         ``replicas`` of its RayCluster clamped to the range (``ElasticSpec.target``)."""
         return self.slices if self.elastic is None else self.elastic.target(replicas)
+
+    #: spec.disruption, defaulted.
+    disruption: DisruptionSpec = field(default_factory=DisruptionSpec)
 
     @property
     def provisions(self) -> bool:
@@ -384,7 +413,7 @@ def _group(raw: Any, path: str, errors: list[FieldError], *, tpu_owned: bool) ->
     )
 
 
-_CLUSTER_PARTS = frozenset({"tpu", "elastic", "ray", "head", "worker", "reservation"})
+_CLUSTER_PARTS = frozenset({"tpu", "elastic", "ray", "head", "worker", "reservation", "disruption"})
 _ELASTIC_FIELDS = frozenset(
     {"minSlices", "maxSlices", "idleTimeoutSeconds", "scaleUpTimeoutSeconds"}
 )
@@ -392,6 +421,7 @@ _ELASTIC_FIELDS = frozenset(
 #: allocate timeout below a minute would give up on slices before their pods can start.
 MAX_ELASTIC_TIMEOUT = 604_800
 MIN_SCALE_UP_TIMEOUT = 60
+_DISRUPTION_FIELDS = frozenset({"avoidMaintenanceWithin", "gracePeriodSeconds"})
 _SPEC_FIELDS = _CLUSTER_PARTS | {"suspend"}
 _JOB_SPEC_FIELDS = _CLUSTER_PARTS | {"job"}
 _SERVICE_SPEC_FIELDS = _CLUSTER_PARTS | {"serve"}
@@ -556,6 +586,26 @@ def _cluster_parts(
         capacity_types=capacity_types,
         provisioning=provisioning,
         elastic=elastic,
+        disruption=_disruption(spec.get("disruption"), errors),
+    )
+
+
+def _disruption(raw: Any, errors: list[FieldError]) -> DisruptionSpec:
+    path = "spec.disruption"
+    spec = as_object(raw, path, errors, _DISRUPTION_FIELDS)
+    return DisruptionSpec(
+        avoid_maintenance_within_s=_bounded(
+            spec,
+            "avoidMaintenanceWithin",
+            path,
+            DEFAULT_AVOID_MAINTENANCE_WITHIN_S,
+            0,
+            MAX_AVOID_MAINTENANCE_WITHIN_S,
+            errors,
+        ),
+        grace_period_s=_bounded(
+            spec, "gracePeriodSeconds", path, DEFAULT_GRACE_PERIOD_S, 0, MAX_GRACE_PERIOD_S, errors
+        ),
     )
 
 

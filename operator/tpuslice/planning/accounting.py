@@ -1,0 +1,203 @@
+"""Disruptions counted apart from failures: per slice and per object, read back from the
+object's own status each pass (nothing kept only in memory), plus each slice's
+scheduled maintenance and the informational MaintenanceScheduled condition.
+
+A disruption is a slice drained whole because GKE terminated, maintained or lost a
+node of the unit it held (planning/disruption.py). Ray Train counts preemptions apart
+from failures (``FailureConfig(max_preemption_failures=...)``); these counts let a user
+tell the two apart from the object's status as well. Pure: the caller passes ``now``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from tpuslice.model.convert import rfc3339
+from tpuslice.model.records import Drain, NodeInfo
+from tpuslice.planning.busy import is_move_message
+from tpuslice.planning.disruption import (
+    ACTIVE_MAINTENANCE_LABEL,
+    MAINTENANCE_ONGOING,
+    MAINTENANCE_STARTED_TAINT,
+    DisruptionReason,
+    maintenance_message,
+    scheduled_maintenance,
+)
+
+__all__ = [
+    "MAINTENANCE_CONDITION",
+    "MAX_COUNT",
+    "maintenance_condition",
+    "with_disruptions",
+    "with_maintenance",
+]
+
+#: The informational condition; Ready is not affected by it.
+MAINTENANCE_CONDITION = "MaintenanceScheduled"
+#: Counts stop here (an int32 in the CRD; a slice drained this often is a bug to report).
+MAX_COUNT = 1_000_000
+_REASONS = tuple(str(r) for r in DisruptionReason)
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT:
+        return value
+    return 0
+
+
+def with_disruptions(
+    status: Mapping[str, Any],
+    previous: Mapping[str, Any],
+    drains: Sequence[Drain],
+    now: datetime,
+) -> dict[str, Any]:
+    """``status`` with ``disruptions`` (object totals by reason, the last one, and the
+    failures) and each ``slices[]`` entry's ``disruptions``/``lastDisruption``/``failures``
+    carried from ``previous`` by slice index and advanced by this pass.
+
+    A disruption is one of this pass's ``drains``. A failure is a slice index whose
+    replica was replaced (KubeRay made a new replica at that index) without a drain of
+    the old one: a crashed or evicted pod, a failed job attempt; everything else. A
+    single-host slice the operator moved off a busy node (planning/busy.py) is neither."""
+    out = dict(status)
+    old = previous.get("disruptions")
+    old = old if isinstance(old, Mapping) else {}
+    old_by = old.get("byReason")
+    old_by = old_by if isinstance(old_by, Mapping) else {}
+    by_reason = {r: _count(old_by.get(r)) for r in _REASONS if _count(old_by.get(r))}
+    totals: dict[str, Any] = {k: v for k, v in old.items() if k in ("lastReason", "lastTime")}
+    failures = _count(old.get("failures"))
+    for drain in drains:
+        by_reason[drain.reason] = min(MAX_COUNT, by_reason.get(drain.reason, 0) + 1)
+        totals["lastReason"], totals["lastTime"] = drain.reason, rfc3339(now)
+    entries = out.get("slices")
+    if not isinstance(entries, list):
+        entries = []
+    carried: dict[int, Mapping[str, Any]] = {}
+    for entry in previous.get("slices") or []:
+        if isinstance(entry, Mapping) and isinstance(entry.get("index"), int):
+            carried[entry["index"]] = entry
+    drained = {d.index: d for d in drains}
+    slices = []
+    for entry in entries:
+        entry = dict(entry)
+        before = carried.get(entry.get("index", -1), {})
+        count = _count(before.get("disruptions"))
+        failed = _count(before.get("failures"))
+        last = before.get("lastDisruption")
+        old_replica, new_replica = before.get("replica"), entry.get("replica")
+        drained_old = isinstance(last, Mapping) and last.get("replica") == old_replica
+        moved_old = is_move_message(before.get("message"), str(before.get("node") or ""))
+        replaced = bool(old_replica and new_replica and old_replica != new_replica)
+        if replaced and not drained_old and not moved_old:
+            failed = min(MAX_COUNT, failed + 1)
+            failures = min(MAX_COUNT, failures + 1)
+        this = drained.get(entry.get("index", -1))
+        if this is not None:
+            count = min(MAX_COUNT, count + 1)
+            last = {
+                "reason": this.reason,
+                "time": rfc3339(now),
+                "node": this.node,
+                "replica": this.replica_name,
+            }
+        if count:
+            entry["disruptions"] = count
+        if failed:
+            entry["failures"] = failed
+        if isinstance(last, Mapping):
+            entry["lastDisruption"] = dict(last)
+        slices.append(entry)
+    if isinstance(out.get("slices"), list):
+        out["slices"] = slices
+    if by_reason or failures or "disruptions" in previous:
+        out["disruptions"] = {
+            "total": min(MAX_COUNT, sum(by_reason.values())),
+            "byReason": by_reason,
+            "failures": failures,
+            **totals,
+        }
+    return out
+
+
+def _unit_nodes(entry: Mapping[str, Any], nodes: Iterable[NodeInfo]) -> list[NodeInfo]:
+    node, pool = entry.get("node"), entry.get("nodePool")
+    if node:
+        return [n for n in nodes if n.name == node]
+    return [n for n in nodes if pool and n.pool == pool]
+
+
+def with_maintenance(status: Mapping[str, Any], nodes: Sequence[NodeInfo]) -> dict[str, Any]:
+    """Each held slice's ``maintenance`` (``scheduledAt`` and ``state``: Scheduled, or
+    Ongoing once the window opened) from the nodes of the unit it holds."""
+    out = dict(status)
+    entries = out.get("slices")
+    if not isinstance(entries, list):
+        return out
+    slices = []
+    for entry in entries:
+        entry = dict(entry)
+        unit = _unit_nodes(entry, nodes) if entry.get("nodePool") else []
+        ongoing = any(
+            n.labels.get(ACTIVE_MAINTENANCE_LABEL) == MAINTENANCE_ONGOING
+            or any(t.key == MAINTENANCE_STARTED_TAINT for t in n.taints)
+            for n in unit
+        )
+        at = scheduled_maintenance(unit)
+        if ongoing:
+            entry["maintenance"] = {"state": "Ongoing"}
+        elif at is not None:
+            stamp = maintenance_message(at).removeprefix("maintenance at ")
+            entry["maintenance"] = {"state": "Scheduled", "scheduledAt": stamp}
+        slices.append(entry)
+    out["slices"] = slices
+    return out
+
+
+def maintenance_condition(
+    status: Mapping[str, Any], previous: Mapping[str, Any], now: datetime, generation: int
+) -> dict[str, Any] | None:
+    """The MaintenanceScheduled condition (True while any slice's unit has maintenance
+    scheduled or ongoing; its lastTransitionTime kept while the status stays), or None
+    when it never was True and is not now (the condition appears once it matters)."""
+    held = [
+        (e.get("index"), e["maintenance"])
+        for e in status.get("slices") or []
+        if isinstance(e, Mapping) and isinstance(e.get("maintenance"), Mapping)
+    ]
+    before = next(
+        (
+            c
+            for c in previous.get("conditions") or []
+            if isinstance(c, Mapping) and c.get("type") == MAINTENANCE_CONDITION
+        ),
+        None,
+    )
+    if not held and before is None:
+        return None
+    value = "True" if held else "False"
+    if held:
+        parts = [
+            f"slice {i}: maintenance {m.get('state', '').lower()}"
+            + (f" at {m['scheduledAt']}" if m.get("scheduledAt") else "")
+            for i, m in held
+        ]
+        message = (
+            "; ".join(parts) + " (Ready is not affected; the slice is drained whole when it starts)"
+        )
+        reason = "Ongoing" if any(m.get("state") == "Ongoing" for _, m in held) else "Scheduled"
+    else:
+        message, reason = "no maintenance scheduled on the units the slices hold", "None"
+    since = rfc3339(now)
+    if before is not None and before.get("status") == value and before.get("lastTransitionTime"):
+        since = str(before["lastTransitionTime"])
+    return {
+        "type": MAINTENANCE_CONDITION,
+        "status": value,
+        "reason": reason,
+        "message": message[:1024],
+        "lastTransitionTime": since,
+        "observedGeneration": generation,
+    }
