@@ -8,10 +8,10 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.support.builders import node
+from tests.support.builders import node, pod
 from tpuslice.capacity.constraints import constraints
 from tpuslice.capacity.decide import decide
-from tpuslice.capacity.facts import queued_capacity
+from tpuslice.capacity.facts import queued_capacity, slice_facts
 from tpuslice.capacity.objects import (
     podtemplate_body,
     request_hash,
@@ -22,12 +22,16 @@ from tpuslice.model import constants as c
 from tpuslice.model.convert import rfc3339
 from tpuslice.model.records import (
     CapacityUnit,
+    ClusterRef,
     NodeInfo,
     ProvisioningAction,
     ProvisioningRequestInfo,
     ProvisioningView,
     RequestCondition,
     SliceFacts,
+    SlicePlan,
+    SliceState,
+    SliceStatus,
 )
 from tpuslice.render.kuberay import render_ray_cluster_spec
 from tpuslice.spec.cluster import parse_cluster
@@ -179,3 +183,32 @@ def _provisioned_at(r: ProvisioningRequestInfo, when: datetime) -> ProvisioningR
         c.PROVREQ_PROVISIONED, "True", last_transition=when
     )
     return replace(r, conditions=conditions)
+
+
+def test_single_host_slices_are_found_by_their_pods_own_names() -> None:
+    """KubeRay labels a single-host worker with its replica index only: the slice is the
+    pod (as the planner names it), so its facts see its pod and it asks for a node."""
+    pods = [
+        pod(f"llm-tpu-worker-{i}", cluster="llm", replica=None, index=i, host=None)
+        for i in range(2)
+    ]
+    plan = SlicePlan(
+        slices=tuple(
+            SliceStatus(i, SliceState.WAITING_FOR_CAPACITY, p.name, None, 0, "")
+            for i, p in enumerate(pods)
+        )
+    )
+    facts = slice_facts(
+        ClusterRef("ml", "llm", "tsc-uid"),
+        ATOMIC,
+        plan,
+        pods,
+        [],
+        eligible=frozenset(),
+        pool_nodes={},
+        newest={},
+    )
+    assert [(f.exists, f.pods_complete, f.unit) for f in facts.values()] == [
+        (True, True, CapacityUnit.NODE)
+    ] * 2
+    assert decide(facts[0], None, ATOMIC, now=NOW).action == ProvisioningAction.CREATE

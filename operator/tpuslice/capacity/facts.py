@@ -31,12 +31,14 @@ from tpuslice.spec.parts import SliceClusterSpec
 __all__ = ["pods_by_replica", "queued_capacity", "slice_facts"]
 
 
-def pods_by_replica(pods: Iterable[PodInfo]) -> dict[str, list[PodInfo]]:
-    """The pods of each slice (KubeRay's replica name); pods of no slice left out."""
+def pods_by_replica(pods: Iterable[PodInfo], hosts: int) -> dict[str, list[PodInfo]]:
+    """The pods of each slice, by the name the planner gives it (``PodInfo.slice_name``:
+    KubeRay's replica name, a single-host slice's pod name); pods of no slice left out."""
     out: dict[str, list[PodInfo]] = {}
     for pod in pods:
-        if pod.replica_name:
-            out.setdefault(pod.replica_name, []).append(pod)
+        name = pod.slice_name(hosts)
+        if name:
+            out.setdefault(name, []).append(pod)
     return out
 
 
@@ -87,7 +89,7 @@ def slice_facts(
     hosts = spec.shape.hosts
     held = {r.holder.replica_name: r.pool for r in reservations if ref.holds(r.holder)}
     claimed = {cl.holder.replica_name: cl.pool for cl in plan.claims}
-    by_replica = pods_by_replica(pods)
+    by_replica = pods_by_replica(pods, hosts)
     taken = {r.pool for r in reservations} | set(claimed.values())
     free = {p for p in eligible if p not in taken}
     # Free pools that serve slices without asking: not the capacity of this object's own

@@ -260,7 +260,7 @@ class ProvisioningPass:
             replicas=replicas,
             pool_nodes=index.pools,
         )
-        by_replica = pods_by_replica(pods)
+        by_replica = pods_by_replica(pods, spec.shape.hosts)
         for decision in decided.writes:
             await self._carry_out(ref, spec, decision, replicas, by_replica, index, facts)
         for request in self.extra:  # older attempts, retired ones, requests without labels

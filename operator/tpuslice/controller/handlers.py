@@ -536,7 +536,7 @@ async def sweep_once(
         return str(uid) if uid else None
 
     def replica_has_pods(holder: Holder) -> bool:
-        return any(p.replica_name == holder.replica_name for p in watches.pods_of(holder.owner))
+        return any(holder.replica_name in p.slice_names for p in watches.pods_of(holder.owner))
 
     freed = []
     for info in orphans(every, live_uid, replica_has_pods, tuple(namespaces)):

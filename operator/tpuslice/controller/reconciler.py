@@ -381,7 +381,7 @@ class Reconciler:
         """Delete the object's reservations that no slice set of this pass holds (a
         TPUSliceService's RayCluster KubeRay deleted after an upgrade, or the one it
         replaced) once no pod of theirs is left: no pass plans for them any more."""
-        with_pods = {p.replica_name for p in snap.pods}
+        with_pods = {n for p in snap.pods for n in p.slice_names}
         gone = [
             r
             for r in self.pending.reservations(snap.reservations)

@@ -201,6 +201,22 @@ class PodInfo:
     def owner(self) -> ObjectKey:
         return self.owner_kind, self.namespace, self.cluster
 
+    @property
+    def slice_names(self) -> frozenset[str]:
+        """The names its slice may go by when the hosts per slice are not at hand: its
+        replica's, and its own (a single-host slice's)."""
+        return frozenset(n for n in (self.replica_name, self.name) if n)
+
+    def slice_name(self, hosts: int) -> str | None:
+        """The slice the pod belongs to, in a group of ``hosts`` hosts per slice: KubeRay
+        labels replica name and host index only for multi-host groups; a single-host
+        slice is one pod, so the pod's own name names it. None: no slice (yet)."""
+        if self.replica_name is None and hosts == 1 and self.replica_index is not None:
+            return self.name
+        if self.replica_name is None or self.host_index is None:
+            return None
+        return self.replica_name
+
 
 @dataclass(frozen=True)
 class NodeInfo:

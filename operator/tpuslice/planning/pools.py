@@ -475,10 +475,8 @@ def _group_replicas(pods: Iterable[PodInfo], hosts: int) -> tuple[dict[str, _Rep
     replicas: dict[str, _Replica] = {}
     unindexed: list[str] = []
     for pod in pods:
-        name = pod.replica_name
-        if name is None and hosts == 1 and pod.replica_index is not None:
-            name = pod.name
-        elif name is None or pod.host_index is None:
+        name = pod.slice_name(hosts)
+        if name is None:
             if not pod.deleting:
                 unindexed.append(pod.name)
             continue

@@ -320,8 +320,8 @@ def slice_last_created(pods: Iterable[PodInfo], replicas: Iterable[str]) -> list
     """
     newest: dict[str, str] = dict.fromkeys(replicas, "")
     for pod in pods:
-        if pod.replica_name in newest and pod.created > newest[pod.replica_name]:
-            newest[pod.replica_name] = pod.created
+        for name in pod.slice_names & newest.keys():
+            newest[name] = max(newest[name], pod.created)
     return [stamp for stamp in newest.values() if stamp]
 
 
