@@ -347,11 +347,21 @@ class LocalCluster:
             [*kubectl, "apply", "--server-side", "--force-conflicts", "-f", crds],
             self.log_dir,
         )
-        _run(
-            "kuberay-crds",
-            [*kubectl, "wait", "--for=condition=Established", "--timeout=60s", "-f", crds],
-            self.log_dir,
-        )
+        # kubectl wait fails at once (".status.conditions accessor error: <nil>") on a CRD
+        # whose status the API server has not written yet, instead of waiting for it
+        # (seen under load): ask again a few times.
+        for attempt in range(5):
+            try:
+                _run(
+                    "kuberay-crds",
+                    [*kubectl, "wait", "--for=condition=Established", "--timeout=60s", "-f", crds],
+                    self.log_dir,
+                )
+                break
+            except ComponentError:
+                if attempt == 4:
+                    raise
+                time.sleep(1.0)
 
     def _start_kuberay(self) -> None:
         metrics, probe = free_port(), free_port()
