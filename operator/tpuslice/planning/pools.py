@@ -26,6 +26,7 @@ from tpuslice.model.records import (
     Claim,
     ClusterRef,
     Drain,
+    ForceDelete,
     GangMode,
     Handover,
     Holder,
@@ -46,6 +47,7 @@ from tpuslice.planning.disruption import (
     drain_signal,
     maintenance_message,
     scheduled_maintenance,
+    stuck_pods,
 )
 from tpuslice.planning.elastic import plan_terms
 from tpuslice.planning.nodeclass import WantedShape, classify_pool, is_slicing_block
@@ -552,6 +554,9 @@ def plan_slices(
     pods deleted together with ``grace_seconds`` (``SlicePlan.drains``), so Ray sees one
     slice go, not a torn one. A slice whose pods were never released gives the unit
     back instead (nothing ran there). The unit stays ineligible while the signal lasts.
+    A slice whose pods all terminate but stay on a host that stopped answering is judged
+    by ``disruption.stuck_pods`` (with ``now``): force-deleted when the host is gone or
+    tainted out-of-service (``SlicePlan.force_deletes``), else status names the host.
 
     ``now`` (the clock, for single-host slices): a slice holding a node whose released
     pod could not schedule there for ``busy.BUSY_AFTER_SECONDS`` moves
@@ -578,6 +583,8 @@ def plan_slices(
     binds: list[str] = []
     moves: list[Move] = []
     drains: list[Drain] = []
+    force_deletes: list[ForceDelete] = []
+    nodes_by_name = {n.name: n for n in nodes}
     recheck_in: float | None = None
     taken_now: set[str] = set()
     by_index: dict[int, SliceStatus] = {}
@@ -700,6 +707,23 @@ def plan_slices(
         reservation = ours.get(replica.name)
         pool = reservation.pool if reservation else None
         if not live_pods:
+            stuck = stuck_pods(replica.pods, nodes_by_name, now)
+            force_deletes += stuck.force
+            if stuck.recheck_in is not None:
+                recheck_in = (
+                    stuck.recheck_in if recheck_in is None else min(recheck_in, stuck.recheck_in)
+                )
+            message = "pods terminating; the pool stays held until they are gone"
+            if stuck.message:
+                message = f"pods terminating: {stuck.message}"
+            elif stuck.force:
+                first = stuck.force[0]
+                message = (
+                    f"pods terminating: node {first.node} {first.why}; its pods are "
+                    "force-deleted (grace 0) so KubeRay can replace the slice"
+                )
+            elif not pool:
+                message = "pods terminating"
             status_for(
                 replica,
                 SliceStatus(
@@ -707,9 +731,7 @@ def plan_slices(
                     SliceState.RELEASING,
                     replica.name,
                     pool,
-                    message="pods terminating; the pool stays held until they are gone"
-                    if pool
-                    else "pods terminating",
+                    message=message,
                     capacity_type=capacity_of(pool),
                 ),
             )
@@ -887,6 +909,7 @@ def plan_slices(
         moves=tuple(moves),
         recheck_in=recheck_in,
         drains=tuple(drains),
+        force_deletes=tuple(force_deletes),
     )
 
 
