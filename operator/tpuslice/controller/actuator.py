@@ -48,7 +48,7 @@ from tpuslice.model.records import (
     Snapshot,
 )
 from tpuslice.planning.busy import move_message, with_moves
-from tpuslice.planning.disruption import maintenance_before
+from tpuslice.planning.disruption import maintenance_before, revoked_drains
 from tpuslice.planning.pools import (
     PoolIndex,
     eligible_pools,
@@ -527,6 +527,9 @@ class SliceActuator:
             pods_now = self.pending.pods(snap.pods)
             reservations_now = self.pending.reservations(snap.reservations)
             capacity = await prov.act(current, pods_now, reservations_now, index)
+        revoked = revoked_drains(current, capacity.decisions)
+        for drain in revoked:  # the capacity executor deleted the pods
+            self.metrics.slice_disrupted(drain.reason)
         self.metrics.quarantined(shape_name(shape_of(spec)), quarantined_units(index))
         drained, drained_plan = current.drains, current
         if drained:
@@ -576,6 +579,8 @@ class SliceActuator:
         if final.stalled and stall is None:
             stall = Stall(events.NOT_ENOUGH_POOLS, final.stalled)
         final, stall = capacity.report(final, stall)
+        if revoked:
+            final = replace(final, drains=(*final.drains, *revoked))
         return final, stall
 
     async def _hand_over(

@@ -97,12 +97,10 @@ def with_disruptions(
         this = drained.get(entry.get("index", -1))
         if this is not None:
             count = min(MAX_COUNT, count + 1)
-            last = {
-                "reason": this.reason,
-                "time": rfc3339(now),
-                "node": this.node,
-                "replica": this.replica_name,
-            }
+            last = {"reason": this.reason, "time": rfc3339(now)}
+            if this.node:  # a revoked capacity names no node
+                last["node"] = this.node
+            last["replica"] = this.replica_name
         if count:
             entry["disruptions"] = count
         if failed:

@@ -51,8 +51,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from tpuslice.model import constants as c
+from tpuslice.model import events
 from tpuslice.model.convert import timestamp
-from tpuslice.model.records import CapacityType, ForceDelete, NodeInfo, PodInfo
+from tpuslice.model.records import (
+    CapacityType,
+    Drain,
+    ForceDelete,
+    NodeInfo,
+    PodInfo,
+    ProvisioningDecision,
+    SlicePlan,
+    SliceState,
+)
 
 __all__ = [
     "ACTIVE_MAINTENANCE_LABEL",
@@ -71,6 +81,7 @@ __all__ = [
     "drain_signal",
     "maintenance_before",
     "maintenance_message",
+    "revoked_drains",
     "scheduled_maintenance",
     "stuck_pods",
 ]
@@ -265,3 +276,39 @@ def stuck_pods(
         if len(silent) > 1:
             message += f" ({len(silent) - 1} more NotReady hosts hold pods of the slice)"
     return StuckPods(tuple(force), message, recheck)
+
+
+#: What a slice replaced for revoked capacity says in its ``Drain.signal``.
+REVOKED_SIGNAL = "lost the capacity its ProvisioningRequest provided (CapacityRevoked)"
+
+
+def revoked_drains(
+    plan: SlicePlan, decisions: Mapping[int, ProvisioningDecision]
+) -> tuple[Drain, ...]:
+    """The slices capacity on demand replaces because GKE revoked their request's
+    capacity (``capacity.decide``: REPLACE with reason CapacityRevoked), as drains for
+    the accounting (reason ``CapacityRevoked``): a revocation ends a lease, it is not
+    a failure of the slice. Only a slice the plan still shows live counts (one already
+    Releasing was counted when its pods were deleted), so a decision repeated while
+    the pods go is counted once. Its pods are deleted by the capacity executor."""
+    by_index = {s.index: s for s in plan.slices}
+    out = []
+    for index, decision in sorted(decisions.items()):
+        if not decision.replace_slice or decision.reason != events.CAPACITY_REVOKED:
+            continue
+        entry = by_index.get(index)
+        if entry is None or not entry.replica or entry.state is SliceState.RELEASING:
+            continue
+        out.append(
+            Drain(
+                pool=entry.node_pool or "",
+                replica_name=entry.replica,
+                index=index,
+                pods=(),
+                node="",
+                signal=REVOKED_SIGNAL,
+                reason=str(DisruptionReason.CAPACITY_REVOKED),
+                grace_seconds=0,
+            )
+        )
+    return tuple(out)
