@@ -91,7 +91,7 @@ def with_disruptions(
         if not isinstance(current, Mapping) or not isinstance(current.get("slices"), list):
             continue
         name = current.get("name")
-        before = next(
+        before: Mapping[str, Any] = next(
             (
                 previous[k]
                 for k in CLUSTER_SECTIONS
