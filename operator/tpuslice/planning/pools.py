@@ -290,7 +290,9 @@ def prefer_pools(
         the (sub-)block of ``anchor`` (the pools the gang holds already);
     (c) the user's ``capacity_types`` order (types not listed come after the listed);
     (c') for a multislice gang (``together``) whose pools must include some with
-        maintenance soon, those of one window when enough exist (``_lined_up``);
+        maintenance soon, those of one window when enough exist (``_lined_up``), also
+        inside the (sub-)block of (b), which prefers, after the anchor's, the
+        (sub-)block whose pools span the fewest maintenance windows;
     (d) with ``spread`` (the claimant's uid, when no queue decides who takes which
         pool), the claimant's own order of the pools (``spread_rank``); else, and to
         break a tie, the pool name.
@@ -349,11 +351,23 @@ def prefer_pools(
                 if p.block is not None and (level == "block" or p.subblock is not None):
                     groups.setdefault(domain(p), []).append(p)
             home = {domain(p) for p in placed}
-            fits = {g: sorted(ps, key=key)[:k] for g, ps in groups.items() if len(ps) >= k}
+            # inside a (sub-)block too, the pools with maintenance soon come from one
+            # window when it has enough; among (sub-)blocks that can hold the gang, the
+            # one whose pools span the fewest windows costs the job the fewest restarts
+            fits = {
+                g: _lined_up(sorted(ps, key=key)[:k], ps, key, soon)
+                for g, ps in groups.items()
+                if len(ps) >= k
+            }
             if fits:
                 best = min(
                     fits,
-                    key=lambda g: (g not in home, [key(p) for p in fits[g]], str(g)),
+                    key=lambda g: (
+                        g not in home,
+                        len({p.maintenance_at for p in fits[g] if soon(p)}),
+                        sorted(key(p) for p in fits[g]),
+                        str(g),
+                    ),
                 )
                 return chosen + fits[best]
     picked = sorted(left, key=key)[:k]
