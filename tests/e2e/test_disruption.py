@@ -3,7 +3,8 @@ a pool with maintenance scheduled is avoided when another exists; a termination 
 one node of a held pool drains the whole slice in one pass (never a torn slice), the
 pool is quarantined until the taint goes, the replacement lands on a spare pool, and
 status and the metric count the disruption apart from failures; a Spot notice counts
-as a preemption. (An UNHEALTHY tpu7x partition is unit-tested only: the operator forms no
+as a preemption; a host that stops answering is named in status until it is tainted
+out-of-service. (An UNHEALTHY tpu7x partition is unit-tested only: the operator forms no
 GKE Slice yet, so no partition node is ever claimable; tests/unit/test_disruption_planning.py.)"""
 
 from __future__ import annotations
@@ -171,3 +172,37 @@ def test_a_spot_notice_counts_as_a_preemption(
         return message if "not claimed until it clears" in message else None
 
     kube.wait_for(waiting, timeout_s=TIMEOUT_S, what="the wait naming the quarantined pool")
+
+
+def test_a_host_that_stops_answering_says_so_until_tainted_out_of_service(
+    cluster: E2ECluster, namespace: str, pools: list[str]
+) -> None:
+    """A dead kubelet under a held pool: the slice is drained (NodeFailure) but the dead
+    node's pods stay Terminating, so status names the host and what clears it; the
+    out-of-service taint lets them be force-deleted and the slice comes back on a spare
+    pool."""
+    for node in nodes_of(cluster, SPOT):
+        kube.cordon(cluster.api, node)
+    apply(cluster, namespace, tsc("dead", disruption={"gracePeriodSeconds": 5}))
+    wait_condition(cluster, namespace, "dead", "Ready", "True", timeout_s=TIMEOUT_S)
+    ((_, pool),) = held_by(cluster, namespace, "dead").items()
+    victim = nodes_of(cluster, pool)[1]
+    kube.set_node_not_ready(cluster.api, victim)
+    try:
+
+        def named() -> str | None:
+            slices = status(cluster, namespace, "dead").get("slices") or []
+            message = " ".join(str(s.get("message", "")) for s in slices)
+            return message if f"node {victim} NotReady since" in message else None
+
+        message = kube.wait_for(named, timeout_s=TIMEOUT_S, what="the stuck host named")
+        assert "tainted node.kubernetes.io/out-of-service" in message
+        assert status(cluster, namespace, "dead")["disruptions"]["byReason"] == {"NodeFailure": 1}
+        kube.disrupt(cluster.api, victim, "out-of-service")
+        wait_condition(cluster, namespace, "dead", "Ready", "True", timeout_s=TIMEOUT_S)
+        assert pool not in held_by(cluster, namespace, "dead").values()
+        # who deletes the stuck pods first, the operator (Event StuckPodsForceDeleted) or
+        # the pod garbage collector (same rule), is a race: only the outcome is checked
+    finally:
+        kube.disrupt(cluster.api, victim, "in-service")
+        kube.restore_node(cluster.api, victim)

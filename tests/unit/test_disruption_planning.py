@@ -223,3 +223,26 @@ def test_a_gang_that_must_take_pools_with_maintenance_takes_them_from_one_window
     short = [*pools[:3], ShapePool("d", True, maintenance_at=base + HOUR)]
     got = prefer_pools(short, 3, maintenance_before=cutoff, together=True)
     assert [p.name for p in got] == ["b1", "a1", "a2"]
+
+
+def test_inside_a_topology_block_a_gang_lines_up_its_windows_too() -> None:
+    base = int(NOW.timestamp())
+    cutoff = base + 24 * HOUR
+
+    def pool(name: str, block: str, hours: int | None = None) -> ShapePool:
+        at = None if hours is None else base + hours * HOUR
+        return ShapePool(name, True, block=block, maintenance_at=at)
+
+    # block x can hold all three, but only with maintenance: one window has two pools
+    x = [pool("x1", "x", 5), pool("x2", "x", 5), pool("x3", "x", 10), pool("x4", "x")]
+    got = prefer_pools(x, 3, maintenance_before=cutoff, together=True)
+    assert [p.name for p in got] == ["x4", "x1", "x2"]  # one window: one restart
+    # of two blocks that can each hold the gang, the one whose pools span fewer windows
+    y = [pool("y1", "y", 4), pool("y2", "y", 8)]
+    z = [pool("z1", "z", 3), pool("z2", "z", 3)]
+    got = prefer_pools([*y, *z], 2, maintenance_before=cutoff, together=True)
+    assert [p.name for p in got] == ["z1", "z2"]
+    # the block the gang holds already still comes first
+    anchor = [pool("y0", "y")]
+    got = prefer_pools([*y, *z], 2, maintenance_before=cutoff, together=True, anchor=anchor)
+    assert {p.name for p in got} == {"y1", "y2"}

@@ -101,3 +101,16 @@ def test_cli_parses_every_signal_command() -> None:
     with pytest.raises(SystemExit) as exc:
         main(["partition-state", "n"])  # --state missing
     assert exc.value.code == 2
+
+
+def test_out_of_service_adds_kubernetes_taint_and_in_service_takes_it_away() -> None:
+    tainted = m.patch_for("out-of-service", {}, [TPU_TAINT], now_s=NOW)["spec"]["taints"]
+    assert tainted == [
+        TPU_TAINT,
+        {
+            "key": "node.kubernetes.io/out-of-service",
+            "value": "nodeshutdown",
+            "effect": "NoExecute",
+        },
+    ]
+    assert m.patch_for("in-service", {}, tainted, now_s=NOW)["spec"]["taints"] == [TPU_TAINT]

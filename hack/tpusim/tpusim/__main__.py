@@ -421,6 +421,8 @@ DISRUPT_HELP = {
     "unterminate": "remove the impending-node-termination taint",
     "spot-notice": "Spot reclaim notice (termination taint; Spot nodes only)",
     "partition-state": "set a tpu7x node's partition-4x4x4-state label",
+    "out-of-service": "node.kubernetes.io/out-of-service=nodeshutdown:NoExecute (node is off)",
+    "in-service": "remove the node.kubernetes.io/out-of-service taint",
 }
 
 

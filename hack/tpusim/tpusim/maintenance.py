@@ -25,6 +25,11 @@ part; :func:`apply` sends them. The signals and their sources:
   The fake notice is the impending-termination taint on a node that carries
   ``cloud.google.com/gke-spot=true``; which Kubernetes-visible mark GKE puts on a
   Spot node during its notice is not documented, so this is an assumption.
+* ``node.kubernetes.io/out-of-service=nodeshutdown:NoExecute``: Kubernetes' own taint
+  for a node shut down without its kubelet noticing; the pod garbage collector then
+  force-deletes the node's terminating pods (Kubernetes "Node Shutdowns",
+  non-graceful node shutdown, https://kubernetes.io/docs/concepts/cluster-administration/node-shutdown/).
+  An administrator puts it on a NotReady node once the machine is surely off.
 * tpu7x partition state ``cloud.google.com/gke-tpu-partition-4x4x4-state``
   (HEALTHY, DEGRADED, UNHEALTHY, UNSET, INCOMPLETE): "Use dynamic slicing with a
   custom scheduler" (GKE documentation, GKE 1.35+).
@@ -42,11 +47,13 @@ __all__ = [
     "IMPENDING_TERMINATION_TAINT",
     "MAINTENANCE_STARTED_TAINT",
     "MAX_NOTICE_S",
+    "OUT_OF_SERVICE_TAINT",
     "SCHEDULED_MAINTENANCE_LABEL",
     "SCHEDULED_MAINTENANCE_LATEST_LABEL",
     "clear_maintenance",
     "clear_termination",
     "node_taints",
+    "out_of_service",
     "partition_state",
     "patch_for",
     "schedule_maintenance",
@@ -61,6 +68,7 @@ ACTIVE_MAINTENANCE_LABEL = "cloud.google.com/active-node-maintenance"
 ONGOING = "ONGOING"
 MAINTENANCE_STARTED_TAINT = "cloud.google.com/maintenance-window-started"
 IMPENDING_TERMINATION_TAINT = "cloud.google.com/impending-node-termination"
+OUT_OF_SERVICE_TAINT = "node.kubernetes.io/out-of-service"
 #: Scheduled maintenance gets about seven days' notice (Cloud TPU "View maintenance
 #: notifications"); a fake window further out than a year is a typo.
 MAX_NOTICE_S = 365 * 24 * 3600
@@ -132,6 +140,15 @@ def clear_termination(taints: Sequence[Mapping[str, Any]]) -> Patch:
     return {"spec": {"taints": _taints_with(taints, IMPENDING_TERMINATION_TAINT, False)}}
 
 
+def out_of_service(taints: Sequence[Mapping[str, Any]], present: bool) -> Patch:
+    """Add (or remove) ``node.kubernetes.io/out-of-service=nodeshutdown:NoExecute``, the
+    value and effect of Kubernetes' documented example."""
+    kept = [dict(t) for t in taints if t.get("key") != OUT_OF_SERVICE_TAINT]
+    if present:
+        kept.append({"key": OUT_OF_SERVICE_TAINT, "value": "nodeshutdown", "effect": "NoExecute"})
+    return {"spec": {"taints": kept}}
+
+
 def spot_notice(labels: Mapping[str, str], taints: Sequence[Mapping[str, Any]]) -> Patch:
     """The Spot reclaim notice: only a Spot node can get one (the fake's assumption above)."""
     if labels.get(SPOT_LABEL) != "true":
@@ -179,6 +196,8 @@ def patch_for(
         return clear_termination(taints)
     if action == "spot-notice":
         return spot_notice(labels, taints)
+    if action in ("out-of-service", "in-service"):
+        return out_of_service(taints, action == "out-of-service")
     if action == "partition-state":
         return partition_state(labels, state)
     raise ValueError(f"unknown action {action!r}")

@@ -35,6 +35,7 @@ from tpuslice.model.records import (
     CapacityUnit,
     ClusterRef,
     Drain,
+    ForceDelete,
     Move,
     ObjectKey,
     PodInfo,
@@ -47,7 +48,7 @@ from tpuslice.model.records import (
     Snapshot,
 )
 from tpuslice.planning.busy import move_message, with_moves
-from tpuslice.planning.disruption import maintenance_before
+from tpuslice.planning.disruption import maintenance_before, revoked_drains
 from tpuslice.planning.pools import (
     PoolIndex,
     eligible_pools,
@@ -526,10 +527,15 @@ class SliceActuator:
             pods_now = self.pending.pods(snap.pods)
             reservations_now = self.pending.reservations(snap.reservations)
             capacity = await prov.act(current, pods_now, reservations_now, index)
+        revoked = revoked_drains(current, capacity.decisions)
+        for drain in revoked:  # the capacity executor deleted the pods
+            self.metrics.slice_disrupted(drain.reason)
         self.metrics.quarantined(shape_name(shape_of(spec)), quarantined_units(index))
         drained, drained_plan = current.drains, current
         if drained:
             await self._drain(ref, drained)
+        if current.force_deletes:
+            await self._force_delete(ref, current.force_deletes)
         moved = current
         if current.moves:
             await self._move(ref, current.moves, snap)
@@ -573,6 +579,8 @@ class SliceActuator:
         if final.stalled and stall is None:
             stall = Stall(events.NOT_ENOUGH_POOLS, final.stalled)
         final, stall = capacity.report(final, stall)
+        if revoked:
+            final = replace(final, drains=(*final.drains, *revoked))
         return final, stall
 
     async def _hand_over(
@@ -633,6 +641,30 @@ class SliceActuator:
                 f"{len(drain.pods)} pods deleted together with grace {drain.grace_seconds}s "
                 f"({drain.reason}): node {drain.node} {drain.signal}",
             )
+
+    async def _force_delete(self, ref: ClusterRef, stuck: Sequence[ForceDelete]) -> None:
+        """Delete with grace 0 the pods of drained slices that stay terminating on a host
+        that is gone or tainted out-of-service (what Kubernetes' pod garbage collector
+        does in the same two cases), so KubeRay can create the replacement replica."""
+        for pod in stuck:
+            await self.kube.delete_pod(pod.namespace, pod.name, grace_seconds=0)
+            log.info(
+                "%s %s: pod %s/%s force-deleted: node %s %s",
+                ref.kind,
+                ref,
+                pod.namespace,
+                pod.name,
+                pod.node,
+                pod.why,
+            )
+        nodes = sorted({p.node for p in stuck})
+        await self.recorder.warning(
+            ref,
+            events.STUCK_PODS_DELETED,
+            f"{len(stuck)} terminating pods deleted with grace 0: node(s) "
+            f"{', '.join(nodes[:4])}{' ...' if len(nodes) > 4 else ''} gone or tainted "
+            "node.kubernetes.io/out-of-service",
+        )
 
     async def _move(self, ref: ClusterRef, moves: Sequence[Move], snap: Snapshot) -> None:
         """Take single-host slices off busy nodes: delete the slice's pods first (an

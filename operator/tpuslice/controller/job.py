@@ -71,9 +71,17 @@ def job_observed(
     desired: int,
     applied: bool,
     stall: Stall | None,
+    previous: Mapping[str, Any] | None = None,
+    now: str = "",
 ) -> JobObserved:
-    """What this pass saw, for ``status.job.compute_job_status``."""
+    """What this pass saw, for ``status.job.compute_job_status``; the latest disruption
+    of the job's slices is this pass's drain, else the one ``previous`` status records."""
     ray_status = (snap.owned or {}).get("status") if snap.owned is not None else None
+    last = (previous or {}).get("disruptions")
+    last = last if isinstance(last, Mapping) else {}
+    reason, at = str(last.get("lastReason") or ""), str(last.get("lastTime") or "")
+    if plan.drains:
+        reason, at = plan.drains[-1].reason, now
     return JobObserved(
         generation=generation(body),
         accelerator_type=spec.cluster.shape.accelerator_type,
@@ -87,6 +95,9 @@ def job_observed(
         gated=spec.cluster.gated,
         applied=applied,
         stall=stall,
+        disruption_reason=reason,
+        disrupted_at=at,
+        now=now,
     )
 
 
@@ -136,7 +147,9 @@ class JobKind(OwnsKubeRayObject):
     ) -> StatusOut:
         (only,) = acted
         desired = only.slices.desired or 0
-        observed = job_observed(parsed, body, snap, only.plan, desired, applied.ok, stall)
+        observed = job_observed(
+            parsed, body, snap, only.plan, desired, applied.ok, stall, previous, now
+        )
         return StatusOut(compute_job_status(observed, previous, now), only.plan.slices)
 
     def invalid_status(

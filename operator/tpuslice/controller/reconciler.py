@@ -313,7 +313,10 @@ class Reconciler:
         if busy is not None:
             out.status["busyNodes"] = busy
         drains = [d for each in acted for d in each.plan.drains]
-        status = with_maintenance(with_disruptions(out.status, previous, drains, now), snap.nodes)
+        by_cluster = {each.slices.ref.ray_cluster: each.plan.drains for each in acted}
+        status = with_maintenance(
+            with_disruptions(out.status, previous, drains, now, by_cluster), snap.nodes
+        )
         condition = maintenance_condition(status, previous, now, generation(body))
         if condition is not None:
             status["conditions"] = [

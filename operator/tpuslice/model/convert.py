@@ -120,6 +120,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         ray_cluster=labels.get(c.KUBERAY_LABEL_CLUSTER, ""),
         unschedulable_since=_unschedulable_since(status),
         released_at=str((meta.get("annotations") or {}).get(c.ANNOTATION_RELEASED_AT) or ""),
+        deletion_deadline=str(meta.get("deletionTimestamp") or ""),
     )
 
 
@@ -183,7 +184,19 @@ def node_info(node: Mapping[str, Any]) -> NodeInfo:
         gke_slice=labels.get(c.NODE_LABEL_TPU_SLICE, ""),
         labels=dict(labels),
         taints=node_taints(spec),
+        not_ready_since=_not_ready_since(status),
     )
+
+
+def _not_ready_since(status: Mapping[str, Any]) -> str:
+    """When the node's Ready condition last left True (its lastTransitionTime while it
+    is False or Unknown); empty on a Ready node."""
+    for cond in status.get("conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == "Ready":
+            if cond.get("status") == "True":
+                return ""
+            return str(cond.get("lastTransitionTime") or "")
+    return ""
 
 
 def _pinned_unit(selector: Mapping[str, Any]) -> str | None:

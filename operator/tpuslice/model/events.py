@@ -22,6 +22,9 @@ SLICE_MOVED: Final = "SliceMovedOffBusyNode"
 # a node of a held unit is terminated, maintained, NotReady or UNHEALTHY: the whole slice
 # is drained at once (planning/disruption.py)
 SLICE_DISRUPTED: Final = "SliceDisrupted"
+# a drained slice's pods stuck terminating on a host that is gone or tainted
+# node.kubernetes.io/out-of-service were deleted with grace 0 (planning/disruption.py)
+STUCK_PODS_DELETED: Final = "StuckPodsForceDeleted"
 RESERVATION_LOST: Final = "ReservationConflict"  # the pool was claimed by someone else first
 CLUSTER_READY: Final = "Ready"
 # A pass failed (API error, bug); posted at most every few minutes per cluster while

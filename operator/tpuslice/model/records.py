@@ -196,6 +196,10 @@ class PodInfo:
     unschedulable_since: str = ""
     #: constants.ANNOTATION_RELEASED_AT: when the operator released it (single-host)
     released_at: str = ""
+    #: metadata.deletionTimestamp: for a pod, the time its grace period runs out (the
+    #: API server sets it to the deletion request's time plus the grace); empty when
+    #: the pod is not being deleted
+    deletion_deadline: str = ""
 
     @property
     def owner(self) -> ObjectKey:
@@ -247,6 +251,9 @@ class NodeInfo:
     #: spec.taints that keep pods off (NoSchedule, NoExecute): a pool whose nodes carry
     #: one the worker template does not tolerate is never claimed for it.
     taints: tuple[Taint, ...] = ()
+    #: lastTransitionTime of the Ready condition when it is not True (the host stopped
+    #: answering then); empty on a Ready node or one without the condition's time
+    not_ready_since: str = ""
 
 
 @dataclass(frozen=True)
@@ -338,6 +345,18 @@ class Drain:
 
 
 @dataclass(frozen=True)
+class ForceDelete:
+    """Delete one pod with grace 0: a drained slice's pod stuck terminating on a host
+    that is gone or shut down for good (planning/disruption.py, ``stuck_pods``), so
+    KubeRay, which replaces a replica only once its old pods are gone, can go on."""
+
+    namespace: str
+    name: str
+    node: str
+    why: str  # the rest of "node <name> ...": is gone, or is NotReady and tainted ...
+
+
+@dataclass(frozen=True)
 class Claim:
     """Create a SliceReservation for ``pool``: the atomic claim (AlreadyExists = lost)."""
 
@@ -426,6 +445,8 @@ class SlicePlan:
     recheck_in: float | None = None
     #: slices whose held unit is disrupted: all their pods deleted together
     drains: tuple[Drain, ...] = ()
+    #: pods of drained slices stuck terminating on hosts that are gone or shut down
+    force_deletes: tuple[ForceDelete, ...] = ()
 
 
 @dataclass(frozen=True)

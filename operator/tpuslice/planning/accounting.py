@@ -27,6 +27,7 @@ from tpuslice.planning.disruption import (
 )
 
 __all__ = [
+    "CLUSTER_SECTIONS",
     "MAINTENANCE_CONDITION",
     "MAX_COUNT",
     "maintenance_condition",
@@ -47,15 +48,25 @@ def _count(value: Any) -> int:
     return 0
 
 
+#: The status sections of a TPUSliceService that carry a cluster's ``name`` and ``slices``.
+CLUSTER_SECTIONS = ("activeCluster", "pendingCluster")
+
+
 def with_disruptions(
     status: Mapping[str, Any],
     previous: Mapping[str, Any],
     drains: Sequence[Drain],
     now: datetime,
+    by_cluster: Mapping[str, Sequence[Drain]] | None = None,
 ) -> dict[str, Any]:
     """``status`` with ``disruptions`` (object totals by reason, the last one, and the
     failures) and each ``slices[]`` entry's ``disruptions``/``lastDisruption``/``failures``
     carried from ``previous`` by slice index and advanced by this pass.
+
+    A TPUSliceService's slices are per RayCluster (``activeCluster.slices``,
+    ``pendingCluster.slices``): each section's entries are carried from the previous
+    section of the same cluster ``name`` (an upgrade's pending cluster becomes the active
+    one) and advanced by that cluster's drains (``by_cluster``: RayCluster name -> drains).
 
     A disruption is one of this pass's ``drains``. A failure is a slice index whose
     replica was replaced (KubeRay made a new replica at that index) without a drain of
@@ -72,16 +83,52 @@ def with_disruptions(
     for drain in drains:
         by_reason[drain.reason] = min(MAX_COUNT, by_reason.get(drain.reason, 0) + 1)
         totals["lastReason"], totals["lastTime"] = drain.reason, rfc3339(now)
-    entries = out.get("slices")
-    if not isinstance(entries, list):
-        entries = []
+    if isinstance(out.get("slices"), list):
+        out["slices"], failed = _advance(out["slices"], previous.get("slices"), drains, now)
+        failures = min(MAX_COUNT, failures + failed)
+    for section in CLUSTER_SECTIONS:
+        current = out.get(section)
+        if not isinstance(current, Mapping) or not isinstance(current.get("slices"), list):
+            continue
+        name = current.get("name")
+        before: Mapping[str, Any] = next(
+            (
+                previous[k]
+                for k in CLUSTER_SECTIONS
+                if isinstance(previous.get(k), Mapping) and previous[k].get("name") == name
+            ),
+            {},
+        )
+        ours = (by_cluster or {}).get(str(name or ""), ())
+        slices, failed = _advance(current["slices"], before.get("slices"), ours, now)
+        out[section] = {**current, "slices": slices}
+        failures = min(MAX_COUNT, failures + failed)
+    if by_reason or failures or "disruptions" in previous:
+        out["disruptions"] = {
+            "total": min(MAX_COUNT, sum(by_reason.values())),
+            "byReason": by_reason,
+            "failures": failures,
+            **totals,
+        }
+    return out
+
+
+def _advance(
+    entries: Sequence[Any], previous: Any, drains: Sequence[Drain], now: datetime
+) -> tuple[list[Any], int]:
+    """One list of slice entries with their counts carried from ``previous`` (the same
+    list in the previous status) and advanced by ``drains``; and the failures found."""
     carried: dict[int, Mapping[str, Any]] = {}
-    for entry in previous.get("slices") or []:
+    for entry in previous if isinstance(previous, list) else []:
         if isinstance(entry, Mapping) and isinstance(entry.get("index"), int):
             carried[entry["index"]] = entry
     drained = {d.index: d for d in drains}
-    slices = []
+    slices: list[Any] = []
+    failures = 0
     for entry in entries:
+        if not isinstance(entry, Mapping):
+            slices.append(entry)
+            continue
         entry = dict(entry)
         before = carried.get(entry.get("index", -1), {})
         count = _count(before.get("disruptions"))
@@ -93,16 +140,14 @@ def with_disruptions(
         replaced = bool(old_replica and new_replica and old_replica != new_replica)
         if replaced and not drained_old and not moved_old:
             failed = min(MAX_COUNT, failed + 1)
-            failures = min(MAX_COUNT, failures + 1)
+            failures += 1
         this = drained.get(entry.get("index", -1))
         if this is not None:
             count = min(MAX_COUNT, count + 1)
-            last = {
-                "reason": this.reason,
-                "time": rfc3339(now),
-                "node": this.node,
-                "replica": this.replica_name,
-            }
+            last = {"reason": this.reason, "time": rfc3339(now)}
+            if this.node:  # a revoked capacity names no node
+                last["node"] = this.node
+            last["replica"] = this.replica_name
         if count:
             entry["disruptions"] = count
         if failed:
@@ -110,16 +155,7 @@ def with_disruptions(
         if isinstance(last, Mapping):
             entry["lastDisruption"] = dict(last)
         slices.append(entry)
-    if isinstance(out.get("slices"), list):
-        out["slices"] = slices
-    if by_reason or failures or "disruptions" in previous:
-        out["disruptions"] = {
-            "total": min(MAX_COUNT, sum(by_reason.values())),
-            "byReason": by_reason,
-            "failures": failures,
-            **totals,
-        }
-    return out
+    return slices, failures
 
 
 def _unit_nodes(entry: Mapping[str, Any], nodes: Iterable[NodeInfo]) -> list[NodeInfo]:
@@ -131,13 +167,24 @@ def _unit_nodes(entry: Mapping[str, Any], nodes: Iterable[NodeInfo]) -> list[Nod
 
 def with_maintenance(status: Mapping[str, Any], nodes: Sequence[NodeInfo]) -> dict[str, Any]:
     """Each held slice's ``maintenance`` (``scheduledAt`` and ``state``: Scheduled, or
-    Ongoing once the window opened) from the nodes of the unit it holds."""
+    Ongoing once the window opened) from the nodes of the unit it holds; a
+    TPUSliceService's in each cluster section."""
     out = dict(status)
-    entries = out.get("slices")
-    if not isinstance(entries, list):
-        return out
-    slices = []
+    if isinstance(out.get("slices"), list):
+        out["slices"] = _maintained(out["slices"], nodes)
+    for section in CLUSTER_SECTIONS:
+        current = out.get(section)
+        if isinstance(current, Mapping) and isinstance(current.get("slices"), list):
+            out[section] = {**current, "slices": _maintained(current["slices"], nodes)}
+    return out
+
+
+def _maintained(entries: Sequence[Any], nodes: Sequence[NodeInfo]) -> list[Any]:
+    slices: list[Any] = []
     for entry in entries:
+        if not isinstance(entry, Mapping):
+            slices.append(entry)
+            continue
         entry = dict(entry)
         unit = _unit_nodes(entry, nodes) if entry.get("nodePool") else []
         ongoing = any(
@@ -152,8 +199,7 @@ def with_maintenance(status: Mapping[str, Any], nodes: Sequence[NodeInfo]) -> di
             stamp = maintenance_message(at).removeprefix("maintenance at ")
             entry["maintenance"] = {"state": "Scheduled", "scheduledAt": stamp}
         slices.append(entry)
-    out["slices"] = slices
-    return out
+    return slices
 
 
 def maintenance_condition(
@@ -162,9 +208,15 @@ def maintenance_condition(
     """The MaintenanceScheduled condition (True while any slice's unit has maintenance
     scheduled or ongoing; its lastTransitionTime kept while the status stays), or None
     when it never was True and is not now (the condition appears once it matters)."""
+    lists: list[tuple[str, Any]] = [("", status.get("slices"))]
+    for section in CLUSTER_SECTIONS:
+        current = status.get(section)
+        if isinstance(current, Mapping):
+            lists.append((f"{current.get('name') or section} ", current.get("slices")))
     held = [
-        (e.get("index"), e["maintenance"])
-        for e in status.get("slices") or []
+        (f"{prefix}slice {e.get('index')}", e["maintenance"])
+        for prefix, entries in lists
+        for e in (entries if isinstance(entries, list) else [])
         if isinstance(e, Mapping) and isinstance(e.get("maintenance"), Mapping)
     ]
     before = next(
@@ -180,7 +232,7 @@ def maintenance_condition(
     value = "True" if held else "False"
     if held:
         parts = [
-            f"slice {i}: maintenance {m.get('state', '').lower()}"
+            f"{i}: maintenance {m.get('state', '').lower()}"
             + (f" at {m['scheduledAt']}" if m.get("scheduledAt") else "")
             for i, m in held
         ]

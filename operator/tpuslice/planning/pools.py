@@ -26,6 +26,7 @@ from tpuslice.model.records import (
     Claim,
     ClusterRef,
     Drain,
+    ForceDelete,
     GangMode,
     Handover,
     Holder,
@@ -46,6 +47,7 @@ from tpuslice.planning.disruption import (
     drain_signal,
     maintenance_message,
     scheduled_maintenance,
+    stuck_pods,
 )
 from tpuslice.planning.elastic import plan_terms
 from tpuslice.planning.nodeclass import WantedShape, classify_pool, is_slicing_block
@@ -288,7 +290,9 @@ def prefer_pools(
         the (sub-)block of ``anchor`` (the pools the gang holds already);
     (c) the user's ``capacity_types`` order (types not listed come after the listed);
     (c') for a multislice gang (``together``) whose pools must include some with
-        maintenance soon, those of one window when enough exist (``_lined_up``);
+        maintenance soon, those of one window when enough exist (``_lined_up``), also
+        inside the (sub-)block of (b), which prefers, after the anchor's, the
+        (sub-)block whose pools span the fewest maintenance windows;
     (d) with ``spread`` (the claimant's uid, when no queue decides who takes which
         pool), the claimant's own order of the pools (``spread_rank``); else, and to
         break a tie, the pool name.
@@ -347,11 +351,23 @@ def prefer_pools(
                 if p.block is not None and (level == "block" or p.subblock is not None):
                     groups.setdefault(domain(p), []).append(p)
             home = {domain(p) for p in placed}
-            fits = {g: sorted(ps, key=key)[:k] for g, ps in groups.items() if len(ps) >= k}
+            # inside a (sub-)block too, the pools with maintenance soon come from one
+            # window when it has enough; among (sub-)blocks that can hold the gang, the
+            # one whose pools span the fewest windows costs the job the fewest restarts
+            fits = {
+                g: _lined_up(sorted(ps, key=key)[:k], ps, key, soon)
+                for g, ps in groups.items()
+                if len(ps) >= k
+            }
             if fits:
                 best = min(
                     fits,
-                    key=lambda g: (g not in home, [key(p) for p in fits[g]], str(g)),
+                    key=lambda g: (
+                        g not in home,
+                        len({p.maintenance_at for p in fits[g] if soon(p)}),
+                        sorted(key(p) for p in fits[g]),
+                        str(g),
+                    ),
                 )
                 return chosen + fits[best]
     picked = sorted(left, key=key)[:k]
@@ -550,6 +566,9 @@ def plan_slices(
     pods deleted together with ``grace_seconds`` (``SlicePlan.drains``), so Ray sees one
     slice go, not a torn one. A slice whose pods were never released gives the unit
     back instead (nothing ran there). The unit stays ineligible while the signal lasts.
+    A slice whose pods all terminate but stay on a host that stopped answering is judged
+    by ``disruption.stuck_pods`` (with ``now``): force-deleted when the host is gone or
+    tainted out-of-service (``SlicePlan.force_deletes``), else status names the host.
 
     ``now`` (the clock, for single-host slices): a slice holding a node whose released
     pod could not schedule there for ``busy.BUSY_AFTER_SECONDS`` moves
@@ -576,6 +595,8 @@ def plan_slices(
     binds: list[str] = []
     moves: list[Move] = []
     drains: list[Drain] = []
+    force_deletes: list[ForceDelete] = []
+    nodes_by_name = {n.name: n for n in nodes}
     recheck_in: float | None = None
     taken_now: set[str] = set()
     by_index: dict[int, SliceStatus] = {}
@@ -698,6 +719,23 @@ def plan_slices(
         reservation = ours.get(replica.name)
         pool = reservation.pool if reservation else None
         if not live_pods:
+            stuck = stuck_pods(replica.pods, nodes_by_name, now)
+            force_deletes += stuck.force
+            if stuck.recheck_in is not None:
+                recheck_in = (
+                    stuck.recheck_in if recheck_in is None else min(recheck_in, stuck.recheck_in)
+                )
+            message = "pods terminating; the pool stays held until they are gone"
+            if stuck.message:
+                message = f"pods terminating: {stuck.message}"
+            elif stuck.force:
+                first = stuck.force[0]
+                message = (
+                    f"pods terminating: node {first.node} {first.why}; its pods are "
+                    "force-deleted (grace 0) so KubeRay can replace the slice"
+                )
+            elif not pool:
+                message = "pods terminating"
             status_for(
                 replica,
                 SliceStatus(
@@ -705,9 +743,7 @@ def plan_slices(
                     SliceState.RELEASING,
                     replica.name,
                     pool,
-                    message="pods terminating; the pool stays held until they are gone"
-                    if pool
-                    else "pods terminating",
+                    message=message,
                     capacity_type=capacity_of(pool),
                 ),
             )
@@ -885,6 +921,7 @@ def plan_slices(
         moves=tuple(moves),
         recheck_in=recheck_in,
         drains=tuple(drains),
+        force_deletes=tuple(force_deletes),
     )
 
 

@@ -20,6 +20,12 @@ already read:
 - ``Suspended`` as a Kubernetes Job has it;
 - ``SlicesReserved`` while the job's current RayCluster has slices.
 
+An attempt KubeRay fails (Retrying, or Failed after the last one) within
+``DISRUPTED_WITHIN_SECONDS`` of a disruption of the job's slices (a slice drained
+whole, or replaced for revoked capacity: planning/accounting.py) gets the reason
+``Disrupted`` instead of KubeRay's, its message naming the disruption, so a user tells
+a preemption from a crash. KubeRay counts it in ``backoffLimit`` all the same.
+
 Every condition carries the generation it was computed for; the caller writes
 the result only when it differs (as for a TPUSliceCluster, status.py).
 """
@@ -30,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tpuslice.model.convert import timestamp
 from tpuslice.status.conditions import (
     RECONCILING,
     STALLED,
@@ -43,6 +50,8 @@ from tpuslice.status.conditions import (
 
 __all__ = [
     "COMPLETE",
+    "DISRUPTED",
+    "DISRUPTED_WITHIN_SECONDS",
     "FAILED",
     "SUSPENDED",
     "JobObserved",
@@ -55,6 +64,20 @@ __all__ = [
 COMPLETE = "Complete"
 FAILED = "Failed"
 SUSPENDED = "Suspended"
+
+#: The reason of an attempt that failed because its slices were disrupted.
+DISRUPTED = "Disrupted"
+#: How long after a disruption of its slices an attempt's failure is put down to it.
+#: The chain from the drain to KubeRay's verdict: the pods' grace period (default 30 s),
+#: Ray noticing its workers gone (GCS health checks, tens of seconds), Ray Train
+#: restarting on what is left until its ``max_failures`` or its preemption budget runs
+#: out, and KubeRay's poll of the Ray job. A few minutes in all; 10 minutes leaves a wide
+#: margin, while a job that ran 10 minutes on its replacement slices failed on its own.
+DISRUPTED_WITHIN_SECONDS = 600
+#: A failure seen up to this long before the disruption is recorded still counts: Ray
+#: may notice a dead host before its node turns NotReady (about 40 s) and the slice is
+#: drained.
+DISRUPTED_BEFORE_SECONDS = 120
 
 #: KubeRay's deployment statuses in which an attempt is under way.
 _ATTEMPT_UNDER_WAY = frozenset({"Initializing", "Waiting", "Running"})
@@ -71,6 +94,12 @@ class JobObserved(ObservedObject):
     #: None while KubeRay has not made it (or has deleted it after the job ended).
     cluster: ClusterSlices | None
     suspend: bool  # spec.job.suspend
+    #: The latest disruption of the job's slices (``status.disruptions``: reason and
+    #: RFC 3339 time; this pass's drains included); empty when none.
+    disruption_reason: str = ""
+    disrupted_at: str = ""
+    #: The pass's clock (RFC 3339): when a failure without KubeRay's ``endTime`` was seen.
+    now: str = ""
 
 
 def _count(status: Mapping[str, Any], key: str) -> int:
@@ -121,6 +150,21 @@ def _kuberay_detail(status: Mapping[str, Any]) -> str:
     return reason or message
 
 
+def _disruption(observed: JobObserved, status: Mapping[str, Any], ended: bool) -> str:
+    """``Preemption at 2026-12-03T12:00:00Z`` when the failed attempt's failure (KubeRay's
+    ``endTime`` of a job that ended, else the pass's clock) falls within the bounds of
+    the latest disruption of the job's slices; "" otherwise."""
+    at = timestamp(observed.disrupted_at)
+    failed = timestamp(status.get("endTime")) if ended else None
+    failed = failed or timestamp(observed.now)
+    if at is None or failed is None:
+        return ""
+    after = (failed - at).total_seconds()
+    if not -DISRUPTED_BEFORE_SECONDS <= after <= DISRUPTED_WITHIN_SECONDS:
+        return ""
+    return f"{observed.disruption_reason or 'a disruption'} at {observed.disrupted_at}"
+
+
 def _running(observed: JobObserved, status: Mapping[str, Any], deployment: str) -> _Verdict:
     """Initializing, Running, or a deployment status this version does not know (a newer
     KubeRay's): the job is on its way; the slices say what it waits for."""
@@ -167,9 +211,12 @@ def _verdict(observed: JobObserved) -> _Verdict:
             terminal=True,
         )
     if deployment == "Failed":
+        disrupted = _disruption(observed, status, ended=True)
         return _Verdict(
-            str(status.get("reason") or "JobFailed"),
-            f"the job failed {after}" + (f": {detail}" if detail else ""),
+            DISRUPTED if disrupted else str(status.get("reason") or "JobFailed"),
+            f"the job failed {after}"
+            + (f" just after a disruption of its slices ({disrupted})" if disrupted else "")
+            + (f": {detail}" if detail else ""),
             stalled=True,
             failed=True,
             terminal=True,
@@ -192,9 +239,11 @@ def _verdict(observed: JobObserved) -> _Verdict:
             "Suspending", "KubeRay is deleting the job's RayCluster; its node pools follow", True
         )
     if deployment == "Retrying":
+        disrupted = _disruption(observed, status, ended=False)
         return _Verdict(
-            "Retrying",
+            DISRUPTED if disrupted else "Retrying",
             f"attempt {number} failed"
+            + (f" just after a disruption of its slices ({disrupted})" if disrupted else "")
             + (f" ({detail})" if detail else "")
             + f"; KubeRay starts attempt {number + 1} on a new RayCluster, which gets the "
             f"node pools the job holds",
