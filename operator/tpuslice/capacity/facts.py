@@ -143,9 +143,9 @@ def slice_facts(
         if i not in asking:
             out[i] = replace(out[i], eligible_pool=True)
     if spec.elastic is not None:
-        first, *later = one_extra_at_a_time(asking, spec.elastic.min_slices) or [None]
-        for i in later:
-            out[i] = replace(out[i], asks_after=first)
+        extras = one_extra_at_a_time(asking, spec.elastic.min_slices)
+        for i in extras[1:]:
+            out[i] = replace(out[i], asks_after=extras[0])
     return out
 
 
