@@ -11,7 +11,7 @@ from tpuslice.controller.applier import Applied
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
 from tpuslice.model.convert import rfc3339, timestamp, worker_replicas
-from tpuslice.model.records import ClusterRef, SlicePlan, SliceStatus, Snapshot
+from tpuslice.model.records import ClusterRef, PodInfo, SlicePlan, SliceStatus, Snapshot
 from tpuslice.planning.elastic import (
     limit_seconds,
     named_for_deletion,
@@ -64,7 +64,7 @@ def observed_of(
     elastic = None
     if spec.elastic is not None:
         slices = as_requested(plan.slices, spec.elastic.min_slices)
-        elastic = elastic_count(spec.elastic, desired, slices, snap, now)
+        elastic = elastic_count(spec.elastic, desired, slices, snap.raycluster, snap.pods, now)
     return Observed(
         generation=generation(body),
         accelerator_type=spec.shape.accelerator_type,
@@ -86,20 +86,21 @@ def elastic_count(
     elastic: ElasticSpec,
     desired: int,
     slices: Sequence[SliceStatus],
-    snap: Snapshot,
+    raycluster: Mapping[str, Any] | None,
+    pods: Sequence[PodInfo],
     now: str,
 ) -> ElasticCount:
-    """status.elastic's inputs for one RayCluster: the range and target, the slices the
-    autoscaler is removing (named in its workersToDelete) and the Requested slices past
-    its allocate timeout (judged at ``now``; none without a time)."""
+    """status.elastic's inputs for one RayCluster (and its ``pods``): the range and
+    target, the slices the autoscaler is removing (named in its workersToDelete) and the
+    Requested slices past its allocate timeout (judged at ``now``; none without a time)."""
     limit = elastic.scale_up_timeout_seconds
     when = timestamp(now)
-    late = () if when is None else timed_out(slices, snap.pods, elastic.min_slices, limit, when)
+    late = () if when is None else timed_out(slices, pods, elastic.min_slices, limit, when)
     return ElasticCount(
         elastic.min_slices,
         elastic.max_slices,
         desired,
-        removing=named_for_deletion(workers_to_delete(snap.raycluster), snap.pods),
+        removing=named_for_deletion(workers_to_delete(raycluster), pods),
         timed_out=tuple((t.index, rfc3339(t.since)) for t in late),
         timeout_seconds=limit_seconds(limit),
     )

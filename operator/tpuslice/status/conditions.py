@@ -33,6 +33,7 @@ __all__ = [
     "may_fold",
     "merge_conditions",
     "readiness",
+    "readiness_text",
     "removal_events",
     "scaling_condition",
     "slice_events",
@@ -256,13 +257,16 @@ def scaling_condition(observed: Observed) -> dict[str, Any] | None:
     False at its target. None for a fixed count."""
     if observed.elastic is None:
         return None
-    ready = _ready_slices(observed)
-    target = observed.desired_slices
+    return _scaling(observed.slices, observed.desired_slices, observed.generation)
+
+
+def _scaling(slices: Sequence[SliceStatus], target: int, generation: int) -> dict[str, Any]:
+    ready = min(sum(1 for s in slices if s.state == SliceState.READY), target)
     if ready >= target:
         return _condition(
-            SCALING_UP, False, "AtTarget", f"{ready} of {target} slices ready", observed.generation
+            SCALING_UP, False, "AtTarget", f"{ready} of {target} slices ready", generation
         )
-    requested = [s for s in observed.slices if s.state == SliceState.REQUESTED]
+    requested = [s for s in slices if s.state == SliceState.REQUESTED]
     if requested:
         return _condition(
             SCALING_UP,
@@ -270,14 +274,14 @@ def scaling_condition(observed: Observed) -> dict[str, Any] | None:
             "SlicesRequested",
             f"the autoscaler asked for {target} slices, {ready} ready; {len(requested)} "
             f"Requested: {_blocked_detail(requested)}",
-            observed.generation,
+            generation,
         )
     return _condition(
         SCALING_UP,
         True,
         "SlicesStarting",
         f"the autoscaler asked for {target} slices, {ready} ready",
-        observed.generation,
+        generation,
     )
 
 
@@ -286,9 +290,12 @@ def timeout_condition(observed: ObservedObject) -> dict[str, Any] | None:
     than the autoscaler's allocate timeout (it gives the slice up and deletes its pods;
     asked again, the slice keeps the object's place in the queue), naming each slice
     and how long. None for a fixed count."""
-    elastic = observed.elastic
-    if elastic is None:
+    if observed.elastic is None:
         return None
+    return _timeout(observed.elastic, observed.generation)
+
+
+def _timeout(elastic: ElasticCount, generation: int) -> dict[str, Any]:
     limit = elastic.timeout_seconds
     if not elastic.timed_out:
         return _condition(
@@ -296,7 +303,7 @@ def timeout_condition(observed: ObservedObject) -> dict[str, Any] | None:
             False,
             "WithinTimeout",
             f"no Requested slice waited longer than {limit} s",
-            observed.generation,
+            generation,
         )
     named = ", ".join(f"slice {i} (waiting since {t})" for i, t in elastic.timed_out[:MAX_NAMED])
     more = len(elastic.timed_out) - MAX_NAMED
@@ -310,7 +317,7 @@ def timeout_condition(observed: ObservedObject) -> dict[str, Any] | None:
         f"(spec.elastic.scaleUpTimeoutSeconds): {named}; the Ray autoscaler gives "
         f"{'it' if len(elastic.timed_out) == 1 else 'them'} up and deletes the pods, "
         f"and a slice it asks for again keeps this object's place in the queue",
-        observed.generation,
+        generation,
     )
 
 
@@ -334,6 +341,20 @@ def removal_events(
     or one that vanished from ``status.slices`` while the target went down without
     ever being seen named (the operator was away while KubeRay deleted it). Read from
     the two statuses alone, so a pass repeated writes no second event."""
+    out = _removals(previous, status)
+    # a TPUSliceService's clusters, matched by name (an upgrade's pending cluster
+    # becomes the active one)
+    fields = ("activeCluster", "pendingCluster")
+    earlier = {e.get("name"): e for f in fields if (e := previous.get(f))}
+    for field in fields:
+        after = status.get(field) or {}
+        if after:
+            out += _removals(earlier.get(after.get("name")) or {}, after)
+    return out
+
+
+def _removals(previous: Mapping[str, Any], status: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """``removal_events`` of one slices-status part (crds/parts/slices-status.yaml)."""
     before = previous.get("elastic") or {}
     after = status.get("elastic") or {}
     if not after:
@@ -375,7 +396,8 @@ def elastic_status(observed: ObservedObject, slices: Sequence[SliceStatus]) -> d
     return _elastic_entry(observed.elastic, slices)
 
 
-def _readiness_text(ready: int, desired: int, elastic: ElasticCount | None) -> str:
+def readiness_text(ready: int, desired: int, elastic: ElasticCount | None) -> str:
+    """``ready/desired``, and an elastic set's range: ``ready/target (min-max)``."""
     text = f"{ready}/{desired}"
     if elastic is not None:
         text += f" ({elastic.min_slices}-{elastic.max_slices})"
@@ -384,7 +406,7 @@ def _readiness_text(ready: int, desired: int, elastic: ElasticCount | None) -> s
 
 def readiness(ready: int, observed: ObservedObject) -> str:
     """The Slices printer column: ready/desired, and an elastic set's range."""
-    return _readiness_text(ready, observed.desired_slices, observed.elastic)
+    return readiness_text(ready, observed.desired_slices, observed.elastic)
 
 
 def desired_conditions(observed: Observed) -> list[dict[str, Any]]:
@@ -646,12 +668,22 @@ class ClusterSlices:
                 )
         return None
 
+    def elastic_conditions(self, generation: int) -> list[dict[str, Any]]:
+        """ScalingUp and ScaleUpTimedOut of an elastic set's RayCluster (a TPUSliceJob's
+        current one, a TPUSliceService's serving one); none for a fixed count."""
+        if self.elastic is None:
+            return []
+        return [
+            _scaling(self.slices, self.desired_slices, generation),
+            _timeout(self.elastic, generation),
+        ]
+
     def to_status(self) -> dict[str, Any]:
         """The slices-status part of the CRDs (crds/parts/slices-status.yaml)."""
         out: dict[str, Any] = {
             "desiredSlices": self.desired_slices,
             "readySlices": self.ready_slices,
-            "sliceReadiness": _readiness_text(self.ready_slices, self.desired_slices, self.elastic),
+            "sliceReadiness": readiness_text(self.ready_slices, self.desired_slices, self.elastic),
             "slices": _slice_entries(self.slices),
         }
         if self.elastic is not None:
