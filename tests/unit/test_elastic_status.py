@@ -11,6 +11,8 @@ from typing import Any
 from tests.support.builders import holder, nodes_of, reservation, slice_pods, tpuslice
 from tests.support.fake_kube import FakeKube
 from tests.unit.test_reconcile import UID, make, run
+from tests.unit.test_service_status import ACTIVE, ray
+from tests.unit.test_service_status import observed as service_observed
 from tests.unit.test_slicequeue import req
 from tests.unit.test_status import observed
 from tpuslice.controller.applier import applied_hash
@@ -30,8 +32,10 @@ from tpuslice.status.conditions import (
     ElasticCount,
     as_requested,
     compute_status,
+    elastic_slices,
     removal_events,
 )
+from tpuslice.status.service import compute_service_status
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 SLICES = (
@@ -203,3 +207,34 @@ def test_an_extra_asked_for_again_keeps_its_objects_place() -> None:
     older = req("old", 2, t=1, held=1, claimable=1, extra=True)
     younger = req("new", 2, t=2, held=1, claimable=1, extra=True)
     assert [r.key[2] for r in queue_order([younger, older])] == ["old", "new"]
+
+
+# --- jobs and services ----------------------------------------------------------------
+
+
+def test_a_service_shows_its_serving_clusters_requested_slices_and_range() -> None:
+    slices = [
+        SliceStatus(0, SliceState.READY, "tpu-a", "pool-a", 4),
+        SliceStatus(1, SliceState.WAITING_FOR_CAPACITY, "tpu-b", message="needs a pool"),
+    ]
+    active = elastic_slices(ACTIVE, 2, slices, True, (1, 4))
+    active = replace(
+        active, elastic=replace(active.elastic, timed_out=((1, "2026-11-30T11:00:00Z"),))
+    )
+    status = compute_service_status(service_observed(ray("True", active=ACTIVE), active), None, "t")
+    assert status["sliceReadiness"] == "1/2 (1-4)" and status["desiredSlices"] == 2
+    assert [s["state"] for s in status["activeCluster"]["slices"]] == ["Ready", "Requested"]
+    assert _condition(status, "Ready")["status"] == "True"
+    scaling = _condition(status, "ScalingUp")
+    assert (scaling["status"], scaling["reason"]) == ("True", "SlicesRequested")
+    assert "slice 1" in scaling["message"]
+    assert _condition(status, events.SCALE_UP_TIMED_OUT)["status"] == "True"
+
+
+def test_a_service_clusters_removal_is_announced_once_across_an_upgrade() -> None:
+    entry = {"name": "llm-x", "elastic": {"target": 1, "removing": [{"index": 1, "replica": "r"}]}}
+    before: dict[str, Any] = {"pendingCluster": {"name": "llm-x", "elastic": {"target": 2}}}
+    (event,) = removal_events(before, {"pendingCluster": entry})
+    assert event[1] == events.SLICE_REMOVED_BY_AUTOSCALER
+    # the pending cluster became the active one: the same removal is not posted again
+    assert removal_events({"pendingCluster": entry}, {"activeCluster": entry}) == []
