@@ -5,8 +5,9 @@ on the simulated cluster no Ray process runs, so the test sends exactly the patc
 Ray 2.60's v2 KubeRay provider sends
 (python/ray/autoscaler/v2/instance_manager/cloud_providers/kuberay/cloud_provider.py):
 a JSON patch ``replace /spec/workerGroupSpecs/0/replicas`` to scale up, and
-``replace /spec/workerGroupSpecs/0/scaleStrategy/workersToDelete`` naming pods (with
-``replicas`` lowered) to scale down. The operator must reserve a whole pool for every
+``replace /spec/workerGroupSpecs/0/scaleStrategy`` with ``workersToDelete`` naming
+pods (with ``replicas`` lowered) to scale down; that replace needs the rendered empty
+``scaleStrategy`` to exist (RFC 6902). The operator must reserve a whole pool for every
 slice the count asks for, show the ones without a pool as Requested while staying
 Ready at the minimum, free a removed slice's pool once its pods are gone, keep the
 count across a spec edit, and never let extras take a newcomer's minimum.
@@ -27,6 +28,7 @@ from tests.e2e.operator_support import (
     apply,
     condition,
     describe,
+    event_reasons,
     get_tsc,
     held_by,
     slice_pods,
@@ -175,6 +177,8 @@ def test_the_autoscaler_grows_and_shrinks_a_cluster_by_whole_reserved_slices(
     after = wait_status(cluster, namespace, "grow", ready=2, target=2, held=2)
     assert held[victim] not in held_by(cluster, namespace, "grow").values()
     assert condition(after, "ScalingUp")["reason"] == "AtTarget"
+    assert "SliceRemovedByAutoscaler" in event_reasons(cluster, namespace)
+    assert "removing" not in after["status"]["elastic"]  # its pods are gone
 
 
 def test_a_spec_edit_during_scale_up_keeps_the_autoscalers_count(

@@ -9,6 +9,7 @@ import copy
 from dataclasses import replace
 from typing import Any
 
+import jsonpatch
 import pytest
 
 from tests.support.builders import holder, nodes_of, reservation, slice_pods, tpu, tpuslice
@@ -20,7 +21,7 @@ from tests.unit.test_reservation import CLUSTER, plan
 from tests.unit.test_slicequeue import SHAPE, free_pools, req
 from tests.unit.test_status import observed
 from tpuslice.controller.actuator import desired_of
-from tpuslice.controller.applier import applied_hash, with_live_replicas
+from tpuslice.controller.applier import applied_hash, with_live_autoscaling
 from tpuslice.controller.cluster import live_desired
 from tpuslice.model import constants as c
 from tpuslice.model.convert import raycluster_info, worker_replicas
@@ -191,6 +192,35 @@ def test_an_elastic_cluster_runs_the_autoscaler_v2_and_never_sends_replicas() ->
     annotations = group["template"]["metadata"]["annotations"]
     assert annotations[c.ANNOTATION_ELASTIC] == "true"
     assert annotations[c.ANNOTATION_SLICES] == "8"
+
+
+#: Ray's v2 provider removes hosts with this patch (ray-project/ray 2.60
+#: python/ray/autoscaler/_private/kuberay/node_provider.py ``worker_delete_patch``);
+#: tests/contract pins it against Ray itself.
+DELETE_PATCH = [
+    {"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 0},
+    {
+        "op": "replace",
+        "path": "/spec/workerGroupSpecs/0/scaleStrategy",
+        "value": {"workersToDelete": ["w-0"]},
+    },
+]
+
+
+@pytest.mark.parametrize("path", ["scaleStrategy", "scaleStrategy/workersToDelete"])
+def test_the_autoscalers_replace_of_workers_to_delete_finds_its_target(path: str) -> None:
+    """RFC 6902 4.3: a replace needs its target to exist, and KubeRay's CRD defaults no
+    scaleStrategy, so the render carries an empty one (the API server as KubeRay's
+    default left it: replicas defaulted to 0)."""
+    rc = render_cluster(elastic_obj(minSlices=1, maxSlices=4))
+    _group(rc)["replicas"] = 0
+    value: Any = ["w-0"] if path.endswith("workersToDelete") else {"workersToDelete": ["w-0"]}
+    patch = [{"op": "replace", "path": f"/spec/workerGroupSpecs/0/{path}", "value": value}]
+    patched = jsonpatch.apply_patch(rc, patch)
+    assert _group(patched)["scaleStrategy"] == {"workersToDelete": ["w-0"]}
+    del _group(rc)["scaleStrategy"]  # a group rendered without it: Ray's patch is refused
+    with pytest.raises(jsonpatch.JsonPatchConflict):
+        jsonpatch.apply_patch(rc, DELETE_PATCH)
 
 
 def test_the_autoscaler_defaults_are_left_to_it() -> None:
@@ -564,13 +594,55 @@ def test_with_live_replicas_carries_the_count_guarded_by_the_resource_version() 
     body = _elastic_body()
     rendered = render_cluster(body)
     live = _live_raycluster(body, 3, body)
-    sent = with_live_replicas(rendered, live)
+    sent = with_live_autoscaling(rendered, live)
     assert sent["spec"]["workerGroupSpecs"][0]["replicas"] == 3
     assert sent["metadata"]["resourceVersion"] == "41"
     assert "replicas" not in rendered["spec"]["workerGroupSpecs"][0]  # not changed in place
-    assert with_live_replicas(rendered, None) == rendered  # a new RayCluster: KubeRay's default
+    assert with_live_autoscaling(rendered, None) == rendered  # a new RayCluster: KubeRay's default
     fixed = render_cluster(tpuslice(uid=UID, tpu=tpu(slices=2)))
-    assert with_live_replicas(fixed, live) == fixed
+    assert with_live_autoscaling(fixed, live) == fixed
+
+
+def test_the_apply_keeps_hosts_the_autoscaler_named_for_deletion() -> None:
+    """workerGroupSpecs is atomic for server-side apply: the rendered empty list would
+    wipe the autoscaler's, so the live scaleStrategy goes with the live count."""
+    body = _elastic_body()
+    rendered = render_cluster(body)
+    live = _live_raycluster(body, 1, body)
+    live["spec"]["workerGroupSpecs"][0]["scaleStrategy"] = {"workersToDelete": ["w-1-2"]}
+    sent = _group(with_live_autoscaling(rendered, live))
+    assert sent["scaleStrategy"] == {"workersToDelete": ["w-1-2"]}
+    assert sent["replicas"] == 1
+    assert _group(rendered)["scaleStrategy"] == {"workersToDelete": []}  # not changed in place
+
+
+def test_a_raycluster_made_before_scale_strategy_was_rendered_gets_it() -> None:
+    body = _elastic_body()
+    live = _live_raycluster(body, 2, body)
+    del live["spec"]["workerGroupSpecs"][0]["scaleStrategy"]
+    sent = _group(with_live_autoscaling(render_cluster(body), live))
+    assert sent["scaleStrategy"] == {"workersToDelete": []} and sent["replicas"] == 2
+
+
+def test_the_autoscalers_patches_alone_never_make_an_apply() -> None:
+    """The count and workersToDelete moved by Ray's patch; the rendering did not."""
+    body = _elastic_body()
+    live = _live_raycluster(body, 1, body)
+    patch = copy.deepcopy(DELETE_PATCH)
+    patch[1]["value"] = {"workersToDelete": ["w-1-0"]}
+    live["spec"] = jsonpatch.apply_patch({"spec": live["spec"]}, patch)["spec"]
+    kube = FakeKube()
+    run(make(kube, Snapshot(body, [], nodes_of("pool-a"), [], live)))
+    assert kube.applied == []
+    edited = FakeKube()
+    run(
+        make(
+            edited,
+            Snapshot(_elastic_body(idleTimeoutSeconds=120), [], nodes_of("pool-a"), [], live),
+        )
+    )
+    (sent,) = edited.applied
+    assert _group(sent)["scaleStrategy"] == {"workersToDelete": ["w-1-0"]}
 
 
 def test_an_edit_of_an_elastic_cluster_applies_the_autoscalers_count() -> None:

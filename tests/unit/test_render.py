@@ -60,15 +60,17 @@ def _categories(body: dict[str, Any]) -> set[str]:
         found.add("pod template overrides")
     if spec.get("reservation", {}).get("policy") == "None":
         found.add("reservation policy None")
+    if "elastic" in spec:
+        found.add("elastic")
     return found
 
 
 def test_golden_cases_cover_the_issue_list() -> None:
     """Every kind and TPU generation, single- and multi-host, multi-slice, template
-    overrides and the ungated policy each have a golden case."""
+    overrides, the ungated policy and an elastic range each have a golden case."""
     wanted = {c.KIND_CLUSTER, c.KIND_JOB, c.KIND_SERVICE, *(g.name for g in GENERATIONS)}
     wanted |= {"single-host", "multi-host", "multi-slice"}
-    wanted |= {"pod template overrides", "reservation policy None"}
+    wanted |= {"pod template overrides", "reservation policy None", "elastic"}
     covered = set().union(*(_categories(_load(case)) for case in CASES))
     assert wanted - covered == set()
 

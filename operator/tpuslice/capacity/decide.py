@@ -173,6 +173,8 @@ def decide(
       back (an existing pool again if its nodes are still there, else the slice asks
       again: a failure, unless only its gang held it back);
     - the slice holds no pool:
+      - an elastic extra behind a lower one that asks (``asks_after``): no request (one
+        not provisioned is withdrawn), Requested until its turn;
       - no request: create attempt N+1 once all its pods exist and no free pool is
         there for it, unless the retry limit is spent (Stalled);
       - a free existing pool is there for it and the request is not provisioned: delete
@@ -468,11 +470,13 @@ def _without_pool(
 ) -> ProvisioningDecision:
     """The slice holds no pool: ask, wait, retry, stall or claim."""
     request, slice_, index = one.request, one.slice_, one.index
+    live = said.is_provisioned and not (said.is_failed or said.is_expired or said.is_revoked)
+    if slice_.asks_after is not None and not live:
+        return _awaits_turn(one)
     if request is None:
         if not slice_.pods_complete or slice_.eligible_pool:
             return one.out(ProvisioningAction.NONE)
         return one.create(one.failures, "", events.PROVISIONING_REQUESTED)
-    live = said.is_provisioned and not (said.is_failed or said.is_expired or said.is_revoked)
     if slice_.eligible_pool and not live:
         return one.delete(
             events.PROVISIONING_REQUEST_DELETED,
@@ -493,6 +497,25 @@ def _without_pool(
     if said.is_provisioned:
         return _provisioned(one, request, said, now, claim_within)
     return _waiting(one, request, said, now)
+
+
+def _awaits_turn(one: _Context) -> ProvisioningDecision:
+    """An elastic extra behind a lower one that asks: no request of its own (one not yet
+    provisioned is withdrawn), asked for once the lower one holds a pool or is gone."""
+    request = one.request
+    message = (
+        f"above spec.elastic.minSlices capacity is asked for one slice at a time; slice "
+        f"{one.slice_.asks_after} asks first"
+    )
+    if request is None:
+        return one.out(
+            ProvisioningAction.NONE, state=SliceState.WAITING_FOR_CAPACITY, message=message
+        )
+    return one.delete(
+        events.PROVISIONING_REQUEST_DELETED,
+        f"{message}; deleting ProvisioningRequest {request.name}",
+        state=SliceState.WAITING_FOR_CAPACITY,
+    )
 
 
 def _refused(

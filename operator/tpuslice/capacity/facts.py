@@ -28,7 +28,7 @@ from tpuslice.model.records import (
 )
 from tpuslice.spec.parts import SliceClusterSpec
 
-__all__ = ["pods_by_replica", "queued_capacity", "slice_facts"]
+__all__ = ["one_extra_at_a_time", "pods_by_replica", "queued_capacity", "slice_facts"]
 
 
 def pods_by_replica(pods: Iterable[PodInfo], hosts: int) -> dict[str, list[PodInfo]]:
@@ -144,4 +144,17 @@ def slice_facts(
     for i in waiting:
         if i not in asking:
             out[i] = replace(out[i], eligible_pool=True)
+    if spec.elastic is not None:
+        extras = one_extra_at_a_time(asking, spec.elastic.min_slices)
+        for i in extras[1:]:
+            out[i] = replace(out[i], asks_after=extras[0])
     return out
+
+
+def one_extra_at_a_time(asking: Iterable[int], minimum: int) -> list[int]:
+    """The slices above an elastic ``minimum`` that would ask for capacity, lowest index
+    first: only the first may ask (the others get ``asks_after``). The autoscaler adds
+    extras one by one and gives each up after its timeout, so asking for all at once
+    would book capacity for slices it may no longer want; the minimum is asked for
+    whole, as a fixed set's slices are."""
+    return sorted(i for i in asking if i >= minimum)

@@ -49,6 +49,7 @@ from tpuslice.model.records import (
 )
 from tpuslice.planning.busy import move_message, with_moves
 from tpuslice.planning.disruption import maintenance_before, revoked_drains
+from tpuslice.planning.elastic import next_timeout_in
 from tpuslice.planning.pools import (
     PoolIndex,
     eligible_pools,
@@ -576,6 +577,17 @@ class SliceActuator:
         final = with_drains(with_moves(plan() if acted else current, moved), drained_plan)
         if final.recheck_in is not None and self.kick_later is not None:
             self.kick_later(ref.key, final.recheck_in + 1.0)
+        if spec.elastic is not None and self.kick_later is not None:
+            # a pass when a waiting extra passes the autoscaler's timeout, to show it
+            due = next_timeout_in(
+                final.slices,
+                snap.pods,
+                spec.elastic.min_slices,
+                spec.elastic.scale_up_timeout_seconds,
+                now,
+            )
+            if due is not None:
+                self.kick_later(ref.key, due + 1.0)
         if final.stalled and stall is None:
             stall = Stall(events.NOT_ENOUGH_POOLS, final.stalled)
         final, stall = capacity.report(final, stall)

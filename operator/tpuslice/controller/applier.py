@@ -44,7 +44,7 @@ __all__ = [
     "is_subset",
     "name_taken_message",
     "rejection_message",
-    "with_live_replicas",
+    "with_live_autoscaling",
 ]
 
 log = logging.getLogger(__name__)
@@ -136,40 +136,70 @@ def with_resume(rendered: Mapping[str, Any], actual: Mapping[str, Any] | None) -
     return dict(rendered)
 
 
-def with_live_replicas(
+def with_live_autoscaling(
     rendered: Mapping[str, Any], actual: Mapping[str, Any] | None
 ) -> dict[str, Any]:
-    """An elastic RayCluster's apply carrying the autoscaler's live ``replicas``, guarded by
-    the ``resourceVersion`` it was read at.
+    """An elastic RayCluster's apply carrying the autoscaler's live ``replicas`` and
+    ``scaleStrategy``, guarded by the ``resourceVersion`` they were read at.
 
     The render never sends ``replicas`` for an elastic set (the autoscaler owns the
     count), but KubeRay declares ``workerGroupSpecs`` without a list type
     (ray-project/kuberay ray-operator/apis/ray/v1/raycluster_types.go), so server-side
     apply treats the list as atomic: whoever applies it sets every field of every group,
     and a group sent without ``replicas`` would have its count removed (then defaulted
-    to 0, read as ``minReplicas``). So an apply onto an existing RayCluster sends the
-    count the watch shows, and the ``resourceVersion`` makes the API server refuse it
-    (409) if the autoscaler changed anything since: the next pass, kicked by that
-    change, applies again with the new count. A new RayCluster gets none (KubeRay's
-    default, the minimum). RayJobs and RayServices are left as rendered: KubeRay makes
-    their RayClusters from the template and the autoscaler patches those."""
+    to 0, read as ``minReplicas``). Likewise the rendered empty ``workersToDelete``
+    would wipe a list of hosts the autoscaler named and KubeRay has not deleted yet, so
+    the live ``scaleStrategy`` is sent when there is one. The ``resourceVersion`` makes
+    the API server refuse the apply (409) if the autoscaler changed anything since the
+    watch showed it: the next pass, kicked by that change, applies again with the new
+    values. A new RayCluster gets the rendering (KubeRay's default count, the minimum).
+    RayJobs and RayServices are left as rendered: KubeRay makes their RayClusters from
+    the template and the autoscaler patches those."""
     out = dict(rendered)
     if rendered.get("kind") != c.RAY_KIND_CLUSTER or actual is None:
         return out
     spec = rendered["spec"]
+    if not spec.get("enableInTreeAutoscaling"):
+        return out
+    live_group = _live_worker_group(actual)
+    if live_group is None:
+        return out
+    carried: dict[str, Any] = {}
     live = worker_replicas(actual)
-    if not spec.get("enableInTreeAutoscaling") or live is None:
+    if live is not None:
+        carried["replicas"] = live
+    strategy = live_group.get("scaleStrategy")
+    if isinstance(strategy, Mapping):
+        carried["scaleStrategy"] = dict(strategy)
+    if not carried:
         return out
     groups = [
-        {**group, "replicas": live}
-        if group.get("groupName") == c.WORKER_GROUP and "replicas" not in group
-        else group
+        _carry(group, carried) if group.get("groupName") == c.WORKER_GROUP else group
         for group in spec.get("workerGroupSpecs") or []
     ]
     out["spec"] = {**spec, "workerGroupSpecs": groups}
     if actual.get("resourceVersion"):
         out["metadata"] = {**rendered["metadata"], "resourceVersion": actual["resourceVersion"]}
     return out
+
+
+def _carry(group: Mapping[str, Any], carried: Mapping[str, Any]) -> dict[str, Any]:
+    """The rendered group with the live values: a count only where the render sent none,
+    the live ``scaleStrategy`` always (the render's is only there to exist)."""
+    out = dict(group)
+    if "replicas" in carried and "replicas" not in group:
+        out["replicas"] = carried["replicas"]
+    if "scaleStrategy" in carried:
+        out["scaleStrategy"] = carried["scaleStrategy"]
+    return out
+
+
+def _live_worker_group(actual: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The TPU worker group of a RayCluster as the watch shows it, None when it has none."""
+    for group in (actual.get("spec") or {}).get("workerGroupSpecs") or []:
+        if isinstance(group, Mapping) and group.get("groupName") == c.WORKER_GROUP:
+            return group
+    return None
 
 
 @dataclass(frozen=True)
@@ -245,7 +275,10 @@ class KubeRayApplier:
             self.pending.ray_seen(key)
         elif self.pending.applied_digest(key) == digest:
             return Applied(ok=True)  # applied by an earlier pass; the watch has not shown it
-        wanted = {"labels": rendered["metadata"]["labels"], "spec": rendered["spec"]}
+        # compared with the live count and workersToDelete carried in, so the autoscaler's
+        # patches alone never make an apply
+        carried = with_live_autoscaling(rendered, actual)
+        wanted = {"labels": rendered["metadata"]["labels"], "spec": carried["spec"]}
         owner_uid = rendered["metadata"]["ownerReferences"][0]["uid"]
         if (
             actual is not None
@@ -264,7 +297,7 @@ class KubeRayApplier:
         if existing is not None and not controlled_by(existing["ownerReferences"], owner_uid):
             stall = Stall(events.RAYCLUSTER_NAME_TAKEN, name_taken_message(key, existing))
             return Applied(ok=False, stall=stall)
-        body = with_live_replicas(rendered, existing)
+        body = with_live_autoscaling(rendered, existing)
         try:
             await self.kube.apply_ray(body)
         except ApiError as exc:

@@ -10,11 +10,17 @@ from tpuslice.controller.adapter import ActedSet, SliceSet, StatusOut, unparsed_
 from tpuslice.controller.applier import Applied
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
-from tpuslice.model.convert import worker_replicas
-from tpuslice.model.records import ClusterRef, SlicePlan, SliceStatus, Snapshot
+from tpuslice.model.convert import rfc3339, timestamp, worker_replicas
+from tpuslice.model.records import ClusterRef, PodInfo, SlicePlan, SliceStatus, Snapshot
+from tpuslice.planning.elastic import (
+    limit_seconds,
+    named_for_deletion,
+    timed_out,
+    workers_to_delete,
+)
 from tpuslice.render.kuberay import render_raycluster
 from tpuslice.spec.cluster import parse_cluster
-from tpuslice.spec.parts import SliceClusterSpec
+from tpuslice.spec.parts import ElasticSpec, SliceClusterSpec
 from tpuslice.status.conditions import (
     ElasticCount,
     Observed,
@@ -23,7 +29,13 @@ from tpuslice.status.conditions import (
     compute_status,
 )
 
-__all__ = ["ClusterKind", "live_desired", "observed_of", "stalled_observation"]
+__all__ = [
+    "ClusterKind",
+    "elastic_count",
+    "live_desired",
+    "observed_of",
+    "stalled_observation",
+]
 
 
 def live_desired(spec: SliceClusterSpec, raycluster: Mapping[str, Any] | None) -> int | None:
@@ -42,15 +54,17 @@ def observed_of(
     plan: SlicePlan,
     applied: Applied,
     stall: Stall | None,
+    now: str = "",
 ) -> Observed:
     """What this pass saw, for ``status.compute_status``: an elastic set's slices above
-    its minimum that wait for capacity shown as Requested."""
+    its minimum that wait for capacity shown as Requested, those the autoscaler removes
+    and those past its timeout at ``now`` (the status time stamp)."""
     desired = 0 if spec.suspend else spec.desired_slices(worker_replicas(snap.raycluster))
     slices: Sequence[SliceStatus] = plan.slices
     elastic = None
     if spec.elastic is not None:
-        elastic = ElasticCount(spec.elastic.min_slices, spec.elastic.max_slices, desired)
         slices = as_requested(plan.slices, spec.elastic.min_slices)
+        elastic = elastic_count(spec.elastic, desired, slices, snap.raycluster, snap.pods, now)
     return Observed(
         generation=generation(body),
         accelerator_type=spec.shape.accelerator_type,
@@ -65,6 +79,30 @@ def observed_of(
         applied=applied.ok,
         stall=stall,
         elastic=elastic,
+    )
+
+
+def elastic_count(
+    elastic: ElasticSpec,
+    desired: int,
+    slices: Sequence[SliceStatus],
+    raycluster: Mapping[str, Any] | None,
+    pods: Sequence[PodInfo],
+    now: str,
+) -> ElasticCount:
+    """status.elastic's inputs for one RayCluster (and its ``pods``): the range and
+    target, the slices the autoscaler is removing (named in its workersToDelete) and the
+    Requested slices past its allocate timeout (judged at ``now``; none without a time)."""
+    limit = elastic.scale_up_timeout_seconds
+    when = timestamp(now)
+    late = () if when is None else timed_out(slices, pods, elastic.min_slices, limit, when)
+    return ElasticCount(
+        elastic.min_slices,
+        elastic.max_slices,
+        desired,
+        removing=named_for_deletion(workers_to_delete(raycluster), pods),
+        timed_out=tuple((t.index, rfc3339(t.since)) for t in late),
+        timeout_seconds=limit_seconds(limit),
     )
 
 
@@ -120,7 +158,7 @@ class ClusterKind:
         now: str,
     ) -> StatusOut:
         (only,) = acted
-        observed = observed_of(parsed, body, snap, only.plan, applied, stall)
+        observed = observed_of(parsed, body, snap, only.plan, applied, stall, now)
         return StatusOut(compute_status(observed, previous, now), observed.slices)
 
     def invalid_status(

@@ -19,6 +19,7 @@ What differs from a TPUSliceCluster:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from tpuslice.controller.adapter import (
@@ -29,6 +30,7 @@ from tpuslice.controller.adapter import (
     unparsed_fields,
 )
 from tpuslice.controller.applier import Applied
+from tpuslice.controller.cluster import elastic_count
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
 from tpuslice.model.convert import worker_replicas
@@ -56,6 +58,19 @@ def _current_cluster(
     found = snap.rayclusters.get(name) if name else None
     ready = bool(found and found.get("state") == "ready")
     return elastic_slices(name, desired, plan.slices, ready, elastic)
+
+
+def with_elastic_detail(
+    cluster: ClusterSlices | None, spec: SliceJobSpec, snap: Snapshot, now: str
+) -> ClusterSlices | None:
+    """The current attempt's elastic count with the slices the autoscaler removes and
+    those past its timeout (``cluster.elastic_count``)."""
+    elastic = spec.cluster.elastic
+    if cluster is None or cluster.elastic is None or elastic is None:
+        return cluster
+    found = snap.rayclusters.get(cluster.name) if cluster.name else None
+    count = elastic_count(elastic, cluster.desired_slices, cluster.slices, found, snap.pods, now)
+    return replace(cluster, elastic=count)
 
 
 def _range(spec: SliceJobSpec) -> tuple[int, int] | None:
@@ -90,7 +105,9 @@ def job_observed(
         ray_job=spec.name,
         desired_slices=spec.cluster.slices if spec.cluster.elastic is None else desired,
         ray_job_status=ray_status,
-        cluster=_current_cluster(ray_status or {}, snap, desired, plan, _range(spec)),
+        cluster=with_elastic_detail(
+            _current_cluster(ray_status or {}, snap, desired, plan, _range(spec)), spec, snap, now
+        ),
         suspend=spec.job.suspend,
         gated=spec.cluster.gated,
         applied=applied,

@@ -36,7 +36,7 @@ from tpuslice.controller.adapter import (
     unparsed_fields,
 )
 from tpuslice.controller.applier import Applied
-from tpuslice.controller.cluster import live_desired
+from tpuslice.controller.cluster import elastic_count, live_desired
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
 from tpuslice.model.convert import worker_replicas
@@ -113,13 +113,18 @@ class ServiceKind(OwnsKubeRayObject):
             name = each.slices.ref.ray_cluster
             found = snap.rayclusters.get(name)
             elastic = parsed.cluster.elastic
+            desired = parsed.cluster.desired_slices(worker_replicas(found))
             clusters[name] = elastic_slices(
                 name,
-                parsed.cluster.desired_slices(worker_replicas(found)),
+                desired,
                 each.plan.slices,
                 bool(found and found.get("state") == "ready"),
                 None if elastic is None else (elastic.min_slices, elastic.max_slices),
             )
+            if elastic is not None:
+                shown = clusters[name].slices
+                count = elastic_count(elastic, desired, shown, found, each.slices.snap.pods, now)
+                clusters[name] = replace(clusters[name], elastic=count)
         ray_status = (snap.owned or {}).get("status") if snap.owned is not None else None
         observed = ServiceObserved(
             generation=generation(body),

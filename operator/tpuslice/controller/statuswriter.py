@@ -31,6 +31,7 @@ from tpuslice.runtime.kube import ClusterApi
 from tpuslice.status.conditions import (
     failure_status,
     may_fold,
+    removal_events,
     slice_events,
 )
 
@@ -114,6 +115,8 @@ class StatusWriter:
         for kind, reason, message in slice_events(previous.get("slices") or [], slices):
             if reason != events.SLICE_RESERVED:  # posted with the claim itself
                 await self.recorder.post(ref, kind, reason, message)
+        for kind, reason, message in removal_events(previous, status):
+            await self.recorder.post(ref, kind, reason, message)
         await self._condition_events(ref, previous, status)
 
     async def write_failure(self, key: ObjectKey, cluster: Mapping[str, Any], message: str) -> None:
@@ -138,6 +141,12 @@ class StatusWriter:
     async def _condition_events(
         self, ref: ClusterRef, previous: Mapping[str, Any], status: Mapping[str, Any]
     ) -> None:
+        late = _condition(status, events.SCALE_UP_TIMED_OUT)
+        if late[0] == "True" and _condition(previous, events.SCALE_UP_TIMED_OUT)[0] != "True":
+            message = next(
+                x["message"] for x in status["conditions"] if x["type"] == events.SCALE_UP_TIMED_OUT
+            )
+            await self.recorder.warning(ref, events.SCALE_UP_TIMED_OUT, message)
         stalled = _condition(status, "Stalled")
         if stalled[0] == "True" and stalled != _condition(previous, "Stalled"):
             message = next(x["message"] for x in status["conditions"] if x["type"] == "Stalled")

@@ -59,6 +59,8 @@ ANNOTATION_ELASTIC: Final = f"{GROUP}/elastic"
 # autoscaler container's env (ray-project/ray 2.60
 # python/ray/autoscaler/v2/instance_manager/config.py, default 3600 s).
 ENV_AUTOSCALER_ALLOCATE_TIMEOUT: Final = "RAY_AUTOSCALER_RECONCILE_ALLOCATE_STATUS_TIMEOUT_S"
+# Its default, when spec.elastic.scaleUpTimeoutSeconds is not set.
+AUTOSCALER_ALLOCATE_TIMEOUT_DEFAULT_SECONDS: Final = 3600
 # KubeRay's autoscalerOptions.version that runs the Ray autoscaler v2 (the only one
 # whose KubeRay provider scales multi-host groups by whole replicas).
 AUTOSCALER_VERSION: Final = "v2"

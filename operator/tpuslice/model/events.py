@@ -61,6 +61,11 @@ PROVISIONING_NOT_INSTALLED: Final = "ProvisioningRequestNotInstalled"
 
 # A slice above an elastic set's minimum that the autoscaler asked for waits for capacity.
 SLICE_REQUESTED: Final = "SliceRequested"
+# Such a slice waited past the autoscaler's allocate timeout (it gives the slice up);
+# also the condition's type and reason.
+SCALE_UP_TIMED_OUT: Final = "ScaleUpTimedOut"
+# The autoscaler named a pod of a slice in workersToDelete (KubeRay deletes the slice).
+SLICE_REMOVED_BY_AUTOSCALER: Final = "SliceRemovedByAutoscaler"
 
 SLICE_STATE_REASONS: Final = {
     SliceState.RESERVED: SLICE_RESERVED,

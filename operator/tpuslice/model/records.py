@@ -680,6 +680,9 @@ class SliceFacts:
     #: the GKE node pool of ``pool`` (``pool`` itself for a node-pool unit): what a queued
     #: request's provisioningClassDetails.NodePoolName is compared with
     unit_pool: str | None = None
+    #: an elastic extra (above the minimum) that waits for capacity while the extra of
+    #: this lower index asks: capacity above the minimum is asked one slice at a time
+    asks_after: int | None = None
 
     @property
     def held(self) -> str:

@@ -323,9 +323,18 @@ def _elastic(ray_spec: dict[str, Any], group: dict[str, Any], elastic: ElasticSp
     python/ray/autoscaler/v2/instance_manager/cloud_providers/kuberay/cloud_provider.py).
     KubeRay's ``workerGroupSpecs`` is an atomic list for server-side apply, so an apply
     onto an existing RayCluster must still carry a count: the applier adds the live one,
-    guarded by the resourceVersion it read (``applier.with_live_replicas``), and an
-    edit of the TPUSlice object, or a fixed object made elastic, keeps the count."""
+    guarded by the resourceVersion it read (``applier.with_live_autoscaling``), and an
+    edit of the TPUSlice object, or a fixed object made elastic, keeps the count.
+
+    ``scaleStrategy`` is rendered empty so that it exists: the autoscaler removes hosts
+    with a JSON patch ``replace .../scaleStrategy`` (ray-project/ray 2.60
+    python/ray/autoscaler/_private/kuberay/node_provider.py ``worker_delete_patch``),
+    KubeRay's CRD gives the field no default, and a JSON-patch ``replace`` needs its
+    target to exist (RFC 6902 section 4.3, "The target location MUST exist"). An empty
+    ``workersToDelete`` makes a replace of the list itself succeed too. The applier
+    carries a live list the autoscaler wrote, as it carries the count."""
     del group["replicas"]
+    group["scaleStrategy"] = {"workersToDelete": []}
     group["minReplicas"] = elastic.min_slices
     group["maxReplicas"] = elastic.max_slices
     if elastic.idle_timeout_seconds is not None:

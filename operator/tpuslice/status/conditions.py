@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tpuslice.model import constants as c
 from tpuslice.model import events
 from tpuslice.model.records import SliceState, SliceStatus
 
@@ -32,9 +33,12 @@ __all__ = [
     "may_fold",
     "merge_conditions",
     "readiness",
+    "readiness_text",
+    "removal_events",
     "scaling_condition",
     "slice_events",
     "status_head",
+    "timeout_condition",
     "truncate",
 ]
 
@@ -44,10 +48,14 @@ STALLED = "Stalled"
 SLICES_RESERVED = "SlicesReserved"
 #: An elastic set's: slices the Ray autoscaler asked for are not all Ready yet.
 SCALING_UP = "ScalingUp"
+#: An elastic set's: a slice it asked for waited past the autoscaler's allocate timeout.
+SCALE_UP_TIMED_OUT = events.SCALE_UP_TIMED_OUT
 
 #: Longest condition message written. The CRD allows 32,768 characters (and refuses the
 #: whole status write beyond that); a message is read by people, so it summarises.
 MAX_MESSAGE = 4096
+#: Slices a condition message names one by one before it says "and N more".
+MAX_NAMED = 8
 #: Longest message of one entry of status.slices (there may be 4,096 entries).
 MAX_SLICE_MESSAGE = 512
 #: Characters of status.slices[].message in all, so the status of a 4,096-slice cluster
@@ -83,6 +91,13 @@ class ElasticCount:
     min_slices: int
     max_slices: int
     target: int
+    #: slices (index, replica) a pod of which the autoscaler named in workersToDelete
+    removing: tuple[tuple[int, str], ...] = ()
+    #: Requested slices past the autoscaler's allocate timeout: (index, waiting since,
+    #: RFC 3339; a time, not a duration, so a repeated pass writes the same status)
+    timed_out: tuple[tuple[int, str], ...] = ()
+    #: the timeout they are judged by (spec.elastic.scaleUpTimeoutSeconds or Ray's default)
+    timeout_seconds: int = c.AUTOSCALER_ALLOCATE_TIMEOUT_DEFAULT_SECONDS
 
 
 def elastic_slices(
@@ -242,13 +257,16 @@ def scaling_condition(observed: Observed) -> dict[str, Any] | None:
     False at its target. None for a fixed count."""
     if observed.elastic is None:
         return None
-    ready = _ready_slices(observed)
-    target = observed.desired_slices
+    return _scaling(observed.slices, observed.desired_slices, observed.generation)
+
+
+def _scaling(slices: Sequence[SliceStatus], target: int, generation: int) -> dict[str, Any]:
+    ready = min(sum(1 for s in slices if s.state == SliceState.READY), target)
     if ready >= target:
         return _condition(
-            SCALING_UP, False, "AtTarget", f"{ready} of {target} slices ready", observed.generation
+            SCALING_UP, False, "AtTarget", f"{ready} of {target} slices ready", generation
         )
-    requested = [s for s in observed.slices if s.state == SliceState.REQUESTED]
+    requested = [s for s in slices if s.state == SliceState.REQUESTED]
     if requested:
         return _condition(
             SCALING_UP,
@@ -256,24 +274,119 @@ def scaling_condition(observed: Observed) -> dict[str, Any] | None:
             "SlicesRequested",
             f"the autoscaler asked for {target} slices, {ready} ready; {len(requested)} "
             f"Requested: {_blocked_detail(requested)}",
-            observed.generation,
+            generation,
         )
     return _condition(
         SCALING_UP,
         True,
         "SlicesStarting",
         f"the autoscaler asked for {target} slices, {ready} ready",
-        observed.generation,
+        generation,
+    )
+
+
+def timeout_condition(observed: ObservedObject) -> dict[str, Any] | None:
+    """ScaleUpTimedOut of an elastic set: True while a Requested slice has waited longer
+    than the autoscaler's allocate timeout (it gives the slice up and deletes its pods;
+    asked again, the slice keeps the object's place in the queue), naming each slice
+    and how long. None for a fixed count."""
+    if observed.elastic is None:
+        return None
+    return _timeout(observed.elastic, observed.generation)
+
+
+def _timeout(elastic: ElasticCount, generation: int) -> dict[str, Any]:
+    limit = elastic.timeout_seconds
+    if not elastic.timed_out:
+        return _condition(
+            SCALE_UP_TIMED_OUT,
+            False,
+            "WithinTimeout",
+            f"no Requested slice waited longer than {limit} s",
+            generation,
+        )
+    named = ", ".join(f"slice {i} (waiting since {t})" for i, t in elastic.timed_out[:MAX_NAMED])
+    more = len(elastic.timed_out) - MAX_NAMED
+    if more > 0:
+        named += f" and {more} more"
+    return _condition(
+        SCALE_UP_TIMED_OUT,
+        True,
+        SCALE_UP_TIMED_OUT,
+        f"waited for capacity longer than the autoscaler's {limit} s "
+        f"(spec.elastic.scaleUpTimeoutSeconds): {named}; the Ray autoscaler gives "
+        f"{'it' if len(elastic.timed_out) == 1 else 'them'} up and deletes the pods, "
+        f"and a slice it asks for again keeps this object's place in the queue",
+        generation,
     )
 
 
 def _elastic_entry(elastic: ElasticCount, slices: Sequence[SliceStatus]) -> dict[str, Any]:
-    return {
+    entry: dict[str, Any] = {
         "minSlices": elastic.min_slices,
         "maxSlices": elastic.max_slices,
         "target": elastic.target,
         "intactSlices": sum(1 for s in slices if s.state == SliceState.READY),
     }
+    if elastic.removing:
+        entry["removing"] = [{"index": i, "replica": r} for i, r in elastic.removing]
+    return entry
+
+
+def removal_events(
+    previous: Mapping[str, Any], status: Mapping[str, Any]
+) -> list[tuple[str, str, str]]:
+    """(type, reason, message) of SliceRemovedByAutoscaler, once per removed slice: a
+    slice newly in ``status.elastic.removing`` (a pod of it named in workersToDelete),
+    or one that vanished from ``status.slices`` while the target went down without
+    ever being seen named (the operator was away while KubeRay deleted it). Read from
+    the two statuses alone, so a pass repeated writes no second event."""
+    out = _removals(previous, status)
+    # a TPUSliceService's clusters, matched by name (an upgrade's pending cluster
+    # becomes the active one)
+    fields = ("activeCluster", "pendingCluster")
+    earlier = {e.get("name"): e for f in fields if (e := previous.get(f))}
+    for field in fields:
+        after = status.get(field) or {}
+        if after:
+            out += _removals(earlier.get(after.get("name")) or {}, after)
+    return out
+
+
+def _removals(previous: Mapping[str, Any], status: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """``removal_events`` of one slices-status part (crds/parts/slices-status.yaml)."""
+    before = previous.get("elastic") or {}
+    after = status.get("elastic") or {}
+    if not after:
+        return []
+    seen = {(e.get("index"), e.get("replica")) for e in before.get("removing") or []}
+    out = []
+    for entry in after.get("removing") or []:
+        key = (entry.get("index"), entry.get("replica"))
+        if key not in seen:
+            out.append(
+                (
+                    "Normal",
+                    events.SLICE_REMOVED_BY_AUTOSCALER,
+                    f"slice {key[0]} ({key[1]}): the Ray autoscaler named its pods in "
+                    f"workersToDelete (target {after.get('target')}); KubeRay deletes the "
+                    f"whole slice and its node pool is given back once its pods are gone",
+                )
+            )
+    lowered = int(after.get("target", 0)) < int(before.get("target", 0))
+    now = {s.get("replica") for s in status.get("slices") or []}
+    for entry in previous.get("slices") or []:
+        key = (entry.get("index"), entry.get("replica"))
+        if lowered and key[1] and key[1] not in now and key not in seen:
+            out.append(
+                (
+                    "Normal",
+                    events.SLICE_REMOVED_BY_AUTOSCALER,
+                    f"slice {key[0]} ({key[1]}) is gone: the Ray autoscaler lowered the "
+                    f"target from {before.get('target')} to {after.get('target')}",
+                )
+            )
+    return out
 
 
 def elastic_status(observed: ObservedObject, slices: Sequence[SliceStatus]) -> dict[str, Any]:
@@ -283,7 +396,8 @@ def elastic_status(observed: ObservedObject, slices: Sequence[SliceStatus]) -> d
     return _elastic_entry(observed.elastic, slices)
 
 
-def _readiness_text(ready: int, desired: int, elastic: ElasticCount | None) -> str:
+def readiness_text(ready: int, desired: int, elastic: ElasticCount | None) -> str:
+    """``ready/desired``, and an elastic set's range: ``ready/target (min-max)``."""
     text = f"{ready}/{desired}"
     if elastic is not None:
         text += f" ({elastic.min_slices}-{elastic.max_slices})"
@@ -292,7 +406,7 @@ def _readiness_text(ready: int, desired: int, elastic: ElasticCount | None) -> s
 
 def readiness(ready: int, observed: ObservedObject) -> str:
     """The Slices printer column: ready/desired, and an elastic set's range."""
-    return _readiness_text(ready, observed.desired_slices, observed.elastic)
+    return readiness_text(ready, observed.desired_slices, observed.elastic)
 
 
 def desired_conditions(observed: Observed) -> list[dict[str, Any]]:
@@ -348,6 +462,9 @@ def desired_conditions(observed: Observed) -> list[dict[str, Any]]:
     scaling = scaling_condition(observed)
     if scaling is not None and observed.stall is None and not observed.suspended:
         conditions.append(scaling)
+    timeout = timeout_condition(observed)
+    if timeout is not None and observed.stall is None and not observed.suspended:
+        conditions.append(timeout)
     return conditions
 
 
@@ -551,12 +668,22 @@ class ClusterSlices:
                 )
         return None
 
+    def elastic_conditions(self, generation: int) -> list[dict[str, Any]]:
+        """ScalingUp and ScaleUpTimedOut of an elastic set's RayCluster (a TPUSliceJob's
+        current one, a TPUSliceService's serving one); none for a fixed count."""
+        if self.elastic is None:
+            return []
+        return [
+            _scaling(self.slices, self.desired_slices, generation),
+            _timeout(self.elastic, generation),
+        ]
+
     def to_status(self) -> dict[str, Any]:
         """The slices-status part of the CRDs (crds/parts/slices-status.yaml)."""
         out: dict[str, Any] = {
             "desiredSlices": self.desired_slices,
             "readySlices": self.ready_slices,
-            "sliceReadiness": _readiness_text(self.ready_slices, self.desired_slices, self.elastic),
+            "sliceReadiness": readiness_text(self.ready_slices, self.desired_slices, self.elastic),
             "slices": _slice_entries(self.slices),
         }
         if self.elastic is not None:

@@ -287,6 +287,8 @@ def job_conditions(observed: JobObserved) -> list[dict[str, Any]]:
     cluster = observed.cluster
     if observed.gated and cluster is not None and not verdict.terminal and not verdict.stalled:
         conditions.append(slices_reserved_condition(cluster.slices, gen))
+    if cluster is not None and not verdict.terminal and not verdict.stalled:
+        conditions += cluster.elastic_conditions(gen)
     return conditions
 
 

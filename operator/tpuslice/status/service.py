@@ -28,6 +28,7 @@ from tpuslice.status.conditions import (
     ObservedObject,
     condition,
     merge_conditions,
+    readiness_text,
     slices_reserved_condition,
     status_head,
 )
@@ -204,6 +205,9 @@ def service_conditions(observed: ServiceObserved) -> list[dict[str, Any]]:
             gen,
         )
     )
+    _, active = _cluster(observed, "activeServiceStatus")
+    if active is not None:
+        conditions += active.elastic_conditions(gen)
     if observed.gated:
         slices = [
             s
@@ -240,9 +244,11 @@ def compute_service_status(
     _, active = _cluster(observed, "activeServiceStatus")
     ready = active.ready_slices if active is not None else 0
     desired = active.desired_slices if active is not None else observed.desired_slices
-    status["desiredSlices"] = observed.desired_slices
+    elastic = active.elastic if active is not None else None
+    # an elastic service wants the serving cluster's target, within its range
+    status["desiredSlices"] = desired if elastic is not None else observed.desired_slices
     status["readySlices"] = ready
-    status["sliceReadiness"] = f"{ready}/{desired}"
+    status["sliceReadiness"] = readiness_text(ready, desired, elastic)
     for field, section in (
         ("activeCluster", "activeServiceStatus"),
         ("pendingCluster", "pendingServiceStatus"),
