@@ -1,8 +1,8 @@
 """Elastic slices on the local cluster, with the test as the Ray autoscaler.
 
 An elastic TPUSliceCluster (``spec.elastic``) renders KubeRay's in-tree autoscaling;
-on the simulated cluster no Ray process runs, so the test sends exactly the patches
-Ray 2.60's v2 KubeRay provider sends
+on the simulated cluster no Ray process runs, so the harness autoscaler
+(``tpusim.autoscaler``) sends exactly the patches Ray 2.60's v2 KubeRay provider sends
 (python/ray/autoscaler/v2/instance_manager/cloud_providers/kuberay/cloud_provider.py):
 a JSON patch ``replace /spec/workerGroupSpecs/0/replicas`` to scale up, and
 ``replace /spec/workerGroupSpecs/0/scaleStrategy`` with ``workersToDelete`` naming
@@ -40,7 +40,7 @@ from tests.e2e.test_gangs import (
     GangPools,
     gang_pools,  # noqa: F401  (the fixture elastic_pools uses)
 )
-from tpusim import kube
+from tpusim import autoscaler, kube
 
 RAY_GROUP, RAY_VERSION, RAY_PLURAL = "ray.io", "v1", "rayclusters"
 
@@ -62,30 +62,17 @@ def elastic(name: str, minimum: int, maximum: int, **spec: Any) -> dict[str, Any
     return body
 
 
-def scale_to(cluster: E2ECluster, namespace: str, name: str, replicas: int) -> None:
-    """What the v2 provider sends to scale up: one JSON patch of the group's replicas."""
-    patch = [{"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": replicas}]
-    cluster.custom.patch_namespaced_custom_object(
-        RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, name, patch
-    )
+def scale_to(cluster: E2ECluster, namespace: str, name: str, slices: int) -> None:
+    """The harness autoscaler (``tpusim.autoscaler``, pinned against Ray's own provider in
+    the contract tier) grows the TPU group to ``slices`` with Ray's replicas patch."""
+    autoscaler.scale(cluster.api, namespace, name, None, slices)
 
 
-def delete_workers(
-    cluster: E2ECluster, namespace: str, name: str, replicas: int, pods: list[str]
-) -> None:
-    """What the v2 provider sends to scale down: the count and the pods to delete (KubeRay
-    with multi-host indexing deletes each named pod's whole replica)."""
-    patch = [
-        {"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": replicas},
-        {
-            "op": "replace",
-            "path": "/spec/workerGroupSpecs/0/scaleStrategy",
-            "value": {"workersToDelete": pods},
-        },
-    ]
-    cluster.custom.patch_namespaced_custom_object(
-        RAY_GROUP, RAY_VERSION, namespace, RAY_PLURAL, name, patch
-    )
+def delete_workers(cluster: E2ECluster, namespace: str, name: str, pods: list[str]) -> None:
+    """The harness autoscaler names ``pods`` in ``workersToDelete`` (and lowers the count
+    by whole slices, as Ray's provider does); KubeRay with multi-host indexing deletes
+    each named pod's whole replica."""
+    autoscaler.delete_pods(cluster.api, namespace, name, pods)
 
 
 def live_replicas(cluster: E2ECluster, namespace: str, name: str) -> int | None:
@@ -168,7 +155,7 @@ def test_the_autoscaler_grows_and_shrinks_a_cluster_by_whole_reserved_slices(
     victim = sorted(held)[-1]
     pods = pods_of_replica(cluster, namespace, "grow", victim)
     assert len(pods) == 2  # both hosts of the slice
-    delete_workers(cluster, namespace, "grow", 2, pods[:1])  # one host named
+    delete_workers(cluster, namespace, "grow", pods[:1])  # one host named
     kube.wait_for(
         lambda: not pods_of_replica(cluster, namespace, "grow", victim),
         timeout_s=READY_S,
