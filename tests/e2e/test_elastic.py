@@ -25,6 +25,7 @@ import pytest
 
 from tests.e2e.helpers import E2ECluster, holds
 from tests.e2e.operator_support import (
+    InvariantWatch,
     apply,
     condition,
     describe,
@@ -41,6 +42,7 @@ from tests.e2e.test_gangs import (
     gang_pools,  # noqa: F401  (the fixture elastic_pools uses)
 )
 from tpusim import autoscaler, kube
+from tpusim.operator_process import OperatorProcess
 
 RAY_GROUP, RAY_VERSION, RAY_PLURAL = "ray.io", "v1", "rayclusters"
 
@@ -224,3 +226,24 @@ def test_extras_of_a_cluster_at_its_maximum_never_take_a_newcomers_minimum(
         describe=lambda: describe(cluster, namespace, "small"),
     )
     assert len(held_by(cluster, namespace, "big")) == 2
+
+
+def test_an_operator_killed_mid_scale_goes_on_from_the_api_server(
+    cluster: E2ECluster, namespace: str, elastic_pools: GangPools, operator: OperatorProcess
+) -> None:
+    """SIGKILL right after the autoscaler asked for two more slices; a pool comes while no
+    operator runs; the restarted operator reads the count from the RayCluster (nothing
+    of it lived only in memory): all three slices reserved whole and Ready, the count
+    never reset, and no pod released before its slice held its pool."""
+    for pool in ("sk-a", "sk-b"):
+        elastic_pools.add(pool)
+    apply(cluster, namespace, elastic("kill", 1, 3))
+    wait_status(cluster, namespace, "kill", ready=1, target=1, held=1)
+    with InvariantWatch(cluster, namespace) as watch:
+        scale_to(cluster, namespace, "kill", 3)
+        operator.kill()
+        elastic_pools.add("sk-c")
+        operator.start()
+        wait_status(cluster, namespace, "kill", ready=3, target=3, held=3)
+    watch.check()
+    assert live_replicas(cluster, namespace, "kill") == 3
