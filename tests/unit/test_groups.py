@@ -11,6 +11,9 @@ import pytest
 from tests.support.builders import tpuslice
 from tests.support.crd import validate
 from tpuslice.model import constants as c
+from tpuslice.render.groups import NOT_ON_TPU_NODES
+from tpuslice.render.identity import mutate_pod
+from tpuslice.render.kuberay import render_cluster
 from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.job import parse_job
 from tpuslice.spec.limits import controller_errors
@@ -144,3 +147,159 @@ def test_the_form_cannot_change_on_a_live_object() -> None:
     messages = validate(TSC, grouped(), old=tpuslice())
     assert any("cannot replace each other" in m for m in messages), messages
     assert validate(TSC, grouped(), old=grouped()) == []
+
+
+# --- rendering -------------------------------------------------------------------------
+
+
+def rendered_groups(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    groups = render_cluster(obj)["spec"]["workerGroupSpecs"]
+    return {g["groupName"]: g for g in groups}
+
+
+def test_each_entry_renders_one_worker_group_in_order() -> None:
+    groups = render_cluster(grouped())["spec"]["workerGroupSpecs"]
+    assert [g["groupName"] for g in groups] == ["trainer", "rollout", "data"]
+    trainer, rollout, data = groups
+    assert (trainer["replicas"], trainer["numOfHosts"]) == (2, 4)
+    assert (rollout["replicas"], rollout["numOfHosts"]) == (3, 1)
+    assert trainer["template"]["spec"]["nodeSelector"][c.NODE_LABEL_TOPOLOGY] == "4x4"
+    assert rollout["template"]["spec"]["nodeSelector"][c.NODE_LABEL_TOPOLOGY] == "2x4"
+    assert rollout["labels"][c.RAY_LABEL_TPU_POD_TYPE] == "v5litepod-8"
+    assert rollout["template"]["metadata"]["annotations"][c.ANNOTATION_MULTISLICE] == "false"
+    assert c.ANNOTATION_MULTISLICE not in trainer["template"]["metadata"]["annotations"]
+    for tpu_group in (trainer, rollout):
+        assert tpu_group["template"]["spec"]["schedulingGates"] == [{"name": c.SCHEDULING_GATE}]
+    assert data["replicas"] == 2 and "numOfHosts" not in data
+
+
+def test_a_cpu_group_is_plain_and_never_on_tpu_nodes() -> None:
+    data = rendered_groups(grouped())["data"]
+    pod = data["template"]["spec"]
+    assert "schedulingGates" not in pod and "tolerations" not in pod and "nodeSelector" not in pod
+    assert c.LABEL_CLUSTER not in (data["template"].get("metadata") or {}).get("labels", {})
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [{"matchExpressions": [dict(NOT_ON_TPU_NODES)]}]
+
+
+def test_every_term_of_a_cpu_groups_own_affinity_keeps_off_tpu_nodes() -> None:
+    term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [term, {"matchFields": []}]
+            }
+        }
+    }
+    data = {**DATA, "template": {"spec": {"affinity": affinity}}}
+    pod = rendered_groups(grouped(TRAINER, data))["data"]["template"]["spec"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert len(terms["nodeSelectorTerms"]) == 2
+    for t in terms["nodeSelectorTerms"]:
+        assert dict(NOT_ON_TPU_NODES) in t["matchExpressions"]
+
+
+def test_a_cpu_group_cannot_ask_for_chips_through_its_template() -> None:
+    container = {"name": c.WORKER_CONTAINER, "resources": {"limits": {c.TPU_RESOURCE: "4"}}}
+    data = {**DATA, "template": {"spec": {"containers": [container]}}}
+    with pytest.raises(SpecError, match=r"workerGroups\[1\]\.template.*requests no TPU chips"):
+        render_cluster(grouped(TRAINER, data))
+
+
+def test_a_tpu_groups_template_problems_name_its_entry() -> None:
+    trainer = {**TRAINER, "template": {"spec": {"nodeSelector": {c.NODE_LABEL_TOPOLOGY: "2x2"}}}}
+    with pytest.raises(SpecError, match=r"spec\.workerGroups\[0\]\.template\.spec\.nodeSelector"):
+        render_cluster(grouped(trainer))
+
+
+def test_a_groups_template_is_bounded() -> None:
+    big = {**DATA, "template": {"metadata": {"annotations": {"a": "x" * 70_000}}}}
+    assert "workerGroups[1].template: is " in errors_of(grouped(TRAINER, big))
+
+
+def test_the_one_group_form_renders_as_before() -> None:
+    groups = render_cluster(tpuslice())["spec"]["workerGroupSpecs"]
+    assert [g["groupName"] for g in groups] == [c.WORKER_GROUP]
+
+
+# --- identity per group ----------------------------------------------------------------
+
+
+def kuberay_pod(group: dict[str, Any], replica: int, host: int) -> dict[str, Any]:
+    """What KubeRay (RayMultiHostIndexing on) sends to admission for one worker of ``group``."""
+    meta = copy.deepcopy(group["template"].get("metadata") or {})
+    labels = meta.setdefault("labels", {})
+    labels.update(
+        {
+            c.KUBERAY_LABEL_CLUSTER: "llm",
+            c.KUBERAY_LABEL_GROUP: group["groupName"],
+            c.KUBERAY_LABEL_NODE_TYPE: "worker",
+            c.KUBERAY_LABEL_REPLICA_INDEX: str(replica),
+        }
+    )
+    if group.get("numOfHosts", 1) > 1:
+        labels[c.KUBERAY_LABEL_HOST_INDEX] = str(host)
+    meta["namespace"] = "ml"
+    return {"metadata": meta, "spec": copy.deepcopy(group["template"]["spec"])}
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env") or []}
+
+
+def all_hosts(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(group, mutated pod) of every TPU host of every group."""
+    out = []
+    for name, group in rendered_groups(obj).items():
+        for replica in range(group["replicas"]):
+            for host in range(group.get("numOfHosts", 1)):
+                result = mutate_pod(kuberay_pod(group, replica, host))
+                if result.identity is not None:
+                    out.append((name, result.pod))
+    return out
+
+
+def test_identity_is_per_group_as_gkes_webhook_computes_it() -> None:
+    """fleet-facts §5 (ai-on-gke/kuberay-tpu-webhook@ef658db main.go): TPU_NAME
+    <group>-<replica>, hostname <group>-<replica>-<host>, MEGASCALE_SLICE_ID the replica
+    index within the group, coordinator <group>-0-0.<cluster>-headless."""
+    hosts = all_hosts(grouped())
+    assert {g for g, _ in hosts} == {"trainer", "rollout"}  # CPU pods get no identity
+    trainer = [(p, env_of(p)) for g, p in hosts if g == "trainer"]
+    assert len(trainer) == 2 * 4
+    for pod, env in trainer:
+        replica = int(pod["metadata"]["labels"][c.KUBERAY_LABEL_REPLICA_INDEX])
+        host = int(pod["metadata"]["labels"][c.KUBERAY_LABEL_HOST_INDEX])
+        assert env["TPU_NAME"] == f"trainer-{replica}"
+        assert pod["spec"]["hostname"] == f"trainer-{replica}-{host}"
+        assert env["MEGASCALE_NUM_SLICES"] == "2"
+        assert env["MEGASCALE_SLICE_ID"] == str(replica)
+        assert env["MEGASCALE_COORDINATOR_ADDRESS"] == "trainer-0-0.llm-headless"
+    names = [env_of(p)["TPU_NAME"] for _, p in hosts]
+    assert len(set(names)) == 2 + 3  # one per slice, unique across groups
+
+
+def test_a_group_of_independent_slices_gets_no_megascale_env() -> None:
+    rollout = [p for g, p in all_hosts(grouped()) if g == "rollout"]
+    assert sorted(env_of(p)["TPU_NAME"] for p in rollout) == [f"rollout-{i}" for i in range(3)]
+    for pod in rollout:
+        assert not any(k.startswith("MEGASCALE_") for k in env_of(pod))
+
+
+def test_independent_slices_get_no_megascale_even_when_the_user_asks() -> None:
+    rollout = rendered_groups(grouped())["rollout"]
+    pod = kuberay_pod(rollout, 1, 0)
+    pod["spec"]["containers"][0]["env"].append({"name": "MEGASCALE_NUM_SLICES", "value": "3"})
+    env = env_of(mutate_pod(pod).pod)
+    assert "MEGASCALE_SLICE_ID" not in env and "MEGASCALE_COORDINATOR_ADDRESS" not in env
+
+
+def test_a_group_name_at_the_limit_leaves_room_for_every_hostname() -> None:
+    name = "g" * MAX_GROUP_NAME
+    big = {"name": name, "tpu": {"type": "v5p", "topology": "16x16x24", "slices": 1}}
+    group = rendered_groups(grouped(big))[name]
+    last = group["numOfHosts"] - 1
+    hostname = mutate_pod(kuberay_pod(group, 0, last)).pod["spec"]["hostname"]
+    assert hostname == f"{name}-0-{last}"
+    # the worst case: the highest replica index any object may have, the most hosts
+    assert len(f"{name}-{c.MAX_SLICES - 1}-{last}") <= 63

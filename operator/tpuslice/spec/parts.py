@@ -398,7 +398,7 @@ def _string_map(
 def _template_size(value: Any, path: str, errors: list[FieldError]) -> None:
     """A free-form object no larger than its ``bounds.TEMPLATE_BYTES`` as JSON: the CRD
     schema cannot bound an object whose fields it does not know, so this is its bound."""
-    limit = bounds.TEMPLATE_BYTES[path]
+    limit = bounds.TEMPLATE_BYTES[re.sub(r"\[[0-9]+\]", "[]", path)]  # one cap per list
     size = bounds.json_size(value)
     if size > limit:
         errors.append(
