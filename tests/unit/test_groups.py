@@ -3,14 +3,19 @@ refuse, how a grouped spec renders, and the identity each group's hosts get."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
 import pytest
 
-from tests.support.builders import tpuslice
+from tests.support.builders import slice_pods, tpuslice
 from tests.support.crd import validate
+from tests.support.fake_kube import FakeKube
+from tpuslice.controller.reconciler import Reconciler
 from tpuslice.model import constants as c
+from tpuslice.model.convert import raycluster_info
+from tpuslice.model.records import PodInfo, Snapshot
 from tpuslice.render.groups import NOT_ON_TPU_NODES
 from tpuslice.render.identity import mutate_pod
 from tpuslice.render.kuberay import render_cluster
@@ -303,3 +308,66 @@ def test_a_group_name_at_the_limit_leaves_room_for_every_hostname() -> None:
     assert hostname == f"{name}-0-{last}"
     # the worst case: the highest replica index any object may have, the most hosts
     assert len(f"{name}-{c.MAX_SLICES - 1}-{last}") <= 63
+
+
+# --- the pass: a slice set per TPU group, status.groups --------------------------------
+
+
+def group_pods(group: str, slices: int, hosts: int, ready: bool) -> list[PodInfo]:
+    return [
+        pod
+        for i in range(slices)
+        for pod in slice_pods(
+            f"{group}-{'abcde'[i]}xxxx",
+            i,
+            hosts=hosts,
+            group=group,
+            gated=False,
+            ready=ready,
+            node_name=f"{group}-node-{i}",
+        )
+    ]
+
+
+def grouped_pass(ready_rollout: bool) -> dict[str, Any]:
+    body = grouped(reservation={"policy": "None"}, uid="uid-rl", generation=1)
+    rendered = render_cluster(body)
+    rc = raycluster_info({**rendered, "status": {"state": "ready" if ready_rollout else ""}})
+    pods = group_pods("trainer", 2, 4, True) + group_pods("rollout", 3, 1, ready_rollout)
+    kube = FakeKube()
+    snap = Snapshot(body, pods, [], [], rc)
+    asyncio.run(Reconciler(kube, lambda key: snap).kick((c.KIND_CLUSTER, "ml", "llm")))
+    assert kube.status is not None
+    return kube.status
+
+
+def test_each_tpu_group_is_observed_on_its_own_and_ready_together() -> None:
+    status = grouped_pass(ready_rollout=True)
+    groups = {g["name"]: g for g in status["groups"]}
+    assert [g["name"] for g in status["groups"]] == ["trainer", "rollout", "data"]
+    assert (groups["trainer"]["desiredSlices"], groups["trainer"]["readySlices"]) == (2, 2)
+    assert groups["trainer"]["hostsPerSlice"] == 4
+    assert [s["readyHosts"] for s in groups["trainer"]["slices"]] == [4, 4]
+    assert (groups["rollout"]["desiredSlices"], groups["rollout"]["readySlices"]) == (3, 3)
+    assert groups["rollout"]["acceleratorType"] == "v5litepod-8"
+    assert groups["data"] == {"name": "data", "desiredReplicas": 2}
+    assert (status["desiredSlices"], status["readySlices"]) == (5, 5)
+    assert "slices" not in status and "acceleratorType" not in status
+    ready = next(cond for cond in status["conditions"] if cond["type"] == "Ready")
+    assert ready["status"] == "True", status["conditions"]
+
+
+def test_a_grouped_cluster_is_not_ready_while_one_group_is_short() -> None:
+    status = grouped_pass(ready_rollout=False)
+    groups = {g["name"]: g for g in status["groups"]}
+    assert groups["trainer"]["readySlices"] == 2 and groups["rollout"]["readySlices"] == 0
+    ready = next(cond for cond in status["conditions"] if cond["type"] == "Ready")
+    assert ready["status"] == "False"
+
+
+def test_the_pass_refuses_a_grouped_job_for_now() -> None:
+    obj = grouped(
+        kind=c.KIND_JOB, job={"entrypoint": "python train.py"}, reservation={"policy": "None"}
+    )
+    errors = controller_errors(parse_job(obj).cluster)
+    assert "not yet run by the operator for a TPUSliceJob" in str(errors[0])

@@ -120,6 +120,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         ray_cluster=labels.get(c.KUBERAY_LABEL_CLUSTER, ""),
         unschedulable_since=_unschedulable_since(status),
         released_at=str((meta.get("annotations") or {}).get(c.ANNOTATION_RELEASED_AT) or ""),
+        group=labels.get(c.KUBERAY_LABEL_GROUP, ""),
     )
 
 

@@ -196,6 +196,8 @@ class PodInfo:
     unschedulable_since: str = ""
     #: constants.ANNOTATION_RELEASED_AT: when the operator released it (single-host)
     released_at: str = ""
+    #: ray.io/group: the worker group (one slice set per TPU group of spec.workerGroups)
+    group: str = ""
 
     @property
     def owner(self) -> ObjectKey:

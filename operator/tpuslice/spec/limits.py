@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tpuslice.model import constants
 from tpuslice.spec.bounds import CEILING, SpecLimits
 from tpuslice.spec.parts import FieldError, SliceClusterSpec, SpecError
 
@@ -70,12 +71,22 @@ def check_limits(spec: SliceClusterSpec, limits: SpecLimits) -> None:
 def controller_errors(spec: SliceClusterSpec) -> list[FieldError]:
     """What of ``spec`` the operator renders but does not yet reserve and account for.
 
-    Several worker groups render (``tpuslice render``) with identity per group, but the
-    pass still holds and counts one slice set per object: a second group's slices
-    would be counted as the first's. Until each TPU group is its own slice set
-    (docs/architecture.md, "Several worker groups: reservation"), the pass refuses such
-    a spec with this message rather than mis-count pools; with reservation.policy None
-    nothing is held or counted, so the groups run as rendered."""
+    Several worker groups render (``tpuslice render``) with identity per group, and a
+    TPUSliceCluster's pass watches each TPU group as a slice set of its own, but the
+    queue and reservations still know one slice set per object (a second group's
+    slices would take the first's place in its shape's queue). Until they are per group
+    (docs/architecture.md, "Several worker groups: reservation"), the pass refuses a
+    grouped spec that would hold pools, and a grouped TPUSliceJob or TPUSliceService
+    (whose status reads one group), rather than mis-count; with reservation.policy None
+    a TPUSliceCluster's groups run as rendered."""
+    if spec.grouped and spec.owner_kind != constants.KIND_CLUSTER:
+        return [
+            FieldError(
+                "spec.workerGroups",
+                f"is rendered but not yet run by the operator for a {spec.owner_kind}; use a "
+                "TPUSliceCluster for several groups, or spec.tpu and spec.worker",
+            )
+        ]
     if spec.grouped and spec.gated:
         return [
             FieldError(
