@@ -122,6 +122,10 @@ def test_each_group_runs_on_its_own_shape_with_its_own_identity(
     for pod in groups["data"]:
         labels = cluster.core.read_node(pod.spec.node_name).metadata.labels
         assert ACCELERATOR not in labels and labels.get(NODEPOOL) not in group_pools
+    obj = wait_condition(cluster, namespace, "rl", "Ready", "True", timeout_s=READY_S)
+    by_name = {g["name"]: g for g in obj["status"]["groups"]}
+    assert (by_name["trainer"]["readySlices"], by_name["rollout"]["readySlices"]) == (2, 2)
+    assert by_name["data"]["desiredReplicas"] == 2
 
 
 def test_a_gated_grouped_cluster_is_refused_until_reservation_is_per_group(
