@@ -213,8 +213,10 @@ def test_a_cpu_group_cannot_ask_for_chips_through_its_template() -> None:
 
 def test_a_tpu_groups_template_problems_name_its_entry() -> None:
     trainer = {**TRAINER, "template": {"spec": {"nodeSelector": {c.NODE_LABEL_TOPOLOGY: "2x2"}}}}
-    with pytest.raises(SpecError, match=r"spec\.workerGroups\[0\]\.template\.spec\.nodeSelector"):
+    with pytest.raises(SpecError) as info:
         render_cluster(grouped(trainer))
+    assert "spec.workerGroups[0].template.spec.nodeSelector" in str(info.value)
+    assert "from spec.workerGroups[0].tpu.topology" in str(info.value)
 
 
 def test_a_groups_template_is_bounded() -> None:

@@ -166,22 +166,22 @@ def drain_timeout(grace_seconds: int) -> int:
     return max(grace_seconds - DRAIN_MARGIN_SECONDS, grace_seconds // 2)
 
 
-def _worker_owned(spec: SliceClusterSpec) -> list[OwnedValue]:
+def _worker_owned(spec: SliceClusterSpec, tpu_path: str = "spec.tpu") -> list[OwnedValue]:
     chips = str(spec.shape.chips_per_host)
     container = ("spec", "containers", ("name", c.WORKER_CONTAINER), "resources")
     owned: list[OwnedValue] = [
         (
             ("spec", "nodeSelector", c.NODE_LABEL_ACCELERATOR),
             spec.shape.generation.gke_accelerator,
-            "from spec.tpu.type",
+            f"from {tpu_path}.type",
         ),
         (
             ("spec", "nodeSelector", c.NODE_LABEL_TOPOLOGY),
             spec.shape.topology,
-            "from spec.tpu.topology",
+            f"from {tpu_path}.topology",
         ),
-        ((*container, "requests", c.TPU_RESOURCE), chips, "chips per host from spec.tpu"),
-        ((*container, "limits", c.TPU_RESOURCE), chips, "chips per host from spec.tpu"),
+        ((*container, "requests", c.TPU_RESOURCE), chips, f"chips per host from {tpu_path}"),
+        ((*container, "limits", c.TPU_RESOURCE), chips, f"chips per host from {tpu_path}"),
         (
             ("spec", "terminationGracePeriodSeconds"),
             spec.disruption.grace_period_s,
@@ -263,9 +263,10 @@ def _worker_template(
         "metadata": {"labels": worker_labels(spec), "annotations": worker_annotations(spec)},
         "spec": pod_spec,
     }
-    return merge_template(
-        base, spec.worker.template, _worker_owned(spec), f"{path}.template", schema
-    )
+    # a group's shape is its entry's tpu; the one-group form's is spec.tpu
+    tpu_path = "spec.tpu" if path == "spec.worker" else f"{path}.tpu"
+    owned = _worker_owned(spec, tpu_path)
+    return merge_template(base, spec.worker.template, owned, f"{path}.template", schema)
 
 
 def render_ray_cluster_spec(
