@@ -111,7 +111,9 @@ def test_every_capped_template_is_a_free_form_field_of_some_kind() -> None:
         for path in bounds.TEMPLATE_BYTES:
             sub: Any = node
             for step in path.split(".")[1:]:
-                sub = (sub.get("properties") or {}).get(step, {})
+                sub = (sub.get("properties") or {}).get(step.removesuffix("[]"), {})
+                if step.endswith("[]"):
+                    sub = sub.get("items", {})
             if sub.get("x-kubernetes-preserve-unknown-fields"):
                 found.add(path)
     assert found == set(bounds.TEMPLATE_BYTES)

@@ -50,7 +50,8 @@ def _categories(body: dict[str, Any]) -> set[str]:
     """What a golden input exercises: its kind, TPU generation, host and slice layout,
     and the optional spec parts that change the rendering."""
     spec = body["spec"]
-    tpu = spec["tpu"]
+    groups = spec.get("workerGroups", [])
+    tpu = spec["tpu"] if not groups else next(g["tpu"] for g in groups if "tpu" in g)
     shape = slice_shape(tpu["type"], tpu["topology"], tpu.get("chipsPerHost"))
     found = {body["kind"], shape.generation.name}
     found.add("multi-host" if shape.multi_host else "single-host")
@@ -62,6 +63,9 @@ def _categories(body: dict[str, Any]) -> set[str]:
         found.add("reservation policy None")
     if "elastic" in spec:
         found.add("elastic")
+    if groups:
+        found.add("several worker groups")
+        found |= {"cpu group" for g in groups if "cpu" in g}
     return found
 
 
@@ -71,6 +75,7 @@ def test_golden_cases_cover_the_issue_list() -> None:
     wanted = {c.KIND_CLUSTER, c.KIND_JOB, c.KIND_SERVICE, *(g.name for g in GENERATIONS)}
     wanted |= {"single-host", "multi-host", "multi-slice"}
     wanted |= {"pod template overrides", "reservation policy None", "elastic"}
+    wanted |= {"several worker groups", "cpu group"}
     covered = set().union(*(_categories(_load(case)) for case in CASES))
     assert wanted - covered == set()
 

@@ -73,7 +73,7 @@ from tpuslice.policy.selection import governing
 from tpuslice.runtime.kube import ApiError, ClusterApi
 from tpuslice.runtime.metrics import Metrics, slice_last_created
 from tpuslice.spec.bounds import SpecLimits
-from tpuslice.spec.limits import check_limits
+from tpuslice.spec.limits import check_limits, controller_errors
 from tpuslice.spec.parts import SliceClusterSpec, SpecError
 from tpuslice.spec.slices import parse_slice_parts
 from tpuslice.status.conditions import Stall
@@ -144,6 +144,8 @@ class SpecCache:
             try:
                 spec = parse_slice_parts(cluster)
                 check_limits(spec, self.limits)
+                if unsupported := controller_errors(spec):
+                    raise SpecError(unsupported)
                 self._specs[key] = spec
             except SpecError:
                 self._specs[key] = None

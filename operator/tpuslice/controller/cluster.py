@@ -1,9 +1,11 @@
 """The TPUSliceCluster adapter of the pass: one RayCluster of the object's name, one
-slice set, and the TPUSliceCluster status (``status.conditions.compute_status``)."""
+slice set (one per TPU group of spec.workerGroups), and the TPUSliceCluster status
+(``status.conditions.compute_status``; ``status.groups.grouped_status`` for groups)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from tpuslice.controller.adapter import ActedSet, SliceSet, StatusOut, unparsed_fields
@@ -28,6 +30,7 @@ from tpuslice.status.conditions import (
     as_requested,
     compute_status,
 )
+from tpuslice.status.groups import CpuGroupObserved, TpuGroupObserved, grouped_status
 
 __all__ = [
     "ClusterKind",
@@ -106,6 +109,10 @@ def elastic_count(
     )
 
 
+def _pods_of(snap: Snapshot, group: str) -> list[PodInfo]:
+    return [p for p in snap.pods if p.group == group]
+
+
 def stalled_observation(body: Mapping[str, Any], stall: Stall) -> Observed:
     """For a spec that cannot be parsed: no shape is known, only the stall."""
     return Observed(
@@ -142,6 +149,11 @@ class ClusterKind:
         snap: Snapshot,
         previous: Mapping[str, Any],
     ) -> list[SliceSet]:
+        if parsed.grouped:  # a slice set per TPU group, each seeing its group's pods only
+            return [
+                SliceSet(ref, group, replace(snap, pods=_pods_of(snap, group.group_name)), previous)
+                for group in parsed.tpu_groups()
+            ]
         return [
             SliceSet(ref, parsed, snap, previous, desired=live_desired(parsed, snap.raycluster))
         ]
@@ -157,6 +169,17 @@ class ClusterKind:
         previous: Mapping[str, Any],
         now: str,
     ) -> StatusOut:
+        if parsed.grouped:
+            tpu_groups = [
+                TpuGroupObserved(
+                    one.slices.spec.group_name,
+                    one.slices.spec.shape.topology,
+                    observed_of(one.slices.spec, body, one.slices.snap, one.plan, applied, stall),
+                )
+                for one in acted
+            ]
+            cpu_groups = [CpuGroupObserved(g.name, g.replicas) for g in parsed.cpu_groups]
+            return StatusOut(grouped_status(tpu_groups, cpu_groups, previous, now))
         (only,) = acted
         observed = observed_of(parsed, body, snap, only.plan, applied, stall, now)
         return StatusOut(compute_status(observed, previous, now), observed.slices)

@@ -60,7 +60,7 @@ from tpuslice.runtime.kube import ApiError, ClusterApi
 from tpuslice.runtime.logcontext import current_object
 from tpuslice.runtime.metrics import Metrics
 from tpuslice.spec.bounds import SpecLimits
-from tpuslice.spec.limits import check_limits
+from tpuslice.spec.limits import check_limits, controller_errors
 from tpuslice.spec.parts import SliceClusterSpec, SpecError
 from tpuslice.spec.slices import parse_slice_parts
 from tpuslice.status.conditions import MAX_MESSAGE, Stall, truncate
@@ -277,6 +277,8 @@ class Reconciler:
         try:
             parsed = kind.parse(body)
             check_limits(kind.cluster_spec(parsed), self.limits)
+            if unsupported := controller_errors(kind.cluster_spec(parsed)):
+                raise SpecError(unsupported)
             refused = policy_stall(snap, parsed) or pinned_stall(snap, kind.cluster_spec(parsed))
             rendered = None if refused else kind.render(parsed, await self.templates.get())
         except SpecError as exc:

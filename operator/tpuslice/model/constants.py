@@ -54,6 +54,9 @@ ANNOTATION_SLICES: Final = f"{GROUP}/slices"
 # "true" on the workers of an elastic slice set: their count moves, so the webhook
 # writes no MEGASCALE_* of its own (docs/tpu-identity.md, "Elastic slice sets").
 ANNOTATION_ELASTIC: Final = f"{GROUP}/elastic"
+# "false" on the workers of a group of independent slices (spec.workerGroups[].tpu.multislice):
+# the webhook writes no MEGASCALE_* at all, each slice is a job of its own.
+ANNOTATION_MULTISLICE: Final = f"{GROUP}/multislice"
 # The Ray autoscaler v2's timeout for an instance allocated (its pod exists) to run
 # Ray, after which it is terminated: spec.elastic.scaleUpTimeoutSeconds, sent as the
 # autoscaler container's env (ray-project/ray 2.60

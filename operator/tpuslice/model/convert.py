@@ -121,6 +121,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         unschedulable_since=_unschedulable_since(status),
         released_at=str((meta.get("annotations") or {}).get(c.ANNOTATION_RELEASED_AT) or ""),
         deletion_deadline=str(meta.get("deletionTimestamp") or ""),
+        group=labels.get(c.KUBERAY_LABEL_GROUP, ""),
     )
 
 

@@ -200,6 +200,8 @@ class PodInfo:
     #: API server sets it to the deletion request's time plus the grace); empty when
     #: the pod is not being deleted
     deletion_deadline: str = ""
+    #: ray.io/group: the worker group (one slice set per TPU group of spec.workerGroups)
+    group: str = ""
 
     @property
     def owner(self) -> ObjectKey:

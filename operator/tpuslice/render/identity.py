@@ -105,6 +105,9 @@ class PodIdentity:
     #: so no MEGASCALE_* is written unless the user sets MEGASCALE_NUM_SLICES
     #: (docs/tpu-identity.md, "Elastic slice sets").
     elastic: bool = False
+    #: False for a group of independent slices (``tpuslice.dev/multislice: "false"``): no
+    #: MEGASCALE_* is written, even where the user set MEGASCALE_NUM_SLICES.
+    multislice: bool = True
 
     @property
     def multi_host(self) -> bool:
@@ -361,6 +364,7 @@ def read_identity(pod: Mapping[str, Any]) -> PodIdentity | None:
         shape=shape,
         slices=slices,
         elastic=elastic,
+        multislice=annotations.get(c.ANNOTATION_MULTISLICE) != "false",
     )
     if shape.multi_host:
         _check_dns_label(pod, "hostname", identity.hostname)
@@ -506,7 +510,8 @@ def mutate_pod(pod: Mapping[str, Any]) -> MutationResult:
             identity,
             tpu_index,
             len(tpu_containers),
-            megascale=(identity.slices > 1 and not identity.elastic) or user_megascale,
+            megascale=identity.multislice
+            and ((identity.slices > 1 and not identity.elastic) or user_megascale),
             peers=peers,
         )
         _merge_env(container, desired, tpu_index, kept, replaced)

@@ -17,12 +17,13 @@ from typing import Any
 
 from tpuslice.model import constants as c
 from tpuslice.model.topology import SliceShape
+from tpuslice.render.groups import cpu_worker_group
 from tpuslice.spec.bounds import CEILING, SpecLimits
 from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.job import SliceJobSpec, parse_job
 from tpuslice.spec.limits import check_limits
 from tpuslice.spec.overrides import OwnedValue, merge_template
-from tpuslice.spec.parts import ElasticSpec, FieldError, SliceClusterSpec, SpecError
+from tpuslice.spec.parts import CpuGroupSpec, ElasticSpec, FieldError, SliceClusterSpec, SpecError
 from tpuslice.spec.service import SliceServiceSpec, parse_service
 
 __all__ = [
@@ -127,6 +128,8 @@ def worker_annotations(spec: SliceClusterSpec) -> dict[str, str]:
     }
     if spec.elastic is not None:
         annotations[c.ANNOTATION_ELASTIC] = "true"
+    if not spec.multislice:
+        annotations[c.ANNOTATION_MULTISLICE] = "false"
     return annotations
 
 
@@ -163,22 +166,22 @@ def drain_timeout(grace_seconds: int) -> int:
     return max(grace_seconds - DRAIN_MARGIN_SECONDS, grace_seconds // 2)
 
 
-def _worker_owned(spec: SliceClusterSpec) -> list[OwnedValue]:
+def _worker_owned(spec: SliceClusterSpec, tpu_path: str = "spec.tpu") -> list[OwnedValue]:
     chips = str(spec.shape.chips_per_host)
     container = ("spec", "containers", ("name", c.WORKER_CONTAINER), "resources")
     owned: list[OwnedValue] = [
         (
             ("spec", "nodeSelector", c.NODE_LABEL_ACCELERATOR),
             spec.shape.generation.gke_accelerator,
-            "from spec.tpu.type",
+            f"from {tpu_path}.type",
         ),
         (
             ("spec", "nodeSelector", c.NODE_LABEL_TOPOLOGY),
             spec.shape.topology,
-            "from spec.tpu.topology",
+            f"from {tpu_path}.topology",
         ),
-        ((*container, "requests", c.TPU_RESOURCE), chips, "chips per host from spec.tpu"),
-        ((*container, "limits", c.TPU_RESOURCE), chips, "chips per host from spec.tpu"),
+        ((*container, "requests", c.TPU_RESOURCE), chips, f"chips per host from {tpu_path}"),
+        ((*container, "limits", c.TPU_RESOURCE), chips, f"chips per host from {tpu_path}"),
         (
             ("spec", "terminationGracePeriodSeconds"),
             spec.disruption.grace_period_s,
@@ -220,7 +223,7 @@ def _worker_owned(spec: SliceClusterSpec) -> list[OwnedValue]:
 
 
 def _worker_template(
-    spec: SliceClusterSpec, schema: Mapping[str, Any] | None
+    spec: SliceClusterSpec, schema: Mapping[str, Any] | None, path: str = "spec.worker"
 ) -> tuple[dict[str, Any], list[FieldError]]:
     chips = str(spec.shape.chips_per_host)
     resources = _container_resources(spec.worker.resources) or {"requests": {}, "limits": {}}
@@ -260,9 +263,10 @@ def _worker_template(
         "metadata": {"labels": worker_labels(spec), "annotations": worker_annotations(spec)},
         "spec": pod_spec,
     }
-    return merge_template(
-        base, spec.worker.template, _worker_owned(spec), "spec.worker.template", schema
-    )
+    # a group's shape is its entry's tpu; the one-group form's is spec.tpu
+    tpu_path = "spec.tpu" if path == "spec.worker" else f"{path}.tpu"
+    owned = _worker_owned(spec, tpu_path)
+    return merge_template(base, spec.worker.template, owned, f"{path}.template", schema)
 
 
 def render_ray_cluster_spec(
@@ -281,36 +285,59 @@ def render_ray_cluster_spec(
     ``limits`` allow: the pass judges the operator's setting before rendering, and
     this guard holds whatever the caller, at most the ceiling nothing raises."""
     check_limits(spec, limits)
-    head_template, head_conflicts = _head_template(spec, template_schema)
-    worker_template, worker_conflicts = _worker_template(spec, template_schema)
-    if head_conflicts or worker_conflicts:
-        raise SpecError(head_conflicts + worker_conflicts)
-    group: dict[str, Any] = {
-        "groupName": c.WORKER_GROUP,
-        "replicas": spec.slices,
-        "minReplicas": spec.slices,
-        "maxReplicas": spec.slices,
-        "numOfHosts": spec.shape.hosts,
-        "labels": ray_node_labels(spec.shape),
-        "rayStartParams": dict(spec.worker.ray_start_params),
-        "template": worker_template,
-    }
+    head_template, conflicts = _head_template(spec, template_schema)
+    groups: list[dict[str, Any]] = []
+    if not spec.grouped:
+        groups.append(_tpu_worker_group(spec, template_schema, "spec.worker", conflicts))
+    tpu_groups = iter(spec.tpu_groups())
+    for index, entry in enumerate(spec.worker_groups):
+        path = f"spec.workerGroups[{index}]"
+        if isinstance(entry, CpuGroupSpec):
+            group, problems = cpu_worker_group(spec, entry, path, template_schema)
+            conflicts += problems
+            groups.append(group)
+        else:  # the TPU groups come in the entries' order
+            groups.append(_tpu_worker_group(next(tpu_groups), template_schema, path, conflicts))
+    if conflicts:
+        raise SpecError(conflicts)
     ray_spec: dict[str, Any] = {
         "rayVersion": spec.ray_version,
         "headGroupSpec": {
             "rayStartParams": dict(spec.head.ray_start_params),
             "template": head_template,
         },
-        "workerGroupSpecs": [group],
+        "workerGroupSpecs": groups,
     }
     if spec.elastic is not None:
-        _elastic(ray_spec, group, spec.elastic)
+        _elastic(ray_spec, groups[0], spec.elastic)
     # Only a requested suspension is sent: leaving the field out lets another
     # owner (Kueue admits RayClusters by flipping it) keep it. Suspension of a job
     # is the RayJob's (spec.job.suspend), never its cluster's.
     if spec.suspend:
         ray_spec["suspend"] = True
     return ray_spec
+
+
+def _tpu_worker_group(
+    spec: SliceClusterSpec,
+    schema: Mapping[str, Any] | None,
+    path: str,
+    conflicts: list[FieldError],
+) -> dict[str, Any]:
+    """The KubeRay worker group of one TPU group (``spec`` as ``tpu_groups`` gives it; at
+    ``path`` for messages); its template's problems are added to ``conflicts``."""
+    template, problems = _worker_template(spec, schema, path)
+    conflicts += problems
+    return {
+        "groupName": spec.group_name,
+        "replicas": spec.slices,
+        "minReplicas": spec.slices,
+        "maxReplicas": spec.slices,
+        "numOfHosts": spec.shape.hosts,
+        "labels": ray_node_labels(spec.shape),
+        "rayStartParams": dict(spec.worker.ray_start_params),
+        "template": template,
+    }
 
 
 def _elastic(ray_spec: dict[str, Any], group: dict[str, Any], elastic: ElasticSpec) -> None:

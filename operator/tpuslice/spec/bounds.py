@@ -87,6 +87,8 @@ STRING_BOUNDS: Final[Mapping[str, int]] = {
 TEMPLATE_BYTES: Final[Mapping[str, int]] = {
     "spec.head.template": 128 * KiB,
     "spec.worker.template": 128 * KiB,
+    # each of up to 16 groups: together at most the request limit (1.5 MiB) of one object
+    "spec.workerGroups[].template": 64 * KiB,
     "spec.job.submitterPodTemplate": 128 * KiB,
     "spec.serve.serveService": 32 * KiB,
     # KubeRay's ClusterUpgradeOptions is four small fields (the surge and step

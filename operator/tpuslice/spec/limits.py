@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from tpuslice.model import constants
 from tpuslice.spec.bounds import CEILING, SpecLimits
 from tpuslice.spec.parts import FieldError, SliceClusterSpec, SpecError
 
-__all__ = ["RAISE_HOSTS", "RAISE_SLICES", "check_limits", "limit_errors"]
+__all__ = ["RAISE_HOSTS", "RAISE_SLICES", "check_limits", "controller_errors", "limit_errors"]
 
 #: The operator settings that raise each limit (named in the messages).
 RAISE_SLICES = "--max-slices-per-object (Helm value limits.maxSlicesPerObject)"
@@ -26,6 +27,8 @@ def limit_errors(spec: SliceClusterSpec, limits: SpecLimits) -> list[FieldError]
     errors: list[FieldError] = []
     # an elastic object is judged at its maximum, the most the autoscaler may reach
     path = "spec.tpu.slices" if spec.elastic is None else "spec.elastic.maxSlices"
+    if spec.grouped:
+        path = "spec.workerGroups"  # judged over every TPU group together
     if spec.slices > limits.max_slices:
         fix = _fix("fewer slices", limits.max_slices, CEILING.max_slices, RAISE_SLICES)
         errors.append(
@@ -35,8 +38,17 @@ def limit_errors(spec: SliceClusterSpec, limits: SpecLimits) -> list[FieldError]
                 f"allows one object; {fix}",
             )
         )
-    hosts = spec.slices * spec.shape.hosts
-    if hosts > limits.max_hosts:
+    hosts = sum(group.slices * group.shape.hosts for group in spec.tpu_groups())
+    if spec.grouped and hosts > limits.max_hosts:
+        fix = _fix("fewer or smaller slices", limits.max_hosts, CEILING.max_hosts, RAISE_HOSTS)
+        errors.append(
+            FieldError(
+                path,
+                f"the TPU groups' slices are {hosts} hosts (one worker pod each), more than "
+                f"the {limits.max_hosts} this operator allows one object; {fix}",
+            )
+        )
+    elif hosts > limits.max_hosts:
         fix = _fix("fewer or smaller slices", limits.max_hosts, CEILING.max_hosts, RAISE_HOSTS)
         errors.append(
             FieldError(
@@ -54,3 +66,34 @@ def check_limits(spec: SliceClusterSpec, limits: SpecLimits) -> None:
     errors = limit_errors(spec, limits)
     if errors:
         raise SpecError(errors)
+
+
+def controller_errors(spec: SliceClusterSpec) -> list[FieldError]:
+    """What of ``spec`` the operator renders but does not yet reserve and account for.
+
+    Several worker groups render (``tpuslice render``) with identity per group, and a
+    TPUSliceCluster's pass watches each TPU group as a slice set of its own, but the
+    queue and reservations still know one slice set per object (a second group's
+    slices would take the first's place in its shape's queue). Until they are per group
+    (docs/architecture.md, "Several worker groups: reservation"), the pass refuses a
+    grouped spec that would hold pools, and a grouped TPUSliceJob or TPUSliceService
+    (whose status reads one group), rather than mis-count; with reservation.policy None
+    a TPUSliceCluster's groups run as rendered."""
+    if spec.grouped and spec.owner_kind != constants.KIND_CLUSTER:
+        return [
+            FieldError(
+                "spec.workerGroups",
+                f"is rendered but not yet run by the operator for a {spec.owner_kind}; use a "
+                "TPUSliceCluster for several groups, or spec.tpu and spec.worker",
+            )
+        ]
+    if spec.grouped and spec.gated:
+        return [
+            FieldError(
+                "spec.workerGroups",
+                "needs spec.reservation.policy None for now: the operator does not yet "
+                "reserve node pools per group; set the policy None (the scheduler places "
+                "the pods) or use spec.tpu and spec.worker for one TPU group",
+            )
+        ]
+    return []

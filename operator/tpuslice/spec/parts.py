@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from tpuslice.model import constants
@@ -26,6 +26,7 @@ from tpuslice.spec.values import described
 from tpuslice.spec.yamlcheck import yaml_map_problem
 
 __all__ = [
+    "CpuGroupSpec",
     "DisruptionSpec",
     "ElasticSpec",
     "FieldError",
@@ -35,6 +36,8 @@ __all__ = [
     "RetryPolicy",
     "SliceClusterSpec",
     "SpecError",
+    "TpuGroupSpec",
+    "WorkerGroupSpec",
     "as_object",
     "default_image",
 ]
@@ -82,6 +85,30 @@ class GroupSpec:
     resources: Mapping[str, str] = field(default_factory=dict)
     ray_start_params: Mapping[str, str] = field(default_factory=dict)
     template: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TpuGroupSpec:
+    """One TPU entry of spec.workerGroups: slices of one shape, each on a node pool of its own."""
+
+    name: str
+    shape: SliceShape
+    slices: int
+    worker: GroupSpec
+    #: False for independent slices: no MEGASCALE env, each slice its own job.
+    multislice: bool = True
+
+
+@dataclass(frozen=True)
+class CpuGroupSpec:
+    """One CPU entry of spec.workerGroups: plain KubeRay workers, never on TPU nodes."""
+
+    name: str
+    replicas: int
+    worker: GroupSpec
+
+
+WorkerGroupSpec = TpuGroupSpec | CpuGroupSpec
 
 
 @dataclass(frozen=True)
@@ -214,6 +241,42 @@ class SliceClusterSpec:
 
     #: spec.disruption, defaulted.
     disruption: DisruptionSpec = field(default_factory=DisruptionSpec)
+    #: The KubeRay worker group this spec's TPU slices render as (ray.io/group).
+    group_name: str = constants.WORKER_GROUP
+    #: Whether the slices are one multislice (MEGASCALE env when more than one).
+    multislice: bool = True
+    #: spec.workerGroups in order; () for the one-group form (spec.tpu + spec.worker).
+    #: With groups, ``shape``/``worker`` are the first TPU group's and ``slices`` is the
+    #: sum over TPU groups (what the per-object limits judge).
+    worker_groups: tuple[WorkerGroupSpec, ...] = ()
+
+    @property
+    def grouped(self) -> bool:
+        """Whether the spec uses spec.workerGroups (the many-group form)."""
+        return bool(self.worker_groups)
+
+    def tpu_groups(self) -> tuple[SliceClusterSpec, ...]:
+        """One spec per TPU group, each as a one-group spec of its own shape, name and
+        worker settings, so every one-group step (render, identity) serves a group as is."""
+        if not self.worker_groups:
+            return (self,)
+        return tuple(
+            replace(
+                self,
+                shape=g.shape,
+                slices=g.slices,
+                worker=g.worker,
+                group_name=g.name,
+                multislice=g.multislice,
+                worker_groups=(),
+            )
+            for g in self.worker_groups
+            if isinstance(g, TpuGroupSpec)
+        )
+
+    @property
+    def cpu_groups(self) -> tuple[CpuGroupSpec, ...]:
+        return tuple(g for g in self.worker_groups if isinstance(g, CpuGroupSpec))
 
     @property
     def provisions(self) -> bool:
@@ -335,7 +398,7 @@ def _string_map(
 def _template_size(value: Any, path: str, errors: list[FieldError]) -> None:
     """A free-form object no larger than its ``bounds.TEMPLATE_BYTES`` as JSON: the CRD
     schema cannot bound an object whose fields it does not know, so this is its bound."""
-    limit = bounds.TEMPLATE_BYTES[path]
+    limit = bounds.TEMPLATE_BYTES[re.sub(r"\[[0-9]+\]", "[]", path)]  # one cap per list
     size = bounds.json_size(value)
     if size > limit:
         errors.append(
@@ -384,8 +447,17 @@ def _refuse_sub_slicing(template: Mapping[str, Any], path: str, errors: list[Fie
         )
 
 
-def _group(raw: Any, path: str, errors: list[FieldError], *, tpu_owned: bool) -> GroupSpec:
-    raw = as_object(raw, path, errors, _GROUP_FIELDS)
+def _group(
+    raw: Any,
+    path: str,
+    errors: list[FieldError],
+    *,
+    tpu_owned: bool,
+    known: frozenset[str] = frozenset(),
+) -> GroupSpec:
+    """Resources, rayStartParams and template of the head, spec.worker or a workerGroups
+    entry (whose other ``known`` fields are read by the caller)."""
+    raw = as_object(raw, path, errors, _GROUP_FIELDS | known if known else _GROUP_FIELDS)
     template = raw.get("template")
     if template is None:
         template = {}
@@ -413,7 +485,20 @@ def _group(raw: Any, path: str, errors: list[FieldError], *, tpu_owned: bool) ->
     )
 
 
-_CLUSTER_PARTS = frozenset({"tpu", "elastic", "ray", "head", "worker", "reservation", "disruption"})
+_CLUSTER_PARTS = frozenset(
+    {"tpu", "elastic", "ray", "head", "worker", "workerGroups", "reservation", "disruption"}
+)
+_WORKER_GROUP_FIELDS = frozenset({"name", "tpu", "cpu", "resources", "rayStartParams", "template"})
+_GROUP_TPU_FIELDS = frozenset({"type", "topology", "slices", "chipsPerHost", "multislice"})
+_CPU_FIELDS = frozenset({"replicas"})
+#: Kueue makes one PodSet per worker group plus the head's, at most 18 (MaxPodSets), so 17
+#: worker groups at most [read: kubernetes-sigs/kueue@ff69552e
+#: pkg/controller/jobframework/constants.go]; 16 leaves one to spare.
+MAX_WORKER_GROUPS = 16
+#: A group's hostname is ``<group>-<replica>-<host>``, one DNS label (63): 5 characters are
+#: kept for the replica (KubeRay's replica names add 5 random ones) and 4 for the host index.
+MAX_GROUP_NAME = 63 - 1 - 5 - 1 - 4
+_MAX_CPU_REPLICAS = constants.MAX_SLICES
 _ELASTIC_FIELDS = frozenset(
     {"minSlices", "maxSlices", "idleTimeoutSeconds", "scaleUpTimeoutSeconds"}
 )
@@ -479,6 +564,148 @@ def _metadata(
     return name, namespace, uid, obj.get("spec")
 
 
+def _shape(tpu: Mapping[str, Any], path: str, errors: list[FieldError]) -> SliceShape | None:
+    """The slice shape of a ``tpu`` object (spec.tpu or a group's); None when wrong."""
+    shape: SliceShape | None = None
+    tpu_type = _string(tpu.get("type"), f"{path}.type", errors)
+    topology = _string(tpu.get("topology"), f"{path}.topology", errors)
+    if tpu.get("type") in (None, ""):
+        errors.append(FieldError(f"{path}.type", "is required, e.g. v6e"))
+    if tpu.get("topology") in (None, ""):
+        errors.append(FieldError(f"{path}.topology", "is required, e.g. 4x4"))
+    if tpu_type and topology:
+        chips_per_host = tpu.get("chipsPerHost")
+        if chips_per_host is not None and (
+            not isinstance(chips_per_host, int) or isinstance(chips_per_host, bool)
+        ):
+            errors.append(
+                FieldError(
+                    f"{path}.chipsPerHost",
+                    f"must be an integer, got {described(chips_per_host)}",
+                )
+            )
+        else:
+            try:
+                shape = slice_shape(tpu_type, topology, chips_per_host)
+            except TopologyError as exc:
+                errors.append(FieldError(f"{path}.{exc.field}", exc.message))
+    return shape
+
+
+def _slices(tpu: Mapping[str, Any], path: str, errors: list[FieldError]) -> int:
+    slices = tpu.get("slices", 1)
+    if (
+        not isinstance(slices, int)
+        or isinstance(slices, bool)
+        or not 1 <= slices <= constants.MAX_SLICES
+    ):
+        errors.append(
+            FieldError(
+                f"{path}.slices",
+                f"must be an integer from 1 to {constants.MAX_SLICES}, got {described(slices)}",
+            )
+        )
+        slices = 1
+    return slices
+
+
+def _worker_groups(
+    spec: Mapping[str, Any], errors: list[FieldError]
+) -> tuple[WorkerGroupSpec, ...]:
+    """spec.workerGroups: several TPU and CPU groups, each named, of its own shape.
+
+    The one-group form (spec.tpu, spec.worker, spec.elastic) cannot be mixed in: a spec
+    says its groups one way only."""
+    mixed = [f"spec.{key}" for key in ("tpu", "worker", "elastic") if key in spec]
+    if mixed:
+        errors.append(
+            FieldError(
+                "spec.workerGroups",
+                f"cannot be mixed with {', '.join(mixed)}: spec.tpu and spec.worker describe one "
+                "TPU group named tpu, spec.workerGroups every group; move their settings into "
+                "a workerGroups entry and remove them (elastic groups are not supported yet)",
+            )
+        )
+    raw = spec.get("workerGroups")
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_WORKER_GROUPS:
+        errors.append(
+            FieldError(
+                "spec.workerGroups",
+                f"must be a list of 1 to {MAX_WORKER_GROUPS} groups (Kueue admits at most 17 "
+                f"worker PodSets), got {described(raw)}",
+            )
+        )
+        return ()
+    groups: list[WorkerGroupSpec] = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        path = f"spec.workerGroups[{i}]"
+        entry = as_object(item, path, errors, _WORKER_GROUP_FIELDS)
+        name = _string(entry.get("name"), f"{path}.name", errors)
+        if not name:
+            errors.append(FieldError(f"{path}.name", "is required, e.g. trainer"))
+        elif len(name) > MAX_GROUP_NAME or not _DNS1035_LABEL.match(name):
+            errors.append(
+                FieldError(
+                    f"{path}.name",
+                    f"{name!r} must be a DNS-1035 label of at most {MAX_GROUP_NAME} characters "
+                    "so each hostname <group>-<replica>-<host> fits 63; choose a shorter name",
+                )
+            )
+        elif name == "head":
+            errors.append(
+                FieldError(f"{path}.name", "must not be head (KubeRay and Kueue reserve it)")
+            )
+        elif name in seen:
+            errors.append(FieldError(f"{path}.name", f"{name!r} names two groups; rename one"))
+        seen.add(name)
+        if ("tpu" in entry) == ("cpu" in entry):
+            errors.append(
+                FieldError(
+                    path,
+                    "takes exactly one of tpu (a TPU slice group) or cpu (a CPU group); set "
+                    "one and remove the other",
+                )
+            )
+            continue
+        if "tpu" in entry:
+            tpu = as_object(entry.get("tpu"), f"{path}.tpu", errors, _GROUP_TPU_FIELDS)
+            shape = _shape(tpu, f"{path}.tpu", errors)
+            slices = _slices(tpu, f"{path}.tpu", errors)
+            multislice = _boolean(tpu.get("multislice"), f"{path}.tpu.multislice", errors, True)
+            worker = _group(entry, path, errors, tpu_owned=True, known=_WORKER_GROUP_FIELDS)
+            if shape is not None:
+                groups.append(TpuGroupSpec(name, shape, slices, worker, multislice))
+        else:
+            cpu = as_object(entry.get("cpu"), f"{path}.cpu", errors, _CPU_FIELDS)
+            replicas = cpu.get("replicas")
+            if (
+                not isinstance(replicas, int)
+                or isinstance(replicas, bool)
+                or not 0 <= replicas <= _MAX_CPU_REPLICAS
+            ):
+                errors.append(
+                    FieldError(
+                        f"{path}.cpu.replicas",
+                        f"must be an integer from 0 to {_MAX_CPU_REPLICAS}, got "
+                        f"{described(replicas)}",
+                    )
+                )
+                replicas = 0
+            # tpu_owned: a CPU group requests no chips and never asks for sub-slicing either
+            worker = _group(entry, path, errors, tpu_owned=True, known=_WORKER_GROUP_FIELDS)
+            groups.append(CpuGroupSpec(name, replicas, worker))
+    if not any("tpu" in g for g in raw if isinstance(g, Mapping)):
+        errors.append(
+            FieldError(
+                "spec.workerGroups",
+                "needs at least one tpu group (a cluster of CPU groups only needs no "
+                "tpuslice-operator; use a plain RayCluster)",
+            )
+        )
+    return tuple(groups)
+
+
 def _cluster_parts(
     spec: Mapping[str, Any],
     errors: list[FieldError],
@@ -491,44 +718,16 @@ def _cluster_parts(
 ) -> SliceClusterSpec | None:
     """The shared parts (tpu, ray, head, worker, reservation) as a SliceClusterSpec
     for the object named; None when something is wrong (reported in ``errors``)."""
-    tpu = as_object(spec.get("tpu"), "spec.tpu", errors, _TPU_FIELDS)
-    shape: SliceShape | None = None
-    tpu_type = _string(tpu.get("type"), "spec.tpu.type", errors)
-    topology = _string(tpu.get("topology"), "spec.tpu.topology", errors)
-    if tpu.get("type") in (None, ""):
-        errors.append(FieldError("spec.tpu.type", "is required, e.g. v6e"))
-    if tpu.get("topology") in (None, ""):
-        errors.append(FieldError("spec.tpu.topology", "is required, e.g. 4x4"))
-    if tpu_type and topology:
-        chips_per_host = tpu.get("chipsPerHost")
-        if chips_per_host is not None and (
-            not isinstance(chips_per_host, int) or isinstance(chips_per_host, bool)
-        ):
-            errors.append(
-                FieldError(
-                    "spec.tpu.chipsPerHost",
-                    f"must be an integer, got {described(chips_per_host)}",
-                )
-            )
-        else:
-            try:
-                shape = slice_shape(tpu_type, topology, chips_per_host)
-            except TopologyError as exc:
-                errors.append(FieldError(f"spec.tpu.{exc.field}", exc.message))
-
-    slices = tpu.get("slices", 1)
-    if (
-        not isinstance(slices, int)
-        or isinstance(slices, bool)
-        or not 1 <= slices <= constants.MAX_SLICES
-    ):
-        errors.append(
-            FieldError(
-                "spec.tpu.slices",
-                f"must be an integer from 1 to {constants.MAX_SLICES}, got {described(slices)}",
-            )
-        )
-        slices = 1
+    groups: tuple[WorkerGroupSpec, ...] = ()
+    if "workerGroups" in spec:
+        groups = _worker_groups(spec, errors)
+        tpu_groups = [g for g in groups if isinstance(g, TpuGroupSpec)]
+        shape = tpu_groups[0].shape if tpu_groups else None
+        slices = sum(g.slices for g in tpu_groups) or 1
+    else:
+        tpu = as_object(spec.get("tpu"), "spec.tpu", errors, _TPU_FIELDS)
+        shape = _shape(tpu, "spec.tpu", errors)
+        slices = _slices(tpu, "spec.tpu", errors)
 
     elastic = _elastic(spec.get("elastic"), slices, errors)
     if elastic is not None:
@@ -545,6 +744,9 @@ def _cluster_parts(
 
     head = _group(spec.get("head"), "spec.head", errors, tpu_owned=False)
     worker = _group(spec.get("worker"), "spec.worker", errors, tpu_owned=True)
+    first_tpu = next((g for g in groups if isinstance(g, TpuGroupSpec)), None)
+    if first_tpu is not None:
+        worker = first_tpu.worker
 
     reservation = as_object(
         spec.get("reservation"), "spec.reservation", errors, _RESERVATION_FIELDS
@@ -587,6 +789,7 @@ def _cluster_parts(
         provisioning=provisioning,
         elastic=elastic,
         disruption=_disruption(spec.get("disruption"), errors),
+        worker_groups=groups,
     )
 
 

@@ -1,0 +1,76 @@
+"""The status of a TPUSliceCluster of several worker groups: one entry per group in
+``status.groups``, and the object's conditions over all of them. Pure.
+
+Each TPU group is a slice set of its own (its shape, its pods), observed like the one
+group of the one-group form; the object is Ready when every TPU group has its desired
+slices Ready and the RayCluster is ready (KubeRay's ready state counts the CPU groups'
+pods too). ``status.slices`` and the top-level shape describe one group, so a grouped
+object shows its slices under its groups only: the same slice index belongs to every
+group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tpuslice.status.conditions import Observed, compute_status
+
+__all__ = ["CpuGroupObserved", "TpuGroupObserved", "grouped_status"]
+
+#: Top-level fields of the one-group status that name one shape or one group's slices.
+_ONE_GROUP_FIELDS = ("acceleratorType", "hostsPerSlice", "chipsPerHost", "slices")
+
+
+@dataclass(frozen=True)
+class TpuGroupObserved:
+    """What the pass saw of one TPU group: its name, topology and slice set."""
+
+    name: str
+    topology: str
+    observed: Observed
+
+
+@dataclass(frozen=True)
+class CpuGroupObserved:
+    name: str
+    replicas: int
+
+
+def grouped_status(
+    tpu_groups: Sequence[TpuGroupObserved],
+    cpu_groups: Sequence[CpuGroupObserved],
+    previous: Mapping[str, Any] | None,
+    now: str,
+) -> dict[str, Any]:
+    """The whole status of a grouped object (``tpu_groups`` not empty, in spec order;
+    CPU groups listed after them). Identical input gives identical output."""
+    first = tpu_groups[0].observed
+    combined = replace(
+        first,
+        desired_slices=sum(g.observed.desired_slices for g in tpu_groups),
+        slices=[s for g in tpu_groups for s in g.observed.slices],
+    )
+    status = compute_status(combined, previous, now)
+    for key in _ONE_GROUP_FIELDS:
+        status.pop(key, None)
+    groups: list[dict[str, Any]] = []
+    for group in tpu_groups:
+        one = compute_status(group.observed, None, now)
+        groups.append(
+            {
+                "name": group.name,
+                "acceleratorType": group.observed.accelerator_type,
+                "topology": group.topology,
+                "hostsPerSlice": group.observed.hosts_per_slice,
+                "chipsPerHost": group.observed.chips_per_host,
+                "desiredSlices": one["desiredSlices"],
+                "readySlices": one["readySlices"],
+                "sliceReadiness": one["sliceReadiness"],
+                "slices": one["slices"],
+            }
+        )
+    groups += [{"name": g.name, "desiredReplicas": g.replicas} for g in cpu_groups]
+    status["groups"] = groups
+    return status
