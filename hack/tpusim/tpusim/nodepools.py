@@ -628,7 +628,26 @@ PRESETS: Mapping[str, TPUPool] = {
     "tpu7x-4x4x4-dynamic": TPUPool(
         "tpu7x-4x4x4-dynamic", "tpu7x", PARTITION_TOPOLOGY, nodes=16, dynamic_slicing=True
     ),
+    # Two TPU7x sub-blocks of one topology block, free and HEALTHY: the partitions of a
+    # 4x4x8 Slice (tpusim.slicectl forms it; docs/local-cluster.md). Fixed partition ids,
+    # so a Slice manifest can name them.
+    **{
+        f"tpu7x-4x4x4-block1-{sub}": TPUPool(
+            f"tpu7x-4x4x4-block1-{sub}",
+            "tpu7x",
+            PARTITION_TOPOLOGY,
+            nodes=16,
+            dynamic_slicing=True,
+            partition_id=f"tpusim-block1-{sub}",
+            topology_block="tpusim-block1",
+            topology_subblock=f"tpusim-block1-{sub}",
+        )
+        for sub in ("a", "b")
+    },
 }
+
+#: The presets of one topology block's two sub-blocks, for a 4x4x8 dynamic slice.
+DYNAMIC_BLOCK_PRESETS = ("tpu7x-4x4x4-block1-a", "tpu7x-4x4x4-block1-b")
 
 
 def preset_pool(name: str) -> TPUPool:
