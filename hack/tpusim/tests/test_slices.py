@@ -663,3 +663,59 @@ def test_partition_state_is_set_on_every_node_of_the_partition() -> None:
         set_partition_state(api, A, "BROKEN")
     with pytest.raises(ValueError, match="no node carries"):
         set_partition_state(api, "nope", "HEALTHY")
+
+
+# ------------------------------------------------------------------ the command line
+
+
+def _kubeconfig(tmp_path: Any) -> str:
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    return str(path)
+
+
+def test_cli_refuses_an_activation_out_of_bounds(tmp_path: Any, capsys: Any) -> None:
+    from tpusim.__main__ import main
+
+    assert main(["slicectl", "--kubeconfig", _kubeconfig(tmp_path), "--activation", "-1"]) == 2
+    assert "activationS -1.0 must be between 0 and 3600" in capsys.readouterr().err
+
+
+def test_cli_slice_fault_takes_only_known_faults(tmp_path: Any) -> None:
+    from tpusim.__main__ import main
+
+    with pytest.raises(SystemExit):
+        main(["slice-fault", "--kubeconfig", _kubeconfig(tmp_path), "s1", "explode"])
+
+
+def test_the_python_api_fails_degrades_and_clears_a_slice() -> None:
+    api = FakeApi(block_nodes())
+    ctl = controller(api)
+    api.create("s", (A, B), "2026-01-01T00:00:00Z")
+    ctl.reconcile_once(now=T0)
+    ctl.reconcile_once(now=T0 + 3)
+    ctl.degrade("s")
+    ctl.reconcile_once(now=T0 + 4)
+    assert api.reason("s") == ACTIVE_DEGRADED
+    ctl.clear("s")
+    ctl.reconcile_once(now=T0 + 5)
+    assert api.reason("s") == ACTIVE
+    ctl.fail("s")
+    ctl.reconcile_once(now=T0 + 6)
+    assert api.reason("s") == FAILED
+    ctl.clear("s")
+    ctl.reconcile_once(now=T0 + 7)
+    assert api.reason("s") == FAILED  # final without slice.gke.io/retry-on-failure
+    with pytest.raises(ValueError, match="must be one of"):
+        ctl.set_fault("s", "explode")

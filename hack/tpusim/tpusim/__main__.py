@@ -9,7 +9,9 @@ another shell find it. `up --real-node` adds one real kubelet node
 `schedule-maintenance`, `start-maintenance`, `clear-maintenance`, `terminate`,
 `unterminate`, `spot-notice` and `partition-state` put GKE's node signals on fake
 nodes (tpusim.maintenance). `provisioner` runs the fake GKE provisioner (tpusim.provisioner) in the
-foreground against the cluster of ``--dir`` (or ``--kubeconfig``).
+foreground against the cluster of ``--dir`` (or ``--kubeconfig``); `slicectl` likewise runs the
+simulated GKE slice controller for TPU7x dynamic slicing (tpusim.slicectl), `slice-create` makes a
+Slice over named partitions and `slice-fault` fails or degrades one on demand.
 `autoscale` sends one RayCluster patch exactly as Ray's autoscaler would
 (tpusim.autoscaler): grow a worker group to ``--slices`` or name pods in
 ``workersToDelete`` with ``--delete-pod``.
@@ -363,6 +365,70 @@ def cmd_provisioner(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_slicectl(args: argparse.Namespace) -> int:
+    """Install the Slice CRD and play GKE's slice controller until Ctrl-C."""
+    import logging
+
+    from .slicectl import SliceController, SliceControllerSettings, install_crd
+    from .slices import Timings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    api = kube.api_client(args.kubeconfig) if args.kubeconfig else _api_for(args.dir)
+    if args.install_only:
+        install_crd(api)
+        print("Slice CRD installed")
+        return 0
+    try:
+        settings = SliceControllerSettings(
+            timings=Timings(activation_s=args.activation), interval_s=args.interval
+        )
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    ctl = SliceController(api, settings)
+    exit_on_signals()
+    ctl.start()
+    print(f"simulated GKE slice controller running ({settings.timings}); Ctrl-C stops it")
+    try:
+        while True:
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        ctl.stop()
+    return 0
+
+
+def cmd_slice_create(args: argparse.Namespace) -> int:
+    """Create a Slice over named partitions, as a custom scheduler would."""
+    from kubernetes import client
+
+    from .slices import GROUP, KIND, PLURAL, RETRY_ANNOTATION, VERSION
+
+    api = kube.api_client(args.kubeconfig) if args.kubeconfig else _api_for(args.dir)
+    body: dict[str, Any] = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {"name": args.name},
+        "spec": {"type": "tpu7x", "topology": args.topology, "partitionIds": args.partition},
+    }
+    if args.retry_on_failure:
+        body["metadata"]["annotations"] = {RETRY_ANNOTATION: "true"}
+    client.CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+    print(f"slice {args.name} created ({args.topology}, {len(args.partition)} partition(s))")
+    return 0
+
+
+def cmd_slice_fault(args: argparse.Namespace) -> int:
+    """Put a fault on one Slice: the simulated controller acts on it next pass."""
+    from .slicectl import SliceController
+
+    api = kube.api_client(args.kubeconfig) if args.kubeconfig else _api_for(args.dir)
+    SliceController(api).set_fault(args.name, args.fault)
+    print(f"slice {args.name}: fault {args.fault}")
+    return 0
+
+
 def cmd_autoscale(args: argparse.Namespace) -> int:
     """Send one scale patch as Ray's autoscaler v2 would, and print it."""
     from .autoscaler import AutoscaleError, delete_pods, scale
@@ -518,6 +584,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         "[,reservation=NAME], or v6e-2x2-autoscaled / v6e-2x2-queued (repeatable)",
     )
     prov.set_defaults(fn=cmd_provisioner)
+    ctl = sub.add_parser(
+        "slicectl",
+        help="simulated GKE slice controller (TPU7x Slices) in the foreground "
+        "(docs/local-cluster.md)",
+    )
+    ctl.add_argument("--kubeconfig", type=Path, help="default: the cluster of --dir")
+    ctl.add_argument("--install-only", action="store_true", help="install the CRD and exit")
+    ctl.add_argument("--interval", type=float, default=0.5, help="seconds between passes")
+    ctl.add_argument(
+        "--activation", type=float, default=3.0, help="ACTIVATING -> ACTIVE (s, 0-3600)"
+    )
+    ctl.set_defaults(fn=cmd_slicectl)
+    mk = sub.add_parser("slice-create", help="create a tpu7x Slice over named partitions")
+    mk.add_argument("--kubeconfig", type=Path, help="default: the cluster of --dir")
+    mk.add_argument("name", help="the Slice's name (at most 49 lowercase chars)")
+    mk.add_argument("topology", help="AxBxC, e.g. 4x4x8 (two partitions)")
+    mk.add_argument("partition", nargs="+", help="gke-tpu-partition-4x4x4-id of each partition")
+    mk.add_argument(
+        "--retry-on-failure", action="store_true", help="annotate slice.gke.io/retry-on-failure"
+    )
+    mk.set_defaults(fn=cmd_slice_create)
+    fault = sub.add_parser("slice-fault", help="fail, degrade or stall one Slice on demand")
+    fault.add_argument("--kubeconfig", type=Path, help="default: the cluster of --dir")
+    fault.add_argument("name", help="the Slice's name")
+    fault.add_argument(
+        "fault",
+        choices=["fail", "degrade", "never", "none"],
+        help="fail: FAILED; degrade: ACTIVE_DEGRADED while set; never: stays ACTIVATING; "
+        "none: clear",
+    )
+    fault.set_defaults(fn=cmd_slice_fault)
     auto = sub.add_parser(
         "autoscale",
         help="patch a RayCluster as Ray's autoscaler v2 does (docs/local-cluster.md)",

@@ -260,21 +260,22 @@ class SliceController:
     # ------------------------------------------------------------ the test's API
     def fail(self, name: str) -> None:
         """Turn Slice ``name`` FAILED (now if formed, else when it would activate)."""
-        self._set_fault(name, "fail")
+        self.set_fault(name, "fail")
 
     def degrade(self, name: str) -> None:
         """Turn Slice ``name`` ACTIVE_DEGRADED while the fault stays (``clear`` undoes it)."""
-        self._set_fault(name, "degrade")
+        self.set_fault(name, "degrade")
 
     def clear(self, name: str) -> None:
         """Take any fault off Slice ``name`` (a FAILED Slice stays FAILED)."""
-        self._set_fault(name, "none")
+        self.set_fault(name, "none")
 
     def set_partition_state(self, partition_id: str, state: str) -> list[str]:
         """Set the state label of every node of ``partition_id`` (see the function)."""
         return set_partition_state(self.core, partition_id, state)
 
-    def _set_fault(self, name: str, fault: str) -> None:
+    def set_fault(self, name: str, fault: str) -> None:
+        """Write ``tpusim.dev/slice-fault: fault`` on Slice ``name`` (one of ``FAULTS``)."""
         if fault not in FAULTS:
             raise ValueError(f"fault {fault!r} must be one of {', '.join(FAULTS)}")
         self.custom.patch_cluster_custom_object(
