@@ -149,7 +149,7 @@ bench-plot: $(STAMP) ## Plot the figures against scale from the .bench/results-*
 # examples/single-host-service.yaml (a TPUSliceService of two such slices) and shows the
 # two nodes its slices hold. DEMO_SINGLE_HOST=0 leaves it out.
 DEMO_SINGLE_HOST ?= 1
-.PHONY: demo demo-capacity demo-down
+.PHONY: demo demo-capacity demo-slices demo-down
 demo: tools $(STAMP) ## Local GKE TPU cluster + operator + a 2-slice TPUSliceCluster becoming Ready, and a TPUSliceService on two nodes of a single-host pool (DEMO_SINGLE_HOST=0: without it)
 	bash hack/demo.sh
 ifeq ($(DEMO_SINGLE_HOST),1)
@@ -168,9 +168,13 @@ endif
 demo-capacity: tools $(STAMP) ## The same from zero TPU nodes: the fake GKE provisioner makes a pool per slice
 	bash hack/demo.sh capacity
 
+demo-slices: tools $(STAMP) ## TPU7x dynamic slicing, no operator: two sub-block pools of one block, the simulated GKE slice controller, a 4x4x8 Slice becoming ACTIVE
+	bash hack/demo-slices.sh
+
 demo-down: $(STAMP) ## Stop the demo's operator and local cluster
 	-@test -f $(DEV_CLUSTER)/operator.pid && kill "$$(cat $(DEV_CLUSTER)/operator.pid)" 2>/dev/null; rm -f $(DEV_CLUSTER)/operator.pid
 	-@test -f $(DEV_CLUSTER)/provisioner.pid && kill "$$(cat $(DEV_CLUSTER)/provisioner.pid)" 2>/dev/null; rm -f $(DEV_CLUSTER)/provisioner.pid
+	-@test -f $(DEV_CLUSTER)/slicectl.pid && kill "$$(cat $(DEV_CLUSTER)/slicectl.pid)" 2>/dev/null; rm -f $(DEV_CLUSTER)/slicectl.pid
 	$(PY) -m tpusim --dir $(DEV_CLUSTER) down
 
 # ---------------------------------------------------------------- kind on a laptop (needs Docker; not run in CI)

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# `make demo-slices`: TPU7x dynamic slicing on the local simulated GKE cluster, with no
+# operator: the two sub-block pools of one topology block (presets tpu7x-4x4x4-block1-a
+# and -b), the simulated GKE slice controller (tpusim.slicectl, a simulation) in the
+# background, and a 4x4x8 Slice over both partitions becoming ACTIVE with its 32 nodes
+# labelled. Leaves everything running; `make demo-down` stops it. docs/local-cluster.md
+# ("TPU7x dynamic slicing") says how to fail, degrade or delete it.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+state=.dev-cluster
+py=.venv/bin/python
+bin="$(bash hack/tools-dir.sh)/bin"
+export KUBECONFIG="$root/$state/kubeconfig"
+k() { "$bin/kubectl" "$@"; }
+
+step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+
+if "$py" -m tpusim --dir "$state" status >/dev/null 2>&1 && k get --raw /readyz >/dev/null 2>&1; then
+  step "local cluster already running ($state)"
+else
+  step "starting the local simulated GKE TPU cluster"
+  "$py" -m tpusim --dir "$state" up
+fi
+
+for pool in tpu7x-4x4x4-block1-a tpu7x-4x4x4-block1-b; do
+  if ! "$py" -m tpusim --dir "$state" status | grep "^  pool $pool:" >/dev/null; then
+    step "adding the TPU7x sub-block pool $pool (16 nodes, PROVISION_ONLY)"
+    "$py" -m tpusim --dir "$state" add-pool "$pool"
+  fi
+done
+
+step "installing the Slice CRD and starting the simulated slice controller (log: $state/slicectl.log)"
+"$py" -m tpusim --dir "$state" slicectl --install-only
+if [[ -f $state/slicectl.pid ]] && kill -0 "$(cat $state/slicectl.pid)" 2>/dev/null; then
+  echo "already running (pid $(cat $state/slicectl.pid))"
+else
+  nohup "$py" -m tpusim --dir "$state" slicectl --activation 3 >"$state/slicectl.log" 2>&1 &
+  echo $! >"$state/slicectl.pid"
+  echo "pid $(cat $state/slicectl.pid)"
+fi
+
+name=demo-4x4x8
+if ! k get slice "$name" >/dev/null 2>&1; then
+  step "creating Slice $name over partitions tpusim-block1-a and tpusim-block1-b"
+  "$py" -m tpusim --dir "$state" slice-create "$name" 4x4x8 tpusim-block1-a tpusim-block1-b
+fi
+k wait --for=condition=Ready "slice/$name" --timeout=60s
+
+step "kubectl get slices; the nodes the slice controller labelled"
+k get slices
+k get nodes -l "cloud.google.com/gke-tpu-slice=$name" \
+  -L cloud.google.com/gke-tpu-slice,cloud.google.com/gke-tpu-topology,cloud.google.com/gke-tpu-partition-4x4x4-id
+
+cat <<MSG
+
+Slice $name is ACTIVE over two partitions of one topology block. Explore:
+  $py -m tpusim slice-fault $name fail          # FAILED (or degrade | never | none)
+  $py -m tpusim partition-state pool:tpu7x-4x4x4-block1-b --state UNHEALTHY
+  KUBECONFIG=$KUBECONFIG kubectl delete slice $name   # labels off, finalizer released
+  tail -f $state/slicectl.log
+make demo-down stops it all.
+MSG
