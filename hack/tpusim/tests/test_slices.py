@@ -228,6 +228,7 @@ def test_allowed_topologies_and_their_partition_counts(topology: str, partitions
         ("4x4", "AxBxC"),
         ("4x4x8x8", "AxBxC"),
         ("axbxc", "AxBxC"),
+        ("4x4x\u00b2", "AxBxC"),
     ],
 )
 def test_refused_topologies_say_why(topology: str, says: str) -> None:

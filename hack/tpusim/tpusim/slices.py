@@ -327,7 +327,7 @@ def partitions_of(nodes: Iterable[Mapping[str, Any]]) -> dict[str, Partition]:
 
 def topology_dims(topology: str) -> tuple[int, ...] | None:
     parts = topology.split("x")
-    if len(parts) != 3 or not all(p.isdigit() and len(p) <= 5 for p in parts):
+    if len(parts) != 3 or not all(p.isascii() and p.isdigit() and len(p) <= 5 for p in parts):
         return None
     return tuple(int(p) for p in parts)
 
