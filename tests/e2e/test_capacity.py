@@ -156,7 +156,8 @@ def check_consumers(cluster: E2ECluster, namespace: str, name: str) -> dict[str,
         notes = pod.metadata.annotations or {}
         assert notes.get(CONSUME), f"{pod.metadata.name} has no {CONSUME}"
         assert notes.get(CLASS), f"{pod.metadata.name} has no {CLASS}"
-        replica = labels["ray.io/worker-group-replica-name"]
+        # a single-host worker has no replica label: its slice is the pod itself
+        replica = labels.get("ray.io/worker-group-replica-name") or pod.metadata.name
         assert by_replica.setdefault(replica, notes[CONSUME]) == notes[CONSUME]
     assert len(set(by_replica.values())) == len(by_replica)
     return by_replica
@@ -666,24 +667,27 @@ def grown_nodes(cluster: E2ECluster) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("mode", ["BestEffortAtomic", "QueuedProvisioning"])
-def test_a_single_host_pool_grown_from_zero_serves_a_two_slice_gang(
+def test_a_single_host_pool_grown_from_zero_serves_its_slices(
     cluster: E2ECluster, namespace: str, capacity: FakeProvisioner, mode: str
 ) -> None:
-    """Single-host pools as GKE makes them, autoscaled from zero nodes: each waiting slice
-    asks for one node (count 1), the fake grows an existing pool node by node, and each
+    """A single-host pool as GKE makes it, autoscaled from zero nodes: each waiting slice
+    asks for one node (count 1), the fake grows that existing pool node by node, and each
     slice claims one of the new nodes (a SliceReservation per node) and is released onto
     it with its own request's consume annotations; no slice takes another's node.
-    Best-effort: both nodes are added to one pool, and the request's template keeps off
-    the nodes that exist (hostname NotIn). Queued: GKE labels a queued pool with one
-    request at a time, so each slice's node comes in the pool its own request names."""
+    Best-effort: a two-slice gang, both nodes added to the one pool. Queued: one slice,
+    its node in the pool its request names (GKE grows a queued pool for one request at a
+    time)."""
     queued = mode == "QueuedProvisioning"
-    declared = GROWN if queued else GROWN[:1]
+    declared = GROWN[:1]
     capacity.configure(
         autoscaled_pools=[
             AutoscaledPool(name, "v6e", "2x2", max_nodes=3, queued=queued) for name in declared
         ]
     )
-    body = capacity_tsc("small", mode)
+    # GKE labels a queued pool with one request at a time (capacity-facts.md §2), so one
+    # queued slice; a gang of queued single-host slices waits on it (README)
+    slices = 1 if queued else 2
+    body = capacity_tsc("small", mode, slices=slices)
     body["spec"]["tpu"]["topology"] = "2x2"
     try:
         with InvariantWatch(cluster, namespace) as watch:
@@ -691,15 +695,16 @@ def test_a_single_host_pool_grown_from_zero_serves_a_two_slice_gang(
             obj = wait_condition(cluster, namespace, "small", "Ready", "True", timeout_s=WAIT_S)
         watch.check()
         made = requests(cluster, namespace)
-        assert sorted(made) == ["small-s0-1", "small-s1-1"]
+        asked = [f"small-s{i}-1" for i in range(slices)]
+        assert sorted(made) == asked
         assert all(r["spec"]["podSets"][0]["count"] == 1 for r in made.values())
         nodes = grown_nodes(cluster)
         held = slices_of(obj)
-        assert len(nodes) == 2, sorted(nodes)  # grown by exactly the two slices' nodes
+        assert len(nodes) == slices, sorted(nodes)  # grown by exactly the slices' nodes
         assert {e["node"] for e in held} == set(nodes)
         assert {e["nodePool"] for e in held} == set(declared)
         consumers = check_consumers(cluster, namespace, "small")
-        assert sorted(consumers.values()) == ["small-s0-1", "small-s1-1"]
+        assert sorted(consumers.values()) == asked
         if queued:
             for entry in held:
                 status = made[entry["provisioning"]["request"]]["status"]

@@ -63,17 +63,31 @@ class TornSliceWatch(Watch):
 
 @pytest.fixture
 def pools(cluster: E2ECluster, namespace: str, operator: OperatorProcess) -> Iterator[list[str]]:
+    """The test's v6e 4x4 pools; every other pool of that shape (the cluster's default
+    ones) cordoned meanwhile, so the tests know which pools are free."""
     made = [TPUPool(name, "v6e", "4x4", nodes=4) for name in POOLS]
     made.append(TPUPool(SPOT, "v6e", "4x4", nodes=4, spot=True))
+    others = [
+        n.metadata.name
+        for n in kube.harness_nodes(cluster.api)
+        if (n.metadata.labels or {}).get("cloud.google.com/gke-tpu-topology") == "4x4"
+        and not n.spec.unschedulable
+    ]
+    for node in others:
+        kube.cordon(cluster.api, node)
     for pool in made:
         kube.wait_nodes_ready(cluster.api, kube.create_pool(cluster.api, pool))
-    yield [p.name for p in made]
-    kubectl(
-        cluster, "delete", "tsc", "--all", "-n", namespace, "--wait=true", "--timeout=120s",
-        check=False,
-    )  # fmt: skip
-    for pool in made:
-        kube.delete_pool(cluster.api, pool.name)
+    try:
+        yield [p.name for p in made]
+    finally:
+        kubectl(
+            cluster, "delete", "tsc", "--all", "-n", namespace, "--wait=true", "--timeout=120s",
+            check=False,
+        )  # fmt: skip
+        for pool in made:
+            kube.delete_pool(cluster.api, pool.name)
+        for node in others:
+            kube.cordon(cluster.api, node, unschedulable=False)
 
 
 def nodes_of(cluster: E2ECluster, pool: str) -> list[str]:
