@@ -545,7 +545,7 @@ class SliceActuator:
             index = avoiding(index, [m.pool for m in current.moves])  # for every plan below
             current = plan()
         acted = bool(moved.moves)
-        acted = await self._free(ref, current.frees, snap) or acted
+        acted = await self._free(ref, current.frees, snap, index.unit) or acted
         held, lost = await self._claim(ref, spec, current, index)
         for _ in range(CLAIM_REPLANS):
             if not lost:
@@ -555,7 +555,7 @@ class SliceActuator:
             # holder; a gang gives its partial set back), instead of reporting the
             # winner's pool until the next pass.
             current = plan()
-            acted = await self._free(ref, current.frees, snap) or acted
+            acted = await self._free(ref, current.frees, snap, index.unit) or acted
             more, lost = await self._claim(ref, spec, current, index)
             held += more
         acted = acted or bool(held)
@@ -575,7 +575,7 @@ class SliceActuator:
                 slice_last_created(snap.pods, {r.replica_name for r in releases}), time.time()
             )
             acted = True
-        await self._bind(current.binds)
+        await self._bind(current.binds, index.unit)
         final = with_drains(with_moves(plan() if acted else current, moved), drained_plan)
         if final.recheck_in is not None and self.kick_later is not None:
             self.kick_later(ref.key, final.recheck_in + 1.0)
@@ -708,7 +708,9 @@ class SliceActuator:
                 f"slice {move.replica_name} leaves node {move.pool}: {move_message(move)}",
             )
 
-    async def _free(self, ref: ClusterRef, pools: Sequence[str], snap: Snapshot) -> bool:
+    async def _free(
+        self, ref: ClusterRef, pools: Sequence[str], snap: Snapshot, unit: CapacityUnit
+    ) -> bool:
         """Delete the plan's frees, each conditional on the uid of the reservation the
         plan saw (indexed, or created by us and not indexed yet)."""
         by_pool = {r.pool: r for r in self.pending.reservations(snap.reservations)}
@@ -719,11 +721,11 @@ class SliceActuator:
             if await self.kube.delete_reservation(pool, held.uid):
                 self.pending.reservation_deleted(pool, time.monotonic(), held.uid)
                 replica = held.holder.replica_name
-                log.info("%s %s: freed node pool %s (slice %s)", ref.kind, ref, pool, replica)
+                log.info("%s %s: freed %s %s (slice %s)", ref.kind, ref, unit.noun, pool, replica)
                 await self.recorder.normal(
                     ref,
                     events.SLICE_RELEASED,
-                    f"released node pool {pool} (slice {replica} has no pods left)",
+                    f"released {unit.noun} {pool} (slice {replica} has no pods left)",
                 )
         return bool(pools)
 
@@ -756,9 +758,10 @@ class SliceActuator:
                     continue
                 lost.append(claim.pool)
                 log.info(
-                    "%s %s: node pool %s claimed first by %s",
+                    "%s %s: %s %s claimed first by %s",
                     ref.kind,
                     ref,
+                    index.unit.noun,
                     claim.pool,
                     existing.holder.describe(),
                 )
@@ -766,17 +769,18 @@ class SliceActuator:
                 await self.recorder.normal(
                     ref,
                     events.RESERVATION_LOST,
-                    f"node pool {claim.pool} was claimed first by "
+                    f"{index.unit.noun} {claim.pool} was claimed first by "
                     f"{existing.holder.describe()}; trying another",
                 )
                 continue
             self.pending.reservation_created(reservation_info(created), time.monotonic())
             held.append(claim.holder.replica_name)
             log.info(
-                "%s %s: slice %s claimed node pool %s",
+                "%s %s: slice %s claimed %s %s",
                 ref.kind,
                 ref,
                 claim.holder.replica_name,
+                index.unit.noun,
                 claim.pool,
             )
             await self.recorder.normal(
@@ -811,23 +815,26 @@ class SliceActuator:
                 release.namespace, release.name, release.pool, time.monotonic()
             )
             log.info(
-                "released pod %s/%s of slice %s to node pool %s",
+                "released pod %s/%s of slice %s to %s %s",
                 release.namespace,
                 release.name,
                 release.replica_name,
+                release.unit.noun,
                 release.pool,
             )
 
         await asyncio.gather(*(one(r) for r in releases))
 
-    async def _bind(self, pools: Sequence[str]) -> None:
+    async def _bind(self, pools: Sequence[str], unit: CapacityUnit) -> None:
         for pool in pools:
             if self.pending.is_bound(pool):
                 continue  # sent by an earlier pass; the watch has not shown it yet
             try:
-                await self.kube.set_reservation_phase(pool, "Bound", "every pod pinned to the pool")
+                await self.kube.set_reservation_phase(
+                    pool, "Bound", f"every pod pinned to the {unit.noun}"
+                )
             except ApiError as exc:
                 if not exc.not_found:
                     raise
             self.pending.reservation_bound(pool, time.monotonic())
-            log.info("node pool %s bound: every pod of its slice pinned", pool)
+            log.info("%s %s bound: every pod of its slice pinned", unit.noun, pool)
