@@ -111,9 +111,10 @@ def test_with_every_pool_free_each_group_claims_its_own_shape_and_all_release_to
 
 
 def test_a_group_that_cannot_complete_holds_every_other_groups_pods_back() -> None:
-    # one v6e pool for a trainer of two slices: the rollout group (first in the order)
-    # claims its pool, and nothing is released
-    kube = run(grouped(), group_pods(), v6e("v6e-a") + v5e("v5e-a"))
+    # one free v6e pool for a trainer of two slices: the rollout group (first in the
+    # order) claims its pool, and nothing is released
+    held = [reservation("v6e-b", OTHER)]
+    kube = run(grouped(), group_pods(), v6e("v6e-a", "v6e-b") + v5e("v5e-a"), held)
     assert claims(kube) == ["v5e-a"]
     assert released(kube) == []
     (rollout,) = group_status(kube, "rollout")["slices"]
@@ -173,7 +174,10 @@ def _released(pod: PodInfo, pool: str) -> PodInfo:
 
 def test_an_independent_group_claims_and_starts_on_its_own() -> None:
     rollout = {**ROLLOUT, "tpu": {**ROLLOUT["tpu"], "gang": "Independent"}}
-    kube = run(grouped(TRAINER, rollout, DATA), group_pods(), v6e("v6e-a") + v5e("v5e-a"))
+    held = [reservation("v6e-b", OTHER)]
+    kube = run(
+        grouped(TRAINER, rollout, DATA), group_pods(), v6e("v6e-a", "v6e-b") + v5e("v5e-a"), held
+    )
     assert claims(kube) == ["v5e-a"]
     assert sorted(released(kube)) == ["rl-rollout-axxxx-0", "rl-rollout-axxxx-1"]
 
@@ -227,3 +231,43 @@ def test_a_group_at_its_turn_keeps_its_place_in_its_shapes_queue() -> None:
 def test_a_grouped_object_is_a_member_of_each_of_its_shapes_queues() -> None:
     assert set(tsc_shape_index(grouped())) == {V6E, V5E}
     assert set(tsc_shape_index(tpuslice())) == {V6E}
+
+
+def test_a_group_that_can_never_fit_keeps_the_whole_gang_from_claiming() -> None:
+    # three v6e slices, two v6e pools: NotEnoughPools for the trainer, and the rollout
+    # (first in the order) neither claims nor keeps the node it held
+    trainer = {**TRAINER, "tpu": {**TRAINER["tpu"], "slices": 3}}
+    rollout_held = reservation(
+        "v5e-a", holder("rollout-axxxx", 0, name="rl", uid="uid-rl", group="rollout")
+    )
+    kube = run(
+        grouped(trainer, ROLLOUT, DATA),
+        group_pods(trainer=3),
+        v6e("v6e-a", "v6e-b") + v5e("v5e-a", "v5e-b"),
+        [rollout_held],
+    )
+    assert claims(kube) == [] and released(kube) == []
+    assert [call[1] for call in kube.calls if call[0] == "free"] == ["v5e-a"]
+    assert kube.status is not None
+    stalled = next(cond for cond in kube.status["conditions"] if cond["type"] == "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "NotEnoughPools", stalled
+    (rollout,) = group_status(kube, "rollout")["slices"]
+    assert "group trainer needs 3 node pools of v6e 4x4 at once" in rollout["message"]
+
+
+def test_another_gang_that_can_never_fit_sets_no_pool_aside_in_any_queue() -> None:
+    # rl is older and its rollout is at its turn (its shape is first): it has the one
+    # v5e pool set aside, until rl's last pass found its trainer can never fit
+    late = tpuslice(
+        name="late", uid="uid-late", tpu={"type": "v5e", "topology": "2x4", "chipsPerHost": 4}
+    )
+    late["metadata"]["creationTimestamp"] = "2026-01-02T00:00:00Z"
+    pods = slice_pods("tpu-lxxxx", 0, cluster="late", hosts=2)
+    rl = grouped()
+    waiting = run(late, pods, v5e("v5e-a"), shape_members=[ShapeMember(rl, group_pods())])
+    assert claims(waiting) == []
+    rl["status"] = {
+        "conditions": [{"type": "Stalled", "status": "True", "reason": "NotEnoughPools"}]
+    }
+    kube = run(late, pods, v5e("v5e-a"), shape_members=[ShapeMember(rl, group_pods())])
+    assert claims(kube) == ["v5e-a"]

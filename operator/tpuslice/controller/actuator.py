@@ -359,10 +359,13 @@ def _not_at_turn(
     """The groups of another object's gang across groups that may not claim yet (an
     earlier group in the claim order is not whole, counted from its reservations): they
     set nothing aside in their shapes' queues, as their own pass claims nothing there,
-    so no pool waits for a gang that waits on another shape."""
+    so no pool waits for a gang that waits on another shape; none of them when one
+    group can never get its units."""
     gang = spec.gang_groups()
     if not gang:
         return set()
+    if _stalled_not_enough(cluster):
+        return {g.group_name for g in gang}  # one group can never fit: the gang never claims
     holds = [
         GroupHold(
             g.group_name,
@@ -373,6 +376,16 @@ def _not_at_turn(
         for g in gang
     ]
     return {h.group for h in holds if claims_wait_on(holds, h.group) is not None}
+
+
+def _stalled_not_enough(cluster: Mapping[str, Any]) -> bool:
+    """Whether the object's last pass found a group that can never get its units (its
+    status says Stalled with NotEnoughPools), read from the object as ``desired_of``
+    reads Complete: another shape's units are not in this pass's snapshot."""
+    for cond in (cluster.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Stalled" and cond.get("status") == "True":
+            return bool(cond.get("reason") == events.NOT_ENOUGH_POOLS)
+    return False
 
 
 def refused_by_policy(cluster: Mapping[str, Any]) -> bool:

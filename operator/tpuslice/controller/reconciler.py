@@ -44,6 +44,7 @@ from tpuslice.controller.recorder import Recorder
 from tpuslice.controller.statuswriter import StatusWriter, generation
 from tpuslice.model import events
 from tpuslice.model.records import (
+    CapacityUnit,
     ClusterRef,
     GangMode,
     ObjectKey,
@@ -60,8 +61,8 @@ from tpuslice.planning.accounting import (
 )
 from tpuslice.planning.busy import avoided_nodes, busy_nodes_status
 from tpuslice.planning.groups import GroupHold, claims_wait_on, gang_whole
-from tpuslice.planning.pools import held_pin
-from tpuslice.planning.queue import shape_name
+from tpuslice.planning.pools import held_pin, pool_index
+from tpuslice.planning.queue import not_enough_message, shape_name
 from tpuslice.policy.rules import check_object, effective_priority, facts_of
 from tpuslice.policy.selection import governing
 from tpuslice.runtime.kube import ApiError, ClusterApi
@@ -434,6 +435,9 @@ class Reconciler:
         governed = governing(policies, labels or {}) if policies else ()
         whole_before = not gang or gang_whole(self._holds(gang))
         released = any(not p.gated for each in gang for p in each.snap.pods)
+        # A group that can never get its units (more slices than its shape has) keeps the
+        # whole gang from completing: no group claims, and one that never ran gives back.
+        never = {id(each): why for each in gang if (why := self._never_fits(each))}
 
         async def act(each: SliceSet, *, release: bool) -> tuple[SlicePlan, Stall | None]:
             spec = each.spec
@@ -442,10 +446,11 @@ class Reconciler:
             claims_wait, releases_wait, give_back = "", "", False
             if id(each) in in_gang:
                 holds = self._holds(gang)
-                earlier = claims_wait_on(holds, spec.group_name)
-                if earlier is not None:
+                if never:  # a group that never fits says NotEnoughPools in its own plan
+                    claims_wait = "" if id(each) in never else next(iter(never.values()))
+                elif (earlier := claims_wait_on(holds, spec.group_name)) is not None:
                     claims_wait = gang_claims_message(earlier)
-                    give_back = not released
+                give_back = bool(claims_wait) and not released
                 if not release:
                     releases_wait = gang_release_message(holds)
             return await self.actuator.act(
@@ -476,18 +481,53 @@ class Reconciler:
         return acted, stall
 
     def _holds(self, gang: Sequence[SliceSet]) -> list[GroupHold]:
-        """Each gang group's wanted slices and held pools, from the reservations as this
-        operator's writes left them (``Expectations``)."""
+        """Each gang group's wanted slices and the pools its live slices hold, from the
+        pods and reservations as this operator's writes left them (``Expectations``)."""
         out: list[GroupHold] = []
         for each in gang:
-            assert each.snap.cluster is not None
-            reservations = self.pending.reservations(each.snap.reservations)
-            desired = each.desired
-            if desired is None:
-                desired = desired_of(each.snap.cluster, each.spec)
-            held = sum(1 for r in reservations if each.ref.holds(r.holder))
+            desired = self._desired(each)
+            live = {
+                name
+                for p in self.pending.pods(each.snap.pods)
+                if not p.deleting
+                for name in p.slice_names
+            }
+            held = sum(
+                1
+                for r in self.pending.reservations(each.snap.reservations)
+                if each.ref.holds(r.holder) and r.holder.replica_name in live
+            )
             out.append(GroupHold(each.spec.group_name, shape_of(each.spec), desired, held))
         return out
+
+    @staticmethod
+    def _desired(each: SliceSet) -> int:
+        assert each.snap.cluster is not None
+        return desired_of(each.snap.cluster, each.spec) if each.desired is None else each.desired
+
+    def _never_fits(self, each: SliceSet) -> str:
+        """Why a gang group can never hold its slices (more than its shape's units exist,
+        the NotEnoughPools of queue rule 2), or ""."""
+        spec = each.spec
+        shape = shape_of(spec)
+        unit = CapacityUnit.for_hosts(spec.shape.hosts)
+        index = self.pool_indexes.index(shape, each.snap, unit) or pool_index(
+            each.snap.nodes, *shape, unit=unit
+        )
+        desired, exist = self._desired(each), len(index.matching)
+        if desired <= exist:
+            return ""
+        return (
+            f"group {spec.group_name} "
+            + not_enough_message(
+                shape=shape_name(shape),
+                desired=desired,
+                exist=exist,
+                gang=spec.gang,
+                noun=unit.noun,
+            )
+            + ", so no group of the gang claims"
+        )
 
     async def _give_back_unheld(
         self, ref: ClusterRef, snap: Snapshot, live: set[tuple[str, str]]
