@@ -23,6 +23,7 @@ from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.job import parse_job
 from tpuslice.spec.limits import controller_errors
 from tpuslice.spec.parts import MAX_GROUP_NAME, CpuGroupSpec, SpecError
+from tpuslice.spec.service import parse_service
 
 TSC = "tpuslice.dev_tpusliceclusters.yaml"
 TSJ = "tpuslice.dev_tpuslicejobs.yaml"
@@ -111,8 +112,10 @@ def test_a_grouped_cluster_reserves_and_refuses_only_what_is_not_run() -> None:
     assert controller_errors(parse_cluster(grouped(reservation={"policy": "None"}))) == []
     assert controller_errors(parse_cluster(tpuslice())) == []
     job = parse_job(grouped(kind=c.KIND_JOB, job={"entrypoint": "python train.py"}))
-    assert f"not yet run by the operator for a {c.KIND_JOB}" in str(
-        controller_errors(job.cluster)[0]
+    assert controller_errors(job.cluster) == []
+    service = parse_service(grouped(kind=c.KIND_SERVICE, serve={"serveConfigV2": "x: 1"}))
+    assert f"not yet run by the operator for a {c.KIND_SERVICE}" in str(
+        controller_errors(service.cluster)[0]
     )
     provisioned = grouped(reservation={"provisioning": {"mode": "BestEffortAtomic"}})
     assert "spec.reservation.provisioning" in str(controller_errors(parse_cluster(provisioned))[0])
@@ -393,9 +396,9 @@ def test_a_grouped_cluster_is_not_ready_while_one_group_is_short() -> None:
     assert ready["status"] == "False"
 
 
-def test_the_pass_refuses_a_grouped_job_for_now() -> None:
+def test_the_pass_refuses_a_grouped_service_for_now() -> None:
     obj = grouped(
-        kind=c.KIND_JOB, job={"entrypoint": "python train.py"}, reservation={"policy": "None"}
+        kind=c.KIND_SERVICE, serve={"serveConfigV2": "x: 1"}, reservation={"policy": "None"}
     )
-    errors = controller_errors(parse_job(obj).cluster)
-    assert "not yet run by the operator for a TPUSliceJob" in str(errors[0])
+    errors = controller_errors(parse_service(obj).cluster)
+    assert "not yet run by the operator for a TPUSliceService" in str(errors[0])

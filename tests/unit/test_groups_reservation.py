@@ -13,10 +13,13 @@ from dataclasses import replace
 from typing import Any
 
 from tests.support.builders import holder, nodes_of, reservation, slice_pods, tpuslice
+from tests.support.crd import validate
 from tests.support.fake_kube import FakeKube
 from tpuslice.controller.handlers import tsc_shape_index
+from tpuslice.controller.job import JobKind
 from tpuslice.controller.reconciler import Reconciler
 from tpuslice.model import constants as c
+from tpuslice.model.convert import ray_owner_info
 from tpuslice.model.records import NodeInfo, PodInfo, ReservationInfo, ShapeMember, Snapshot
 
 V6E = ("tpu-v6e-slice", "4x4")
@@ -77,8 +80,12 @@ def run(
         kube.taken[r.pool] = r
     meta = body["metadata"]
     snapshot = Snapshot(body, pods, nodes, list(reservations), None, **snap)
-    key = (c.KIND_CLUSTER, meta["namespace"], meta["name"])
-    asyncio.run(Reconciler(kube, lambda _: snapshot).kick(key))
+    kind = body.get("kind") or c.KIND_CLUSTER
+    key = (kind, meta["namespace"], meta["name"])
+    reconciler = Reconciler(kube, lambda _: snapshot)
+    if kind == c.KIND_JOB:
+        reconciler = Reconciler(kube, lambda _: snapshot, adapter=JobKind())
+    asyncio.run(reconciler.kick(key))
     return kube
 
 
@@ -271,3 +278,49 @@ def test_another_gang_that_can_never_fit_sets_no_pool_aside_in_any_queue() -> No
     }
     kube = run(late, pods, v5e("v5e-a"), shape_members=[ShapeMember(rl, group_pods())])
     assert claims(kube) == ["v5e-a"]
+
+
+def running_rayjob(uid: str) -> dict[str, Any]:
+    return ray_owner_info(
+        {
+            "metadata": {
+                "name": "rl",
+                "namespace": "ml",
+                "uid": "ray-uid",
+                "ownerReferences": [{"uid": uid, "controller": True}],
+            },
+            "status": {"jobDeploymentStatus": "Running", "rayClusterName": "rl-abcde"},
+        }
+    )
+
+
+def test_a_grouped_job_reserves_per_group_and_lists_its_groups() -> None:
+    job = grouped(kind=c.KIND_JOB, job={"entrypoint": "python train.py"})
+    pods = [replace(p, owner_kind=c.KIND_JOB, ray_cluster="rl-abcde") for p in group_pods()]
+    kube = run(job, pods, v6e("v6e-a", "v6e-b") + v5e("v5e-a"), owned=running_rayjob("uid-rl"))
+    assert claims(kube)[0] == "v5e-a" and sorted(claims(kube)[1:]) == ["v6e-a", "v6e-b"]
+    assert {body["spec"]["holder"]["group"] for body in kube.claimed.values()} == {
+        "trainer",
+        "rollout",
+    }
+    assert len(released(kube)) == 4 + 4 + 2
+    assert kube.status is not None
+    groups = {g["name"]: g for g in kube.status["groups"]}
+    assert (groups["trainer"]["desiredSlices"], groups["rollout"]["desiredSlices"]) == (2, 1)
+    assert groups["data"] == {"name": "data", "desiredReplicas": 2}
+    assert kube.status["desiredSlices"] == 3 and "slices" not in kube.status
+    assert validate("tpuslice.dev_tpuslicejobs.yaml", {**job, "status": kube.status}) == []
+
+
+def test_a_grouped_job_that_ended_gives_every_groups_pools_back() -> None:
+    job = grouped(kind=c.KIND_JOB, job={"entrypoint": "python train.py"})
+    done = {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}
+    ended = {**running_rayjob("uid-rl"), "status": done}
+    rollout = reservation(
+        "v5e-a",
+        holder("rollout-axxxx", 0, name="rl", uid="uid-rl", group="rollout", kind=c.KIND_JOB),
+    )
+    kube = run(job, [], v6e("v6e-a") + v5e("v5e-a"), [rollout], owned=ended)
+    assert ("free", "v5e-a") in kube.calls
+    assert kube.status is not None
+    assert [g.get("desiredSlices") for g in kube.status["groups"]] == [0, 0, None]
