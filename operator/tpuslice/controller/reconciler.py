@@ -424,33 +424,47 @@ class Reconciler:
         the claim order of ``planning.groups``: a group claims only once every earlier
         group holds all its slices, and no group's pods are released until every group
         does; the pass that completes the gang acts on its groups once more to release
-        them. Other slice sets (CPU groups have none) act on their own."""
+        them. A TPUSliceService's RayClusters are each a gang of their own. Other slice
+        sets (CPU groups have none) act on their own."""
         sets = list(slice_sets)
-        gang = [each for each in sets if _in_gang(each)]
-        if len(gang) < 2:
-            gang = []
-        gang.sort(key=lambda each: (shape_of(each.spec), each.spec.group_name))
-        in_gang = {id(each) for each in gang}
-        ordered = gang + [each for each in sets if id(each) not in in_gang]
+        # one gang per RayCluster (a TPUSliceService's active and pending ones apart)
+        by_cluster: dict[str, list[SliceSet]] = {}
+        for each in sets:
+            if _in_gang(each):
+                by_cluster.setdefault(each.ref.ray_cluster, []).append(each)
+        gangs = [
+            sorted(members, key=lambda each: (shape_of(each.spec), each.spec.group_name))
+            for members in by_cluster.values()
+            if len(members) > 1
+        ]
+        gang_of = {id(each): gang for gang in gangs for each in gang}
+        ordered = [each for gang in gangs for each in gang]
+        ordered += [each for each in sets if id(each) not in gang_of]
         governed = governing(policies, labels or {}) if policies else ()
-        whole_before = not gang or gang_whole(self._holds(gang))
-        released = any(not p.gated for each in gang for p in each.snap.pods)
+        whole_before = {id(gang): gang_whole(self._holds(gang)) for gang in gangs}
+        released = {
+            id(gang): any(not p.gated for each in gang for p in each.snap.pods) for gang in gangs
+        }
         # A group that can never get its units (more slices than its shape has) keeps the
         # whole gang from completing: no group claims, and one that never ran gives back.
-        never = {id(each): why for each in gang if (why := self._never_fits(each))}
+        never = {
+            id(each): why for gang in gangs for each in gang if (why := self._never_fits(each))
+        }
 
         async def act(each: SliceSet, *, release: bool) -> tuple[SlicePlan, Stall | None]:
             spec = each.spec
             if governed:
                 spec = replace(spec, priority=effective_priority(governed, spec.priority).value)
             claims_wait, releases_wait, give_back = "", "", False
-            if id(each) in in_gang:
+            gang = gang_of.get(id(each))
+            if gang is not None:
                 holds = self._holds(gang)
-                if never:  # a group that never fits says NotEnoughPools in its own plan
-                    claims_wait = "" if id(each) in never else next(iter(never.values()))
+                short = [never[id(g)] for g in gang if id(g) in never]
+                if short:  # a group that never fits says NotEnoughPools in its own plan
+                    claims_wait = "" if id(each) in never else short[0]
                 elif (earlier := claims_wait_on(holds, spec.group_name)) is not None:
                     claims_wait = gang_claims_message(earlier)
-                give_back = bool(claims_wait) and not released
+                give_back = bool(claims_wait) and not released[id(gang)]
                 if not release:
                     releases_wait = gang_release_message(holds)
             return await self.actuator.act(
@@ -468,10 +482,13 @@ class Reconciler:
 
         plans: dict[int, tuple[SlicePlan, Stall | None]] = {}
         for each in ordered:
-            plans[id(each)] = await act(each, release=whole_before or id(each) not in in_gang)
-        if not whole_before and gang_whole(self._holds(gang)):
-            for each in gang:  # every group holds all its slices now: release them
-                plans[id(each)] = await act(each, release=True)
+            gang = gang_of.get(id(each))
+            release = gang is None or whole_before[id(gang)]
+            plans[id(each)] = await act(each, release=release)
+        for gang in gangs:
+            if not whole_before[id(gang)] and gang_whole(self._holds(gang)):
+                for each in gang:  # every group holds all its slices now: release them
+                    plans[id(each)] = await act(each, release=True)
         acted: list[ActedSet] = []
         stall: Stall | None = None
         for each in sets:
