@@ -4,7 +4,6 @@ What is built: one KubeRay worker group per entry, TPU groups on nodes of their 
 shape with identity per group, a CPU group never on TPU nodes; under reservation policy
 NodePool each TPU group's slices wait in their own shape's queue, and the groups are
 one gang (every group's slices held, or none released; shapes claimed in one order).
-A grouped TPUSliceService is refused (InvalidSpec) until its status reads groups.
 
 The identity scenario runs over v6e 2x4 on 4-chip hosts (a trainer group) and v5e 2x4
 on one 8-chip host (a rollout group), added and removed by the ``group_pools``
@@ -292,28 +291,6 @@ def test_a_group_removed_from_the_spec_releases_its_pools(
     assert groups_of(cluster, namespace, "rl") == {"trainer": {TRAINER_POOL}}
     obj = wait_condition(cluster, namespace, "rl", "Ready", "True", timeout_s=READY_S)
     assert [g["name"] for g in obj["status"]["groups"]] == ["trainer", "data"]
-
-
-def test_a_grouped_service_is_refused_until_its_status_reads_groups(
-    cluster: E2ECluster, namespace: str, operator: OperatorProcess
-) -> None:
-    body = rl_gang("svc", kind="TPUSliceService", serve={"serveConfigV2": "applications: []"})
-    apply(cluster, namespace, body)
-    kube.wait_for(
-        lambda: (
-            condition(
-                cluster.custom.get_namespaced_custom_object(
-                    "tpuslice.dev", "v1alpha1", namespace, "tpusliceservices", "svc"
-                ),
-                "Stalled",
-            ).get("reason")
-            == "InvalidSpec"
-            or None
-        ),
-        timeout_s=READY_S,
-        what="the grouped service Stalled InvalidSpec",
-    )
-    kubectl(cluster, "delete", "tpusliceservice", "svc", "-n", namespace, check=False)
 
 
 def test_the_api_server_refuses_mixing_the_two_forms(

@@ -114,9 +114,7 @@ def test_a_grouped_cluster_reserves_and_refuses_only_what_is_not_run() -> None:
     job = parse_job(grouped(kind=c.KIND_JOB, job={"entrypoint": "python train.py"}))
     assert controller_errors(job.cluster) == []
     service = parse_service(grouped(kind=c.KIND_SERVICE, serve={"serveConfigV2": "x: 1"}))
-    assert f"not yet run by the operator for a {c.KIND_SERVICE}" in str(
-        controller_errors(service.cluster)[0]
-    )
+    assert controller_errors(service.cluster) == []
     provisioned = grouped(reservation={"provisioning": {"mode": "BestEffortAtomic"}})
     assert "spec.reservation.provisioning" in str(controller_errors(parse_cluster(provisioned))[0])
 
@@ -394,11 +392,3 @@ def test_a_grouped_cluster_is_not_ready_while_one_group_is_short() -> None:
     assert groups["trainer"]["readySlices"] == 2 and groups["rollout"]["readySlices"] == 0
     ready = next(cond for cond in status["conditions"] if cond["type"] == "Ready")
     assert ready["status"] == "False"
-
-
-def test_the_pass_refuses_a_grouped_service_for_now() -> None:
-    obj = grouped(
-        kind=c.KIND_SERVICE, serve={"serveConfigV2": "x: 1"}, reservation={"policy": "None"}
-    )
-    errors = controller_errors(parse_service(obj).cluster)
-    assert "not yet run by the operator for a TPUSliceService" in str(errors[0])

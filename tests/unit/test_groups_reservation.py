@@ -18,6 +18,7 @@ from tests.support.fake_kube import FakeKube
 from tpuslice.controller.handlers import tsc_shape_index
 from tpuslice.controller.job import JobKind
 from tpuslice.controller.reconciler import Reconciler
+from tpuslice.controller.service import ServiceKind
 from tpuslice.model import constants as c
 from tpuslice.model.convert import ray_owner_info
 from tpuslice.model.records import NodeInfo, PodInfo, ReservationInfo, ShapeMember, Snapshot
@@ -85,6 +86,8 @@ def run(
     reconciler = Reconciler(kube, lambda _: snapshot)
     if kind == c.KIND_JOB:
         reconciler = Reconciler(kube, lambda _: snapshot, adapter=JobKind())
+    if kind == c.KIND_SERVICE:
+        reconciler = Reconciler(kube, lambda _: snapshot, adapter=ServiceKind())
     asyncio.run(reconciler.kick(key))
     return kube
 
@@ -280,7 +283,8 @@ def test_another_gang_that_can_never_fit_sets_no_pool_aside_in_any_queue() -> No
     assert claims(kube) == ["v5e-a"]
 
 
-def running_rayjob(uid: str) -> dict[str, Any]:
+def ray_owner(uid: str, status: dict[str, Any]) -> dict[str, Any]:
+    """A RayJob or RayService of the object ``uid``, as the watch shows it."""
     return ray_owner_info(
         {
             "metadata": {
@@ -289,9 +293,13 @@ def running_rayjob(uid: str) -> dict[str, Any]:
                 "uid": "ray-uid",
                 "ownerReferences": [{"uid": uid, "controller": True}],
             },
-            "status": {"jobDeploymentStatus": "Running", "rayClusterName": "rl-abcde"},
+            "status": status,
         }
     )
+
+
+def running_rayjob(uid: str) -> dict[str, Any]:
+    return ray_owner(uid, {"jobDeploymentStatus": "Running", "rayClusterName": "rl-abcde"})
 
 
 def test_a_grouped_job_reserves_per_group_and_lists_its_groups() -> None:
@@ -324,3 +332,65 @@ def test_a_grouped_job_that_ended_gives_every_groups_pools_back() -> None:
     assert ("free", "v5e-a") in kube.calls
     assert kube.status is not None
     assert [g.get("desiredSlices") for g in kube.status["groups"]] == [0, 0, None]
+
+
+def test_a_grouped_service_holds_each_rayclusters_groups_as_one_gang() -> None:
+    # the serving cluster holds all its groups; an upgrade's pending cluster is a gang of
+    # its own: with one more v6e pool only, its rollout claims and nothing is released
+    svc = grouped(kind=c.KIND_SERVICE, serve={"serveConfigV2": "applications: []"})
+
+    def of(cluster: str) -> list[PodInfo]:
+        return [
+            replace(p, owner_kind=c.KIND_SERVICE, ray_cluster=cluster, name=f"{cluster}-{p.name}")
+            for p in group_pods()
+        ]
+
+    serving = [
+        replace(p, gated=False, pinned_pool="x")
+        for p in of("rl-a")
+        if p.group in ("trainer", "rollout")
+    ]
+    serving_held = [
+        reservation(
+            pool,
+            holder(
+                replica,
+                index,
+                name="rl",
+                uid="uid-rl",
+                kind=c.KIND_SERVICE,
+                ray_cluster="rl-a",
+                group=group,
+            ),
+            phase="Bound",
+        )
+        for pool, replica, index, group in (
+            ("v6e-a", "trainer-axxxx", 0, "trainer"),
+            ("v6e-b", "trainer-bxxxx", 1, "trainer"),
+            ("v5e-a", "rollout-axxxx", 0, "rollout"),
+        )
+    ]
+    status = {
+        "activeServiceStatus": {"rayClusterName": "rl-a"},
+        "pendingServiceStatus": {"rayClusterName": "rl-b"},
+    }
+    kube = run(
+        svc,
+        serving + of("rl-b"),
+        v6e("v6e-a", "v6e-b", "v6e-c") + v5e("v5e-a", "v5e-b"),
+        serving_held,
+        owned=ray_owner("uid-rl", status),
+        rayclusters={"rl-a": {"state": "ready"}, "rl-b": {"state": None}},
+    )
+    assert claims(kube) == ["v5e-b"]  # the pending cluster's rollout; its trainer lacks one
+    assert released(kube) == []
+    assert kube.status is not None
+    pending = kube.status["pendingCluster"]
+    assert [g["name"] for g in pending["groups"]] == ["trainer", "rollout", "data"]
+    assert "slices" not in pending and pending["desiredSlices"] == 3
+    assert [g["name"] for g in kube.status["activeCluster"]["groups"]][:2] == [
+        "trainer",
+        "rollout",
+    ]
+    validated = {**svc, "status": kube.status}
+    assert validate("tpuslice.dev_tpusliceservices.yaml", validated) == []

@@ -46,6 +46,7 @@ from tpuslice.model import events
 from tpuslice.model.records import (
     CapacityUnit,
     ClusterRef,
+    Drain,
     GangMode,
     ObjectKey,
     Shape,
@@ -372,7 +373,9 @@ class Reconciler:
         if busy is not None:
             out.status["busyNodes"] = busy
         drains = [d for each in acted for d in each.plan.drains]
-        by_cluster = {each.slices.ref.ray_cluster: each.plan.drains for each in acted}
+        by_cluster: dict[str, list[Drain]] = {}
+        for each in acted:  # a RayCluster's drains over all its groups
+            by_cluster.setdefault(each.slices.ref.ray_cluster, []).extend(each.plan.drains)
         status = with_maintenance(
             with_disruptions(out.status, previous, drains, now, by_cluster), snap.nodes
         )

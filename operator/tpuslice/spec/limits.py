@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from tpuslice.model import constants
 from tpuslice.spec.bounds import CEILING, SpecLimits
 from tpuslice.spec.parts import FieldError, SliceClusterSpec, SpecError
 
@@ -71,20 +70,11 @@ def check_limits(spec: SliceClusterSpec, limits: SpecLimits) -> None:
 def controller_errors(spec: SliceClusterSpec) -> list[FieldError]:
     """What of ``spec`` the operator renders but does not reserve and account for.
 
-    A grouped TPUSliceCluster's or TPUSliceJob's TPU groups are each a slice set in its
-    own shape's queue (docs/architecture.md, "Several worker groups: reservation"). Not
-    yet run: a grouped TPUSliceService (its status reads one group), capacity on demand
-    for groups (one ProvisioningRequest per object), and two Joined TPU groups of one
+    Every kind's TPU groups are each a slice set in its own shape's queue
+    (docs/architecture.md, "Several worker groups: reservation"). Not yet run: capacity
+    on demand for groups (one ProvisioningRequest per object), and two Joined TPU groups of one
     shape in a gang across groups (a gang claims each shape at once, and two groups of
     one shape are two requests there, which could each hold part of the shape)."""
-    if spec.grouped and spec.owner_kind == constants.KIND_SERVICE:
-        return [
-            FieldError(
-                "spec.workerGroups",
-                f"is rendered but not yet run by the operator for a {spec.owner_kind}; use a "
-                "TPUSliceCluster or TPUSliceJob for several groups, or spec.tpu and spec.worker",
-            )
-        ]
     if not (spec.grouped and spec.gated):
         return []
     if spec.provisions:
