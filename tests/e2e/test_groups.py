@@ -1,14 +1,15 @@
 """Several worker groups in one TPUSliceCluster (spec.workerGroups) on the local cluster.
 
 What is built: one KubeRay worker group per entry, TPU groups on nodes of their own
-shape with identity per group, a CPU group never on TPU nodes, and the pass refusing
-(InvalidSpec, naming the fix) a grouped spec it cannot reserve yet (reservation policy
-NodePool; per-group reservation is designed in docs/architecture.md, "Several worker
-groups: reservation"). So these scenarios run with ``reservation.policy: None``.
+shape with identity per group, a CPU group never on TPU nodes; under reservation policy
+NodePool each TPU group's slices wait in their own shape's queue, and the groups are
+one gang (every group's slices held, or none released; shapes claimed in one order).
 
-Each scenario runs over pools of its own shapes, v6e 2x4 on 4-chip hosts (a trainer
-group) and v5e 2x4 on one 8-chip host (a rollout group), added and removed by the
-``group_pools`` fixture.
+The identity scenario runs over v6e 2x4 on 4-chip hosts (a trainer group) and v5e 2x4
+on one 8-chip host (a rollout group), added and removed by the ``group_pools``
+fixture, with ``reservation.policy: None``. The gated scenarios run the issue's
+shapes: a trainer of one v6e 4x4 slice (4 hosts), a rollout of two v5e 2x4 slices (one
+8-chip host each) and a CPU group; their pools are added by each scenario.
 """
 
 from __future__ import annotations
@@ -23,9 +24,13 @@ from tests.e2e.helpers import E2ECluster
 from tests.e2e.operator_support import (
     NODEPOOL,
     apply,
+    condition,
     delete_tsc,
     describe,
+    get_tsc,
     kubectl,
+    released,
+    reservations,
     wait_condition,
 )
 from tests.support.builders import tpuslice
@@ -128,14 +133,164 @@ def test_each_group_runs_on_its_own_shape_with_its_own_identity(
     assert by_name["data"]["desiredReplicas"] == 2
 
 
-def test_a_gated_grouped_cluster_is_refused_until_reservation_is_per_group(
+def rl_gang(name: str, **spec: Any) -> dict[str, Any]:
+    """The issue's heterogeneous cluster: a trainer of one v6e 4x4 slice, a rollout of two
+    independent v5e 2x4 slices (one 8-chip host each) and a CPU group, policy NodePool
+    (the groups one gang by default)."""
+    body = grouped(name, **spec)
+    trainer, rollout, _data = body["spec"]["workerGroups"]
+    trainer["tpu"] = {"type": "v6e", "topology": "4x4", "slices": 1}
+    rollout["tpu"] = {"type": "v5e", "topology": "2x4", "slices": 2, "multislice": False}
+    return body
+
+
+TRAINER_POOL = "gang-v6e-4x4"
+ROLLOUT_POOL = "gang-v5e-2x4"
+
+
+def trainer_pool(name: str = TRAINER_POOL) -> TPUPool:
+    return TPUPool(name, "v6e", "4x4", nodes=4)
+
+
+def rollout_pool(name: str = ROLLOUT_POOL) -> TPUPool:
+    return TPUPool(name, "v5e", "2x4", nodes=2, chips_per_node=8)
+
+
+@pytest.fixture
+def gang_pools(
     cluster: E2ECluster, namespace: str, operator: OperatorProcess
+) -> Iterator[list[str]]:
+    """Pools a scenario creates (by name, through ``add_pool``), removed afterwards."""
+    made: list[str] = []
+    yield made
+    kubectl(cluster, "delete", "tsc", "--all", "-n", namespace, "--wait=true", check=False)
+    for name in made:
+        kube.delete_pool(cluster.api, name)
+
+
+def add_pool(cluster: E2ECluster, made: list[str], pool: TPUPool) -> None:
+    kube.wait_nodes_ready(cluster.api, kube.create_pool(cluster.api, pool))
+    made.append(pool.name)
+
+
+def groups_of(cluster: E2ECluster, namespace: str, name: str) -> dict[str, set[str]]:
+    """group -> the pools its reservations hold, for one object."""
+    out: dict[str, set[str]] = {}
+    for r in reservations(cluster):
+        h = r["spec"]["holder"]
+        if (h["namespace"], h["name"]) == (namespace, name):
+            out.setdefault(h.get("group", ""), set()).add(r["spec"]["nodePool"])
+    return out
+
+
+def tpu_pods_released(cluster: E2ECluster, namespace: str, name: str) -> list[Any]:
+    groups = pods_by_group(cluster, namespace, name)
+    return [p for g in ("trainer", "rollout") for p in groups.get(g, []) if released(p)]
+
+
+def test_a_gated_grouped_cluster_is_held_all_or_nothing_and_ready_together(
+    cluster: E2ECluster, namespace: str, gang_pools: list[str]
 ) -> None:
-    apply(cluster, namespace, grouped("gated"))
-    obj = wait_condition(cluster, namespace, "gated", "Stalled", "True", "InvalidSpec")
-    message = next(c["message"] for c in obj["status"]["conditions"] if c["type"] == "Stalled")
-    assert "spec.workerGroups" in message and "reservation.policy None" in message
-    delete_tsc(cluster, namespace, "gated")
+    add_pool(cluster, gang_pools, rollout_pool())
+    apply(cluster, namespace, rl_gang("rl"))
+    # only the rollout's shape exists: it holds its nodes, and no TPU pod of either
+    # group is released; the CPU group runs (it never waits for TPU pools)
+    kube.wait_for(
+        lambda: groups_of(cluster, namespace, "rl").get("rollout") == {ROLLOUT_POOL} or None,
+        timeout_s=READY_S,
+        what="the rollout group holding its nodes",
+        describe=lambda: describe(cluster, namespace, "rl"),
+    )
+    kube.wait_for(
+        lambda: (
+            all(
+                p.status.phase == "Running" for p in pods_by_group(cluster, namespace, "rl")["data"]
+            )
+            or None
+        ),
+        timeout_s=READY_S,
+        what="the CPU group running",
+    )
+    assert tpu_pods_released(cluster, namespace, "rl") == []
+    obj = get_tsc(cluster, namespace, "rl")
+    rollout = next(g for g in obj["status"]["groups"] if g["name"] == "rollout")
+    assert all("every group of the gang" in s.get("message", "") for s in rollout["slices"])
+    # the trainer's pool arrives: every group is released, Ready together
+    add_pool(cluster, gang_pools, trainer_pool())
+    obj = wait_condition(cluster, namespace, "rl", "Ready", "True", timeout_s=READY_S)
+    assert groups_of(cluster, namespace, "rl") == {
+        "trainer": {TRAINER_POOL},
+        "rollout": {ROLLOUT_POOL},
+    }
+    groups = pods_by_group(cluster, namespace, "rl")
+    for group, pool in (("trainer", TRAINER_POOL), ("rollout", ROLLOUT_POOL)):
+        for pod in groups[group]:
+            labels = cluster.core.read_node(pod.spec.node_name).metadata.labels
+            assert labels[NODEPOOL] == pool, (group, pod.metadata.name)
+    for pod in groups["data"]:
+        labels = cluster.core.read_node(pod.spec.node_name).metadata.labels
+        assert labels.get(NODEPOOL) not in gang_pools
+    by_name = {g["name"]: g for g in obj["status"]["groups"]}
+    assert (by_name["trainer"]["readySlices"], by_name["rollout"]["readySlices"]) == (1, 2)
+
+
+def test_two_gangs_over_scarce_pools_never_deadlock(
+    cluster: E2ECluster, namespace: str, gang_pools: list[str]
+) -> None:
+    """Pools for one gang at a time: one runs whole while the other holds no TPU pod
+    released; once the first is deleted the second runs whole. Neither holds part of
+    the other's shapes for ever (the shapes are claimed in one order)."""
+    add_pool(cluster, gang_pools, trainer_pool())
+    add_pool(cluster, gang_pools, rollout_pool())
+    apply(cluster, namespace, rl_gang("first"))
+    apply(cluster, namespace, rl_gang("second"))
+
+    def one_ready() -> str | None:
+        ready = [
+            n
+            for n in ("first", "second")
+            if condition(get_tsc(cluster, namespace, n), "Ready").get("status") == "True"
+        ]
+        return ready[0] if len(ready) == 1 else None
+
+    winner = kube.wait_for(
+        one_ready,
+        timeout_s=READY_S,
+        what="one of the two gangs Ready",
+        describe=lambda: [describe(cluster, namespace, n) for n in ("first", "second")],
+    )
+    loser = "second" if winner == "first" else "first"
+    assert tpu_pods_released(cluster, namespace, loser) == []
+    assert groups_of(cluster, namespace, loser).get("trainer", set()) == set()
+    delete_tsc(cluster, namespace, winner)
+    wait_condition(cluster, namespace, loser, "Ready", "True", timeout_s=READY_S)
+    assert groups_of(cluster, namespace, loser) == {
+        "trainer": {TRAINER_POOL},
+        "rollout": {ROLLOUT_POOL},
+    }
+
+
+def test_a_group_removed_from_the_spec_releases_its_pools(
+    cluster: E2ECluster, namespace: str, gang_pools: list[str]
+) -> None:
+    add_pool(cluster, gang_pools, trainer_pool())
+    add_pool(cluster, gang_pools, rollout_pool())
+    body = rl_gang("rl")
+    apply(cluster, namespace, body)
+    wait_condition(cluster, namespace, "rl", "Ready", "True", timeout_s=READY_S)
+    body["spec"]["workerGroups"] = [
+        g for g in body["spec"]["workerGroups"] if g["name"] != "rollout"
+    ]
+    apply(cluster, namespace, body)
+    kube.wait_for(
+        lambda: "rollout" not in groups_of(cluster, namespace, "rl") or None,
+        timeout_s=READY_S,
+        what="the rollout group's reservations given back",
+        describe=lambda: describe(cluster, namespace, "rl"),
+    )
+    assert groups_of(cluster, namespace, "rl") == {"trainer": {TRAINER_POOL}}
+    obj = wait_condition(cluster, namespace, "rl", "Ready", "True", timeout_s=READY_S)
+    assert [g["name"] for g in obj["status"]["groups"]] == ["trainer", "data"]
 
 
 def test_the_api_server_refuses_mixing_the_two_forms(

@@ -23,6 +23,7 @@ from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.job import parse_job
 from tpuslice.spec.limits import controller_errors
 from tpuslice.spec.parts import MAX_GROUP_NAME, CpuGroupSpec, SpecError
+from tpuslice.spec.service import parse_service
 
 TSC = "tpuslice.dev_tpusliceclusters.yaml"
 TSJ = "tpuslice.dev_tpuslicejobs.yaml"
@@ -106,12 +107,38 @@ def test_a_job_takes_groups_too() -> None:
     assert [g.group_name for g in spec.cluster.tpu_groups()] == ["trainer", "rollout"]
 
 
-def test_the_pass_refuses_groups_it_cannot_reserve_yet() -> None:
-    gated = parse_cluster(grouped())
-    assert "reservation.policy None" in str(controller_errors(gated)[0])
-    free = parse_cluster(grouped(reservation={"policy": "None"}))
-    assert controller_errors(free) == []
+def test_a_grouped_cluster_reserves_and_refuses_only_what_is_not_run() -> None:
+    assert controller_errors(parse_cluster(grouped())) == []
+    assert controller_errors(parse_cluster(grouped(reservation={"policy": "None"}))) == []
     assert controller_errors(parse_cluster(tpuslice())) == []
+    job = parse_job(grouped(kind=c.KIND_JOB, job={"entrypoint": "python train.py"}))
+    assert controller_errors(job.cluster) == []
+    service = parse_service(grouped(kind=c.KIND_SERVICE, serve={"serveConfigV2": "x: 1"}))
+    assert controller_errors(service.cluster) == []
+    provisioned = grouped(reservation={"provisioning": {"mode": "BestEffortAtomic"}})
+    assert "spec.reservation.provisioning" in str(controller_errors(parse_cluster(provisioned))[0])
+
+
+def test_two_joined_groups_of_one_shape_are_refused_naming_the_fix() -> None:
+    twin = {**TRAINER, "name": "twin"}
+    (error,) = controller_errors(parse_cluster(grouped(TRAINER, twin)))
+    assert "groups trainer and twin are both v6e 4x4" in str(error)
+    assert "tpu.gang Independent" in str(error)
+    independent = {**TRAINER, "name": "twin", "tpu": {**TRAINER["tpu"], "gang": "Independent"}}
+    assert controller_errors(parse_cluster(grouped(TRAINER, independent))) == []
+    per_slice = grouped(TRAINER, twin, reservation={"gang": "PerSlice"})
+    assert controller_errors(parse_cluster(per_slice)) == []
+
+
+def test_the_gang_across_groups_is_every_joined_tpu_group() -> None:
+    spec = parse_cluster(grouped())
+    assert [g.group_name for g in spec.gang_groups()] == ["trainer", "rollout"]
+    alone = {**ROLLOUT, "tpu": {**ROLLOUT["tpu"], "gang": "Independent"}}
+    assert parse_cluster(grouped(TRAINER, alone, DATA)).gang_groups() == ()
+    assert parse_cluster(grouped(reservation={"gang": "PerSlice"})).gang_groups() == ()
+    assert "workerGroups[0].tpu.gang: 'Alone' is not Joined or Independent" in errors_of(
+        grouped({**TRAINER, "tpu": {**TRAINER["tpu"], "gang": "Alone"}})
+    )
 
 
 @pytest.mark.parametrize("crd", [TSC, TSJ, TSS])
@@ -365,11 +392,3 @@ def test_a_grouped_cluster_is_not_ready_while_one_group_is_short() -> None:
     assert groups["trainer"]["readySlices"] == 2 and groups["rollout"]["readySlices"] == 0
     ready = next(cond for cond in status["conditions"] if cond["type"] == "Ready")
     assert ready["status"] == "False"
-
-
-def test_the_pass_refuses_a_grouped_job_for_now() -> None:
-    obj = grouped(
-        kind=c.KIND_JOB, job={"entrypoint": "python train.py"}, reservation={"policy": "None"}
-    )
-    errors = controller_errors(parse_job(obj).cluster)
-    assert "not yet run by the operator for a TPUSliceJob" in str(errors[0])

@@ -16,7 +16,13 @@ from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
 from tpuslice.model.records import Shape
-from tpuslice.planning.groups import claim_order, next_claim
+from tpuslice.planning.groups import (
+    GroupHold,
+    claim_order,
+    claims_wait_on,
+    gang_whole,
+    next_claim,
+)
 
 SHAPES: tuple[Shape, ...] = (
     ("tpu-v5-lite-podslice", "2x4"),
@@ -141,3 +147,30 @@ def test_next_claim_finishes_a_shape_before_the_next() -> None:
     assert next_claim(needs, {SHAPES[0]: 1}) == SHAPES[0]
     assert next_claim(needs, {SHAPES[0]: 2}) == SHAPES[2]
     assert next_claim(needs, {SHAPES[0]: 2, SHAPES[2]: 1}) is None
+
+
+@st.composite
+def gang_holds(draw: st.DrawFn) -> list[GroupHold]:
+    shapes = draw(st.lists(st.sampled_from(SHAPES), min_size=1, unique=True))
+    out = []
+    for i, shape in enumerate(shapes):
+        desired = draw(st.integers(0, 3))
+        out.append(GroupHold(f"g{i}", shape, desired, draw(st.integers(0, 3))))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(gang_holds())
+def test_a_group_may_claim_only_when_every_earlier_shape_is_whole(holds: list[GroupHold]) -> None:
+    """What the pass asks per group agrees with ``next_claim``: a group may claim exactly
+    when every group of an earlier shape holds all its slices; the group it waits for
+    is the first short one; the gang is whole exactly when no group waits and none is short."""
+    for group in holds:
+        earlier = [g for g in holds if g.shape < group.shape]
+        waits = claims_wait_on(holds, group.group)
+        assert (waits is None) == all(g.whole for g in earlier)
+        if waits is not None:
+            assert waits == min((g for g in earlier if not g.whole), key=lambda g: g.shape)
+    assert gang_whole(holds) == (
+        next_claim({g.shape: g.desired for g in holds}, {g.shape: g.held for g in holds}) is None
+    )

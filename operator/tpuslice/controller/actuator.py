@@ -45,11 +45,14 @@ from tpuslice.model.records import (
     Shape,
     ShapeMember,
     SlicePlan,
+    SliceState,
+    SliceStatus,
     Snapshot,
 )
 from tpuslice.planning.busy import move_message, with_moves
 from tpuslice.planning.disruption import maintenance_before, revoked_drains
 from tpuslice.planning.elastic import next_timeout_in
+from tpuslice.planning.groups import GroupHold, claims_wait_on
 from tpuslice.planning.pools import (
     PoolIndex,
     eligible_pools,
@@ -76,7 +79,7 @@ from tpuslice.spec.bounds import SpecLimits
 from tpuslice.spec.limits import check_limits, controller_errors
 from tpuslice.spec.parts import SliceClusterSpec, SpecError
 from tpuslice.spec.slices import parse_slice_parts
-from tpuslice.status.conditions import Stall
+from tpuslice.status.conditions import MAX_SLICE_MESSAGE, Stall, truncate
 
 __all__ = [
     "PoolIndexCache",
@@ -86,6 +89,7 @@ __all__ = [
     "avoiding",
     "decide_admission",
     "desired_of",
+    "held_for_gang",
     "placed",
     "queue_admission",
     "refused_by_policy",
@@ -154,6 +158,17 @@ class SpecCache:
     def forget(self, uid: str) -> None:
         for key in [k for k in self._specs if k[0] == uid]:
             del self._specs[key]
+
+
+def held_for_gang(slices: Sequence[SliceStatus], why: str) -> tuple[SliceStatus, ...]:
+    """A gang-held group's slices as status shows them: a Reserved slice says it holds
+    its pool and waits for the other groups (``why``) unless it already says more."""
+    return tuple(
+        replace(s, message=truncate(f"holds {s.node_pool}; {why}", MAX_SLICE_MESSAGE))
+        if s.state == SliceState.RESERVED and s.node_pool and not s.message
+        else s
+        for s in slices
+    )
 
 
 def with_drains(final: SlicePlan, drained: SlicePlan) -> SlicePlan:
@@ -272,54 +287,105 @@ def decide_admission(
     shape = shape_of(spec)
     hosts, chips = spec.shape.hosts, spec.shape.chips_per_host
     exist = len(index.matching)
-    by_holder: dict[str, list[ReservationInfo]] = {}
+    by_holder: dict[tuple[str, str], list[ReservationInfo]] = {}
     for r in reservations:
-        by_holder.setdefault(r.holder.uid, []).append(r)
+        by_holder.setdefault((r.holder.uid, r.holder.group), []).append(r)
     members: list[
         tuple[ClusterRef, SliceClusterSpec, Mapping[str, Any], Sequence[PodInfo], int]
     ] = []
     others_missing = 0
     for member in snap.shape_members:
         meta = member.cluster.get("metadata") or {}
-        other = specs.parse(member.cluster)
-        if other is None or not other.gated or shape_of(other) != shape:
+        parsed = specs.parse(member.cluster)
+        if parsed is None or not parsed.gated or meta.get("deletionTimestamp"):
             continue
-        if CapacityUnit.for_hosts(other.shape.hosts) is not index.unit:
-            continue  # a 2x4 of one 8-chip host takes nodes, of two 4-chip hosts pools
-        if meta.get("deletionTimestamp"):
-            continue
-        other_desired = desired_of(member.cluster, other)
-        held = len(by_holder.get(str(meta.get("uid") or ""), []))
-        if held >= other_desired:
-            # Wants nothing (counted from its reservations, without reading its pods): a
-            # slice it is replacing is counted in its own pass, which frees the old pool
-            # and asks again with its exact request.
-            continue
-        if snap.policies:
-            priority = _member_priority(snap.policies, member, other, other_desired - held)
-            if priority is None:
-                continue  # refused, denied or at its namespace's limits: blocks nobody
-            other = replace(other, priority=priority)
-        if other_desired <= exist:
-            others_missing += other_desired - held
-        other_ref = ClusterRef(
-            meta.get("namespace", ""),
-            meta.get("name", ""),
-            meta.get("uid", ""),
-            kind=member.cluster.get("kind") or c.KIND_CLUSTER,
-        )
-        members.append((other_ref, other, member.cluster, member.pods, other_desired))
+        uid = str(meta.get("uid") or "")
+        waiting_turn = _not_at_turn(member.cluster, parsed, uid, by_holder)
+        for other in parsed.tpu_groups():
+            if shape_of(other) != shape or other.group_name in waiting_turn:
+                continue  # another shape, or a gang group whose earlier shape is not whole
+            if CapacityUnit.for_hosts(other.shape.hosts) is not index.unit:
+                continue  # a 2x4 of one 8-chip host takes nodes, of two 4-chip hosts pools
+            group = other.group_name if parsed.grouped else ""
+            other_desired = desired_of(member.cluster, other)
+            held = len(by_holder.get((uid, group), []))
+            if held >= other_desired:
+                # Wants nothing (counted from its reservations, without reading its pods):
+                # a slice it is replacing is counted in its own pass, which frees the old
+                # pool and asks again with its exact request.
+                continue
+            if snap.policies:
+                priority = _member_priority(snap.policies, member, other, other_desired - held)
+                if priority is None:
+                    continue  # refused, denied or at its namespace's limits: blocks nobody
+                other = replace(other, priority=priority)
+            if other_desired <= exist:
+                others_missing += other_desired - held
+            other_ref = ClusterRef(
+                meta.get("namespace", ""),
+                meta.get("name", ""),
+                uid,
+                kind=member.cluster.get("kind") or c.KIND_CLUSTER,
+                group=group,
+            )
+            pods = [p for p in member.pods if p.group == group] if group else member.pods
+            members.append((other_ref, other, member.cluster, pods, other_desired))
     eligible = eligible_pools(index, hosts=hosts, chips_per_host=chips)
     free = len(eligible) - sum(1 for r in reservations if r.pool in eligible)
     if own.desired <= exist and own.missing + others_missing <= free:
         return None
     requests = [own] + [
-        _request(other_ref, other, cluster, member_pods, by_holder.get(other_ref.uid, []), want)
+        _request(
+            other_ref,
+            other,
+            cluster,
+            member_pods,
+            by_holder.get((other_ref.uid, other_ref.group), []),
+            want,
+        )
         for other_ref, other, cluster, member_pods, want in members
     ]
     pools = shape_pools(index, reservations, hosts=hosts, chips_per_host=chips)
     decision = decide_queue(shape, requests, pools, noun=index.unit.noun)
-    return admission_for(decision, ref.key)
+    return admission_for(decision, ref.queue_key)
+
+
+def _not_at_turn(
+    cluster: Mapping[str, Any],
+    spec: SliceClusterSpec,
+    uid: str,
+    by_holder: Mapping[tuple[str, str], Sequence[ReservationInfo]],
+) -> set[str]:
+    """The groups of another object's gang across groups that may not claim yet (an
+    earlier group in the claim order is not whole, counted from its reservations): they
+    set nothing aside in their shapes' queues, as their own pass claims nothing there,
+    so no pool waits for a gang that waits on another shape; none of them when one
+    group can never get its units."""
+    gang = spec.gang_groups()
+    if not gang:
+        return set()
+    if _stalled_not_enough(cluster):
+        return {g.group_name for g in gang}  # one group can never fit: the gang never claims
+    holds = [
+        GroupHold(
+            g.group_name,
+            shape_of(g),
+            desired_of(cluster, g),
+            len(by_holder.get((uid, g.group_name), ())),
+        )
+        for g in gang
+    ]
+    return {h.group for h in holds if claims_wait_on(holds, h.group) is not None}
+
+
+def _stalled_not_enough(cluster: Mapping[str, Any]) -> bool:
+    """Whether the object's last pass found a group that can never get its units (its
+    status says Stalled with NotEnoughPools), read from the object as ``desired_of``
+    reads Complete: another shape's units are not in this pass's snapshot."""
+    for cond in (cluster.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Stalled" and cond.get("status") == "True":
+            return bool(cond.get("reason") == events.NOT_ENOUGH_POOLS)
+    return False
 
 
 def refused_by_policy(cluster: Mapping[str, Any]) -> bool:
@@ -431,6 +497,9 @@ class SliceActuator:
         desired_slices: int | None = None,
         keep_pools: bool = False,
         avoid: Collection[str] = (),
+        claims_wait: str = "",
+        releases_wait: str = "",
+        give_back: bool = False,
     ) -> tuple[SlicePlan, Stall | None]:
         """Plan and act on every slice of ``ref``; the plan as it stands after acting, and
         a stall the plan revealed (pods KubeRay did not index, NotEnoughPools).
@@ -441,6 +510,14 @@ class SliceActuator:
         while the job holds as many pools as it wants it claims none. ``avoid``: nodes
         the object found busy (``planning.busy``), never claimed for its single-host
         slices; a slice moved off a busy node in this pass is not put back on it.
+
+        A TPU group of a gang across groups (``planning.groups``): ``claims_wait`` says
+        why it may not claim now (an earlier group in the claim order is not whole: it
+        claims nothing and asks for no capacity); ``releases_wait`` why its slices stay
+        gated (not every group of the gang holds all its slices yet); ``give_back``
+        frees the pools of its slices whose pods are all still gated (the gang never
+        ran, and an earlier group lost pools: a gang holds no later shape while it
+        waits on an earlier one).
 
         Capacity on demand is two calls: its constraints before planning, its plan
         (carried out) after the first plan. The slices are planned once when no claim
@@ -457,8 +534,10 @@ class SliceActuator:
         self.pending.observed(snap.reservations, snap.pods)
         if keep_pools:
             await self._hand_over(ref, spec, snap, desired)
+        if give_back:
+            await self._give_back(ref, snap, claims_wait)
         held_now = sum(
-            1 for r in self.pending.reservations(snap.reservations) if r.holder.uid == ref.uid
+            1 for r in self.pending.reservations(snap.reservations) if ref.holds_in_group(r.holder)
         )
         # At its namespace's TPUSlicePolicy limits: claims nothing, asks for no capacity.
         waits_on_namespace = namespace_wait(
@@ -469,7 +548,7 @@ class SliceActuator:
             spec.shape.chips,
         )
         prov = None
-        if self.provisioner is not None and not waits_on_namespace:
+        if self.provisioner is not None and not waits_on_namespace and not claims_wait:
             prov = self.provisioner.begin(ref, spec, snap, previous)
         limits = prov.constraints if prov is not None else NO_CONSTRAINTS
         index = avoiding(placed(constrained(index, limits), spec, snap), avoid)
@@ -479,9 +558,11 @@ class SliceActuator:
         def plan() -> SlicePlan:
             pods = self.pending.pods(snap.pods)
             reservations = self.pending.reservations(snap.reservations)
-            held = sum(1 for r in reservations if r.holder.uid == ref.uid)
+            held = sum(1 for r in reservations if ref.holds_in_group(r.holder))
             if keep_pools and held >= desired:
                 admission: Admission | None = Admission(pools=(), message=KEPT_MESSAGE)
+            elif claims_wait:
+                admission = Admission(pools=(), message=claims_wait)
             elif waits_on_namespace:
                 admission = Admission(pools=(), message=waits_on_namespace)
             elif spec.gated:
@@ -562,11 +643,11 @@ class SliceActuator:
         holding = {
             r.holder.replica_name
             for r in self.pending.reservations(snap.reservations)
-            if r.holder.uid == ref.uid
+            if ref.holds_in_group(r.holder)
         }
         holding |= self.pending.created_by(ref.uid)
         releases = [r for r in current.releases if r.replica_name in holding]
-        if current.all_or_nothing and lost:
+        if (current.all_or_nothing and lost) or releases_wait:
             releases = []  # the gang is not complete: nothing of it may schedule
         releases = capacity.releases(releases)
         if releases:
@@ -595,7 +676,28 @@ class SliceActuator:
         final, stall = capacity.report(final, stall)
         if revoked:
             final = replace(final, drains=(*final.drains, *revoked))
+        if releases_wait:
+            final = replace(final, slices=held_for_gang(final.slices, releases_wait))
         return final, stall
+
+    async def _give_back(self, ref: ClusterRef, snap: Snapshot, why: str) -> None:
+        """Delete this group's reservations whose slice's pods are all still gated
+        (nothing ran there), each conditional on the uid the pass saw."""
+        gated: dict[str, bool] = {}
+        for pod in self.pending.pods(snap.pods):
+            for name in pod.slice_names:
+                gated[name] = gated.get(name, True) and pod.gated and not pod.pinned_pool
+        for r in self.pending.reservations(snap.reservations):
+            if not ref.holds(r.holder) or not gated.get(r.holder.replica_name, True):
+                continue
+            if await self.kube.delete_reservation(r.pool, r.uid):
+                self.pending.reservation_deleted(r.pool, time.monotonic(), r.uid)
+                await self.recorder.normal(
+                    ref,
+                    events.SLICE_RELEASED,
+                    f"released node pool {r.pool} (group {ref.group}, slice "
+                    f"{r.holder.replica_name}, never started): {why}",
+                )
 
     async def _hand_over(
         self, ref: ClusterRef, spec: SliceClusterSpec, snap: Snapshot, desired: int

@@ -35,6 +35,7 @@ from tpuslice.status.groups import CpuGroupObserved, TpuGroupObserved, grouped_s
 __all__ = [
     "ClusterKind",
     "elastic_count",
+    "group_previous",
     "live_desired",
     "observed_of",
     "stalled_observation",
@@ -113,6 +114,20 @@ def _pods_of(snap: Snapshot, group: str) -> list[PodInfo]:
     return [p for p in snap.pods if p.group == group]
 
 
+def group_previous(previous: Mapping[str, Any], group: str) -> dict[str, Any]:
+    """The status a TPU group's slices are preferred from: the object's, with the
+    group's own ``status.groups[].slices`` as ``slices`` (the pools its slices held)."""
+    entry = next(
+        (
+            g
+            for g in previous.get("groups") or []
+            if isinstance(g, Mapping) and g.get("name") == group
+        ),
+        {},
+    )
+    return {**previous, "slices": list(entry.get("slices") or [])}
+
+
 def stalled_observation(body: Mapping[str, Any], stall: Stall) -> Observed:
     """For a spec that cannot be parsed: no shape is known, only the stall."""
     return Observed(
@@ -151,7 +166,12 @@ class ClusterKind:
     ) -> list[SliceSet]:
         if parsed.grouped:  # a slice set per TPU group, each seeing its group's pods only
             return [
-                SliceSet(ref, group, replace(snap, pods=_pods_of(snap, group.group_name)), previous)
+                SliceSet(
+                    replace(ref, group=group.group_name),
+                    group,
+                    replace(snap, pods=_pods_of(snap, group.group_name)),
+                    group_previous(previous, group.group_name),
+                )
                 for group in parsed.tpu_groups()
             ]
         return [

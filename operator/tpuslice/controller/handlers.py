@@ -29,7 +29,7 @@ from tpuslice.controller.applier import TemplateSchema, controlled_by
 from tpuslice.controller.capacity import provisioning_view
 from tpuslice.controller.expectations import Expectations
 from tpuslice.controller.kinds import KINDS
-from tpuslice.controller.reconciler import Reconciler, SnapshotReader, spec_shape
+from tpuslice.controller.reconciler import Reconciler, SnapshotReader, spec_shapes
 from tpuslice.model import constants as c
 from tpuslice.model.convert import (
     cluster_record,
@@ -135,9 +135,9 @@ def make_reader(
 ) -> SnapshotReader:
     """A snapshot reader for objects of ``kind`` over kopf's live indexes and our stores
     (the same objects for the whole run): the object, its pods and KubeRay objects, the
-    nodes of its shape, and the reservations of its shape and its own (a spec whose shape
-    changed still sees the pools it holds of the old one). The shape's queue holds the
-    objects of every kind of that shape."""
+    nodes of its shapes (one per TPU group), and the reservations of its shapes and its
+    own (a spec whose shape changed still sees the pools it holds of the old one). A
+    shape's queue holds the objects of every kind with a TPU group of that shape."""
     clusters = indices[f"{INDEX_PREFIX[kind]}_index"]
     shape_indexes = [
         (member_kind, indices[f"{prefix}_shape_index"])
@@ -156,19 +156,25 @@ def make_reader(
             else Usage()
         )
         cluster = _first(clusters.get(key[1:]))
-        shape = spec_shape(cluster) if cluster is not None else None
+        shapes = spec_shapes(cluster) if cluster is not None else ()
         uid = (cluster or {}).get("metadata", {}).get("uid", "")
         reservations: dict[str, ReservationInfo] = {}
-        for info in list(by_shape.get(shape, ())) + list(by_holder.get(uid, ())):
+        for shape in shapes:
+            for info in list(by_shape.get(shape, ())):
+                reservations[info.pool] = info
+        for info in list(by_holder.get(uid, ())):
             reservations[info.pool] = info
 
         def members() -> list[ShapeMember]:
             out = []
+            seen = {uid}  # an object of several shapes is one member (its groups apart)
             usages = usage_by_namespace(by_shape) if policies else {}
-            for member_kind, index in shape_indexes if shape else []:
-                for other in list(index.get(shape, ())):
+            for member_kind, index in shape_indexes:
+                others = [other for shape in shapes for other in list(index.get(shape, ()))]
+                for other in others:
                     meta = other.get("metadata") or {}
-                    if meta.get("uid") != uid:
+                    if meta.get("uid") not in seen:
+                        seen.add(meta.get("uid"))
                         ns = meta.get("namespace", "")
                         other_key = (member_kind, ns, meta.get("name", ""))
                         member = ShapeMember(other, watches.pods_of(other_key))
@@ -192,7 +198,7 @@ def make_reader(
         return Snapshot(
             cluster=cluster,
             pods=watches.pods_of(key),
-            nodes=_nodes_for(watches, shape),
+            nodes=list({n.name: n for s in shapes for n in _nodes_for(watches, s)}.values()),
             reservations=list(reservations.values()),
             raycluster=ray if own_raycluster else None,
             owned=None if own_raycluster else ray,
@@ -350,10 +356,10 @@ def tsc_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> di
 
 
 def tsc_shape_index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    """TPUSliceClusters (or TPUSliceJobs) by shape: the members of each shape's queue."""
+    """TPUSliceClusters (or TPUSliceJobs) by shape: the members of each shape's queue
+    (an object of several TPU groups is a member of each of its groups' shapes)."""
     record = cluster_record(body)
-    shape = spec_shape(record)
-    return {shape: record} if shape is not None else {}
+    return {shape: record for shape in spec_shapes(record)}
 
 
 def reservation_shape_index(body: kopf.Body, **_: Any) -> dict[Any, ReservationInfo]:
@@ -418,8 +424,7 @@ async def object_changed(
     kind = KIND_OF_PLURAL[resource.plural]
     key = (kind, namespace or "", name)
     if type in ("ADDED", "DELETED"):
-        shape = spec_shape(body)
-        if shape is not None:
+        for shape in spec_shapes(body):
             kick_owners(memo, waiting_for(memo, shape) - {key})
     reconciler = memo.reconcilers[kind]
     if type == "DELETED":

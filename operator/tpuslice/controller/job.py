@@ -8,7 +8,8 @@ What differs from a TPUSliceCluster:
    the job (labelled with its name and kind);
 2. the RayJob is parsed and rendered (``spec.job.parse_job``,
    ``render.kuberay.render_rayjob``);
-3. its one slice set has the job as the holder: while the job has not ended,
+3. its one slice set (one per TPU group of spec.workerGroups, each in its own shape's
+   queue) has the job as the holder: while the job has not ended,
    pools whose slices' pods are gone stay held and are handed to the next
    attempt's slices (``keep_pools``), so a retry never waits in the queue; once
    the job has ended (or is suspended) it wants no slices, and each pool is
@@ -30,7 +31,7 @@ from tpuslice.controller.adapter import (
     unparsed_fields,
 )
 from tpuslice.controller.applier import Applied
-from tpuslice.controller.cluster import elastic_count
+from tpuslice.controller.cluster import elastic_count, group_previous, observed_of
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
 from tpuslice.model.convert import worker_replicas
@@ -38,9 +39,15 @@ from tpuslice.model.records import ClusterRef, SlicePlan, Snapshot
 from tpuslice.render.kuberay import render_rayjob
 from tpuslice.spec.job import SliceJobSpec, parse_job
 from tpuslice.status.conditions import ClusterSlices, Stall, elastic_slices
+from tpuslice.status.groups import (
+    ONE_GROUP_FIELDS,
+    CpuGroupObserved,
+    TpuGroupObserved,
+    group_entries,
+)
 from tpuslice.status.job import JobObserved, compute_job_status, job_ended
 
-__all__ = ["JobKind", "job_observed"]
+__all__ = ["JobKind", "grouped_job_status", "job_observed"]
 
 
 def _current_cluster(
@@ -118,6 +125,47 @@ def job_observed(
     )
 
 
+def grouped_job_status(
+    parsed: SliceJobSpec,
+    body: Mapping[str, Any],
+    snap: Snapshot,
+    acted: Sequence[ActedSet],
+    applied: Applied,
+    stall: Stall | None,
+    previous: Mapping[str, Any],
+    now: str,
+) -> dict[str, Any]:
+    """A grouped TPUSliceJob's status: the job's conditions over every TPU group's slices
+    (desiredSlices and readySlices count them all), and each group in ``status.groups``
+    as a grouped TPUSliceCluster lists them (``status.slices`` is for one group)."""
+    plans = [one.plan for one in acted]
+    combined = replace(
+        plans[0],
+        slices=tuple(s for plan in plans for s in plan.slices),
+        drains=tuple(d for plan in plans for d in plan.drains),
+    )
+    desired = sum(one.slices.desired or 0 for one in acted)
+    spec = replace(parsed, cluster=replace(parsed.cluster, slices=desired))
+    observed = job_observed(spec, body, snap, combined, desired, applied.ok, stall, previous, now)
+    status = compute_job_status(observed, previous, now)
+    for key in ONE_GROUP_FIELDS:
+        status.pop(key, None)
+    tpu_groups = [
+        TpuGroupObserved(
+            one.slices.spec.group_name,
+            one.slices.spec.shape.topology,
+            replace(
+                observed_of(one.slices.spec, body, one.slices.snap, one.plan, applied, stall),
+                desired_slices=one.slices.desired or 0,
+            ),
+        )
+        for one in acted
+    ]
+    cpu_groups = [CpuGroupObserved(g.name, g.replicas) for g in parsed.cluster.cpu_groups]
+    status["groups"] = group_entries(tpu_groups, cpu_groups, now)
+    return status
+
+
 def _invalid(body: Mapping[str, Any], stall: Stall) -> JobObserved:
     """For a spec that cannot be parsed: no shape is known, only the stall."""
     return JobObserved(
@@ -148,6 +196,18 @@ class JobKind(OwnsKubeRayObject):
         wants = not ended and not parsed.job.suspend
         name = str(ray_status.get("rayClusterName") or "")
         current = snap.rayclusters.get(name) if name else None
+        if parsed.cluster.grouped:  # a slice set per TPU group, each seeing its group's pods
+            return [
+                SliceSet(
+                    replace(ref, group=group.group_name),
+                    group,
+                    replace(snap, pods=[p for p in snap.pods if p.group == group.group_name]),
+                    group_previous(previous, group.group_name),
+                    desired=group.slices if wants else 0,
+                    keep_pools=wants,
+                )
+                for group in parsed.cluster.tpu_groups()
+            ]
         desired = parsed.cluster.desired_slices(worker_replicas(current)) if wants else 0
         return [SliceSet(ref, parsed.cluster, snap, previous, desired=desired, keep_pools=wants)]
 
@@ -162,6 +222,10 @@ class JobKind(OwnsKubeRayObject):
         previous: Mapping[str, Any],
         now: str,
     ) -> StatusOut:
+        if parsed.cluster.grouped:
+            return StatusOut(
+                grouped_job_status(parsed, body, snap, acted, applied, stall, previous, now)
+            )
         (only,) = acted
         desired = only.slices.desired or 0
         observed = job_observed(

@@ -27,7 +27,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tpuslice.controller.actuator import PoolIndexCache, SliceActuator, SpecCache, shape_of
+from tpuslice.controller.actuator import (
+    PoolIndexCache,
+    SliceActuator,
+    SpecCache,
+    desired_of,
+    shape_of,
+)
 from tpuslice.controller.adapter import ActedSet, KindAdapter, SliceSet
 from tpuslice.controller.applier import Applied, KubeRayApplier, TemplateSchema
 from tpuslice.controller.capacity import Provisioner
@@ -38,7 +44,10 @@ from tpuslice.controller.recorder import Recorder
 from tpuslice.controller.statuswriter import StatusWriter, generation
 from tpuslice.model import events
 from tpuslice.model.records import (
+    CapacityUnit,
     ClusterRef,
+    Drain,
+    GangMode,
     ObjectKey,
     Shape,
     SlicePlan,
@@ -52,8 +61,9 @@ from tpuslice.planning.accounting import (
     with_maintenance,
 )
 from tpuslice.planning.busy import avoided_nodes, busy_nodes_status
-from tpuslice.planning.pools import held_pin
-from tpuslice.planning.queue import shape_name
+from tpuslice.planning.groups import GroupHold, claims_wait_on, gang_whole
+from tpuslice.planning.pools import held_pin, pool_index
+from tpuslice.planning.queue import not_enough_message, shape_name
 from tpuslice.policy.rules import check_object, effective_priority, facts_of
 from tpuslice.policy.selection import governing
 from tpuslice.runtime.kube import ApiError, ClusterApi
@@ -65,7 +75,16 @@ from tpuslice.spec.parts import SliceClusterSpec, SpecError
 from tpuslice.spec.slices import parse_slice_parts
 from tpuslice.status.conditions import MAX_MESSAGE, Stall, truncate
 
-__all__ = ["Reconciler", "SnapshotReader", "error_text", "policy_stall", "spec_shape"]
+__all__ = [
+    "Reconciler",
+    "SnapshotReader",
+    "error_text",
+    "gang_claims_message",
+    "gang_release_message",
+    "policy_stall",
+    "spec_shape",
+    "spec_shapes",
+]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +97,16 @@ def spec_shape(cluster: Mapping[str, Any]) -> Shape | None:
         return shape_of(parse_slice_parts(cluster))
     except SpecError:
         return None
+
+
+def spec_shapes(cluster: Mapping[str, Any]) -> tuple[Shape, ...]:
+    """The shapes of every TPU group of an object of any kind (one for the one-group
+    form; () when the spec cannot be parsed): the queues its slices wait in."""
+    try:
+        groups = parse_slice_parts(cluster).tpu_groups()
+    except SpecError:
+        return ()
+    return tuple(dict.fromkeys(shape_of(g) for g in groups))
 
 
 #: A policy refusal names at most this many refusals (the rest are counted).
@@ -108,6 +137,31 @@ def pinned_stall(snap: Snapshot, spec: SliceClusterSpec) -> Stall | None:
         return None
     why = held_pin(spec.worker.template, snap.reservations)
     return Stall(events.PINNED_TO_HELD, why) if why else None
+
+
+def _in_gang(each: SliceSet) -> bool:
+    """Whether a slice set is a TPU group of its object's gang across groups."""
+    spec = each.spec
+    return bool(each.ref.group) and spec.gated and spec.joined and spec.gang == GangMode.ALL_SLICES
+
+
+def gang_claims_message(earlier: GroupHold) -> str:
+    """Why a gang's group does not claim yet: an earlier group in the claim order."""
+    return (
+        f"waiting for group {earlier.group} ({shape_name(earlier.shape)}) to hold all "
+        f"{earlier.desired} of its slices (holds {earlier.held}): the groups of one gang "
+        "claim their shapes in one order, so two gangs never wait on each other"
+    )
+
+
+def gang_release_message(holds: Sequence[GroupHold]) -> str:
+    """Why a gang's slices stay gated: the groups that do not hold all their slices."""
+    short = [f"{g.group} holds {g.held} of {g.desired}" for g in holds if not g.whole]
+    return (
+        "released when every group of the gang holds all its slices ("
+        + ("; ".join(short) or "all do now")
+        + ")"
+    )
 
 
 def error_text(exc: BaseException) -> str:
@@ -303,9 +357,13 @@ class Reconciler:
             snap.namespace_labels,
             avoid=avoided_nodes(previous, now),
         )
-        await self._give_back_unheld(ref, snap, {each.slices.ref.ray_cluster for each in acted})
-        waits = any(waiting_for_capacity(each.plan) for each in acted)
-        self._track_waiting(key, kind.cluster_spec(parsed), waits)
+        live = {(each.slices.ref.ray_cluster, each.slices.ref.group) for each in acted}
+        await self._give_back_unheld(ref, snap, live)
+        waits = {shape_of(spec): False for spec in kind.cluster_spec(parsed).tpu_groups()}
+        for each in acted:
+            shape = shape_of(each.slices.spec)
+            waits[shape] = waits.get(shape, False) or waiting_for_capacity(each.plan)
+        self._track_waiting(key, waits)
         states = (str(s.state) for each in acted for s in each.plan.slices)
         self.metrics.cluster_slices(key, states)
         stall = applied.stall or plan_stall
@@ -315,7 +373,9 @@ class Reconciler:
         if busy is not None:
             out.status["busyNodes"] = busy
         drains = [d for each in acted for d in each.plan.drains]
-        by_cluster = {each.slices.ref.ray_cluster: each.plan.drains for each in acted}
+        by_cluster: dict[str, list[Drain]] = {}
+        for each in acted:  # a RayCluster's drains over all its groups
+            by_cluster.setdefault(each.slices.ref.ray_cluster, []).extend(each.plan.drains)
         status = with_maintenance(
             with_disruptions(out.status, previous, drains, now, by_cluster), snap.nodes
         )
@@ -347,7 +407,7 @@ class Reconciler:
         released pods), except pools whose slices have no pods left, given back as
         usual; it waits in no queue."""
         await self._give_back_unheld(ref, snap, set())
-        self._track_waiting(key, spec, False)
+        self._track_waiting(key, {shape_of(group): False for group in spec.tpu_groups()})
         out = self.adapter.invalid_status(body, stall, previous, self.status.now())
         kept = _busy_nodes_kept(out.status, previous)
         await self.status.write_status(body, previous, kept, out.slices)
@@ -361,15 +421,56 @@ class Reconciler:
     ) -> tuple[list[ActedSet], Stall | None]:
         """Each slice set planned and acted on; the first stall any of them revealed. The
         priority each queues at is clamped into the governing TPUSlicePolicies' range;
-        ``avoid``, the nodes the object found busy (status.busyNodes), is every set's."""
-        acted: list[ActedSet] = []
-        stall: Stall | None = None
+        ``avoid``, the nodes the object found busy (status.busyNodes), is every set's.
+
+        The TPU groups of a gang across groups (``SliceClusterSpec.gang_groups``) act in
+        the claim order of ``planning.groups``: a group claims only once every earlier
+        group holds all its slices, and no group's pods are released until every group
+        does; the pass that completes the gang acts on its groups once more to release
+        them. A TPUSliceService's RayClusters are each a gang of their own. Other slice
+        sets (CPU groups have none) act on their own."""
+        sets = list(slice_sets)
+        # one gang per RayCluster (a TPUSliceService's active and pending ones apart)
+        by_cluster: dict[str, list[SliceSet]] = {}
+        for each in sets:
+            if _in_gang(each):
+                by_cluster.setdefault(each.ref.ray_cluster, []).append(each)
+        gangs = [
+            sorted(members, key=lambda each: (shape_of(each.spec), each.spec.group_name))
+            for members in by_cluster.values()
+            if len(members) > 1
+        ]
+        gang_of = {id(each): gang for gang in gangs for each in gang}
+        ordered = [each for gang in gangs for each in gang]
+        ordered += [each for each in sets if id(each) not in gang_of]
         governed = governing(policies, labels or {}) if policies else ()
-        for each in slice_sets:
+        whole_before = {id(gang): gang_whole(self._holds(gang)) for gang in gangs}
+        released = {
+            id(gang): any(not p.gated for each in gang for p in each.snap.pods) for gang in gangs
+        }
+        # A group that can never get its units (more slices than its shape has) keeps the
+        # whole gang from completing: no group claims, and one that never ran gives back.
+        never = {
+            id(each): why for gang in gangs for each in gang if (why := self._never_fits(each))
+        }
+
+        async def act(each: SliceSet, *, release: bool) -> tuple[SlicePlan, Stall | None]:
             spec = each.spec
             if governed:
                 spec = replace(spec, priority=effective_priority(governed, spec.priority).value)
-            plan, plan_stall = await self.actuator.act(
+            claims_wait, releases_wait, give_back = "", "", False
+            gang = gang_of.get(id(each))
+            if gang is not None:
+                holds = self._holds(gang)
+                short = [never[id(g)] for g in gang if id(g) in never]
+                if short:  # a group that never fits says NotEnoughPools in its own plan
+                    claims_wait = "" if id(each) in never else short[0]
+                elif (earlier := claims_wait_on(holds, spec.group_name)) is not None:
+                    claims_wait = gang_claims_message(earlier)
+                give_back = bool(claims_wait) and not released[id(gang)]
+                if not release:
+                    releases_wait = gang_release_message(holds)
+            return await self.actuator.act(
                 each.ref,
                 spec,
                 each.snap,
@@ -377,31 +478,102 @@ class Reconciler:
                 desired_slices=each.desired,
                 keep_pools=each.keep_pools,
                 avoid=avoid,
+                claims_wait=claims_wait,
+                releases_wait=releases_wait,
+                give_back=give_back,
             )
+
+        plans: dict[int, tuple[SlicePlan, Stall | None]] = {}
+        for each in ordered:
+            gang = gang_of.get(id(each))
+            release = gang is None or whole_before[id(gang)]
+            plans[id(each)] = await act(each, release=release)
+        for gang in gangs:
+            if not whole_before[id(gang)] and gang_whole(self._holds(gang)):
+                for each in gang:  # every group holds all its slices now: release them
+                    plans[id(each)] = await act(each, release=True)
+        acted: list[ActedSet] = []
+        stall: Stall | None = None
+        for each in sets:
+            plan, plan_stall = plans[id(each)]
             acted.append(ActedSet(each, plan))
             stall = stall or plan_stall
         return acted, stall
 
-    async def _give_back_unheld(self, ref: ClusterRef, snap: Snapshot, live: set[str]) -> None:
-        """Delete the object's reservations that no slice set of this pass holds (a
-        TPUSliceService's RayCluster KubeRay deleted after an upgrade, or the one it
-        replaced) once no pod of theirs is left: no pass plans for them any more."""
+    def _holds(self, gang: Sequence[SliceSet]) -> list[GroupHold]:
+        """Each gang group's wanted slices and the pools its live slices hold, from the
+        pods and reservations as this operator's writes left them (``Expectations``)."""
+        out: list[GroupHold] = []
+        for each in gang:
+            desired = self._desired(each)
+            live = {
+                name
+                for p in self.pending.pods(each.snap.pods)
+                if not p.deleting
+                for name in p.slice_names
+            }
+            held = sum(
+                1
+                for r in self.pending.reservations(each.snap.reservations)
+                if each.ref.holds(r.holder) and r.holder.replica_name in live
+            )
+            out.append(GroupHold(each.spec.group_name, shape_of(each.spec), desired, held))
+        return out
+
+    @staticmethod
+    def _desired(each: SliceSet) -> int:
+        assert each.snap.cluster is not None
+        return desired_of(each.snap.cluster, each.spec) if each.desired is None else each.desired
+
+    def _never_fits(self, each: SliceSet) -> str:
+        """Why a gang group can never hold its slices (more than its shape's units exist,
+        the NotEnoughPools of queue rule 2), or ""."""
+        spec = each.spec
+        shape = shape_of(spec)
+        unit = CapacityUnit.for_hosts(spec.shape.hosts)
+        index = self.pool_indexes.index(shape, each.snap, unit) or pool_index(
+            each.snap.nodes, *shape, unit=unit
+        )
+        desired, exist = self._desired(each), len(index.matching)
+        if desired <= exist:
+            return ""
+        return (
+            f"group {spec.group_name} "
+            + not_enough_message(
+                shape=shape_name(shape),
+                desired=desired,
+                exist=exist,
+                gang=spec.gang,
+                noun=unit.noun,
+            )
+            + ", so no group of the gang claims"
+        )
+
+    async def _give_back_unheld(
+        self, ref: ClusterRef, snap: Snapshot, live: set[tuple[str, str]]
+    ) -> None:
+        """Delete the object's reservations that no slice set of this pass holds, by
+        (RayCluster, group) (a TPUSliceService's RayCluster KubeRay deleted after an
+        upgrade, or the one it replaced; a TPU group removed from spec.workerGroups)
+        once no pod of theirs is left: no pass plans for them any more."""
         with_pods = {n for p in snap.pods for n in p.slice_names}
         gone = [
             r
             for r in self.pending.reservations(snap.reservations)
             if r.holder.uid == ref.uid
-            and r.holder.ray_cluster not in live
+            and (r.holder.ray_cluster, r.holder.group) not in live
             and r.holder.replica_name not in with_pods
         ]
         for r in gone:
             if await self.kube.delete_reservation(r.pool, r.uid):
                 self.pending.reservation_deleted(r.pool, time.monotonic(), r.uid)
+                what = (
+                    f"group {r.holder.group} is gone from spec.workerGroups"
+                    if r.holder.group and not r.holder.ray_cluster
+                    else f"RayCluster {r.holder.ray_cluster or '?'} is gone"
+                )
                 await self.recorder.normal(
-                    ref,
-                    events.SLICE_RELEASED,
-                    f"released node pool {r.pool} (RayCluster {r.holder.ray_cluster or '?'} "
-                    f"is gone)",
+                    ref, events.SLICE_RELEASED, f"released node pool {r.pool} ({what})"
                 )
 
     def _count_creation(
@@ -416,20 +588,23 @@ class Reconciler:
             created = (body.get("metadata") or {}).get("creationTimestamp", "")
             self.metrics.raycluster_created(created, time.time())
 
-    def _track_waiting(self, key: ObjectKey, spec: SliceClusterSpec, waits: bool) -> None:
-        """Who waits for each shape (kicked when its pools change), and the queue metrics."""
-        shape = shape_of(spec)
-        waiting = self._waiting.setdefault(shape, set())
-        label = shape_name(shape)
-        if waits:
-            waiting.add(key)
+    def _track_waiting(self, key: ObjectKey, waits: Mapping[Shape, bool]) -> None:
+        """Who waits for each shape (kicked when its pools change), and the queue metrics:
+        ``waits`` says, for each shape of the object's TPU groups, whether one waits."""
+        for shape, waiting_now in waits.items():
+            waiting = self._waiting.setdefault(shape, set())
+            if waiting_now:
+                waiting.add(key)
+            else:
+                waiting.discard(key)
+            self.metrics.shape_waiting(shape_name(shape), key, waiting_now)
+        label = shape_name(next(iter(waits))) if waits else ""
+        if any(waits.values()):
             self._waiting_since.setdefault(key, time.monotonic())
         else:
-            waiting.discard(key)
             since = self._waiting_since.pop(key, None)
             if since is not None:
                 self.metrics.waited(label, time.monotonic() - since)
-        self.metrics.shape_waiting(label, key, waits)
 
     async def _failed(
         self, key: ObjectKey, cluster: Mapping[str, Any] | None, exc: Exception

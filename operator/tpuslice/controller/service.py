@@ -36,7 +36,7 @@ from tpuslice.controller.adapter import (
     unparsed_fields,
 )
 from tpuslice.controller.applier import Applied
-from tpuslice.controller.cluster import elastic_count, live_desired
+from tpuslice.controller.cluster import elastic_count, live_desired, observed_of
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
 from tpuslice.model.convert import worker_replicas
@@ -44,9 +44,15 @@ from tpuslice.model.records import ClusterRef, Snapshot
 from tpuslice.render.kuberay import render_rayservice
 from tpuslice.spec.service import SliceServiceSpec, parse_service
 from tpuslice.status.conditions import ClusterSlices, Stall, elastic_slices
+from tpuslice.status.groups import (
+    ONE_GROUP_FIELDS,
+    CpuGroupObserved,
+    TpuGroupObserved,
+    group_entries,
+)
 from tpuslice.status.service import ServiceObserved, compute_service_status
 
-__all__ = ["ServiceKind", "service_clusters"]
+__all__ = ["ServiceKind", "grouped_clusters", "service_clusters"]
 
 
 def service_clusters(snap: Snapshot) -> list[str]:
@@ -55,6 +61,43 @@ def service_clusters(snap: Snapshot) -> list[str]:
     names = {name for name, rc in snap.rayclusters.items() if not rc.get("deleting")}
     names |= {p.ray_cluster for p in snap.pods if p.ray_cluster}
     return sorted(names)
+
+
+def grouped_clusters(
+    parsed: SliceServiceSpec,
+    body: Mapping[str, Any],
+    snap: Snapshot,
+    acted: Sequence[ActedSet],
+    applied: Applied,
+    stall: Stall | None,
+    now: str,
+) -> dict[str, ClusterSlices]:
+    """Each RayCluster of a grouped service: its slices over every TPU group (counted
+    together) and each group in its ``groups`` entries, as a grouped TPUSliceCluster's
+    status.groups[] lists them."""
+    by_cluster: dict[str, list[ActedSet]] = {}
+    for each in acted:
+        by_cluster.setdefault(each.slices.ref.ray_cluster, []).append(each)
+    cpu_groups = [CpuGroupObserved(g.name, g.replicas) for g in parsed.cluster.cpu_groups]
+    out: dict[str, ClusterSlices] = {}
+    for name, sets in by_cluster.items():
+        found = snap.rayclusters.get(name)
+        tpu_groups = [
+            TpuGroupObserved(
+                one.slices.spec.group_name,
+                one.slices.spec.shape.topology,
+                observed_of(one.slices.spec, body, one.slices.snap, one.plan, applied, stall),
+            )
+            for one in sets
+        ]
+        out[name] = ClusterSlices(
+            name,
+            sum(one.slices.spec.slices for one in sets),
+            [s for one in sets for s in one.plan.slices],
+            bool(found and found.get("state") == "ready"),
+            groups=tuple(group_entries(tpu_groups, cpu_groups, now)),
+        )
+    return out
 
 
 def _invalid(body: Mapping[str, Any], stall: Stall) -> ServiceObserved:
@@ -84,8 +127,27 @@ class ServiceKind(OwnsKubeRayObject):
         snap: Snapshot,
         previous: Mapping[str, Any],
     ) -> list[SliceSet]:
-        """A slice set per RayCluster, each seeing only its own pods. A service's status
-        keeps slices per cluster, so no pool preference is read from it."""
+        """A slice set per RayCluster (per TPU group of each, for spec.workerGroups), each
+        seeing only its own pods. A service's status keeps slices per cluster, so no pool
+        preference is read from it."""
+        if parsed.cluster.grouped:
+            return [
+                SliceSet(
+                    replace(ref, ray_cluster=name, group=group.group_name),
+                    group,
+                    replace(
+                        snap,
+                        pods=[
+                            p
+                            for p in snap.pods
+                            if p.ray_cluster == name and p.group == group.group_name
+                        ],
+                    ),
+                    {},
+                )
+                for name in service_clusters(snap)
+                for group in parsed.cluster.tpu_groups()
+            ]
         return [
             SliceSet(
                 replace(ref, ray_cluster=name),
@@ -109,7 +171,9 @@ class ServiceKind(OwnsKubeRayObject):
         now: str,
     ) -> StatusOut:
         clusters: dict[str, ClusterSlices] = {}
-        for each in acted:
+        if parsed.cluster.grouped:
+            clusters = grouped_clusters(parsed, body, snap, acted, applied, stall, now)
+        for each in [] if parsed.cluster.grouped else acted:
             name = each.slices.ref.ray_cluster
             found = snap.rayclusters.get(name)
             elastic = parsed.cluster.elastic
@@ -141,7 +205,11 @@ class ServiceKind(OwnsKubeRayObject):
         )
         # Per-slice events are a TPUSliceCluster's and TPUSliceJob's: a service's status
         # keeps slices per cluster, and the conditions say where an upgrade stands.
-        return StatusOut(compute_service_status(observed, previous, now))
+        status = compute_service_status(observed, previous, now)
+        if parsed.cluster.grouped:  # the shape is each group's (status.*Cluster.groups)
+            for key in ONE_GROUP_FIELDS:
+                status.pop(key, None)
+        return StatusOut(status)
 
     def invalid_status(
         self, body: Mapping[str, Any], stall: Stall, previous: Mapping[str, Any], now: str

@@ -242,6 +242,7 @@ def reservation_info(obj: Mapping[str, Any]) -> ReservationInfo:
             replica_index=_int(holder.get("replicaIndex")),
             kind=holder.get("kind") or c.KIND_CLUSTER,
             ray_cluster=holder.get("rayCluster") or "",
+            group=holder.get("group") or "",
         ),
         phase=(obj.get("status") or {}).get("phase"),
         uid=str((obj.get("metadata") or {}).get("uid") or ""),
@@ -269,6 +270,8 @@ def holder_spec(holder: Holder) -> dict[str, Any]:
         spec["kind"] = holder.kind
     if holder.ray_cluster:
         spec["rayCluster"] = holder.ray_cluster
+    if holder.group:
+        spec["group"] = holder.group
     return spec
 
 

@@ -147,6 +147,9 @@ class ClusterRef:
     #: one and an upgrade's pending one): the RayCluster this pass plans for; "" for a
     #: TPUSliceCluster or TPUSliceJob, whose slices are one set.
     ray_cluster: str = ""
+    #: The TPU worker group of spec.workerGroups whose slices this pass plans; "" for the
+    #: one-group form (spec.tpu + spec.worker), whose reservations name no group.
+    group: str = ""
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
@@ -168,9 +171,27 @@ class ClusterRef:
             ray_cluster=ray_cluster,
         )
 
+    @property
+    def queue_key(self) -> ObjectKey:
+        """The key of this slice set in its shape's queue: the object's key, with the
+        group's name after the object's for a group (two groups of one object may share
+        a shape, and each is a request of its own; they sort next to each other)."""
+        if not self.group:
+            return self.key
+        return (self.kind, self.namespace, f"{self.name}/{self.group}")
+
     def holds(self, holder: Holder) -> bool:
         """Whether a reservation of ``holder`` is one of this pass's own."""
-        return holder.uid == self.uid and holder.ray_cluster == self.ray_cluster
+        return (
+            holder.uid == self.uid
+            and holder.ray_cluster == self.ray_cluster
+            and holder.group == self.group
+        )
+
+    def holds_in_group(self, holder: Holder) -> bool:
+        """Whether ``holder`` is this object's, of this pass's group (any RayCluster of
+        it: a TPUSliceService's counts span its RayClusters)."""
+        return holder.uid == self.uid and holder.group == self.group
 
 
 @dataclass(frozen=True)
@@ -285,10 +306,12 @@ class Holder:
     replica_index: int | None = None
     kind: str = KIND_CLUSTER  # of the holding object
     ray_cluster: str = ""  # a TPUSliceService's: the RayCluster the slice belongs to
+    group: str = ""  # the spec.workerGroups TPU group; "" for the one-group form
 
     def describe(self) -> str:
         what = "" if self.kind == KIND_CLUSTER else f"{self.kind} "
-        return f"{what}{self.namespace}/{self.name} (slice {self.replica_name})"
+        group = f"group {self.group}, " if self.group else ""
+        return f"{what}{self.namespace}/{self.name} ({group}slice {self.replica_name})"
 
     @property
     def owner(self) -> ObjectKey:

@@ -781,6 +781,7 @@ def plan_slices(
                         replica.index,
                         kind=cluster.kind,
                         ray_cluster=cluster.ray_cluster,
+                        group=cluster.group,
                     ),
                 )
             )
@@ -1026,7 +1027,7 @@ def pool_request(
     holding = [r for r in live if r.name in ours]
     terms = plan_terms(gang, desired_slices, len(holding), minimum)
     return PoolRequest(
-        key=cluster.key,
+        key=cluster.queue_key,
         uid=cluster.uid,
         desired=terms.desired,
         held=len(holding),
@@ -1065,7 +1066,7 @@ def handovers(
     rest, in index order. What no slice takes now stays held for the next
     (``kept_frees``): a retry never waits in the queue for capacity it had."""
     replicas, _ = _group_replicas(pods, hosts)
-    ours = [r for r in reservations if r.holder.uid == cluster.uid]
+    ours = [r for r in reservations if cluster.holds_in_group(r.holder)]
     holding = {r.holder.replica_name for r in ours}
     idle = sorted(
         (r for r in ours if r.holder.replica_name not in replicas),
@@ -1110,6 +1111,7 @@ def handovers(
                 rep.name,
                 rep.index,
                 kind=cluster.kind,
+                group=cluster.group,
             ),
         )
         for pool, rep in sorted(given.items())
@@ -1126,6 +1128,6 @@ def kept_frees(
     """Of the planner's ``frees``, those a job that keeps its pools still gives back: only
     what it holds beyond ``desired_slices`` (the pools of slices whose pods are gone stay
     held until the job ends; a gang's give-back does not apply to what it already had)."""
-    held = sum(1 for r in reservations if r.holder.uid == cluster.uid)
+    held = sum(1 for r in reservations if cluster.holds_in_group(r.holder))
     excess = max(0, held - desired_slices)
     return tuple(sorted(frees)[:excess])

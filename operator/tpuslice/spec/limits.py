@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from tpuslice.model import constants
 from tpuslice.spec.bounds import CEILING, SpecLimits
 from tpuslice.spec.parts import FieldError, SliceClusterSpec, SpecError
 
@@ -69,31 +68,35 @@ def check_limits(spec: SliceClusterSpec, limits: SpecLimits) -> None:
 
 
 def controller_errors(spec: SliceClusterSpec) -> list[FieldError]:
-    """What of ``spec`` the operator renders but does not yet reserve and account for.
+    """What of ``spec`` the operator renders but does not reserve and account for.
 
-    Several worker groups render (``tpuslice render``) with identity per group, and a
-    TPUSliceCluster's pass watches each TPU group as a slice set of its own, but the
-    queue and reservations still know one slice set per object (a second group's
-    slices would take the first's place in its shape's queue). Until they are per group
-    (docs/architecture.md, "Several worker groups: reservation"), the pass refuses a
-    grouped spec that would hold pools, and a grouped TPUSliceJob or TPUSliceService
-    (whose status reads one group), rather than mis-count; with reservation.policy None
-    a TPUSliceCluster's groups run as rendered."""
-    if spec.grouped and spec.owner_kind != constants.KIND_CLUSTER:
+    Every kind's TPU groups are each a slice set in its own shape's queue
+    (docs/architecture.md, "Several worker groups: reservation"). Not yet run: capacity
+    on demand for groups (one ProvisioningRequest per object), and two Joined TPU groups of one
+    shape in a gang across groups (a gang claims each shape at once, and two groups of
+    one shape are two requests there, which could each hold part of the shape)."""
+    if not (spec.grouped and spec.gated):
+        return []
+    if spec.provisions:
         return [
             FieldError(
-                "spec.workerGroups",
-                f"is rendered but not yet run by the operator for a {spec.owner_kind}; use a "
-                "TPUSliceCluster for several groups, or spec.tpu and spec.worker",
+                "spec.reservation.provisioning",
+                "is not run for spec.workerGroups yet (a ProvisioningRequest is made per "
+                "object, not per group); remove provisioning, or use spec.tpu and spec.worker",
             )
         ]
-    if spec.grouped and spec.gated:
-        return [
-            FieldError(
-                "spec.workerGroups",
-                "needs spec.reservation.policy None for now: the operator does not yet "
-                "reserve node pools per group; set the policy None (the scheduler places "
-                "the pods) or use spec.tpu and spec.worker for one TPU group",
-            )
-        ]
+    seen: dict[tuple[str, str], str] = {}
+    for group in spec.gang_groups():
+        shape = (group.shape.generation.gke_accelerator, group.shape.topology)
+        if shape in seen:
+            return [
+                FieldError(
+                    "spec.workerGroups",
+                    f"groups {seen[shape]} and {group.group_name} are both "
+                    f"{group.shape.generation.name} {group.shape.topology} in one gang across "
+                    "groups; set tpu.gang "
+                    "Independent on one of them, or make them one group",
+                )
+            ]
+        seen[shape] = group.group_name
     return []

@@ -97,6 +97,9 @@ class TpuGroupSpec:
     worker: GroupSpec
     #: False for independent slices: no MEGASCALE env, each slice its own job.
     multislice: bool = True
+    #: tpu.gang Joined (the default): in the object's gang across TPU groups when
+    #: spec.reservation.gang is AllSlices; False (Independent): claims on its own.
+    joined: bool = True
 
 
 @dataclass(frozen=True)
@@ -245,6 +248,8 @@ class SliceClusterSpec:
     group_name: str = constants.WORKER_GROUP
     #: Whether the slices are one multislice (MEGASCALE env when more than one).
     multislice: bool = True
+    #: A TPU group's tpu.gang: whether it joins the object's gang across TPU groups.
+    joined: bool = True
     #: spec.workerGroups in order; () for the one-group form (spec.tpu + spec.worker).
     #: With groups, ``shape``/``worker`` are the first TPU group's and ``slices`` is the
     #: sum over TPU groups (what the per-object limits judge).
@@ -268,11 +273,21 @@ class SliceClusterSpec:
                 worker=g.worker,
                 group_name=g.name,
                 multislice=g.multislice,
+                joined=g.joined,
                 worker_groups=(),
             )
             for g in self.worker_groups
             if isinstance(g, TpuGroupSpec)
         )
+
+    def gang_groups(self) -> tuple[SliceClusterSpec, ...]:
+        """The TPU groups held as one gang across groups: with spec.reservation.gang
+        AllSlices, every Joined TPU group (``tpu.gang``), when there are two or more;
+        () otherwise (each group is its own gang, or the object has one group)."""
+        if not self.grouped or self.gang != GangMode.ALL_SLICES:
+            return ()
+        joined = tuple(g for g in self.tpu_groups() if g.joined)
+        return joined if len(joined) > 1 else ()
 
     @property
     def cpu_groups(self) -> tuple[CpuGroupSpec, ...]:
@@ -489,7 +504,9 @@ _CLUSTER_PARTS = frozenset(
     {"tpu", "elastic", "ray", "head", "worker", "workerGroups", "reservation", "disruption"}
 )
 _WORKER_GROUP_FIELDS = frozenset({"name", "tpu", "cpu", "resources", "rayStartParams", "template"})
-_GROUP_TPU_FIELDS = frozenset({"type", "topology", "slices", "chipsPerHost", "multislice"})
+_GROUP_TPU_FIELDS = frozenset({"type", "topology", "slices", "chipsPerHost", "multislice", "gang"})
+#: A TPU group's tpu.gang values: Joined (the default) or Independent.
+GROUP_GANGS = ("Joined", "Independent")
 _CPU_FIELDS = frozenset({"replicas"})
 #: Kueue makes one PodSet per worker group plus the head's, at most 18 (MaxPodSets), so 17
 #: worker groups at most [read: kubernetes-sigs/kueue@ff69552e
@@ -673,9 +690,18 @@ def _worker_groups(
             shape = _shape(tpu, f"{path}.tpu", errors)
             slices = _slices(tpu, f"{path}.tpu", errors)
             multislice = _boolean(tpu.get("multislice"), f"{path}.tpu.multislice", errors, True)
+            group_gang = tpu.get("gang", GROUP_GANGS[0])
+            if group_gang not in GROUP_GANGS:
+                errors.append(
+                    FieldError(
+                        f"{path}.tpu.gang",
+                        f"{described(group_gang)} is not {' or '.join(GROUP_GANGS)}",
+                    )
+                )
             worker = _group(entry, path, errors, tpu_owned=True, known=_WORKER_GROUP_FIELDS)
             if shape is not None:
-                groups.append(TpuGroupSpec(name, shape, slices, worker, multislice))
+                joined = group_gang != "Independent"
+                groups.append(TpuGroupSpec(name, shape, slices, worker, multislice, joined))
         else:
             cpu = as_object(entry.get("cpu"), f"{path}.cpu", errors, _CPU_FIELDS)
             replicas = cpu.get("replicas")

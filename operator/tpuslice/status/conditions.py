@@ -638,6 +638,9 @@ class ClusterSlices:
     ray_cluster_ready: bool
     #: An elastic set's range and target; None for a fixed count.
     elastic: ElasticCount | None = None
+    #: status.groups[] entries of a cluster of several worker groups (its slices are
+    #: listed there, not in ``slices``); () for one group.
+    groups: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def ready_slices(self) -> int:
@@ -688,6 +691,9 @@ class ClusterSlices:
         }
         if self.elastic is not None:
             out["elastic"] = _elastic_entry(self.elastic, self.slices)
+        if self.groups:  # the same slice index is in every group: listed per group
+            del out["slices"]
+            out["groups"] = [dict(g) for g in self.groups]
         return out
 
 

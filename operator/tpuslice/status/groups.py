@@ -17,10 +17,16 @@ from typing import Any
 
 from tpuslice.status.conditions import Observed, compute_status
 
-__all__ = ["CpuGroupObserved", "TpuGroupObserved", "grouped_status"]
+__all__ = [
+    "ONE_GROUP_FIELDS",
+    "CpuGroupObserved",
+    "TpuGroupObserved",
+    "group_entries",
+    "grouped_status",
+]
 
 #: Top-level fields of the one-group status that name one shape or one group's slices.
-_ONE_GROUP_FIELDS = ("acceleratorType", "hostsPerSlice", "chipsPerHost", "slices")
+ONE_GROUP_FIELDS = ("acceleratorType", "hostsPerSlice", "chipsPerHost", "slices")
 
 
 @dataclass(frozen=True)
@@ -53,8 +59,17 @@ def grouped_status(
         slices=[s for g in tpu_groups for s in g.observed.slices],
     )
     status = compute_status(combined, previous, now)
-    for key in _ONE_GROUP_FIELDS:
+    for key in ONE_GROUP_FIELDS:
         status.pop(key, None)
+    status["groups"] = group_entries(tpu_groups, cpu_groups, now)
+    return status
+
+
+def group_entries(
+    tpu_groups: Sequence[TpuGroupObserved], cpu_groups: Sequence[CpuGroupObserved], now: str
+) -> list[dict[str, Any]]:
+    """``status.groups``: each TPU group's shape and slices, then each CPU group's
+    replicas (every kind's grouped status lists its groups the same way)."""
     groups: list[dict[str, Any]] = []
     for group in tpu_groups:
         one = compute_status(group.observed, None, now)
@@ -72,5 +87,4 @@ def grouped_status(
             }
         )
     groups += [{"name": g.name, "desiredReplicas": g.replicas} for g in cpu_groups]
-    status["groups"] = groups
-    return status
+    return groups
