@@ -99,7 +99,7 @@ def _taints(node: Any) -> list[dict[str, Any]]:
     ]
 
 
-def join_tpu_pool(api: Any, node_name: str, pool: TPUPool, timeout_s: float = 60.0) -> None:
+def join_tpu_pool(api: Any, node_name: str, pool: TPUPool, timeout_s: float = 120.0) -> None:
     """Make ``node_name`` the one node of ``pool``: labels, the TPU taint, and
     ``google.com/tpu`` in capacity; returns once the kubelet has it in allocatable."""
     core = core_v1(api)
