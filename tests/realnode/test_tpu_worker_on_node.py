@@ -68,15 +68,21 @@ while True:
     time.sleep(1)
 (worker,) = workers
 
+def call(fn):
+    try:
+        return fn()
+    except Exception as exc:
+        return "raised " + type(exc).__name__
+
 def view():
     ctx = ray.get_runtime_context()
     return {
         "env": {k: os.environ.get(k) for k in KEYS},
         "hostname": socket.gethostname(),
         "node_id": ctx.get_node_id(),
-        "pod_name": rtpu.get_current_pod_name(),
-        "pod_worker_count": rtpu.get_current_pod_worker_count(),
-        "chips_on_node": rtpu.get_num_tpu_chips_on_node(),
+        "pod_name": call(rtpu.get_current_pod_name),
+        "pod_worker_count": call(rtpu.get_current_pod_worker_count),
+        "chips_on_node": call(rtpu.get_num_tpu_chips_on_node),
         "accelerator_ids": ctx.get_accelerator_ids(),
     }
 
@@ -193,18 +199,34 @@ def test_a_ray_task_on_the_real_tpu_worker_sees_the_identity_the_webhook_set(
     # Ray's view: the slice name from TPU_NAME, no chip detected (no /dev/accel*)
     assert task["pod_name"] == env["TPU_NAME"]
     assert task["chips_on_node"] == 0
-    assert task["pod_worker_count"] is None  # needs the pod type and a chip count
+    # Ray 2.60 derives the host count from TPU_ACCELERATOR_TYPE (the device plugin's) and
+    # fails on None instead of answering None (ray/_private/accelerators/tpu.py,
+    # get_tpu_cores_per_chip(None).startswith): without the device plugin it raises
+    assert task["pod_worker_count"] == "raised AttributeError"
     labels = seen["ray_node"]["labels"]
     resources = seen["ray_node"]["resources"]
     print(f"worker node in Ray: resources {resources}, labels {labels}")
-    assert seen["slice_name_from_node"] == labels.get("ray.io/tpu-slice-name")
-    if labels.get("ray.io/tpu-slice-name") is not None:
-        assert labels["ray.io/tpu-slice-name"] == env["TPU_NAME"]
-        assert labels.get("ray.io/tpu-worker-id") == "0"
-        assert seen["slice_nodes"] == 1
-    # the TPU resource: KubeRay's, from the container's google.com/tpu limit
+    # Ray's TPU labels: slice name and worker id Ray derived from the webhook's env, pod
+    # type, topology and accelerator type from the operator's group labels (ray start --labels)
+    tpu_labels = {k: v for k, v in labels.items() if k.startswith(("ray.io/tpu-", "ray.io/acc"))}
+    assert tpu_labels == {
+        "ray.io/tpu-slice-name": env["TPU_NAME"],
+        "ray.io/tpu-worker-id": "0",
+        "ray.io/tpu-pod-type": "v6e-4",
+        "ray.io/tpu-topology": "2x2",
+        "ray.io/accelerator-type": "TPU-V6E",
+    }, labels
+    assert seen["slice_name_from_node"] == env["TPU_NAME"] and seen["slice_nodes"] == 1
+    # the TPU resource is KubeRay's, from the container's google.com/tpu limit; with no chip
+    # detected Ray adds neither the slice-name resource nor TPU-v6e-4-head
     assert resources.get("TPU") == 4.0, resources
-    assert seen["tpu_task"]["node_id"] == task["node_id"]
+    assert env["TPU_NAME"] not in resources and "TPU-v6e-4-head" not in resources, resources
+    assert task["accelerator_ids"]["TPU"] == [] and env["TPU_VISIBLE_CHIPS"] is None
+    # a task asking for the four chips gets them as Ray's TPU ids and TPU_VISIBLE_CHIPS
+    tpu_task = seen["tpu_task"]
+    assert tpu_task["node_id"] == task["node_id"]
+    assert tpu_task["accelerator_ids"]["TPU"] == ["0", "1", "2", "3"]
+    assert tpu_task["env"]["TPU_VISIBLE_CHIPS"] == "0,1,2,3"
     print(f"test took {time.monotonic() - began:.1f}s")
     kubectl(
         cluster, "delete", "tsj", "tpu-view", "-n", workload_ns, "--wait=true", "--timeout=120s"
