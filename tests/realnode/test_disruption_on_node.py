@@ -181,7 +181,7 @@ def test_a_termination_taint_drains_the_real_ray_worker_and_the_slice_comes_back
     env = {e.name: e.value for e in container.env or []}
     assert env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] == str(DRAIN_TIMEOUT_S)
     (head,) = cluster.core.list_namespaced_pod(
-        workload_ns, label_selector=f"tpuslice.dev/cluster={name},ray.io/node-type=head"
+        workload_ns, label_selector=f"ray.io/cluster={name},ray.io/node-type=head"
     ).items
 
     watcher = HeadWatcher(cluster, workload_ns, head.metadata.name)
