@@ -210,6 +210,9 @@ def test_a_termination_taint_drains_the_real_ray_worker_and_the_slice_comes_back
         assert drain["seen_ms"] / 1000 >= tainted_at
         # the busy task keeps the node from finishing early: it goes at its deadline
         assert died["seen_ms"] >= drain["deadline_ms"] - 2000, ray_view
+        # GCS's NodeDeathInfo: reason 3 is AUTOSCALER_DRAIN_PREEMPTED (a PREEMPTION drain)
+        assert died["reason"] == "3", ray_view
+        assert died["message"] == "Node received SIGTERM; draining before shutdown.", ray_view
 
         # status: one disruption, its reason and node
         def counted() -> dict[str, Any] | None:
