@@ -603,8 +603,8 @@ def test_a_tpuslicejob_runs_its_entrypoint_on_a_real_ray_head(
     """A TPUSliceJob from the chart's operator ends ``Complete``: KubeRay makes the job's
     RayCluster (its head from the local Ray image on the real node; its TPU workers on
     the fake pools, released onto the slice the operator reserved), submits the
-    entrypoint through the dashboard (HTTPMode, through the API server's proxy: the
-    real node's DNS resolves no Service names), Ray runs it on the head, and the job's
+    entrypoint through the dashboard (HTTPMode, through the API server's proxy: KubeRay
+    runs on the host, outside the real node's DNS), Ray runs it on the head, and the job's
     pools are given back once the cluster is gone."""
     cluster = node_cluster
     namespace = "tpuslice-jobs"

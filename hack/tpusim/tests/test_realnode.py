@@ -529,3 +529,8 @@ def test_host_record_round_trips_through_its_state_file(tmp_path: Path) -> None:
     loaded = HostRecord.load(Path(record.state_dir))
     assert loaded == record
     assert HostRecord.load(tmp_path / "nowhere") is None
+
+
+def test_dnsmasq_reads_the_service_names_from_its_hosts_dir() -> None:
+    argv = dnsmasq_argv("192.0.2.2", PATHS, ["192.0.2.53"], "10.96.0.1", "cluster.local")
+    assert f"--hostsdir={PATHS.dns_hosts_dir}" in argv

@@ -12,6 +12,8 @@ nodes (tpusim.maintenance). `provisioner` runs the fake GKE provisioner (tpusim.
 foreground against the cluster of ``--dir`` (or ``--kubeconfig``); `slicectl` likewise runs the
 simulated GKE slice controller for TPU7x dynamic slicing (tpusim.slicectl), `slice-create` makes a
 Slice over named partitions and `slice-fault` fails or degrades one on demand.
+`real-tpu-pool` makes the real node a one-node single-host TPU pool (GKE's TPU labels
+and taint, ``google.com/tpu`` advertised; tpusim.realtpu); ``--leave`` takes it back.
 `autoscale` sends one RayCluster patch exactly as Ray's autoscaler would
 (tpusim.autoscaler): grow a worker group to ``--slices`` or name pods in
 ``workersToDelete`` with ``--delete-pod``.
@@ -323,6 +325,29 @@ def cmd_disrupt(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_real_tpu_pool(args: argparse.Namespace) -> int:
+    """Make the real node a one-node single-host TPU pool, or take that back."""
+    from .realnode import REAL_NODE_LABEL
+    from .realtpu import join_tpu_pool, leave_tpu_pool, real_tpu_pool
+
+    api = _api_for(args.dir)
+    nodes = kube.core_v1(api).list_node(label_selector=f"{REAL_NODE_LABEL}=true").items
+    if not nodes:
+        raise SystemExit(f"no real node (label {REAL_NODE_LABEL}=true): start with up --real-node")
+    try:
+        pool = real_tpu_pool(args.pool, args.type, args.topology, args.chips)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from exc
+    for node in nodes:
+        if args.leave:
+            leave_tpu_pool(api, node.metadata.name, pool)
+            print(f"{node.metadata.name}: no longer in TPU pool {pool.name}")
+        else:
+            join_tpu_pool(api, node.metadata.name, pool)
+            print(f"{node.metadata.name}: TPU pool {pool.name} ({pool.tpu_type} {pool.topology})")
+    return 0
+
+
 def cmd_provisioner(args: argparse.Namespace) -> int:
     """Install the ProvisioningRequest CRD and play GKE's side until Ctrl-C."""
     import logging
@@ -548,6 +573,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     rm.add_argument("name", nargs="+")
     rm.set_defaults(fn=cmd_remove_pool)
     _add_disrupt_commands(sub)
+    real_tpu = sub.add_parser(
+        "real-tpu-pool",
+        help="the real node as a one-node single-host TPU pool (labels, taint, google.com/tpu)",
+    )
+    real_tpu.add_argument("--pool", default="real-v6e-2x2", help="gke-nodepool name")
+    real_tpu.add_argument("--type", default="v6e", help="TPU type (v4, v5e, v5p, v6e, tpu7x)")
+    real_tpu.add_argument("--topology", default="2x2", help="a single-host topology")
+    real_tpu.add_argument("--chips", type=int, default=4, help="google.com/tpu to advertise")
+    real_tpu.add_argument("--leave", action="store_true", help="take labels, taint, chips back")
+    real_tpu.set_defaults(fn=cmd_real_tpu_pool)
     prov = sub.add_parser(
         "provisioner",
         help="fake GKE ProvisioningRequest provisioner in the foreground (docs/local-cluster.md)",

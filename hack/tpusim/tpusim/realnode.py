@@ -80,6 +80,7 @@ from .hoststate import (
     read_sysctls,
 )
 from .processes import ComponentError, Process, http_ok, start, wait_until
+from .servicedns import ServiceDNS
 from .tools import ToolPaths
 
 __all__ = [
@@ -209,6 +210,11 @@ class NodePaths:
     @property
     def dnsmasq_pid(self) -> Path:
         return self.state_dir / "dnsmasq.pid"
+
+    @property
+    def dns_hosts_dir(self) -> Path:
+        """dnsmasq's ``--hostsdir``: the Services' names (tpusim.servicedns)."""
+        return self.state_dir / "dns-hosts"
 
 
 # ---------------------------------------------------------------- rendering (pure)
@@ -419,11 +425,14 @@ def host_nameservers(resolv_conf: str) -> list[str]:
 def dnsmasq_argv(
     node_ip: str, paths: NodePaths, upstreams: list[str], service_ip: str, domain: str
 ) -> list[str]:
-    """dnsmasq answering the one in-cluster name kopf needs, forwarding the rest.
+    """dnsmasq answering the in-cluster names, forwarding the rest.
 
-    Only NODE_IP:53 (``--bind-interfaces``), no /etc/dnsmasq.conf, hosts or
-    resolv.conf; other ``<domain>`` names answer NXDOMAIN locally instead of
-    going to the host's resolver. ``--user=root`` so it never changes uid.
+    Only NODE_IP:53 (``--bind-interfaces``), no /etc/dnsmasq.conf, /etc/hosts or
+    resolv.conf. ``kubernetes.default.svc`` (kopf dials it) is fixed; other
+    Services' names come from the hosts files in ``paths.dns_hosts_dir``, which
+    tpusim.servicedns keeps in step with the API (dnsmasq rereads them itself);
+    any other ``<domain>`` name answers NXDOMAIN locally instead of going to the
+    host's resolver. ``--user=root`` so it never changes uid.
     """
     argv = [
         "dnsmasq",
@@ -437,6 +446,7 @@ def dnsmasq_argv(
         "--port=53",
         "--no-resolv",
         "--no-hosts",
+        f"--hostsdir={paths.dns_hosts_dir}",
         f"--local=/{domain}/",
         f"--address=/kubernetes.default.svc.{domain}/{service_ip}",
     ]
@@ -655,6 +665,8 @@ class RealNode:
         #: Seconds the last stop() took (drain + host cleanup).
         self.stop_seconds: float | None = None
         self._procs: list[Process] = []
+        #: Publishes the Services' names to dnsmasq while this object's process lives.
+        self.service_dns: ServiceDNS | None = None
         self._stopped = False
 
     # ------------------------------------------------------------ lifecycle
@@ -727,7 +739,14 @@ class RealNode:
             tar = self._step("pause-image", lambda: pause_image_tar(tools, self.log_dir))
             self._start_containerd()
             self._step("pause-import", lambda: self.load_image(tar))
+            self.paths.dns_hosts_dir.mkdir(parents=True, exist_ok=True)
             self._start_dnsmasq()
+            self.service_dns = ServiceDNS(
+                self.cluster.api,
+                self.paths.dns_hosts_dir / "services",
+                self.settings.cluster_domain,
+            )
+            self.service_dns.start()
             self._start_kubelet()
             self._start_kube_proxy()
         except BaseException:
@@ -746,6 +765,8 @@ class RealNode:
         if kubelet is not None and kubelet.alive():
             with contextlib.suppress(Exception):
                 drain_node(self.cluster.api, self.name, self.socket, self.settings.drain_timeout_s)
+        if self.service_dns is not None:
+            self.service_dns.stop()
         self.cleanup_report = cleanup_host(self.record, lock=self.lock)
         for proc in self._procs:
             with contextlib.suppress(Exception):
