@@ -96,6 +96,20 @@ def test_node_changes_mark_the_shape_stale_and_kick_waiters_and_the_pool_holder(
     assert keys == {("ml", "waiter"), ("ml", "holder")}
 
 
+def test_a_node_change_kicks_the_holder_of_the_node_itself() -> None:
+    """A single-host slice holds a node, not its pool: a taint on that node kicks its
+    holder at once (no wait for a resync)."""
+    store = nodes_store()
+    apply(store, None, {("", "n1"): node("n1", "a")})
+    changes = apply(store, "MODIFIED", {("", "n1"): node("n1", "a", ready=False)})
+    _, keys = node_kicks(
+        changes,
+        waiting_for=lambda s: set(),
+        holders_of=lambda s, unit: {("ml", "single")} if unit == "n1" else set(),
+    )
+    assert keys == {("ml", "single")}
+
+
 def test_pod_changes_kick_their_cluster() -> None:
     store: RecordStore[PodInfo] = RecordStore(lambda p: (p.namespace, p.cluster))
     changes = apply(store, "ADDED", {("ml", "w0"): pod("w0", replica="tpu-a")})

@@ -271,7 +271,8 @@ def node_kicks(
     holders_of: Callable[[Shape, str], set[ObjectKey]],
 ) -> tuple[set[Shape], set[ObjectKey]]:
     """The shapes whose pool index is stale, and the objects to kick: those waiting for
-    capacity of the shape, and the holder of each changed node's pool."""
+    capacity of the shape, and the holder of each changed node's unit (its pool, or the
+    node itself for a single-host slice)."""
     shapes: set[Shape] = set()
     keys: set[ObjectKey] = set()
     for ch in changes:
@@ -280,7 +281,7 @@ def node_kicks(
                 continue
             shape = _node_group(record)
             shapes.add(shape)
-            keys |= holders_of(shape, record.pool)
+            keys |= holders_of(shape, record.pool) | holders_of(shape, record.name)
     for shape in shapes:
         keys |= waiting_for(shape)
     return shapes, keys
