@@ -21,6 +21,7 @@ from tests.e2e.operator_support import (
     InvariantWatch,
     Watch,
     apply,
+    describe,
     event_reasons,
     get_tsc,
     held_by,
@@ -185,7 +186,12 @@ def test_a_spot_notice_counts_as_a_preemption(
         message = str(status(cluster, namespace, "spot")["slices"][0].get("message", ""))
         return message if "not claimed until it clears" in message else None
 
-    kube.wait_for(waiting, timeout_s=TIMEOUT_S, what="the wait naming the quarantined pool")
+    kube.wait_for(
+        waiting,
+        timeout_s=TIMEOUT_S,
+        what="the wait naming the quarantined pool",
+        describe=lambda: describe(cluster, namespace, "spot"),
+    )
 
 
 def test_a_host_that_stops_answering_says_so_until_tainted_out_of_service(

@@ -160,12 +160,26 @@ def rollout_pool(name: str = ROLLOUT_POOL) -> TPUPool:
 def gang_pools(
     cluster: E2ECluster, namespace: str, operator: OperatorProcess
 ) -> Iterator[list[str]]:
-    """Pools a scenario creates (by name, through ``add_pool``), removed afterwards."""
+    """Pools a scenario creates (by name, through ``add_pool``), removed afterwards; every
+    TPU node already in the cluster (the default pools, of the trainer's and the rollout's
+    shapes too) cordoned meanwhile, so only the scenario's pools can be taken."""
+    others = [
+        n.metadata.name
+        for n in kube.harness_nodes(cluster.api)
+        if "cloud.google.com/gke-tpu-accelerator" in (n.metadata.labels or {})
+        and not n.spec.unschedulable
+    ]
+    for node in others:
+        kube.cordon(cluster.api, node)
     made: list[str] = []
-    yield made
-    kubectl(cluster, "delete", "tsc", "--all", "-n", namespace, "--wait=true", check=False)
-    for name in made:
-        kube.delete_pool(cluster.api, name)
+    try:
+        yield made
+    finally:
+        kubectl(cluster, "delete", "tsc", "--all", "-n", namespace, "--wait=true", check=False)
+        for name in made:
+            kube.delete_pool(cluster.api, name)
+        for node in others:
+            kube.cordon(cluster.api, node, unschedulable=False)
 
 
 def add_pool(cluster: E2ECluster, made: list[str], pool: TPUPool) -> None:
