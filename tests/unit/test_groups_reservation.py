@@ -199,6 +199,21 @@ def test_a_group_removed_from_the_spec_gives_its_pools_back_once_its_pods_are_go
     assert ("event", "SliceReleased") in kube.calls
 
 
+def test_the_pods_of_a_removed_group_are_deleted_and_its_pool_kept_until_they_are_gone() -> None:
+    """KubeRay leaves a removed worker group's pods running: the operator deletes them,
+    and gives the unit back only once they are gone (the next pass)."""
+    gone = reservation("v6e-z", holder("old-axxxx", 0, name="rl", uid="uid-rl", group="old"))
+    old_pods = slice_pods("old-axxxx", 0, cluster="rl", group="old", gated=False)
+    kube = run(
+        grouped(), group_pods() + old_pods, v6e("v6e-a", "v6e-b", "v6e-z") + v5e("v5e-a"), [gone]
+    )
+    deleted = sorted(call[1] for call in kube.calls if call[0] == "delete-pod")
+    assert deleted == sorted(p.name for p in old_pods)
+    assert ("free", "v6e-z") not in kube.calls
+    # the trainer's and rollout's own pods are never touched
+    assert not any(call[0] == "delete-pod" and "old" not in call[1] for call in kube.calls)
+
+
 def test_another_gangs_group_that_waits_on_an_earlier_shape_sets_no_pool_aside() -> None:
     # rl (older) needs two v6e pools for its trainer but waits for v5e, held by another:
     # a one-slice v6e cluster created later is not kept from one of the two free pools

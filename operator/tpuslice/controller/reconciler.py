@@ -555,7 +555,11 @@ class Reconciler:
         """Delete the object's reservations that no slice set of this pass holds, by
         (RayCluster, group) (a TPUSliceService's RayCluster KubeRay deleted after an
         upgrade, or the one it replaced; a TPU group removed from spec.workerGroups)
-        once no pod of theirs is left: no pass plans for them any more."""
+        once no pod of theirs is left: no pass plans for them any more. The pods of a TPU
+        group removed from spec.workerGroups are deleted first: KubeRay leaves the pods of
+        a worker group that is gone from its RayCluster running (ray-project/kuberay#5132,
+        #5142 are open), so they would hold their units for ever."""
+        await self._delete_removed_groups(ref, snap, live)
         with_pods = {n for p in snap.pods for n in p.slice_names}
         gone = [
             r
@@ -575,6 +579,39 @@ class Reconciler:
                 await self.recorder.normal(
                     ref, events.SLICE_RELEASED, f"released node pool {r.pool} ({what})"
                 )
+
+    async def _delete_removed_groups(
+        self, ref: ClusterRef, snap: Snapshot, live: set[tuple[str, str]]
+    ) -> None:
+        """Delete the live pods of held slices whose TPU group is gone from the spec while
+        their RayCluster is still planned (not a refused object's: it keeps what it has)."""
+        clusters = {cluster for cluster, _ in live}
+        removed = {
+            (r.holder.group, r.holder.replica_name)
+            for r in self.pending.reservations(snap.reservations)
+            if r.holder.uid == ref.uid
+            and r.holder.group
+            and r.holder.ray_cluster in clusters
+            and (r.holder.ray_cluster, r.holder.group) not in live
+        }
+        if not removed:
+            return
+        doomed = [
+            p
+            for p in snap.pods
+            if not p.deleting
+            and any(p.group == group and replica in p.slice_names for group, replica in removed)
+        ]
+        for pod in doomed:
+            await self.kube.delete_pod(pod.namespace, pod.name)
+        for group in sorted({p.group for p in doomed}):
+            await self.recorder.normal(
+                ref,
+                events.SLICE_TERMINATING,
+                f"deleting the pods of group {group}: it is gone from spec.workerGroups "
+                "(KubeRay leaves a removed group's pods running); its units are given back "
+                "once they are gone",
+            )
 
     def _count_creation(
         self,
