@@ -7,6 +7,8 @@ tests/e2e/test_kueue_harness.py.
 from __future__ import annotations
 
 import base64
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from tpusim import ClusterSettings, CPUPool, LocalCluster, ToolPaths, TPUPool
 from tpusim.certs import make_pki
 from tpusim.kueue import (
     CONVERTED_CRDS,
+    METRICS_CERT_DIR,
     QUEUE_LABEL,
     KueueConfig,
     cluster_queue,
@@ -25,6 +28,7 @@ from tpusim.kueue import (
     local_queue,
     manager_configuration,
     pool_tpu_chips,
+    private_etc_argv,
     probe_raycluster,
     resource_flavor,
     webhook_configurations,
@@ -269,3 +273,30 @@ def test_kueue_is_off_by_default_and_its_tools_are_checked_only_when_on(tmp_path
     cluster = LocalCluster(ClusterSettings(tools=tools, run_dir=tmp_path / "run", kueue=True))
     with pytest.raises(Exception, match="Kueue CRDs"):
         cluster.start()
+
+
+def test_kueue_runs_with_a_private_overlay_over_etc() -> None:
+    argv = private_etc_argv(Path("/r/up"), Path("/r/wk"), ["/bin/kueue", "--config=c"], root=True)
+    assert argv[:4] == ["unshare", "--mount", "--propagation", "private"]
+    assert argv[4:6] == ["sh", "-c"]
+    assert "lowerdir=/etc,upperdir=/r/up,workdir=/r/wk /etc" in argv[6]
+    assert argv[6].endswith('exec "$0" "$@"') and argv[7:] == ["/bin/kueue", "--config=c"]
+    assert "--map-root-user" in private_etc_argv(Path("/u"), Path("/w"), ["k"], root=False)
+    with pytest.raises(ValueError, match="empty command"):
+        private_etc_argv(Path("/u"), Path("/w"), [], root=True)
+
+
+def test_the_overlay_shows_the_metrics_cert_to_the_child_only(tmp_path: Path) -> None:
+    """The real unshare + overlayfs, exactly as the harness runs Kueue."""
+    upper, work = tmp_path / "up", tmp_path / "wk"
+    certs = upper / METRICS_CERT_DIR.relative_to("/etc")
+    certs.mkdir(parents=True)
+    work.mkdir()
+    (certs / "tls.crt").write_text("cert\n")
+    argv = private_etc_argv(
+        upper, work, ["cat", str(METRICS_CERT_DIR / "tls.crt")], root=os.geteuid() == 0
+    )
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "cert\n"
+    assert not (METRICS_CERT_DIR / "tls.crt").exists(), "the host's /etc must stay untouched"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import os
 import shutil
 import socket
 import ssl
@@ -407,6 +408,13 @@ class LocalCluster:
         webhook, health, metrics = free_port(), free_port(), free_port()
         self.ports.update(kueue_webhook=webhook, kueue_health=health, kueue_metrics=metrics)
         ca_bundle = kueue_setup.write_serving_cert(pki, directory / "certs")
+        # The same certificate at the fixed path Kueue's metrics server reads, in an
+        # overlay over /etc that only the Kueue process sees (private_etc_argv).
+        etc_upper, etc_work = directory / "etc-upper", directory / "etc-work"
+        etc_work.mkdir(parents=True, exist_ok=True)
+        kueue_setup.write_serving_cert(
+            pki, etc_upper / kueue_setup.METRICS_CERT_DIR.relative_to("/etc")
+        )
         base_url = f"https://127.0.0.1:{webhook}"
         crds_dir = directory / "crds"
         crds_dir.mkdir(parents=True, exist_ok=True)
@@ -431,9 +439,10 @@ class LocalCluster:
         )
         config_path.write_text(yaml.safe_dump(manager_config, sort_keys=False))
         gates = ",".join(f"{k}={str(v).lower()}" for k, v in sorted(config.gates.items()))
+        argv = [str(tools.kueue_binary), f"--config={config_path}", f"--feature-gates={gates}"]
         proc = self._launch(
             "kueue",
-            [str(tools.kueue_binary), f"--config={config_path}", f"--feature-gates={gates}"],
+            kueue_setup.private_etc_argv(etc_upper, etc_work, argv, root=os.geteuid() == 0),
             env={"KUBECONFIG": str(self.kubeconfig)},
         )
         self._wait(proc, f"http://127.0.0.1:{health}/readyz")

@@ -293,6 +293,33 @@ def local_queue(namespace: str, name: str, cluster_queue_name: str) -> dict[str,
     }
 
 
+#: Where Kueue reads its metrics-server certificate whenever its internal certificate
+#: management is off: a fixed path, no flag or field moves it (cmd/kueue/main.go,
+#: ``metricsCertPath``). In a pod it is a mounted Secret.
+METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+
+
+def private_etc_argv(upper: Path, work: Path, argv: Sequence[str], *, root: bool) -> list[str]:
+    """``argv`` run in a mount namespace of its own whose /etc is the host's with
+    ``upper`` laid over it (overlayfs), so Kueue finds ``METRICS_CERT_DIR`` while the
+    host's /etc is never written and two clusters' Kueues never share the files.
+
+    ``unshare`` (util-linux) execs in place: the pid, and so the harness's stop and
+    parent-death signal, stay those of the process started. Without root it maps the
+    user to root in a user namespace (overlayfs is allowed there on Linux 5.11+).
+    """
+    if not argv:
+        raise ValueError("private_etc_argv: an empty command")
+    script = (
+        f"mount -t overlay overlay -o lowerdir=/etc,upperdir={upper},workdir={work} /etc"
+        ' && exec "$0" "$@"'
+    )
+    prefix = ["unshare", "--mount", "--propagation", "private"]
+    if not root:
+        prefix.append("--map-root-user")
+    return [*prefix, "sh", "-c", script, *argv]
+
+
 def write_serving_cert(pki: PKI, cert_dir: Path) -> str:
     """Issue Kueue's loopback serving certificate from the cluster CA into ``cert_dir``
     (``tls.crt``/``tls.key``, the names controller-runtime's webhook server reads);
