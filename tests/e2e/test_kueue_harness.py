@@ -121,11 +121,16 @@ def test_kueue_suspends_at_create_and_admits_when_quota_allows(kueue_cluster: E2
     )
 
     custom.create_namespaced_custom_object("ray.io", "v1", NAMESPACE, "rayclusters", _queued("b"))
+
+    def pending_for_tpu_quota() -> bool:
+        # v0.17.0 says "couldn't assign flavors to pod set tpu: insufficient unused
+        # quota for google.com/tpu in flavor tpu, 16 more needed".
+        reserved = _condition(_workload(cluster, "b"), "QuotaReserved")
+        message = reserved.get("message", "")
+        return reserved.get("reason") == "Pending" and "quota for google.com/tpu" in message
+
     kube.wait_for(
-        lambda: (
-            "insufficient quota"
-            in _condition(_workload(cluster, "b"), "QuotaReserved").get("message", "")
-        ),
+        pending_for_tpu_quota,
         timeout_s=60,
         what="RayCluster b's Workload pending for quota",
         describe=lambda: _workload(cluster, "b"),
