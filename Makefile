@@ -88,7 +88,7 @@ verify-manifests: tools $(STAMP) ## manifests/ equals the chart rendered by helm
 DEV_CLUSTER := .dev-cluster
 
 .PHONY: tools dev-cluster dev-cluster-real realnode-cleanup dev-cluster-down dev-cluster-status test-e2e
-tools: ## Build kube-*, etcd, kwok, ray-operator, helm once (cold: minutes on 2 cores)
+tools: ## Build kube-*, etcd, kwok, ray-operator, helm and Kueue once (cold: minutes on 2 cores)
 	bash hack/build-tools.sh
 
 dev-cluster: tools $(STAMP) ## Start the local cluster with default TPU pools in the background

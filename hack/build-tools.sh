@@ -2,8 +2,9 @@
 # Build the local simulated GKE cluster's binaries from source with the Go
 # module proxy (no Docker, no release downloads needed), once per set of pins.
 #
-# Output: $(hack/tools-dir.sh)/{bin,kuberay-crds,kwok-stages,build.log,.complete}
-# A second run with the same hack/versions.env is a no-op (checks .complete).
+# Output: $(hack/tools-dir.sh)/{bin,kuberay-crds,kwok-stages,kueue-<version>,build.log,.complete}
+# A second run with the same hack/versions.env is a no-op (checks .complete and
+# that every binary, including the Kueue pinned in hack/versions-kueue.env, is there).
 # Each tool is built in its own wrapper module so shared dependencies are never
 # bumped across tools.
 set -euo pipefail
@@ -11,15 +12,20 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck disable=SC1091
 source "$root/hack/versions.env"
+# shellcheck disable=SC1091
+source "$root/hack/versions-kueue.env"
 out=$("$root/hack/tools-dir.sh")
 bin=$out/bin
 work=$out/work
 binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy etcd kwok ray-operator helm)
+# Kueue lives in a directory of its own version: a Kueue bump rebuilds Kueue only.
+kueue=$out/kueue-$KUEUE_VERSION
 
 complete() {
   [[ -f $out/.complete ]] || return 1
   for b in "${binaries[@]}"; do [[ -x $bin/$b ]] || return 1; done
-  [[ -d $out/kuberay-crds && -d $out/kwok-stages ]]
+  [[ -d $out/kuberay-crds && -d $out/kwok-stages ]] || return 1
+  [[ -x $kueue/bin/kueue && -d $kueue/crds && -f $kueue/webhook-manifests.yaml ]]
 }
 
 if complete; then
@@ -94,6 +100,25 @@ go_install() { # name package@version [extra ldflags]
   GOBIN=$bin "$GO" install -trimpath -ldflags="-s -w ${3:-}" "$2"
 }
 
+# ---------------------------------------------------------------- kueue
+build_kueue() {
+  # The manager alone (cmd/kueue), built from its own go.mod by `go install pkg@version`,
+  # plus what the local cluster applies from the same module: CRDs and webhook configs.
+  if [[ ! -x $kueue/bin/kueue ]]; then
+    log "kueue: go install sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
+    mkdir -p "$kueue/bin"
+    GOBIN=$kueue/bin "$GO" install -trimpath -ldflags="-s -w" "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
+  else
+    log "kueue present"
+  fi
+  local dir
+  dir=$(moddir "sigs.k8s.io/kueue@$KUEUE_VERSION")
+  rm -rf "$kueue/crds" && mkdir -p "$kueue/crds"
+  cp "$dir"/config/components/crd/bases/*.yaml "$kueue/crds/"
+  cp "$dir"/config/components/webhook/manifests.yaml "$kueue/webhook-manifests.yaml"
+  chmod -R u+w "$kueue/crds" "$kueue/webhook-manifests.yaml"
+}
+
 copy_assets() {
   local dir
   dir=$(moddir "github.com/ray-project/kuberay/ray-operator@$KUBERAY_VERSION")
@@ -113,10 +138,11 @@ go_install ray-operator "github.com/ray-project/kuberay/ray-operator@$KUBERAY_VE
 go_install helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" \
   "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
 copy_assets
+build_kueue
 
 elapsed=$(($(date +%s) - start))
 # Appended, so the first (cold) build's time survives partial rebuilds.
 echo "$(date -u +%FT%TZ) build ${elapsed}s nproc=$(nproc) $("$GO" version | cut -d' ' -f3)" \
-  "$(grep -v '^#' "$root/hack/versions.env" | tr '\n' ' ')" >>"$out/build-history.txt"
+  "$(cat "$root/hack/versions.env" "$root/hack/versions-kueue.env" | grep -v '^#' | tr '\n' ' ')" >>"$out/build-history.txt"
 touch "$out/.complete"
 log "done in ${elapsed}s -> $bin"

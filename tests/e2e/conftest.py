@@ -40,7 +40,9 @@ RUN_DIR_KEY = pytest.StashKey[Path]()
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Everything under tests/e2e is the e2e tier, marked or not.
 
-    test_fidelity.py runs first: it expects no operator yet (it edits objects the
+    test_kueue_harness.py runs first: it brings up a cluster of its own (with Kueue)
+    and stops it before the session cluster starts, so two never run at once.
+    test_fidelity.py runs next: it expects no operator yet (it edits objects the
     operator would also be writing), and the session `operator` starts with the first
     test that uses it (test_capacity.py sorts before it). test_chart.py runs last: it
     needs the session `operator` (which it stops and restarts around its own).
@@ -49,9 +51,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
             item.add_marker(pytest.mark.e2e)
 
-    def order(item: pytest.Item) -> tuple[bool, bool]:
+    def order(item: pytest.Item) -> tuple[bool, bool, bool]:
         name = Path(str(item.fspath)).name
-        return name == "test_chart.py", name != "test_fidelity.py"
+        return (
+            name == "test_chart.py",
+            name != "test_kueue_harness.py",
+            name != "test_fidelity.py",
+        )
 
     items.sort(key=order)
 

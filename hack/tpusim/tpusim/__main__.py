@@ -42,6 +42,7 @@ from .hoststate import (
     cleanup_host,
     host_leftovers,
 )
+from .kueue import create_queues, pool_tpu_chips
 from .nodepools import PRESETS, NodePool, default_pools, parse_pool_spec, pool_from_dict
 from .processes import ComponentError, exit_on_signals, kill_recorded
 from .realnode import REAL_NODE_LABEL, RealNode, drain_node
@@ -103,6 +104,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         ready_timeout_s=args.timeout,
         die_with_parent=args.foreground,
         node_ip=primary_address() if args.real_node else None,
+        kueue=args.kueue,
     )
     cluster = LocalCluster(settings)
     node = RealNode(cluster) if args.real_node else None
@@ -111,6 +113,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         cluster.start()
         nodes = cluster.add_pools(pools)
+        if args.kueue:
+            # Every pool's chips under one ClusterQueue `tpu`, a LocalQueue `tpu` in default.
+            create_queues(cluster.api, namespaces=["default"], tpu_chips=pool_tpu_chips(pools))
         if node is not None:
             node.start()
     except (ComponentError, RealNodeBusy) as exc:
@@ -558,6 +563,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--real-node",
         action="store_true",
         help="also a real kubelet+containerd node (root; one per machine; tpusim.realnode)",
+    )
+    up.add_argument(
+        "--kueue",
+        action="store_true",
+        help="also a real Kueue (tpusim.kueue) with ClusterQueue and LocalQueue `tpu` (default ns)",
     )
     up.set_defaults(fn=cmd_up)
     sub.add_parser("down", help="stop a cluster started by up").set_defaults(fn=cmd_down)

@@ -3,7 +3,9 @@
 Start order and readiness gates:
   etcd (/health) -> kube-apiserver (/readyz) -> kube-controller-manager and
   kube-scheduler (/healthz) -> KWOK (/healthz) -> KubeRay CRDs (Established)
-  -> ray-operator (/readyz) -> the `default` service account exists.
+  -> ray-operator (/readyz) -> the `default` service account exists
+  [-> with ``kueue=True``: Kueue CRDs (Established) -> kueue (/readyz) ->
+  its webhook configurations, until a dry-run RayCluster comes back suspended].
 Each wait is bounded; a failure names the component and its log, and stops
 whatever was already started.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import os
 import shutil
 import socket
 import ssl
@@ -24,9 +27,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+import yaml
 from kubernetes.client import ApiException
 
 from . import kube
+from . import kueue as kueue_setup
 from .certs import PKI, make_pki, write_kubeconfig
 from .nodepools import NodePool, pool_names
 from .processes import ComponentError, Process, free_port, http_ok, start, wait_until
@@ -62,6 +67,11 @@ class ClusterSettings:
     #: (10.96.0.1), which kube-proxy forwards to its endpoints: the API server
     #: must then listen on and advertise an address pods can route to.
     node_ip: str | None = None
+    #: Also run a real Kueue manager (tpusim.kueue; `make tools` builds it), wired
+    #: to the API server by URL on loopback. Off: the cluster has no Kueue at all.
+    kueue: bool = False
+    #: Integrations and WaitForPodsReady timeout of that Kueue.
+    kueue_config: kueue_setup.KueueConfig = field(default_factory=kueue_setup.KueueConfig)
 
 
 @dataclass
@@ -123,6 +133,8 @@ class LocalCluster:
     def start(self) -> None:
         """Start every component and wait for each; on failure stop all and raise."""
         missing = self.settings.tools.missing()
+        if self.settings.kueue:
+            missing += self.settings.tools.kueue_missing()
         if missing:
             raise ComponentError(
                 "tools",
@@ -145,6 +157,8 @@ class LocalCluster:
             self._step("kuberay-crds", self._install_kuberay_crds)
             self._start_kuberay()
             self._step("default-serviceaccount", self._wait_default_serviceaccount)
+            if self.settings.kueue:
+                self._start_kueue(pki)
         except BaseException:
             self.stop()
             raise
@@ -340,10 +354,13 @@ class LocalCluster:
         self._wait(proc, f"http://127.0.0.1:{port}/healthz")
 
     def _install_kuberay_crds(self) -> None:
+        self._install_crds("kuberay-crds", self.settings.tools.kuberay_crds)
+
+    def _install_crds(self, name: str, path: Path) -> None:
         kubectl = [self._bin("kubectl"), f"--kubeconfig={self.kubeconfig}"]
-        crds = str(self.settings.tools.kuberay_crds)
+        crds = str(path)
         _run(
-            "kuberay-crds",
+            name,
             [*kubectl, "apply", "--server-side", "--force-conflicts", "-f", crds],
             self.log_dir,
         )
@@ -353,7 +370,7 @@ class LocalCluster:
         for attempt in range(5):
             try:
                 _run(
-                    "kuberay-crds",
+                    name,
                     [*kubectl, "wait", "--for=condition=Established", "--timeout=60s", "-f", crds],
                     self.log_dir,
                 )
@@ -382,6 +399,73 @@ class LocalCluster:
             env={"KUBECONFIG": str(self.kubeconfig)},
         )
         self._wait(proc, f"http://127.0.0.1:{probe}/readyz")
+
+    def _start_kueue(self, pki: PKI) -> None:
+        """Kueue's CRDs, then its manager, then its webhook configurations (the last so the
+        API server never calls a webhook that is not listening yet)."""
+        tools, config = self.settings.tools, self.settings.kueue_config
+        directory = self.run_dir / "kueue"
+        webhook, health, metrics = free_port(), free_port(), free_port()
+        self.ports.update(kueue_webhook=webhook, kueue_health=health, kueue_metrics=metrics)
+        ca_bundle = kueue_setup.write_serving_cert(pki, directory / "certs")
+        # The same certificate at the fixed path Kueue's metrics server reads, in an
+        # overlay over /etc that only the Kueue process sees (private_etc_argv).
+        etc_upper, etc_work = directory / "etc-upper", directory / "etc-work"
+        etc_work.mkdir(parents=True, exist_ok=True)
+        kueue_setup.write_serving_cert(
+            pki, etc_upper / kueue_setup.METRICS_CERT_DIR.relative_to("/etc")
+        )
+        base_url = f"https://127.0.0.1:{webhook}"
+        crds_dir = directory / "crds"
+        crds_dir.mkdir(parents=True, exist_ok=True)
+        for source in sorted(tools.kueue_crds.glob("*.yaml")):
+            crds = [
+                kueue_setup.conversion_patched_crd(crd, base_url, ca_bundle)
+                for crd in kueue_setup.load_documents(source)
+            ]
+            (crds_dir / source.name).write_text(yaml.safe_dump_all(crds, sort_keys=False))
+        self._step("kueue-crds", lambda: self._install_crds("kueue-crds", crds_dir))
+        with contextlib.suppress(ApiException):  # 409: already there
+            kube.core_v1(self.api).create_namespace(
+                {"metadata": {"name": kueue_setup.KUEUE_NAMESPACE}}
+            )
+        config_path = directory / "config.yaml"
+        manager_config = kueue_setup.manager_configuration(
+            config,
+            webhook_port=webhook,
+            health_port=health,
+            metrics_port=metrics,
+            cert_dir=directory / "certs",
+        )
+        config_path.write_text(yaml.safe_dump(manager_config, sort_keys=False))
+        gates = ",".join(f"{k}={str(v).lower()}" for k, v in sorted(config.gates.items()))
+        argv = [str(tools.kueue_binary), f"--config={config_path}", f"--feature-gates={gates}"]
+        proc = self._launch(
+            "kueue",
+            kueue_setup.private_etc_argv(etc_upper, etc_work, argv, root=os.geteuid() == 0),
+            env={"KUBECONFIG": str(self.kubeconfig)},
+        )
+        self._wait(proc, f"http://127.0.0.1:{health}/readyz")
+        hooks_path = directory / "webhooks.yaml"
+        hooks = kueue_setup.webhook_configurations(
+            kueue_setup.load_documents(tools.kueue_webhooks), config, base_url, ca_bundle
+        )
+        hooks_path.write_text(yaml.safe_dump_all(hooks, sort_keys=False))
+        kubectl = [self._bin("kubectl"), f"--kubeconfig={self.kubeconfig}"]
+        _run(
+            "kueue-webhooks",
+            [*kubectl, "apply", "--server-side", "-f", str(hooks_path)],
+            self.log_dir,
+        )
+        self._step(
+            "kueue-webhooks",
+            lambda: wait_until(
+                lambda: kueue_setup.webhook_answers(self.api),
+                timeout_s=self.settings.ready_timeout_s,
+                what="a dry-run RayCluster with a queue label comes back suspended",
+                process=proc,
+            ),
+        )
 
     def _wait_default_serviceaccount(self) -> None:
         core = kube.core_v1(self.api)

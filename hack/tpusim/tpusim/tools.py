@@ -1,7 +1,10 @@
 """Where `make tools` (hack/build-tools.sh) put the binaries, CRDs and stages.
 
 Mirrors hack/tools-dir.sh: the cache directory is keyed by the hash of
-hack/versions.env so each set of pins has its own build.
+hack/versions.env so each set of pins has its own build. Kueue, optional in the
+cluster, is pinned apart in hack/versions-kueue.env and built into its own
+``kueue-<version>`` directory inside that cache, so moving its pin rebuilds
+Kueue alone and never the control plane.
 """
 
 from __future__ import annotations
@@ -76,7 +79,11 @@ class ToolPaths:
             Path(env.get("XDG_CACHE_HOME") or Path(env.get("HOME", "~")) / ".cache")
             / "tpuslice-tools"
         )
-        return cls(Path(base).expanduser() / digest, read_versions(versions_file))
+        versions = read_versions(versions_file)
+        kueue_file = repo / "hack" / "versions-kueue.env"
+        if kueue_file.is_file():
+            versions = {**versions, **read_versions(kueue_file)}
+        return cls(Path(base).expanduser() / digest, versions)
 
     @property
     def bin(self) -> Path:
@@ -92,6 +99,39 @@ class ToolPaths:
     @property
     def kwok_stages(self) -> tuple[Path, ...]:
         return tuple(self.root / "kwok-stages" / s for s in KWOK_STAGES)
+
+    @property
+    def kueue_root(self) -> Path:
+        """Kueue's binary and manifests for the pinned ``KUEUE_VERSION``."""
+        version = self.versions.get("KUEUE_VERSION")
+        if not version:
+            raise ValueError("KUEUE_VERSION is not pinned (hack/versions-kueue.env)")
+        return self.root / f"kueue-{version}"
+
+    @property
+    def kueue_binary(self) -> Path:
+        return self.kueue_root / "bin" / "kueue"
+
+    @property
+    def kueue_crds(self) -> Path:
+        """Kueue's CRDs as shipped (config/components/crd/bases)."""
+        return self.kueue_root / "crds"
+
+    @property
+    def kueue_webhooks(self) -> Path:
+        """Kueue's shipped webhook configurations (config/components/webhook/manifests.yaml)."""
+        return self.kueue_root / "webhook-manifests.yaml"
+
+    def kueue_missing(self) -> list[str]:
+        """What of Kueue is not built yet (empty when `make tools` has built it)."""
+        gone = []
+        if not os.access(self.kueue_binary, os.X_OK):
+            gone.append(str(self.kueue_binary))
+        if not list(self.kueue_crds.glob("*.yaml")):
+            gone.append("Kueue CRDs")
+        if not self.kueue_webhooks.is_file():
+            gone.append(str(self.kueue_webhooks))
+        return gone
 
     def missing(self) -> list[str]:
         """What is not built yet (empty when `make tools` has finished)."""
