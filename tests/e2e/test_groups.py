@@ -228,7 +228,9 @@ def test_a_gated_grouped_cluster_is_held_all_or_nothing_and_ready_together(
     assert tpu_pods_released(cluster, namespace, "rl") == []
     obj = get_tsc(cluster, namespace, "rl")
     rollout = next(g for g in obj["status"]["groups"] if g["name"] == "rollout")
-    assert all("every group of the gang" in s.get("message", "") for s in rollout["slices"])
+    assert all("every group of the gang" in s.get("message", "") for s in rollout["slices"]), (
+        rollout
+    )
     # the trainer's pool arrives: every group is released, Ready together
     add_pool(cluster, gang_pools, trainer_pool())
     obj = wait_condition(cluster, namespace, "rl", "Ready", "True", timeout_s=READY_S)

@@ -46,6 +46,7 @@ from tpuslice.model.records import NodeInfo
 from tpuslice.planning.disruption import blocking_signal
 
 __all__ = [
+    "QUARANTINED",
     "Fit",
     "NodeFit",
     "PoolFit",
@@ -55,6 +56,9 @@ __all__ = [
     "in_foreign_slice",
     "is_slicing_block",
 ]
+
+#: How the reason of a unit kept out for a GKE disruption signal ends.
+QUARANTINED = "not claimed until it clears"
 
 
 class Fit(enum.Enum):
@@ -160,7 +164,7 @@ class PoolFit:
             case Fit.NODE_COUNT:
                 return f"has {self.found} nodes (needs {self.needed})"
             case Fit.DISRUPTED:
-                return f"has node {self.node} that {self.signal}; not claimed until it clears"
+                return f"has node {self.node} that {self.signal}; {QUARANTINED}"
             case Fit.NOT_READY:
                 return f"has {of} NotReady"
             case Fit.CORDONED:
@@ -175,7 +179,7 @@ class PoolFit:
         if self.fit is Fit.CORDONED:
             return "is cordoned"
         if self.fit is Fit.DISRUPTED:
-            return f"{self.signal}; not claimed until it clears"
+            return f"{self.signal}; {QUARANTINED}"
         return f"has {self.found} {TPU_RESOURCE} (needs {self.needed})"
 
 

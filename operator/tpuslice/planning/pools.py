@@ -50,7 +50,12 @@ from tpuslice.planning.disruption import (
     stuck_pods,
 )
 from tpuslice.planning.elastic import plan_terms
-from tpuslice.planning.nodeclass import WantedShape, classify_pool, is_slicing_block
+from tpuslice.planning.nodeclass import (
+    QUARANTINED,
+    WantedShape,
+    classify_pool,
+    is_slicing_block,
+)
 
 __all__ = [
     "PoolIndex",
@@ -472,11 +477,14 @@ def _unfit_pools(
 ) -> str:
     """Why matching pools nobody holds are not eligible (the queue's message names the
     holders): ``not eligible: pool-c 4 nodes cordoned``, and the accelerator's
-    dynamic-slicing sub-blocks; empty when all are fine."""
+    dynamic-slicing sub-blocks; empty when all are fine. A unit kept out for a GKE
+    disruption signal is named first: the list is cut after a few, and that is the one
+    reason the operator itself imposes (and that clears by itself)."""
     details = []
     for name, nodes in matching.items():
         if name not in held and (problem := _pool_problem(nodes, wanted, owned_slices)):
             details.append(f"{name} {problem}")
+    details.sort(key=lambda detail: QUARANTINED not in detail)
     blocks = _slicing_blocks(units or {}, matching).removeprefix("; ")
     if not details:
         return blocks
