@@ -226,10 +226,21 @@ def test_a_gated_grouped_cluster_is_held_all_or_nothing_and_ready_together(
         what="the CPU group running",
     )
     assert tpu_pods_released(cluster, namespace, "rl") == []
-    obj = get_tsc(cluster, namespace, "rl")
-    rollout = next(g for g in obj["status"]["groups"] if g["name"] == "rollout")
-    assert all("every group of the gang" in s.get("message", "") for s in rollout["slices"]), (
-        rollout
+
+    def rollout_says_why() -> bool:
+        groups = (get_tsc(cluster, namespace, "rl").get("status") or {}).get("groups") or []
+        rollout = next((g for g in groups if g["name"] == "rollout"), {})
+        slices = rollout.get("slices") or []
+        return bool(slices) and all(
+            "every group of the gang" in s.get("message", "") for s in slices
+        )
+
+    # the status is written by the pass after the claims the reservations show
+    kube.wait_for(
+        rollout_says_why,
+        timeout_s=READY_S,
+        what="the rollout's slices saying they wait for every group of the gang",
+        describe=lambda: describe(cluster, namespace, "rl"),
     )
     # the trainer's pool arrives: every group is released, Ready together
     add_pool(cluster, gang_pools, trainer_pool())
