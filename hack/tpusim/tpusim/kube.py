@@ -222,8 +222,13 @@ def set_node_not_ready(api: Any, name: str, reason: str = "KubeletNotReady") -> 
     until ``restore_node`` or ``delete_node`` (KWOK's pod-delete stage, as the local
     cluster runs it, skips marked pods). Pods bound to the node later are not marked;
     the node's not-ready taint keeps the scheduler away from it within seconds.
+
+    The pods are marked first: a controller that acts on the NotReady at once (the
+    operator drains a slice whose node is NotReady) must find their deletions hanging,
+    as with a dead kubelet, not finished by KWOK in the moment before the mark.
     """
     core = core_v1(api)
+    _mark_pods(api, name, name)
     core.patch_node(name, {"metadata": {"annotations": {KWOK_ANNOTATION[0]: None}}})
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     condition = {
@@ -235,7 +240,7 @@ def set_node_not_ready(api: Any, name: str, reason: str = "KubeletNotReady") -> 
         "lastTransitionTime": now,
     }
     core.patch_node_status(name, {"status": {"conditions": [condition]}})
-    _mark_pods(api, name, name)
+    _mark_pods(api, name, name)  # any pod bound in between
 
 
 def restore_node(api: Any, name: str) -> None:
