@@ -265,10 +265,11 @@ def test_e_node_failure_moves_the_slice_and_recovers(
 def test_the_pool_stays_held_while_a_pod_on_a_dead_node_terminates(
     cluster: E2ECluster, namespace: str, operator: OperatorProcess
 ) -> None:
-    """A node's kubelet dies; the control plane evicts the slice's pod there, which hangs
-    Terminating (tpusim: a dead kubelet finishes nothing). KubeRay replaces a multi-host
-    replica only once its deleted pod is gone, so for as long as it terminates the slice
-    keeps its pool (terminating pods still hold chips), claims no other and says why.
+    """A node's kubelet dies; the operator drains the slice whole (a NotReady host is a
+    node failure) and the pod on the dead node hangs Terminating (tpusim: a dead kubelet
+    finishes nothing). KubeRay replaces a multi-host replica only once its deleted pods
+    are gone, so for as long as it terminates the slice keeps its pool (terminating pods
+    still hold chips), claims no other and names the host and what clears it.
     When the node returns the pod goes, KubeRay replaces the replica, the new one becomes
     Ready and the old replica's reservation is released."""
     evict_soon = {
@@ -301,7 +302,7 @@ def test_the_pool_stays_held_while_a_pod_on_a_dead_node_terminates(
                 return bool(
                     terminating_pod(cluster, namespace, victim_pod.metadata.name)
                     and held_by(cluster, namespace, "held") == {old_replica: old_pool}
-                    and "1 terminating; the pool stays held" in ready.get("message", "")
+                    and f"node {victim} NotReady since" in ready.get("message", "")
                 )
 
             kube.wait_for(still_held, timeout_s=30, what="status saying a pod terminates")
