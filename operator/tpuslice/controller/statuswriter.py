@@ -7,8 +7,8 @@ change that flips no condition and keeps observedGeneration (``status.may_fold``
 slice states, counts, messages) is held until the status has been quiet for
 ``fold_quiet_seconds``, at most ``fold_max_seconds`` after the first held change,
 and written then (a pass is asked for at that time): a slice goes Reserved ->
-Scheduled -> Ready within a second, and each step used to be a write of its own
-(issue 17: status patches per cluster on the way to Ready). A flipped condition
+Scheduled -> Ready within a second, and writing each step would cost a status
+patch per step on the way to Ready. A flipped condition
 or a new generation is written at once, with whatever was held. Events are posted
 on transitions (slice states, Stalled, Ready, Complete), once, with the write that
 made them true (a state held and passed within the fold posts no event).
