@@ -63,6 +63,49 @@ def apiextensions_v1(api: Any) -> Any:
     return client.ApiextensionsV1Api(api)
 
 
+def install_crd(api: Any, body: dict[str, Any], timeout_s: float = 60.0) -> None:
+    """Create (or replace) the CRD ``body`` and wait until it is Established: the fakes
+    of GKE's APIs (ProvisioningRequest, Slice) install theirs this way."""
+    ext = apiextensions_v1(api)
+    name = body["metadata"]["name"]
+    try:
+        ext.create_custom_resource_definition(body)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        current = ext.read_custom_resource_definition(name)
+        body["metadata"]["resourceVersion"] = current.metadata.resource_version
+        ext.replace_custom_resource_definition(name, body)
+
+    def established() -> bool:
+        crd = ext.read_custom_resource_definition(name)
+        conditions = (crd.status and crd.status.conditions) or []
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+    wait_for(established, timeout_s=timeout_s, what=f"CRD {name} Established")
+
+
+def uninstall_crd(api: Any, name: str, timeout_s: float = 60.0) -> None:
+    """Delete the CRD ``name`` (and every object of it) and wait until it is gone."""
+    ext = apiextensions_v1(api)
+    try:
+        ext.delete_custom_resource_definition(name)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+    def gone() -> bool:
+        try:
+            ext.read_custom_resource_definition(name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
+
+    wait_for(gone, timeout_s=timeout_s, what=f"CRD {name} deleted")
+
+
 def wait_for(
     check: Callable[[], T | None],
     *,

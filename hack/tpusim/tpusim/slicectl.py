@@ -106,23 +106,7 @@ def load_crd() -> dict[str, Any]:
 
 def install_crd(api: Any, timeout_s: float = 60.0) -> None:
     """Create (or replace) the Slice CRD and wait until it is Established."""
-    ext = kube.apiextensions_v1(api)
-    body = load_crd()
-    try:
-        ext.create_custom_resource_definition(body)
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-        current = ext.read_custom_resource_definition(CRD_NAME)
-        body["metadata"]["resourceVersion"] = current.metadata.resource_version
-        ext.replace_custom_resource_definition(CRD_NAME, body)
-
-    def established() -> bool:
-        crd = ext.read_custom_resource_definition(CRD_NAME)
-        conditions = (crd.status and crd.status.conditions) or []
-        return any(c.type == "Established" and c.status == "True" for c in conditions)
-
-    kube.wait_for(established, timeout_s=timeout_s, what=f"CRD {CRD_NAME} Established")
+    kube.install_crd(api, load_crd(), timeout_s)
 
 
 def uninstall_crd(api: Any, timeout_s: float = 60.0) -> None:
@@ -131,23 +115,7 @@ def uninstall_crd(api: Any, timeout_s: float = 60.0) -> None:
     Slices still holding the finalizer keep the deletion waiting: stop the controller
     only after it has let them go.
     """
-    ext = kube.apiextensions_v1(api)
-    try:
-        ext.delete_custom_resource_definition(CRD_NAME)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-
-    def gone() -> bool:
-        try:
-            ext.read_custom_resource_definition(CRD_NAME)
-        except ApiException as exc:
-            if exc.status == 404:
-                return True
-            raise
-        return False
-
-    kube.wait_for(gone, timeout_s=timeout_s, what=f"CRD {CRD_NAME} deleted")
+    kube.uninstall_crd(api, CRD_NAME, timeout_s)
 
 
 def write_config(
