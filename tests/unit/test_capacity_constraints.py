@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from tpuslice.capacity.constraints import NO_CONSTRAINTS, constraints
@@ -50,11 +51,13 @@ def provisioned(index: int, pool: str, **more: str) -> ProvisioningRequestInfo:
     )
 
 
+#: a promise of unknown age: every node of its pool
+ANY_TIME = datetime.min.replace(tzinfo=UTC)
 STALLED = Admission(pools=(), stalled="no pool count of the shape will do")
 
 
 def test_an_object_without_capacity_on_demand_is_limited_only_by_others_promises() -> None:
-    view = ProvisioningView(promised_elsewhere=frozenset({"p1"}), revoked_pools=frozenset({"p2"}))
+    view = ProvisioningView(promised_since={"p1": ANY_TIME}, revoked_pools=frozenset({"p2"}))
     limits = constraints(view, spec_of())
     assert limits.excluded == {"p1", "p2"}
     assert not limits.allows("p1", [node("p1")]) and limits.allows("p3", [node("p3")])

@@ -27,6 +27,8 @@ from tpuslice.model.records import (
 )
 
 UID = "uid-llm"
+#: a promise of unknown age: every node of its pool
+ANY_TIME = datetime.min.replace(tzinfo=UTC)
 
 
 def body(mode: str = "BestEffortAtomic", **provisioning: Any) -> dict[str, Any]:
@@ -209,7 +211,7 @@ def test_pools_without_the_selected_capacity_labels_are_not_eligible() -> None:
 
 def test_a_pool_promised_to_another_objects_request_is_not_claimed() -> None:
     kube = FakeKube()
-    view = ProvisioningView(promised_elsewhere=frozenset({"dws-a"}))
+    view = ProvisioningView(promised_since={"dws-a": ANY_TIME})
     run(kube, Snapshot(plain_body(), pods(), nodes_of("dws-a"), [], None, provisioning=view))
     assert "claim" not in [x[0] for x in kube.calls]
     kube2 = FakeKube()

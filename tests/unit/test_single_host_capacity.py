@@ -126,10 +126,7 @@ def test_another_objects_promise_takes_only_the_nodes_made_since_it() -> None:
     """Of a single-host pool that another object's queued request names, only the nodes
     new since that request are its capacity; the older nodes stay anyone's. A node-pool
     unit named by the promise is kept from everyone, as before."""
-    view = ProvisioningView(
-        promised_elsewhere=frozenset({"dws"}),
-        promised_since={"dws": ASKED},
-    )
+    view = ProvisioningView(promised_since={"dws": ASKED})
     limits = constraints(view, ATOMIC)
     old, new = vm("gke-dws-0", "dws", age_s=600), vm("gke-dws-1", "dws", age_s=30)
     same_second = vm("gke-dws-2", "dws", age_s=120)

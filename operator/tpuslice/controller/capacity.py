@@ -130,12 +130,10 @@ def provisioning_view(
 ) -> ProvisioningView:
     """The snapshot's part for one object (``handlers.make_reader``)."""
     every = list(every_request)
-    promised = promised_elsewhere(every, owner)
     return ProvisioningView(
         requests=tuple(r.info for r in requests),
         templates=tuple(templates),
-        promised_elsewhere=frozenset(promised),
-        promised_since=promised,
+        promised_since=promised_elsewhere(every, owner),
         revoked_pools=frozenset(p for r in every if (p := r.info.lost_pool)),
     )
 

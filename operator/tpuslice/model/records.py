@@ -677,12 +677,17 @@ class ProvisioningView:
 
     requests: Sequence[ProvisioningRequestInfo] = ()
     templates: Sequence[Mapping[str, Any]] = ()
-    promised_elsewhere: frozenset[str] = frozenset()
-    #: each pool of ``promised_elsewhere`` -> the creation of the oldest request naming it:
-    #: of a single-host pool only the nodes made since are promised (GKE grows the pool)
+    #: each pool a live request of another object names -> the creation of the oldest
+    #: such request: of a single-host pool only the nodes made since are promised (GKE
+    #: grows the pool)
     promised_since: Mapping[str, datetime] = field(default_factory=dict)
     #: pools of CapacityRevoked requests of *any* object (``lost_pool``): kept from all
     revoked_pools: frozenset[str] = frozenset()
+
+    @property
+    def promised_elsewhere(self) -> frozenset[str]:
+        """The pools live requests of other objects name."""
+        return frozenset(self.promised_since)
 
 
 @dataclass(frozen=True)
