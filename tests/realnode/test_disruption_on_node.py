@@ -210,9 +210,19 @@ def test_a_termination_taint_drains_the_real_ray_worker_and_the_slice_comes_back
         assert drain["seen_ms"] / 1000 >= tainted_at
         # the busy task keeps the node from finishing early: it goes at its deadline
         assert died["seen_ms"] >= drain["deadline_ms"] - 2000, ray_view
-        # GCS's NodeDeathInfo: reason 3 is AUTOSCALER_DRAIN_PREEMPTED (a PREEMPTION drain)
-        assert died["reason"] == "3", ray_view
-        assert died["message"] == "Node received SIGTERM; draining before shutdown.", ray_view
+        # GCS's NodeDeathInfo at the deadline: both ends of it race in Ray itself. The
+        # raylet leaving a PREEMPTION drain is AUTOSCALER_DRAIN_PREEMPTED (3) with the
+        # drain's message; ``ray start``'s own wait ending at the same instant kills
+        # the raylet first, EXPECTED_TERMINATION (1) "received SIGTERM"
+        # (ray/_private/node.py, _drain_node_before_shutdown then kill_all_processes).
+        # Never UNEXPECTED_TERMINATION (2): the kubelet's SIGKILL comes only at the
+        # pod's grace, after the drain's deadline.
+        expected_deaths = {
+            "3": "Node received SIGTERM; draining before shutdown.",
+            "1": "received SIGTERM",
+        }
+        assert died["reason"] in expected_deaths, ray_view
+        assert died["message"] == expected_deaths[died["reason"]], ray_view
 
         # status: one disruption, its reason and node
         def counted() -> dict[str, Any] | None:
