@@ -14,8 +14,10 @@ Two tiers:
    runs at start). Only the chip count is faked, because there is no TPU here.
 2. A real local Ray cluster: ``ray start --head`` and one ``ray start`` per host
    of two slices, each process with exactly that host's env, then
-   ``slice_placement_group`` must reserve whole slices. ``ray.cluster_utils``
-   cannot do this (it resolves every node in the driver's environment).
+   ``slice_placement_group`` must reserve whole slices; and a cluster of two TPU
+   groups (``spec.workerGroups``), each group's slices whole and distinct in Ray.
+   ``ray.cluster_utils`` cannot do this (it resolves every node in the driver's
+   environment).
 
 Processes are started in their own sessions and killed by process group (and,
 as a safety net, by our unique temp dir in their command line), never by name.
@@ -42,11 +44,14 @@ import pytest
 from ray._private.accelerators import tpu as ray_tpu
 from ray._private.resource_and_label_spec import ResourceAndLabelSpec
 
+from tests.unit.test_groups import grouped, rendered_groups
+from tests.unit.test_groups import kuberay_pod as groups_kuberay_pod
 from tests.unit.test_identity import kuberay_pod, render_worker_template
 from tpuslice.model import constants as c
 from tpuslice.model.topology import SliceShape, slice_shape
 from tpuslice.render.identity import mutate_pod
 from tpuslice.render.kuberay import ray_node_labels
+from tpuslice.spec.cluster import parse_cluster
 
 pytestmark = pytest.mark.contract
 
@@ -417,3 +422,105 @@ def test_slice_placement_group_reserves_whole_slices(
         assert set(hosts) == members, "the whole slice, every host of it"
         reserved.append(name)
     assert sorted(reserved) == ["tpu-0", "tpu-1"], "two reservations take both slices"
+
+
+# ------------------------------------------------ tier 2: two TPU groups of one cluster
+
+GROUPS_DRIVER = r"""
+import json, sys, time
+import ray
+from ray.util.tpu import slice_placement_group
+
+address, version, nodes, asks = sys.argv[1:5]
+ray.init(address=address, _node_ip_address=address.split(":")[0], log_to_driver=False)
+deadline = time.monotonic() + 120
+while sum(n["Alive"] for n in ray.nodes()) < int(nodes):
+    if time.monotonic() > deadline:
+        raise SystemExit(f"only {sum(n['Alive'] for n in ray.nodes())} of {nodes} nodes joined")
+    time.sleep(0.25)
+result = {
+    "nodes": {n["NodeID"]: n.get("Labels", {}) for n in ray.nodes() if n["Alive"]},
+    "groups": [],
+}
+kept = []
+for ask in asks.split(","):
+    topology, count = ask.split(":")
+    for _ in range(int(count)):
+        spg = slice_placement_group(topology=topology, accelerator_version=version)
+        ray.get(spg.placement_group.ready(), timeout=60)
+        table = ray.util.placement_group_table(spg.placement_group)
+        result["groups"].append(
+            {"topology": topology, "nodes": list(table["bundles_to_node_id"].values())}
+        )
+        kept.append(spg)  # held, so the next reservation must take another slice
+for spg in kept:
+    spg.shutdown()
+print(json.dumps(result))
+"""
+
+
+def grouped_host_envs(obj: dict[str, Any]) -> list[tuple[str, int, int, dict[str, str]]]:
+    """(group, replica, host, env) of every TPU host of a many-group cluster, through
+    ``identity.mutate_pod`` and the kubelet, plus what GKE's device plugin sets."""
+    spec = parse_cluster(obj)
+    out = []
+    for group_spec in spec.tpu_groups():
+        group = rendered_groups(obj)[group_spec.group_name]
+        for replica in range(group["replicas"]):
+            for host in range(group.get("numOfHosts", 1)):
+                pod = mutate_pod(groups_kuberay_pod(group, replica, host)).pod
+                env = {**kubelet_env(pod), **device_plugin_env(group_spec.shape)}
+                out.append((group_spec.group_name, replica, host, env))
+    return out
+
+
+def test_two_tpu_groups_are_two_sets_of_whole_slices_in_ray(local_ray: LocalRay) -> None:
+    """A cluster of a 4-host v6e 4x4 training group and a single-host v6e 2x2 group of two
+    independent slices: Ray derives a distinct slice per group replica (``train-0``,
+    ``serve-0``, ``serve-1``) from the webhook's env, and ``slice_placement_group`` of each
+    group's topology reserves exactly one whole slice of that group."""
+    obj = grouped(
+        {"name": "train", "tpu": {"type": "v6e", "topology": "4x4", "slices": 1}},
+        {
+            "name": "serve",
+            "tpu": {"type": "v6e", "topology": "2x2", "slices": 2, "multislice": False},
+        },
+    )
+    envs = grouped_host_envs(obj)
+    assert [(g, r, h) for g, r, h, _ in envs] == [
+        ("train", 0, 0),
+        ("train", 0, 1),
+        ("train", 0, 2),
+        ("train", 0, 3),
+        ("serve", 0, 0),
+        ("serve", 1, 0),
+    ]
+    local_ray.start_head()
+    for group, replica, host, env in envs:
+        log = f"{group}-{replica}-{host}"
+        local_ray.start_worker(env, 4, log)
+        local_ray.wait_started([log], timeout=90)
+
+    result = local_ray.run_driver(
+        GROUPS_DRIVER, "v6e", str(1 + len(envs)), "4x4:1,2x2:2", timeout=240
+    )
+    labels = {nid: n for nid, n in result["nodes"].items() if "ray.io/tpu-slice-name" in n}
+    members: dict[str, set[str]] = {}
+    for nid, n in labels.items():
+        members.setdefault(n["ray.io/tpu-slice-name"], set()).add(nid)
+    assert {name: len(nodes) for name, nodes in members.items()} == {
+        "train-0": 4,
+        "serve-0": 1,
+        "serve-1": 1,
+    }
+    reserved = []
+    for group in result["groups"]:
+        hosts = set(group["nodes"])
+        names = {labels[nid]["ray.io/tpu-slice-name"] for nid in hosts}
+        assert len(names) == 1, f"bundles spread over slices {names}"
+        (name,) = names
+        assert hosts == members[name], "the whole slice, every host of it"
+        assert labels[next(iter(hosts))]["ray.io/tpu-topology"] == group["topology"]
+        reserved.append(name)
+    assert reserved[0] == "train-0"
+    assert sorted(reserved[1:]) == ["serve-0", "serve-1"]

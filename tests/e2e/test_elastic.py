@@ -14,7 +14,7 @@ count across a spec edit, and never let extras take a newcomer's minimum.
 
 The scenarios use the v6e 2x4 pools of ``test_gangs`` (two 4-chip hosts a pool) and
 its ``gang_pools`` fixture (as ``elastic_pools``), which removes every pool and object
-of the test after it. Written against the e2e fixtures; not yet run on a cluster.
+of the test after it.
 """
 
 from __future__ import annotations

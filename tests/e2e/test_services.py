@@ -41,7 +41,7 @@ from tests.e2e.operator_support import (
     reservations,
     tsc,
 )
-from tpusim import kube
+from tpusim import autoscaler, kube
 from tpusim.nodepools import TPUPool
 from tpusim.operator_process import OperatorProcess
 
@@ -121,10 +121,17 @@ def describe_service(cluster: E2ECluster, namespace: str, name: str) -> Any:
 
 
 def upgrade_cluster(
-    cluster: E2ECluster, namespace: str, service: str, like: str, name: str
+    cluster: E2ECluster,
+    namespace: str,
+    service: str,
+    like: str,
+    name: str,
+    *,
+    without_replicas: bool = False,
 ) -> None:
     """A RayCluster of the service as KubeRay makes one for an upgrade: the same spec,
-    the RayService's labels (KubeRay copies them), owned by the RayService."""
+    the RayService's labels (KubeRay copies them), owned by the RayService; for an
+    incremental upgrade every worker group's ``replicas`` left out."""
     original = cluster.custom.get_namespaced_custom_object(
         "ray.io", "v1", namespace, "rayclusters", like
     )
@@ -155,6 +162,9 @@ def upgrade_cluster(
         },
         "spec": copy.deepcopy(original["spec"]),
     }
+    if without_replicas:
+        for group in body["spec"]["workerGroupSpecs"]:
+            group.pop("replicas", None)
     cluster.custom.create_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", body)
 
 
@@ -287,3 +297,166 @@ def test_a_services_clusters_get_slices_and_an_upgrade_never_takes_the_serving_p
     )
     assert not service_reservations(cluster, namespace, name)
     watch.check(min_samples=20)
+
+
+EXTRA_POOL = "svc-v5p-c"
+REPLICA_NAME = "ray.io/worker-group-replica-name"
+
+
+def elastic_tss(name: str) -> dict[str, Any]:
+    """An elastic TPUSliceService (1 to 2 slices) upgraded by KubeRay's incremental
+    strategy (the gateway class is never reached on the local cluster)."""
+    body = tss(name)
+    body["spec"]["elastic"] = {"minSlices": 1, "maxSlices": 2}
+    body["spec"]["serve"]["upgradeStrategy"] = {
+        "type": "NewClusterWithIncrementalUpgrade",
+        "clusterUpgradeOptions": {
+            "gatewayClassName": "istio",
+            "maxSurgePercent": 50,
+            "stepSizePercent": 10,
+            "intervalSeconds": 10,
+        },
+    }
+    return body
+
+
+def pools_held(cluster: E2ECluster, namespace: str, name: str) -> dict[str, dict[str, str]]:
+    """RayCluster name -> {pool: reservation uid} of the service's reservations."""
+    held: dict[str, dict[str, str]] = {}
+    for r in reservations(cluster):
+        holder = r["spec"]["holder"]
+        if holder.get("kind") == "TPUSliceService" and (
+            holder["namespace"],
+            holder["name"],
+        ) == (namespace, name):
+            held.setdefault(holder.get("rayCluster", ""), {})[r["spec"]["nodePool"]] = r[
+                "metadata"
+            ]["uid"]
+    return held
+
+
+def placed_slices(cluster: E2ECluster, namespace: str, name: str, raycluster: str) -> int:
+    """Slices of ``raycluster`` whose every host runs ungated on a pool the cluster holds."""
+    pools = set(pools_held(cluster, namespace, name).get(raycluster, {}))
+    replicas: dict[str, list[Any]] = {}
+    for pod in workers_of(cluster, namespace, raycluster):
+        replicas.setdefault((pod.metadata.labels or {}).get(REPLICA_NAME, ""), []).append(pod)
+    return sum(
+        1
+        for pods in replicas.values()
+        if len(pods) == HOSTS
+        and all(
+            not gated(p)
+            and p.status.phase == "Running"
+            and (p.spec.node_selector or {}).get("cloud.google.com/gke-nodepool") in pools
+            for p in pods
+        )
+    )
+
+
+def test_an_incremental_upgrade_reserves_the_new_clusters_slices_and_never_the_serving_ones(
+    cluster: E2ECluster, namespace: str, service_pools: None
+) -> None:
+    """KubeRay's NewClusterWithIncrementalUpgrade, played at the capacity level: the new
+    cluster starts at its minimum and the Ray autoscaler grows it while it shrinks the
+    serving one (the local cluster runs no Ray, no gateway and KubeRay without the
+    ``RayServiceIncrementalUpgrade`` gate, so the test makes the new cluster as KubeRay
+    does and sends the autoscaler's patches with ``tpusim.autoscaler``). Every slice of
+    the new cluster is reserved whole before its pods run; the serving cluster's pools
+    are never taken, and a slice the autoscaler asks for with no free pool waits until
+    the serving cluster's scale-down gives one back."""
+    name = "inc"
+    kube.wait_nodes_ready(
+        cluster.api, kube.create_pool(cluster.api, TPUPool(EXTRA_POOL, TYPE, TOPOLOGY, nodes=HOSTS))
+    )
+    try:
+        with InvariantWatch(cluster, namespace) as watch:
+            apply(cluster, namespace, elastic_tss(name))
+
+            def serving() -> str | None:
+                obj = get_tss(cluster, namespace, name)
+                rc = ((obj.get("status") or {}).get("pendingCluster") or {}).get("name")
+                return rc if rc and placed_slices(cluster, namespace, name, rc) == 1 else None
+
+            old = str(
+                kube.wait_for(
+                    serving,
+                    timeout_s=TIMEOUT_S,
+                    what="the service's cluster with its minimum slice reserved and running",
+                    describe=lambda: describe_service(cluster, namespace, name),
+                )
+            )
+            autoscaler.scale(cluster.api, namespace, old, None, 2)
+            kube.wait_for(
+                lambda: placed_slices(cluster, namespace, name, old) == 2,
+                timeout_s=TIMEOUT_S,
+                what="the serving cluster grown to 2 slices on 2 pools",
+                describe=lambda: describe_service(cluster, namespace, name),
+            )
+            serving_pools = pools_held(cluster, namespace, name)[old]
+
+            # the upgrade's cluster starts at its minimum: the one free pool
+            new = f"{name}-incremental"
+            # the new cluster as KubeRay 1.5 makes it for this strategy: no replicas, so it
+            # starts at minReplicas and the Ray autoscaler grows it with Serve's target
+            # capacity (ray-operator/controllers/ray/rayservice_controller.go,
+            # isPendingClusterForUpgrade)
+            upgrade_cluster(cluster, namespace, name, old, new, without_replicas=True)
+            kube.wait_for(
+                lambda: placed_slices(cluster, namespace, name, new) == 1,
+                timeout_s=TIMEOUT_S,
+                what="the new cluster's minimum slice on the free pool",
+                describe=lambda: describe_service(cluster, namespace, name),
+            )
+            held = pools_held(cluster, namespace, name)
+            assert held[old] == serving_pools
+            assert set(held[new]) == {EXTRA_POOL}
+
+            # Serve's target capacity rises: a second slice, no free pool, so it waits
+            autoscaler.scale(cluster.api, namespace, new, None, 2)
+            kube.wait_for(
+                lambda: len(workers_of(cluster, namespace, new)) == 2 * HOSTS,
+                timeout_s=TIMEOUT_S,
+                what="KubeRay made the new cluster's second slice",
+            )
+            time.sleep(10)  # a few passes (resync 10 s): it must keep waiting
+            assert sum(gated(p) for p in workers_of(cluster, namespace, new)) == HOSTS
+            held = pools_held(cluster, namespace, name)
+            assert held[old] == serving_pools
+            assert set(held[new]) == {EXTRA_POOL}
+            assert placed_slices(cluster, namespace, name, old) == 2
+
+            # the serving cluster's capacity falls: Ray removes one of its slices
+            replica = (workers_of(cluster, namespace, old)[0].metadata.labels or {})[REPLICA_NAME]
+            host = next(
+                p.metadata.name
+                for p in workers_of(cluster, namespace, old)
+                if (p.metadata.labels or {}).get(REPLICA_NAME) == replica
+            )
+            autoscaler.delete_pods(cluster.api, namespace, old, [host])
+            kube.wait_for(
+                lambda: placed_slices(cluster, namespace, name, new) == 2,
+                timeout_s=TIMEOUT_S,
+                what="the new cluster's second slice on the pool the serving one gave back",
+                describe=lambda: describe_service(cluster, namespace, name),
+            )
+            held = pools_held(cluster, namespace, name)
+            assert len(held[old]) == 1 and set(held[old]) < set(serving_pools)
+            assert held[old].items() <= serving_pools.items()  # the kept slice's claim
+            assert len(held[new]) == 2 and not set(held[new]) & set(held[old])
+            assert placed_slices(cluster, namespace, name, old) == 1
+
+            kubectl(
+                cluster, "delete", "tss", name, "-n", namespace, "--wait=true", "--timeout=120s"
+            )
+            kube.wait_for(
+                lambda: (
+                    not pools_held(cluster, namespace, name)
+                    and not cluster.core.list_namespaced_pod(namespace).items
+                ),
+                timeout_s=120,
+                what="the service's pods and reservations gone",
+            )
+            watch.check(min_samples=20)
+    finally:
+        kube.delete_pool(cluster.api, EXTRA_POOL)
