@@ -305,7 +305,10 @@ def test_status_example_from_the_design_is_valid() -> None:
 @pytest.mark.parametrize("crd_file", [TSC, TSJ, TSS, RES, POL])
 def test_crds_are_small_and_described(crd_file: str) -> None:
     path = Path(__file__).parents[2] / "crds" / crd_file
-    assert path.stat().st_size < 64 * 1024
+    # `kubectl apply` (client-side, what README's install uses) stores the whole object in
+    # the last-applied-configuration annotation, and annotations are capped at 256 KiB
+    # (apimachinery's TotalAnnotationSizeLimitB); half of that keeps room to grow.
+    assert path.stat().st_size < 128 * 1024
 
     def undocumented(schema: dict[str, Any], where: str) -> list[str]:
         missing = [] if "description" in schema or where.endswith("metadata") else [where]
