@@ -374,10 +374,14 @@ class Reconciler:
             out.status["busyNodes"] = busy
         drains = [d for each in acted for d in each.plan.drains]
         by_cluster: dict[str, list[Drain]] = {}
-        for each in acted:  # a RayCluster's drains over all its groups
-            by_cluster.setdefault(each.slices.ref.ray_cluster, []).extend(each.plan.drains)
+        by_group: dict[tuple[str, str], list[Drain]] = {}
+        for each in acted:  # a RayCluster's drains over all its groups, and each group's
+            ref = each.slices.ref
+            by_cluster.setdefault(ref.ray_cluster, []).extend(each.plan.drains)
+            by_group.setdefault((ref.ray_cluster, ref.group), []).extend(each.plan.drains)
         status = with_maintenance(
-            with_disruptions(out.status, previous, drains, now, by_cluster), snap.nodes
+            with_disruptions(out.status, previous, drains, now, by_cluster, by_group),
+            snap.nodes,
         )
         condition = maintenance_condition(status, previous, now, generation(body))
         if condition is not None:

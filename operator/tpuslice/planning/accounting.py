@@ -10,7 +10,7 @@ tell the two apart from the object's status as well. Pure: the caller passes ``n
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -58,6 +58,7 @@ def with_disruptions(
     drains: Sequence[Drain],
     now: datetime,
     by_cluster: Mapping[str, Sequence[Drain]] | None = None,
+    by_group: Mapping[tuple[str, str], Sequence[Drain]] | None = None,
 ) -> dict[str, Any]:
     """``status`` with ``disruptions`` (object totals by reason, the last one, and the
     failures) and each ``slices[]`` entry's ``disruptions``/``lastDisruption``/``failures``
@@ -67,6 +68,10 @@ def with_disruptions(
     ``pendingCluster.slices``): each section's entries are carried from the previous
     section of the same cluster ``name`` (an upgrade's pending cluster becomes the active
     one) and advanced by that cluster's drains (``by_cluster``: RayCluster name -> drains).
+    An object of several groups has its slices per group (``groups[].slices``, at the top
+    or in a service's cluster section), carried by group name and advanced by that
+    group's drains (``by_group``: (RayCluster name, group) -> drains; slice indexes are
+    per group, so one list of drains cannot serve two groups).
 
     A disruption is one of this pass's ``drains``. A failure is a slice index whose
     replica was replaced (KubeRay made a new replica at that index) without a drain of
@@ -83,14 +88,23 @@ def with_disruptions(
     for drain in drains:
         by_reason[drain.reason] = min(MAX_COUNT, by_reason.get(drain.reason, 0) + 1)
         totals["lastReason"], totals["lastTime"] = drain.reason, rfc3339(now)
+    grouped = by_group or {}
     if isinstance(out.get("slices"), list):
         out["slices"], failed = _advance(out["slices"], previous.get("slices"), drains, now)
         failures = min(MAX_COUNT, failures + failed)
+    if isinstance(out.get("groups"), list):
+        out["groups"], failed = _advance_groups(
+            out["groups"],
+            previous.get("groups"),
+            lambda group: [d for (_, g), ds in grouped.items() if g == group for d in ds],
+            now,
+        )
+        failures = min(MAX_COUNT, failures + failed)
     for section in CLUSTER_SECTIONS:
         current = out.get(section)
-        if not isinstance(current, Mapping) or not isinstance(current.get("slices"), list):
+        if not isinstance(current, Mapping):
             continue
-        name = current.get("name")
+        name = str(current.get("name") or "")
         before: Mapping[str, Any] = next(
             (
                 previous[k]
@@ -99,10 +113,22 @@ def with_disruptions(
             ),
             {},
         )
-        ours = (by_cluster or {}).get(str(name or ""), ())
-        slices, failed = _advance(current["slices"], before.get("slices"), ours, now)
-        out[section] = {**current, "slices": slices}
-        failures = min(MAX_COUNT, failures + failed)
+        section_out = dict(current)
+        if isinstance(current.get("slices"), list):
+            ours = (by_cluster or {}).get(name, ())
+            section_out["slices"], failed = _advance(
+                current["slices"], before.get("slices"), ours, now
+            )
+            failures = min(MAX_COUNT, failures + failed)
+        if isinstance(current.get("groups"), list):
+            section_out["groups"], failed = _advance_groups(
+                current["groups"],
+                before.get("groups"),
+                lambda group, cluster=name: grouped.get((cluster, group), ()),
+                now,
+            )
+            failures = min(MAX_COUNT, failures + failed)
+        out[section] = section_out
     if by_reason or failures or "disruptions" in previous:
         out["disruptions"] = {
             "total": min(MAX_COUNT, sum(by_reason.values())),
@@ -158,6 +184,34 @@ def _advance(
     return slices, failures
 
 
+def _advance_groups(
+    groups: Sequence[Any],
+    previous: Any,
+    drains_of: Callable[[str], Sequence[Drain]],
+    now: datetime,
+) -> tuple[list[Any], int]:
+    """``groups[]`` entries with each one's ``slices`` advanced as ``_advance`` does, from
+    the previous entry of the same group name and that group's drains."""
+    before = {
+        str(g.get("name")): g
+        for g in (previous if isinstance(previous, list) else [])
+        if isinstance(g, Mapping)
+    }
+    out: list[Any] = []
+    failures = 0
+    for entry in groups:
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("slices"), list):
+            out.append(entry)
+            continue
+        name = str(entry.get("name"))
+        slices, failed = _advance(
+            entry["slices"], before.get(name, {}).get("slices"), drains_of(name), now
+        )
+        out.append({**entry, "slices": slices})
+        failures += failed
+    return out, failures
+
+
 def _unit_nodes(entry: Mapping[str, Any], nodes: Iterable[NodeInfo]) -> list[NodeInfo]:
     node, pool = entry.get("node"), entry.get("nodePool")
     if node:
@@ -168,14 +222,28 @@ def _unit_nodes(entry: Mapping[str, Any], nodes: Iterable[NodeInfo]) -> list[Nod
 def with_maintenance(status: Mapping[str, Any], nodes: Sequence[NodeInfo]) -> dict[str, Any]:
     """Each held slice's ``maintenance`` (``scheduledAt`` and ``state``: Scheduled, or
     Ongoing once the window opened) from the nodes of the unit it holds; a
-    TPUSliceService's in each cluster section."""
-    out = dict(status)
-    if isinstance(out.get("slices"), list):
-        out["slices"] = _maintained(out["slices"], nodes)
+    TPUSliceService's in each cluster section, an object of several groups' in each
+    ``groups[]`` entry."""
+    out = _maintained_lists(status, nodes)
     for section in CLUSTER_SECTIONS:
         current = out.get(section)
-        if isinstance(current, Mapping) and isinstance(current.get("slices"), list):
-            out[section] = {**current, "slices": _maintained(current["slices"], nodes)}
+        if isinstance(current, Mapping):
+            out[section] = _maintained_lists(current, nodes)
+    return out
+
+
+def _maintained_lists(part: Mapping[str, Any], nodes: Sequence[NodeInfo]) -> dict[str, Any]:
+    """``part`` with its ``slices`` and each ``groups[]`` entry's ``slices`` maintained."""
+    out = dict(part)
+    if isinstance(out.get("slices"), list):
+        out["slices"] = _maintained(out["slices"], nodes)
+    if isinstance(out.get("groups"), list):
+        out["groups"] = [
+            {**g, "slices": _maintained(g["slices"], nodes)}
+            if isinstance(g, Mapping) and isinstance(g.get("slices"), list)
+            else g
+            for g in out["groups"]
+        ]
     return out
 
 
