@@ -124,7 +124,7 @@ def with_disruptions(
             section_out["groups"], failed = _advance_groups(
                 current["groups"],
                 before.get("groups"),
-                lambda group, cluster=name: grouped.get((cluster, group), ()),
+                _in_cluster(grouped, name),
                 now,
             )
             failures = min(MAX_COUNT, failures + failed)
@@ -182,6 +182,13 @@ def _advance(
             entry["lastDisruption"] = dict(last)
         slices.append(entry)
     return slices, failures
+
+
+def _in_cluster(
+    grouped: Mapping[tuple[str, str], Sequence[Drain]], cluster: str
+) -> Callable[[str], Sequence[Drain]]:
+    """The drains of one RayCluster's group, by group name."""
+    return lambda group: grouped.get((cluster, group), ())
 
 
 def _advance_groups(
