@@ -107,7 +107,7 @@ dev-cluster-status: $(STAMP) ## Components and node pools of the dev cluster
 	$(PY) -m tpusim --dir $(DEV_CLUSTER) status
 
 test-e2e: tools $(STAMP) ## e2e tier on a fresh local cluster (or TPUSLICE_E2E_KUBECONFIG)
-	$(PY) -m pytest tests/e2e -q
+	$(PY) -m pytest tests/e2e -q --durations=25
 
 # The real-node tier: a real kubelet + containerd node joins the local cluster and
 # runs the operator from the chart, with the image built here by buildah (root;
@@ -117,7 +117,7 @@ realnode-deps: ## Install the real node's Debian packages (root, apt-get; only w
 	bash hack/realnode-deps.sh
 
 test-realnode: tools $(STAMP) realnode-deps ## Real-node tier: the chart's operator in a real pod on a real kubelet (root)
-	$(PY) -m pytest tests/realnode -q
+	$(PY) -m pytest tests/realnode -q --durations=15
 
 image: $(STAMP) ## Build the operator image (docker if a daemon answers, else buildah on a local base)
 	bash hack/image.sh
