@@ -394,6 +394,7 @@ def test_an_incremental_upgrade_reserves_the_new_clusters_slices_and_never_the_s
                 describe=lambda: describe_service(cluster, namespace, name),
             )
             serving_pools = pools_held(cluster, namespace, name)[old]
+            (free_pool,) = {*POOLS, EXTRA_POOL} - set(serving_pools)
 
             # the upgrade's cluster starts at its minimum: the one free pool
             new = f"{name}-incremental"
@@ -410,7 +411,7 @@ def test_an_incremental_upgrade_reserves_the_new_clusters_slices_and_never_the_s
             )
             held = pools_held(cluster, namespace, name)
             assert held[old] == serving_pools
-            assert set(held[new]) == {EXTRA_POOL}
+            assert set(held[new]) == {free_pool}
 
             # Serve's target capacity rises: a second slice, no free pool, so it waits
             autoscaler.scale(cluster.api, namespace, new, None, 2)
@@ -423,7 +424,7 @@ def test_an_incremental_upgrade_reserves_the_new_clusters_slices_and_never_the_s
             assert sum(gated(p) for p in workers_of(cluster, namespace, new)) == HOSTS
             held = pools_held(cluster, namespace, name)
             assert held[old] == serving_pools
-            assert set(held[new]) == {EXTRA_POOL}
+            assert set(held[new]) == {free_pool}
             assert placed_slices(cluster, namespace, name, old) == 2
 
             # the serving cluster's capacity falls: Ray removes one of its slices
