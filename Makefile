@@ -30,7 +30,7 @@ test: test-static test-unit test-harness image-check test-contract test-chart te
 test-static: lint verify-crds ## Static stage (a minute, no Go tools): ruff, strict mypy, the import contracts, the CRD copies
 
 test-unit: $(STAMP) ## Unit tests (no cluster and no Go tools)
-	$(PY) -m pytest tests/unit -q
+	$(PY) -m pytest tests/unit -q -n 2
 
 test-chart: tools $(STAMP) verify-manifests ## The chart rendered by helm (the helm that `make tools` builds), manifests/ in step with it
 	$(PY) -m pytest tests/chart -q
@@ -107,7 +107,7 @@ dev-cluster-status: $(STAMP) ## Components and node pools of the dev cluster
 	$(PY) -m tpusim --dir $(DEV_CLUSTER) status
 
 test-e2e: tools $(STAMP) ## e2e tier on a fresh local cluster (or TPUSLICE_E2E_KUBECONFIG)
-	$(PY) -m pytest tests/e2e -q --durations=25
+	$(PY) -m pytest tests/e2e -q -n 2 --dist loadfile --durations=25
 
 # The real-node tier: a real kubelet + containerd node joins the local cluster and
 # runs the operator from the chart, with the image built here by buildah (root;

@@ -40,12 +40,15 @@ RUN_DIR_KEY = pytest.StashKey[Path]()
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Everything under tests/e2e is the e2e tier, marked or not.
 
-    test_kueue_harness.py runs first: it brings up a cluster of its own (with Kueue)
-    and stops it before the session cluster starts, so two never run at once.
-    test_fidelity.py runs next: it expects no operator yet (it edits objects the
-    operator would also be writing), and the session `operator` starts with the first
-    test that uses it (test_capacity.py sorts before it). test_chart.py runs last: it
-    needs the session `operator` (which it stops and restarts around its own).
+    `make test-e2e` runs the tier as two pytest-xdist workers (``-n 2 --dist
+    loadfile``): each worker is a pytest session with a local cluster and an operator
+    of its own, and each file runs whole on one worker, in this order.
+    test_kueue_harness.py goes first: it brings up a cluster of its own (with Kueue)
+    and stops it before its worker's session cluster starts. test_fidelity.py goes
+    next, usually before its worker's operator starts; its checks hold either way (a
+    replace of an object the operator also writes is retried on a conflict).
+    test_chart.py goes last: it needs its worker's session `operator` (which it stops
+    and restarts around its own).
     """
     for item in items:
         if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):

@@ -308,12 +308,19 @@ def test_tpuslicecluster_crd_installs_and_api_server_enforces_cel(
         assert err.value.status == 422, (body["metadata"]["name"], err.value.body)
         assert message in err.value.body, (body["metadata"]["name"], err.value.body)
 
-    # Transition rule: the slice shape is immutable.
-    good["spec"]["tpu"]["topology"] = "2x4"
-    with pytest.raises(ApiException) as err:
-        cluster.custom.replace_namespaced_custom_object(
-            "tpuslice.dev", "v1alpha1", namespace, "tpusliceclusters", "good", good
+    # Transition rule: the slice shape is immutable. The operator writes the object too
+    # (finalizer, status), so a replace from a stale read is a 409 first: read again.
+    for _ in range(10):
+        live = cluster.custom.get_namespaced_custom_object(
+            "tpuslice.dev", "v1alpha1", namespace, "tpusliceclusters", "good"
         )
+        live["spec"]["tpu"]["topology"] = "2x4"
+        with pytest.raises(ApiException) as err:
+            cluster.custom.replace_namespaced_custom_object(
+                "tpuslice.dev", "v1alpha1", namespace, "tpusliceclusters", "good", live
+            )
+        if err.value.status != 409:
+            break
     assert err.value.status == 422 and "immutable" in err.value.body
 
     # SliceReservation: named after its node pool.

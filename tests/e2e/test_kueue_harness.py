@@ -2,8 +2,9 @@
 and admitted (unsuspended) when the ClusterQueue's TPU quota allows.
 
 This module starts its own cluster with ``ClusterSettings(kueue=True)`` (the session
-cluster has no Kueue) and runs first in the tier (conftest orders it) so the two
-clusters never run at once. No operator: this checks the harness and Kueue alone.
+cluster has no Kueue) and runs first on its worker (conftest orders it), so it stops
+before that worker's session cluster starts. No operator: this checks the harness and
+Kueue alone.
 """
 
 from __future__ import annotations
