@@ -30,6 +30,7 @@ __all__ = [
     "Claim",
     "ClusterRef",
     "GangMode",
+    "GkeSliceInfo",
     "Handover",
     "Holder",
     "Move",
@@ -76,6 +77,9 @@ class CapacityUnit(StrEnum):
 
     NODE_POOL = "NodePool"
     NODE = "Node"
+    #: one tpu7x dynamic-slicing partition (a 4x4x4 sub-block, one node pool of 16
+    #: hosts); a dynamic slice holds chips / 64 of them (planning/partitions.py)
+    PARTITION = "Partition"
 
     @classmethod
     def for_hosts(cls, hosts: int) -> CapacityUnit:
@@ -84,6 +88,8 @@ class CapacityUnit(StrEnum):
     @property
     def noun(self) -> str:
         """What messages call one unit: ``node pool`` or ``node``."""
+        if self is CapacityUnit.PARTITION:
+            return "partition"
         return "node" if self is CapacityUnit.NODE else "node pool"
 
     @property
@@ -316,6 +322,28 @@ class Holder:
     @property
     def owner(self) -> ObjectKey:
         return self.kind, self.namespace, self.name
+
+
+@dataclass(frozen=True)
+class GkeSliceInfo:
+    """A GKE Slice (accelerator.gke.io/v1beta1) as the planner needs it: which partitions
+    it links, whose it is, and how far its Ready condition got.
+
+    ``owner`` is the TPUSlice object (kind, namespace, name) its annotations name, None
+    for a Slice the operator did not create (never touched, its partitions never taken);
+    ``reason`` is the Ready condition's reason ("" before GKE's controller wrote one).
+    """
+
+    name: str
+    topology: str
+    partition_ids: tuple[str, ...]
+    owner: ObjectKey | None = None
+    owner_uid: str = ""
+    replica_name: str = ""
+    ready: bool = False
+    reason: str = ""
+    message: str = ""
+    deleting: bool = False
 
 
 @dataclass(frozen=True)
