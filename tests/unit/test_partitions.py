@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.builders import holder, node
+from tests.support.builders import holder, node, partition_nodes
 from tpuslice.model import constants as c
 from tpuslice.model.convert import gke_slice_body, gke_slice_info
 from tpuslice.model.records import GkeSliceInfo, NodeInfo, Taint
@@ -29,36 +29,8 @@ from tpuslice.planning.partitions import (
 OWNER = ("TPUSliceCluster", "ml", "llm")
 
 
-def partition(
-    pid: str,
-    *,
-    block: str | None = "b1",
-    state: str = "HEALTHY",
-    hosts: int = 16,
-    gke_slice: str = "",
-    **fields: Any,
-) -> list[NodeInfo]:
-    """The nodes of one sub-block pool ``sb-<pid>`` carrying partition ``pid``."""
-    labels = {
-        c.NODE_LABEL_ACCELERATOR_TOPOLOGY_MODE: c.TOPOLOGY_MODE_PROVISION_ONLY,
-        c.NODE_LABEL_TPU_PARTITION_ID: pid,
-        c.NODE_LABEL_TPU_PARTITION_STATE: state,
-    }
-    return [
-        node(
-            f"sb-{pid}-{i}",
-            f"sb-{pid}",
-            accelerator="tpu7x",
-            topology="",
-            block=block,
-            topology_mode=c.TOPOLOGY_MODE_PROVISION_ONLY,
-            partition_labels=(c.NODE_LABEL_TPU_PARTITION_ID,),
-            gke_slice=gke_slice,
-            labels=labels,
-            **fields,
-        )
-        for i in range(hosts)
-    ]
+def partition(pid: str, **fields: Any) -> list[NodeInfo]:
+    return partition_nodes(pid, **fields)
 
 
 def inventory(*groups: list[NodeInfo]) -> dict[str, Partition]:
@@ -118,7 +90,7 @@ def test_free_partitions_skip_held_pools_and_partitions_of_others_slices() -> No
     foreign = GkeSliceInfo("theirs", "4x4x4", ("p1",))  # no owner annotations: not ours
     other = GkeSliceInfo("x", "4x4x4", ("p2",), owner=("TPUSliceCluster", "ml", "other"))
     mine = GkeSliceInfo("m", "4x4x4", ("p3",), owner=OWNER)
-    free = free_partitions(inv, held_pools={"sb-p0"}, slices=[foreign, other, mine], owner=OWNER)
+    free = free_partitions(inv, held_pools={"sb-p0"}, slices=[foreign, other, mine], ours={"m"})
     assert [p.id for p in free] == ["p3", "p4"]
 
 

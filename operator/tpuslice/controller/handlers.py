@@ -33,6 +33,7 @@ from tpuslice.controller.reconciler import Reconciler, SnapshotReader, spec_shap
 from tpuslice.model import constants as c
 from tpuslice.model.convert import (
     cluster_record,
+    gke_slice_info,
     raycluster_info,
     reservation_info,
     reservation_shape,
@@ -491,7 +492,18 @@ async def tear_down(
     remaining = await watches.pods_gone(key, wait_seconds)
     if remaining:
         return [p.name for p in remaining]
-    for info in list(holder_index.get(uid, ())):
+    # its GKE Slices (dynamic slices) go before the reservations of their partitions,
+    # which are freed only once GKE's finalizer let the Slices go
+    held = list(holder_index.get(uid, ()))
+    if held:
+        slices = [gke_slice_info(o) for o in await kube.list_gke_slices()]
+        mine = [s for s in slices if s.owner == key and s.owner_uid in ("", uid)]
+        for s in mine:
+            if not s.deleting:
+                await kube.delete_gke_slice(s.name, s.uid)
+        if mine:
+            return [f"GKE Slice {s.name}" for s in mine]
+    for info in held:
         await kube.delete_reservation(info.pool, info.uid)
     return []
 
@@ -513,7 +525,8 @@ async def on_delete(
     )
     if remaining:
         raise kopf.TemporaryError(
-            f"waiting for {len(remaining)} worker pods to terminate before releasing node pools",
+            f"waiting for {len(remaining)} worker pods (or GKE Slices) to go before "
+            "releasing node pools or partitions",
             delay=1,
         )
     memo.reconcilers[kind].forget(key, uid=uid)

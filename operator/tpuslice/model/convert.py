@@ -204,9 +204,13 @@ def _not_ready_since(status: Mapping[str, Any]) -> str:
 
 
 def _pinned_unit(selector: Mapping[str, Any]) -> str | None:
-    """The unit a released pod is pinned to: its node (a single-host slice), else its
-    node pool (``CapacityUnit.pin``)."""
-    return selector.get(c.NODE_LABEL_HOSTNAME) or selector.get(c.NODE_LABEL_NODEPOOL)
+    """The unit a released pod is pinned to: its node (a single-host slice), its GKE
+    Slice (a dynamic slice), else its node pool (``CapacityUnit.pin``)."""
+    return (
+        selector.get(c.NODE_LABEL_HOSTNAME)
+        or selector.get(c.NODE_LABEL_TPU_SLICE)
+        or selector.get(c.NODE_LABEL_NODEPOOL)
+    )
 
 
 #: Taint effects that keep a pod off a node (PreferNoSchedule only discourages).
@@ -485,6 +489,8 @@ def gke_slice_info(obj: Mapping[str, Any]) -> GkeSliceInfo:
         reason=str(ready.get("reason") or ""),
         message=str(ready.get("message") or ""),
         deleting=bool(meta.get("deletionTimestamp")),
+        uid=str(meta.get("uid") or ""),
+        created=str(meta.get("creationTimestamp") or ""),
     )
 
 

@@ -19,6 +19,7 @@ from tpuslice.model.constants import (
     KIND_CLUSTER,
     NODE_LABEL_HOSTNAME,
     NODE_LABEL_NODEPOOL,
+    NODE_LABEL_TPU_SLICE,
     PROVREQ_CAPACITY_REVOKED,
     PROVREQ_DETAIL_NODE_POOL,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "Claim",
     "ClusterRef",
     "GangMode",
+    "GkeSliceCreate",
     "GkeSliceInfo",
     "Handover",
     "Holder",
@@ -94,7 +96,11 @@ class CapacityUnit(StrEnum):
 
     @property
     def label(self) -> str:
-        """The node label whose value is a unit's name."""
+        """The node label a released pod is pinned by: a node's hostname, a node pool's
+        name, or for partitions the GKE Slice they form (its nodes carry
+        ``cloud.google.com/gke-tpu-slice=<Slice>`` once it is ACTIVE)."""
+        if self is CapacityUnit.PARTITION:
+            return NODE_LABEL_TPU_SLICE
         return NODE_LABEL_HOSTNAME if self is CapacityUnit.NODE else NODE_LABEL_NODEPOOL
 
     def pin(self, name: str) -> dict[str, str]:
@@ -344,6 +350,20 @@ class GkeSliceInfo:
     reason: str = ""
     message: str = ""
     deleting: bool = False
+    #: metadata.uid (a delete is conditional on it) and creationTimestamp (RFC 3339)
+    uid: str = ""
+    created: str = ""
+
+
+@dataclass(frozen=True)
+class GkeSliceCreate:
+    """Create the GKE Slice ``name`` linking ``partition_ids`` into one ``topology``
+    slice for ``holder``'s slice (planning/dynamic.py)."""
+
+    name: str
+    holder: Holder
+    topology: str
+    partition_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -500,6 +520,10 @@ class SlicePlan:
     drains: tuple[Drain, ...] = ()
     #: pods of drained slices stuck terminating on hosts that are gone or shut down
     force_deletes: tuple[ForceDelete, ...] = ()
+    #: dynamic slices (planning/dynamic.py): GKE Slices to create over held partitions,
+    #: and Slices of ours to delete (failed, stale, or of a slice that is gone)
+    gke_slice_creates: tuple[GkeSliceCreate, ...] = ()
+    gke_slice_deletes: tuple[GkeSliceInfo, ...] = ()
 
 
 @dataclass(frozen=True)

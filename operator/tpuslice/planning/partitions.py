@@ -48,7 +48,7 @@ from tpuslice.model.constants import (
     NODE_LABEL_TPU_PARTITION_STATE,
     SLICE_MAX_NAME,
 )
-from tpuslice.model.records import GkeSliceInfo, Holder, NodeInfo, ObjectKey
+from tpuslice.model.records import GkeSliceInfo, Holder, NodeInfo
 from tpuslice.model.topology import CHIPS_PER_PARTITION, MULTI_HOST_CHIPS_PER_HOST
 from tpuslice.planning.disruption import blocking_signal
 from tpuslice.planning.nodeclass import QUARANTINED
@@ -169,11 +169,11 @@ def partition_problem(
     return None
 
 
-def taken_by_slices(slices: Iterable[GkeSliceInfo], owner: ObjectKey) -> dict[str, str]:
-    """Partition id -> the Slice holding it, for every Slice not of ``owner``: a Slice
-    holds its partitions from its creation until it is gone, whoever created it, so its
-    partitions are taken before its nodes are labelled."""
-    return {pid: s.name for s in slices if s.owner != owner for pid in s.partition_ids}
+def taken_by_slices(slices: Iterable[GkeSliceInfo], ours: Collection[str]) -> dict[str, str]:
+    """Partition id -> the Slice holding it, for every Slice not named in ``ours`` (the
+    object's own): a Slice holds its partitions from its creation until it is gone,
+    whoever created it, so its partitions are taken before its nodes are labelled."""
+    return {pid: s.name for s in slices if s.name not in ours for pid in s.partition_ids}
 
 
 def free_partitions(
@@ -181,20 +181,18 @@ def free_partitions(
     *,
     held_pools: Collection[str],
     slices: Iterable[GkeSliceInfo],
-    owner: ObjectKey,
+    ours: Collection[str] = (),
     allow_degraded: bool = False,
 ) -> list[Partition]:
-    """The partitions a slice of ``owner`` may claim now, by id: usable, in no Slice of
-    another (``taken_by_slices``) and their pool held by no SliceReservation."""
-    slices = list(slices)
-    taken = taken_by_slices(slices, owner)
-    owned = {s.name for s in slices if s.owner == owner}
+    """The partitions a slice may claim now, by id: usable, in no Slice but ``ours``
+    (``taken_by_slices``) and their pool held by no SliceReservation."""
+    taken = taken_by_slices(slices, ours)
     return [
         p
         for pid, p in sorted(inventory.items())
         if pid not in taken
         and p.pool not in held_pools
-        and partition_problem(p, owned_slices=owned, allow_degraded=allow_degraded) is None
+        and partition_problem(p, owned_slices=ours, allow_degraded=allow_degraded) is None
     ]
 
 
