@@ -57,6 +57,9 @@ ANNOTATION_ELASTIC: Final = f"{GROUP}/elastic"
 # "false" on the workers of a group of independent slices (spec.workerGroups[].tpu.multislice):
 # the webhook writes no MEGASCALE_* at all, each slice is a job of its own.
 ANNOTATION_MULTISLICE: Final = f"{GROUP}/multislice"
+# "true" on the workers of a dynamic slice (spec.reservation.policy DynamicSlice): the
+# webhook judges the topology by a GKE Slice's rules (4x4x12 is a Slice, never a pool).
+ANNOTATION_DYNAMIC_SLICE: Final = f"{GROUP}/dynamic-slice"
 # The Ray autoscaler v2's timeout for an instance allocated (its pod exists) to run
 # Ray, after which it is terminated: spec.elastic.scaleUpTimeoutSeconds, sent as the
 # autoscaler container's env (ray-project/ray 2.60
