@@ -191,16 +191,38 @@ def test_a_failed_slice_is_replaced_on_other_partitions_before_it_is_deleted() -
     assert fourth.frees == ("sb-p1", "sb-p2") and not fourth.gke_slice_deletes
 
 
-def test_released_pods_of_a_failed_slice_are_drained() -> None:
-    failed = gke_slice("s", ("p1", "p2"), reason="FAILED")
+def test_released_pods_of_a_failed_slice_are_drained_and_its_successor_forms_elsewhere() -> None:
+    failed = gke_slice("s", ("p1", "p2"), reason="FAILED", replica_index=0)
+    node_list = nodes("p1", "p2", "p3", "p4")
     got = plan(
         pod_list=pods(gated=False, pool="s"),
-        node_list=nodes("p1", "p2"),
+        node_list=node_list,
         reservations=[held("p1"), held("p2")],
         slices=[failed],
     )
     (drain,) = got.drains
     assert len(drain.pods) == HOSTS and drain.pool == "s"
+    assert not got.claims and not got.gke_slice_deletes and not got.frees
+    assert got.slices[0].state is SliceState.RELEASING
+    # KubeRay's new slice of index 0: the failed Slice (and its partitions) stay
+    successor = pods("tpu-bbbbb", 0)
+    got = plan(
+        pod_list=successor,
+        node_list=node_list,
+        reservations=[held("p1"), held("p2")],
+        slices=[failed],
+    )
+    assert sorted(cl.pool for cl in got.claims) == ["sb-p3", "sb-p4"]
+    assert not got.gke_slice_deletes and not got.frees
+    # once the successor has its Slice, the failed one goes, then its partitions
+    new = gke_slice("n", ("p3", "p4"), "tpu-bbbbb", reason="ACTIVATING", replica_index=0)
+    reservations = [held("p1"), held("p2"), held("p3", "tpu-bbbbb"), held("p4", "tpu-bbbbb")]
+    got = plan(
+        pod_list=successor, node_list=node_list, reservations=reservations, slices=[failed, new]
+    )
+    assert [s.name for s in got.gke_slice_deletes] == ["s"] and not got.frees
+    got = plan(pod_list=successor, node_list=node_list, reservations=reservations, slices=[new])
+    assert got.frees == ("sb-p1", "sb-p2")
 
 
 def test_an_unhealthy_held_partition_is_given_back_and_another_claimed() -> None:

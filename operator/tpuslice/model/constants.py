@@ -146,6 +146,7 @@ ANNOTATION_SLICE_OWNER_NAMESPACE: Final = f"{GROUP}/owner-namespace"
 ANNOTATION_SLICE_OWNER_NAME: Final = f"{GROUP}/owner-name"
 ANNOTATION_SLICE_OWNER_UID: Final = f"{GROUP}/owner-uid"
 ANNOTATION_SLICE_REPLICA: Final = f"{GROUP}/slice"
+ANNOTATION_SLICE_INDEX: Final = f"{GROUP}/slice-index"
 # A worker-template annotation asking GKE's webhooks for a sub-slice of the pool's
 # topology (sub-slicing; Ray's guide, ray-project/ray PR #65404 tpu-subslicing.md).
 ANNOTATION_GKE_SLICE_TOPOLOGY: Final = "cloud.google.com/gke-tpu-slice-topology"

@@ -485,6 +485,7 @@ def gke_slice_info(obj: Mapping[str, Any]) -> GkeSliceInfo:
         owner=(kind, namespace, name) if kind and namespace and name else None,
         owner_uid=str(notes.get(c.ANNOTATION_SLICE_OWNER_UID) or ""),
         replica_name=str(notes.get(c.ANNOTATION_SLICE_REPLICA) or ""),
+        replica_index=_int(notes.get(c.ANNOTATION_SLICE_INDEX)),
         ready=ready.get("status") == "True",
         reason=str(ready.get("reason") or ""),
         message=str(ready.get("message") or ""),
@@ -502,19 +503,22 @@ def gke_slice_body(
     topology, partitionIds, all immutable). Cluster-scoped, so no owner reference can
     name the namespaced TPUSlice object: the annotations do, and the operator deletes
     the Slice itself."""
+    notes = {
+        c.ANNOTATION_SLICE_OWNER_KIND: holder.kind,
+        c.ANNOTATION_SLICE_OWNER_NAMESPACE: holder.namespace,
+        c.ANNOTATION_SLICE_OWNER_NAME: holder.name,
+        c.ANNOTATION_SLICE_OWNER_UID: holder.uid,
+        c.ANNOTATION_SLICE_REPLICA: holder.replica_name,
+    }
+    if holder.replica_index is not None:
+        notes[c.ANNOTATION_SLICE_INDEX] = str(holder.replica_index)
     return {
         "apiVersion": f"{c.SLICE_GROUP}/{c.SLICE_VERSION}",
         "kind": c.SLICE_KIND,
         "metadata": {
             "name": name,
             "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY},
-            "annotations": {
-                c.ANNOTATION_SLICE_OWNER_KIND: holder.kind,
-                c.ANNOTATION_SLICE_OWNER_NAMESPACE: holder.namespace,
-                c.ANNOTATION_SLICE_OWNER_NAME: holder.name,
-                c.ANNOTATION_SLICE_OWNER_UID: holder.uid,
-                c.ANNOTATION_SLICE_REPLICA: holder.replica_name,
-            },
+            "annotations": notes,
         },
         "spec": {
             "type": c.SLICE_TYPE_TPU7X,

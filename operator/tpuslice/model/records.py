@@ -346,6 +346,7 @@ class GkeSliceInfo:
     owner: ObjectKey | None = None
     owner_uid: str = ""
     replica_name: str = ""
+    replica_index: int | None = None
     ready: bool = False
     reason: str = ""
     message: str = ""

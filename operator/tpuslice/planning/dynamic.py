@@ -19,10 +19,14 @@ One slice, from its pods and what the API server shows:
    ``FORMING_RECHECK_SECONDS``: Slices are read, not watched).
 4. Its Slice is ACTIVE (for a gang: every slice's): release its pods, pinned to the
    Slice, the gate removed, in one patch per pod.
-5. Its Slice failed (``partitions.slice_stage``): its released pods are drained, other
+5. Its Slice failed (``partitions.slice_stage``). Its pods never released: other
    partitions are claimed (the failed Slice's own are still held, so never chosen
    again), a new Slice is created over them, and only then the failed Slice deleted;
-   with no other partition free, the failed Slice is deleted and the slice waits.
+   with no other partition free, the failed Slice is deleted after a backoff and the
+   slice waits. Its pods released: they are drained together (KubeRay replaces the
+   slice under a new name), and the failed Slice is kept, its partitions held, until
+   the slice of its index KubeRay made in its place has a Slice of its own, so that one
+   forms elsewhere.
 6. A held partition in no Slice of the slice, while the slice has a live Slice over
    others, or after its pods are gone, is given back, but never while a Slice that
    names it still exists (GKE's finalizer keeps a deleted Slice until its partitions
@@ -159,16 +163,6 @@ def plan_dynamic_slices(
     statuses: dict[int, SliceStatus] = {}
     recheck: float | None = None
 
-    # slices gone (no pods at all): delete their Slices; free their partitions once no
-    # Slice names them any more
-    for name, held in sorted(ours.items()):
-        if name in replicas:
-            continue
-        existing = slices_of.get(name, [])
-        deletes += [s for s in existing if not s.deleting]
-        named = {pid for s in existing for pid in s.partition_ids}
-        frees += [x.pool for x in held if pid_of(x) not in named]
-
     ordered = sorted(
         replicas.values(), key=lambda r: (r.index if r.index is not None else 1 << 30, r.name)
     )
@@ -193,8 +187,25 @@ def plan_dynamic_slices(
         failed[r.name] = [s for s, st in stages if st is SliceStage.FAILED]
         deleting[r.name] = [s for s, st in stages if st is SliceStage.DELETING]
 
+    # slices gone (no pods at all): delete their Slices, but keep a failed one while the
+    # slice of its index that KubeRay made in its place has no Slice yet (its partitions
+    # stay held, so the new slice forms elsewhere); free their partitions once no Slice
+    # names them any more
+    waiting_index = {r.index for r in live if r.index is not None and current[r.name] is None}
+    for name in sorted(set(ours) | set(slices_of)):
+        if name in replicas:
+            continue
+        existing = [s for s in slices_of.get(name, []) if not s.deleting]
+        for s in existing:
+            stage = slice_stage(s, allow_degraded=allow_degraded, age_seconds=_age(s, now))
+            if stage is not SliceStage.FAILED or s.replica_index not in waiting_index:
+                deletes.append(s)
+        named = {pid for s in slices_of.get(name, []) for pid in s.partition_ids}
+        frees += [x.pool for x in ours.get(name, []) if pid_of(x) not in named]
+
     # which partitions each slice keeps, and how many it still has to claim
     short: dict[str, int] = {}
+    drained: set[str] = set()
     for r in live:
         slice_now = current[r.name]
         locked = {pid for s in failed[r.name] + deleting[r.name] for pid in s.partition_ids}
@@ -202,10 +213,14 @@ def plan_dynamic_slices(
             keep = set(slice_now.partition_ids)
         else:
             keep = {pid for pid in held_ids[r.name] if pid not in locked and usable(pid)}
+        if failed[r.name] and slice_now is None and any(not p.gated for p in r.live):
+            drained.add(r.name)
         # held partitions no Slice needs are given back; those a Slice names wait for it
         frees += [x.pool for x in ours.get(r.name, []) if pid_of(x) not in keep | locked]
         held_ids[r.name] = sorted(keep)[:need] if slice_now is None else sorted(keep)
         short[r.name] = 0 if slice_now is not None else max(0, need - len(held_ids[r.name]))
+        if r.name in drained:
+            short[r.name] = 0  # KubeRay replaces the drained slice: the new one claims
 
     wanting = [r for r in live if short[r.name]]
     gang_pods = len(live) >= desired_slices and all(len(r.live) == hosts for r in live)
@@ -269,7 +284,11 @@ def plan_dynamic_slices(
                     )
                 )
             age = _age(bad, now)
-            if slice_now is not None:
+            if r.name in drained:
+                # kept until the slice KubeRay makes in this one's place has a Slice
+                message = f"{why}; pods drained, KubeRay replaces the slice, which forms on "
+                message += "other partitions"
+            elif slice_now is not None:
                 deletes.append(bad)  # its replacement exists: the failed one goes
                 message = f"{why}; replaced by {slice_now.name}"
             elif short[r.name] and r.name not in {c.holder.replica_name for c in claims}:
@@ -281,7 +300,9 @@ def plan_dynamic_slices(
                 message = f"{why}; no other free partitions, retrying on its own"
             else:
                 message = f"{why}; retrying on other partitions"
-        if slice_now is None and whole(r):
+        if r.name in drained:
+            state = SliceState.RELEASING
+        elif slice_now is None and whole(r):
             if gang_held and complete:
                 ids = tuple(held_ids[r.name])
                 name = gke_slice_name(_holder(cluster, r), ids)
