@@ -265,3 +265,22 @@ def test_a_stale_slice_of_an_earlier_object_of_the_same_name_is_deleted() -> Non
     got = plan(pod_list=pods(), node_list=nodes("p1", "p2", "p3", "p4"), slices=[old])
     assert [s.name for s in got.gke_slice_deletes] == ["old"]
     assert sorted(cl.pool for cl in got.claims) == ["sb-p3", "sb-p4"]
+
+
+def test_a_part_held_that_cannot_be_completed_in_its_block_is_given_back() -> None:
+    got = plan(
+        pod_list=pods(),
+        node_list=nodes("p1", block="A") + nodes("p2", "p3", block="B"),
+        reservations=[held("p1")],
+    )
+    assert got.frees == ("sb-p1",) and not got.claims
+    assert got.slices[0].state is SliceState.WAITING_FOR_CAPACITY
+
+
+def test_a_part_held_is_completed_from_its_own_block() -> None:
+    got = plan(
+        pod_list=pods(),
+        node_list=nodes("p1", "p4", block="A") + nodes("p2", "p3", block="B"),
+        reservations=[held("p1")],
+    )
+    assert [cl.pool for cl in got.claims] == ["sb-p4"] and not got.frees

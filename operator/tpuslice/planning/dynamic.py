@@ -212,12 +212,13 @@ def plan_dynamic_slices(
         if slice_now is not None:
             keep = set(slice_now.partition_ids)
         else:
-            keep = {pid for pid in held_ids[r.name] if pid not in locked and usable(pid)}
+            usable_held = sorted(p for p in held_ids[r.name] if p not in locked and usable(p))
+            keep = set(usable_held[:need])
         if failed[r.name] and slice_now is None and any(not p.gated for p in r.live):
             drained.add(r.name)
         # held partitions no Slice needs are given back; those a Slice names wait for it
         frees += [x.pool for x in ours.get(r.name, []) if pid_of(x) not in keep | locked]
-        held_ids[r.name] = sorted(keep)[:need] if slice_now is None else sorted(keep)
+        held_ids[r.name] = sorted(keep)
         short[r.name] = 0 if slice_now is not None else max(0, need - len(held_ids[r.name]))
         if r.name in drained:
             short[r.name] = 0  # KubeRay replaces the drained slice: the new one claims
@@ -227,13 +228,23 @@ def plan_dynamic_slices(
     claimed_now: set[str] = set()
     if wanting and (not all_slices or gang_pods):
         for group in [wanting] if all_slices else [[r] for r in wanting]:
-            # a slice that holds some partitions keeps to their block
+            # a slice that holds some partitions takes the rest from their block; a gang
+            # prefers the blocks it holds partitions in
             anchor = {inventory[pid].block for r in group for pid in held_ids[r.name]}
             left = [p for p in free if p.id not in claimed_now]
-            if any(held_ids[r.name] for r in group):
+            if len(group) == 1 and held_ids[group[0].name]:
                 left = [p for p in left if p.block in anchor]
             chosen = choose_partitions(left, [short[r.name] for r in group], anchor_blocks=anchor)
             if chosen is None:
+                # a part held that cannot be completed is given back while nothing ran
+                # on it, so the slice (or gang) is not stuck on a block too full for it
+                for r in group:
+                    if all(p.gated for p in r.live) and not failed[r.name]:
+                        frees += [
+                            x.pool for x in ours.get(r.name, []) if pid_of(x) in held_ids[r.name]
+                        ]
+                        held_ids[r.name] = []
+                        short[r.name] = need
                 continue
             for r, ids in zip(group, chosen, strict=True):
                 claims += [Claim(inventory[pid].pool, _holder(cluster, r)) for pid in ids]
