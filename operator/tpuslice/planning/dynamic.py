@@ -69,10 +69,18 @@ from tpuslice.planning.partitions import (
 )
 from tpuslice.planning.pools import _group_replicas, _live_state, _Replica
 
-__all__ = ["FORMING_RECHECK_SECONDS", "RETRY_AFTER_FAILURE_SECONDS", "plan_dynamic_slices"]
+__all__ = [
+    "ACTIVE_RECHECK_SECONDS",
+    "FORMING_RECHECK_SECONDS",
+    "RETRY_AFTER_FAILURE_SECONDS",
+    "plan_dynamic_slices",
+]
 
 #: How soon a pass looks again at a Slice that is forming (Slices are read each pass).
 FORMING_RECHECK_SECONDS = 2.0
+#: How soon a pass looks again at an ACTIVE Slice (a partition going UNHEALTHY changes
+#: node labels and kicks a pass at once; a Slice failing otherwise is seen by this).
+ACTIVE_RECHECK_SECONDS = 15.0
 #: How long a failed Slice is kept when no other partitions are free, before it is
 #: deleted and the slice retried on its own partitions (a backoff: GKE's controller
 #: would fail it again at once if the partitions are still bad).
@@ -360,6 +368,8 @@ def plan_dynamic_slices(
             elif not gang_active:
                 message = f"GKE Slice {slice_now.name} ACTIVE; released when every slice's Slice is"
             else:
+                # a formed Slice can still fail: looked at again (Slices are not watched)
+                recheck = _sooner(recheck, ACTIVE_RECHECK_SECONDS)
                 releases += [
                     PodRelease(p.namespace, p.name, slice_now.name, r.name, Unit.PARTITION)
                     for p in r.live
