@@ -92,3 +92,14 @@ def test_the_shape_function_says_which_input_is_wrong() -> None:
         dynamic_slice_shape("v7x", "4x4x5")
     assert caught.value.field == "topology"
     assert dynamic_slice_shape("v7x", "4x8x8").chips == 256
+
+
+def test_partition_health_takes_degraded_partitions_only_when_asked() -> None:
+    tpu = {"type": "tpu7x", "topology": "4x4x8"}
+    assert not parse_cluster(obj(tpu)).allow_degraded
+    both = {"policy": "DynamicSlice", "partitionHealth": "HealthyAndDegraded"}
+    assert parse_cluster(obj(tpu, reservation=both)).allow_degraded
+    bad = {"policy": "DynamicSlice", "partitionHealth": "Any"}
+    assert "spec.reservation.partitionHealth: 'Any' is not Healthy or" in errors_of(
+        obj(tpu, reservation=bad)
+    )

@@ -587,6 +587,7 @@ class SliceActuator:
                     reservations=reservations,
                     gke_slices=gke_slices,
                     gang=spec.gang,
+                    allow_degraded=spec.allow_degraded,
                     now=now,
                     grace_seconds=spec.disruption.grace_period_s,
                 )

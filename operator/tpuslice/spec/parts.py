@@ -223,6 +223,9 @@ class SliceClusterSpec:
     worker: GroupSpec
     reservation_policy: ReservationPolicy
     suspend: bool
+    #: spec.reservation.partitionHealth HealthyAndDegraded: a dynamic slice also takes
+    #: DEGRADED partitions and keeps an ACTIVE_DEGRADED Slice.
+    allow_degraded: bool = False
     #: The kind whose object this cluster belongs to: its own RayCluster for a
     #: TPUSliceCluster, the RayCluster(s) KubeRay makes for a TPUSliceJob or
     #: TPUSliceService. Decides owner references and the pods' owner-kind label.
@@ -542,7 +545,12 @@ _SERVICE_SPEC_FIELDS = _CLUSTER_PARTS | {"serve"}
 _TPU_FIELDS = frozenset({"type", "topology", "slices", "chipsPerHost"})
 _RAY_FIELDS = frozenset({"version", "image"})
 _GROUP_FIELDS = frozenset({"resources", "rayStartParams", "template"})
-_RESERVATION_FIELDS = frozenset({"policy", "gang", "priority", "capacityTypes", "provisioning"})
+_RESERVATION_FIELDS = frozenset(
+    {"policy", "gang", "priority", "capacityTypes", "provisioning", "partitionHealth"}
+)
+#: spec.reservation.partitionHealth, as GKE's own slice controller's
+#: --default-slice-health-node-affinity (HEALTHY, or HEALTHY_AND_DEGRADED).
+PARTITION_HEALTH = ("Healthy", "HealthyAndDegraded")
 _PROVISIONING_FIELDS = frozenset(
     {"mode", "provisioningClassName", "parameters", "nodeSelector", "retry"}
 )
@@ -812,6 +820,14 @@ def _cluster_parts(
         reservation, slices if elastic is None else elastic.min_slices, errors
     )
     provisioning = _provisioning(reservation.get("provisioning"), errors)
+    health = reservation.get("partitionHealth", PARTITION_HEALTH[0])
+    if health not in PARTITION_HEALTH:
+        errors.append(
+            FieldError(
+                "spec.reservation.partitionHealth",
+                f"{described(health)} is not {' or '.join(PARTITION_HEALTH)}",
+            )
+        )
     if provisioning is not None and provisioning.enabled and policy != "NodePool":
         errors.append(
             FieldError(
@@ -833,6 +849,7 @@ def _cluster_parts(
         head=head,
         worker=worker,
         reservation_policy=policy,
+        allow_degraded=health == "HealthyAndDegraded",
         suspend=suspend,
         owner_kind=owner_kind,
         gang=gang,
