@@ -544,7 +544,9 @@ class SliceActuator:
         )
         desired = desired_of(snap.cluster, spec) if desired_slices is None else desired_slices
         self.pending.observed(snap.reservations, snap.pods)
-        if keep_pools:
+        if keep_pools and not spec.dynamic:
+            # a dynamic slice's partitions are not handed to a job's retry: its Slice
+            # names the old slice, so the retry forms its own (planning/dynamic.py)
             await self._hand_over(ref, spec, snap, desired)
         if give_back:
             await self._give_back(ref, snap, claims_wait)
