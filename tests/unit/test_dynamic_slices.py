@@ -284,3 +284,38 @@ def test_a_part_held_is_completed_from_its_own_block() -> None:
         reservations=[held("p1")],
     )
     assert [cl.pool for cl in got.claims] == ["sb-p4"] and not got.frees
+
+
+def test_a_failed_slice_of_a_replaced_slice_is_kept_until_its_successor_has_a_slice() -> None:
+    failed = gke_slice("s", ("p1", "p2"), reason="FAILED", replica_index=0)
+    # the drained slice is gone and KubeRay has not made the new one yet: kept
+    got = plan(
+        pod_list=[],
+        node_list=nodes("p1", "p2", "p3", "p4"),
+        reservations=[held("p1"), held("p2")],
+        slices=[failed],
+    )
+    assert not got.gke_slice_deletes and not got.frees
+    # the object wants no slice of that index any more: deleted
+    got = plan(
+        pod_list=[],
+        node_list=nodes("p1", "p2"),
+        reservations=[held("p1"), held("p2")],
+        slices=[failed],
+        desired=0,
+    )
+    assert [s.name for s in got.gke_slice_deletes] == ["s"]
+
+
+def test_a_kept_failed_slice_goes_after_the_backoff_when_nothing_else_is_free() -> None:
+    young = gke_slice("s", ("p1", "p2"), reason="FAILED", replica_index=0)
+    args: dict[str, Any] = {
+        "pod_list": pods("tpu-bbbbb", 0),
+        "node_list": nodes("p1", "p2"),
+        "reservations": [held("p1"), held("p2")],
+    }
+    got = plan(**args, slices=[young])
+    assert not got.gke_slice_deletes and got.recheck_in is not None
+    old = replace(young, created=(NOW - timedelta(seconds=60)).isoformat())
+    got = plan(**args, slices=[old])
+    assert [s.name for s in got.gke_slice_deletes] == ["s"]

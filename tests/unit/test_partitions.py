@@ -184,3 +184,8 @@ def test_missing_and_deleting_slices() -> None:
 def test_retry_backoff_doubles_to_five_minutes() -> None:
     assert [retry_delay(n) for n in (0, 1, 2, 3)] == [0.0, 5.0, 10.0, 20.0]
     assert retry_delay(50) == 300.0
+
+
+def test_a_long_namespace_is_cut_before_the_object_and_slice() -> None:
+    name = gke_slice_name(holder("tpu-aaaaa", 1, namespace="n" * 60, name="big"), ["p1"])
+    assert "-big-1-" in name and len(name) <= c.SLICE_MAX_NAME

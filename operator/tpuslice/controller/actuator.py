@@ -999,7 +999,7 @@ class SliceActuator:
                 release.namespace,
                 release.name,
                 release.replica_name,
-                release.unit.noun,
+                "GKE Slice" if release.unit is CapacityUnit.PARTITION else release.unit.noun,
                 release.pool,
             )
 

@@ -196,17 +196,27 @@ def plan_dynamic_slices(
         deleting[r.name] = [s for s, st in stages if st is SliceStage.DELETING]
 
     # slices gone (no pods at all): delete their Slices, but keep a failed one while the
-    # slice of its index that KubeRay made in its place has no Slice yet (its partitions
-    # stay held, so the new slice forms elsewhere); free their partitions once no Slice
-    # names them any more
-    waiting_index = {r.index for r in live if r.index is not None and current[r.name] is None}
+    # object still wants a slice of its index and none has a Slice yet (its partitions
+    # stay held, so the slice KubeRay makes in its place forms elsewhere; decided below,
+    # after the claims); free their partitions once no Slice names them any more
+    served = {r.index for r in live if r.index is not None and current[r.name] is not None}
+    kept_failed: list[GkeSliceInfo] = []
     for name in sorted(set(ours) | set(slices_of)):
         if name in replicas:
             continue
-        existing = [s for s in slices_of.get(name, []) if not s.deleting]
-        for s in existing:
+        for s in slices_of.get(name, []):
+            if s.deleting:
+                continue
             stage = slice_stage(s, allow_degraded=allow_degraded, age_seconds=_age(s, now))
-            if stage is not SliceStage.FAILED or s.replica_index not in waiting_index:
+            index = s.replica_index
+            if (
+                stage is SliceStage.FAILED
+                and index is not None
+                and index < desired_slices
+                and index not in served
+            ):
+                kept_failed.append(s)
+            else:
                 deletes.append(s)
         named = {pid for s in slices_of.get(name, []) for pid in s.partition_ids}
         frees += [x.pool for x in ours.get(name, []) if pid_of(x) not in named]
@@ -257,6 +267,17 @@ def plan_dynamic_slices(
             for r, ids in zip(group, chosen, strict=True):
                 claims += [Claim(inventory[pid].pool, _holder(cluster, r)) for pid in ids]
                 claimed_now.update(ids)
+
+    # a kept failed Slice goes after the backoff when the slice of its index could claim
+    # nothing else (no other partition is free: it retries on these once they are free)
+    claiming = {c.holder.replica_name for c in claims}
+    stuck = {r.index for r in live if short[r.name] and r.name not in claiming}
+    for s in kept_failed:
+        age = _age(s, now)
+        if s.replica_index in stuck and (age is None or age >= RETRY_AFTER_FAILURE_SECONDS):
+            deletes.append(s)
+        elif s.replica_index in stuck and age is not None:
+            recheck = _sooner(recheck, RETRY_AFTER_FAILURE_SECONDS - age)
 
     def whole(r: _Replica) -> bool:
         """Holds all its partitions now (not counting this pass's claims)."""

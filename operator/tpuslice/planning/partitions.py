@@ -271,13 +271,15 @@ def gke_slice_name(holder: Holder, partition_ids: Iterable[str]) -> str:
     (GKE's Slice reference), a DNS-1035 label (it must start with a letter)."""
     index = holder.replica_name if holder.replica_index is None else str(holder.replica_index)
     group = f"{holder.group}-" if holder.group else ""
-    base = f"{holder.namespace}-{holder.name}-{group}{index}".lower()
+    room = SLICE_MAX_NAME - 9
+    # the object and slice are kept whole before the namespace is cut
+    tail = f"{holder.name}-{group}{index}"[: room - 2]
+    base = f"{holder.namespace[: max(1, room - len(tail) - 1)]}-{tail}".lower()
     base = "".join(ch if ch.isascii() and (ch.isalnum() or ch == "-") else "-" for ch in base)
     if not base[:1].isalpha():
         base = f"s{base}"
     key = "/".join((holder.kind, holder.namespace, holder.name, holder.uid, holder.replica_name))
     digest = hashlib.sha256(f"{key}|{','.join(sorted(partition_ids))}".encode()).hexdigest()
-    room = SLICE_MAX_NAME - 9
     return f"{base[:room].rstrip('-')}-{digest[:8]}"
 
 
