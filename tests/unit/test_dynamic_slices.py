@@ -202,6 +202,7 @@ def test_released_pods_of_a_failed_slice_are_drained_and_its_successor_forms_els
     )
     (drain,) = got.drains
     assert len(drain.pods) == HOSTS and drain.pool == "s"
+    assert drain.node == "sb-p1-0" and drain.signal == "is in GKE Slice s FAILED"
     assert not got.claims and not got.gke_slice_deletes and not got.frees
     assert got.slices[0].state is SliceState.RELEASING
     # KubeRay's new slice of index 0: the failed Slice (and its partitions) stay

@@ -35,7 +35,7 @@ One slice, from its pods and what the API server shows:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
 from tpuslice.model.convert import timestamp
@@ -317,8 +317,8 @@ def plan_dynamic_slices(
                         r.name,
                         index,
                         tuple((p.namespace, p.name) for p in r.live),
-                        bad.name,
-                        why,
+                        _first_node(bad, inventory) or bad.name,
+                        f"is in {why}",
                         "NodeFailure",
                         grace_seconds,
                     )
@@ -429,6 +429,12 @@ def plan_dynamic_slices(
         gke_slice_creates=tuple(creates),
         gke_slice_deletes=tuple(_unique(deletes)),
     )
+
+
+def _first_node(info: GkeSliceInfo, inventory: Mapping[str, Partition]) -> str:
+    """The first node (by name) of the Slice's partitions, as a drain names one."""
+    names = [n.name for pid in info.partition_ids if pid in inventory for n in inventory[pid].nodes]
+    return min(names, default="")
 
 
 def _sooner(current: float | None, seconds: float) -> float:
