@@ -21,6 +21,7 @@ __all__ = [
     "holder",
     "node",
     "nodes_of",
+    "partition_nodes",
     "pod",
     "reservation",
     "slice_pods",
@@ -115,6 +116,43 @@ def nodes_of(
             **fields,
         )
         for pool in pools
+        for i in range(hosts)
+    ]
+
+
+def partition_nodes(
+    pid: str,
+    *,
+    block: str | None = "b1",
+    state: str = "HEALTHY",
+    hosts: int = 16,
+    gke_slice: str = "",
+    topology: str = "",
+    **fields: Any,
+) -> list[NodeInfo]:
+    """The nodes of the tpu7x sub-block pool ``sb-<pid>`` carrying dynamic-slicing
+    partition ``pid`` in ``state``; ``gke_slice`` (with the Slice's ``topology``) once a
+    GKE Slice formed on it."""
+    labels = {
+        c.NODE_LABEL_ACCELERATOR_TOPOLOGY_MODE: c.TOPOLOGY_MODE_PROVISION_ONLY,
+        c.NODE_LABEL_TPU_PARTITION_ID: pid,
+        c.NODE_LABEL_TPU_PARTITION_STATE: state,
+    }
+    if gke_slice:
+        labels[c.NODE_LABEL_TPU_SLICE] = gke_slice
+    return [
+        node(
+            f"sb-{pid}-{i}",
+            f"sb-{pid}",
+            accelerator="tpu7x",
+            topology=topology,
+            block=block,
+            topology_mode=c.TOPOLOGY_MODE_PROVISION_ONLY,
+            partition_labels=(c.NODE_LABEL_TPU_PARTITION_ID,),
+            gke_slice=gke_slice,
+            labels=labels,
+            **fields,
+        )
         for i in range(hosts)
     ]
 

@@ -45,6 +45,8 @@ class FakeKube:
         self.claimed: dict[str, dict[str, Any]] = {}
         #: deletes refused for a stale uid (the API server's 409 Conflict)
         self.conflicts: list[tuple[str, str]] = []
+        #: GKE Slices by name (what creates made, and what a test puts there)
+        self.gke_slices: dict[str, dict[str, Any]] = {}
 
     async def get_ray(self, plural: str, namespace: str, name: str) -> Any:
         self.raycluster_reads.append((namespace, name))
@@ -193,6 +195,22 @@ class FakeKube:
         self, involved: Mapping[str, Any], kind: str, reason: str, message: str
     ) -> None:
         self.calls.append(("event", reason))
+
+    async def list_gke_slices(self) -> list[Any]:
+        return [dict(body) for body in self.gke_slices.values()]
+
+    async def create_gke_slice(self, body: Mapping[str, Any]) -> Any:
+        name = body["metadata"]["name"]
+        self.calls.append(("create-slice", name))
+        if name in self.gke_slices:
+            raise ApiError(409, "AlreadyExists", f"slices {name} already exists")
+        created = {**body, "metadata": {**body["metadata"], "uid": f"uid-{name}"}}
+        self.gke_slices[name] = created
+        return created
+
+    async def delete_gke_slice(self, name: str, uid: str) -> bool:
+        self.calls.append(("delete-slice", name))
+        return self.gke_slices.pop(name, None) is not None
 
     async def delete_ray(self, plural: str, namespace: str, name: str, uid: str) -> None:
         self.calls.append(("delete-raycluster", name, uid))

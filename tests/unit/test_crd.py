@@ -101,7 +101,10 @@ def with_spec(patch: dict[str, Any], name: str = "llm") -> dict[str, Any]:
             "sub-slicing is not supported yet",
         ),
         (with_spec({"worker": {"replicas": 3}}), "Additional properties are not allowed"),
-        (with_spec({"reservation": {"policy": "Pool"}}), "is not one of ['NodePool', 'None']"),
+        (
+            with_spec({"reservation": {"policy": "Pool"}}),
+            "is not one of ['NodePool', 'DynamicSlice', 'None']",
+        ),
         (with_spec({}, name="a" * 54), "metadata.name must be at most 53 characters"),
         (with_spec({}, name="9lives"), "must be a DNS-1035 label"),
         (with_spec({}, name="my.cluster"), "must be a DNS-1035 label"),

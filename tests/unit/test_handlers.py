@@ -20,7 +20,7 @@ from tpuslice.controller.handlers import (
     sweep_once,
     tear_down,
 )
-from tpuslice.model.convert import raycluster_info, reservation_body
+from tpuslice.model.convert import gke_slice_body, raycluster_info, reservation_body
 from tpuslice.model.records import Holder, ReservationInfo
 from tpuslice.runtime.config import OperatorConfig
 from tpuslice.runtime.informers import Watches, apply
@@ -160,6 +160,18 @@ def test_the_sweep_frees_only_reservations_whose_holder_is_gone_and_has_no_pods(
         ("free", "pool-gone"),
         ("free", "pool-replaced"),
     ]
+
+
+def test_the_sweep_deletes_a_gone_holders_gke_slices_before_freeing_its_partitions() -> None:
+    kube = FakeKube()
+    gone = Holder("ml", "gone", "g-uid", "tpu-g", 0)
+    kube.gke_slices["s"] = gke_slice_body("s", gone, topology="4x4x8", partition_ids=["p1"])
+    kube.gke_slices["s"]["metadata"]["uid"] = "s-uid"
+    kube.gke_slices["theirs"] = {"metadata": {"name": "theirs"}, "spec": {"partitionIds": ["p9"]}}
+    idx = indices({}, [ReservationInfo("sb-p1", gone, uid="r1")])
+    assert asyncio.run(sweep_once(kube, idx, Watches(), ())) == []
+    assert ("delete-slice", "s") in kube.calls and "theirs" in kube.gke_slices
+    assert asyncio.run(sweep_once(kube, idx, Watches(), ())) == ["sb-p1"]
 
 
 def test_a_namespace_scoped_sweep_never_judges_holders_in_other_namespaces() -> None:

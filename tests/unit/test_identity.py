@@ -546,3 +546,33 @@ def test_as_many_tpu_containers_as_the_host_has_chips_and_no_more(
         message
     )
     assert f"has {chips} chips" in message and f"at most {chips} TPU containers" in message
+
+
+def test_a_dynamic_slice_gets_the_identity_of_a_tpu7x_slice_of_its_topology() -> None:
+    """4x4x12 is a GKE Slice of three partitions, never a node pool: the worker template
+    says the slice is dynamic, and the webhook judges the topology by the Slice's rules."""
+    rc = render_cluster(
+        {
+            "apiVersion": c.API_VERSION,
+            "kind": c.KIND_CLUSTER,
+            "metadata": {"name": "llm", "namespace": "ml"},
+            "spec": {
+                "tpu": {"type": "tpu7x", "topology": "4x4x12", "slices": 2},
+                "ray": {"version": "2.54.0"},
+                "reservation": {"policy": "DynamicSlice"},
+            },
+        }
+    )
+    group = rc["spec"]["workerGroupSpecs"][0]
+    template, hosts = group["template"], int(group["numOfHosts"])
+    assert hosts == 48
+    assert template["metadata"]["annotations"][c.ANNOTATION_DYNAMIC_SLICE] == "true"
+    env = env_of(mutate_pod(kuberay_pod(template, hosts, replica=1, host=47)).pod)
+    assert env["TPU_WORKER_ID"] == "47" and env["TPU_NAME"] == "tpu-1"
+    assert len(env["TPU_WORKER_HOSTNAMES"].split(",")) == 48
+    assert env["MEGASCALE_NUM_SLICES"] == "2" and env["MEGASCALE_SLICE_ID"] == "1"
+    assert len(env["TPU_PROCESS_ADDRESSES"].split(",")) == 48
+    # without the annotation the same topology is no pool GKE offers
+    del template["metadata"]["annotations"][c.ANNOTATION_DYNAMIC_SLICE]
+    with pytest.raises(IdentityError, match="tpu7x has no 4x4x12 slice"):
+        mutate_pod(kuberay_pod(template, hosts, replica=0, host=0))

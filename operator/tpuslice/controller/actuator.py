@@ -29,7 +29,14 @@ from tpuslice.controller.expectations import Expectations
 from tpuslice.controller.recorder import Recorder
 from tpuslice.model import constants as c
 from tpuslice.model import events
-from tpuslice.model.convert import holder_spec, reservation_body, reservation_info, rfc3339
+from tpuslice.model.convert import (
+    gke_slice_body,
+    gke_slice_info,
+    holder_spec,
+    reservation_body,
+    reservation_info,
+    rfc3339,
+)
 from tpuslice.model.records import (
     Admission,
     CapacityUnit,
@@ -51,6 +58,7 @@ from tpuslice.model.records import (
 )
 from tpuslice.planning.busy import move_message, with_moves
 from tpuslice.planning.disruption import maintenance_before, revoked_drains
+from tpuslice.planning.dynamic import plan_dynamic_slices
 from tpuslice.planning.elastic import next_timeout_in
 from tpuslice.planning.groups import GroupHold, claims_wait_on
 from tpuslice.planning.pools import (
@@ -526,13 +534,19 @@ class SliceActuator:
         winner's reservation known): at most ``CLAIM_REPLANS + 2`` times."""
         assert snap.cluster is not None
         shape = shape_of(spec)
-        unit = CapacityUnit.for_hosts(spec.shape.hosts)
+        unit = CapacityUnit.PARTITION if spec.dynamic else CapacityUnit.for_hosts(spec.shape.hosts)
+        # dynamic slices: GKE's Slices, read (a quorum LIST) once per pass, not watched
+        gke_slices = (
+            [gke_slice_info(o) for o in await self.kube.list_gke_slices()] if spec.dynamic else []
+        )
         index = self.pool_indexes.index(shape, snap, unit) or pool_index(
             snap.nodes, *shape, unit=unit
         )
         desired = desired_of(snap.cluster, spec) if desired_slices is None else desired_slices
         self.pending.observed(snap.reservations, snap.pods)
-        if keep_pools:
+        if keep_pools and not spec.dynamic:
+            # a dynamic slice's partitions are not handed to a job's retry: its Slice
+            # names the old slice, so the retry forms its own (planning/dynamic.py)
             await self._hand_over(ref, spec, snap, desired)
         if give_back:
             await self._give_back(ref, snap, claims_wait)
@@ -548,7 +562,12 @@ class SliceActuator:
             spec.shape.chips,
         )
         prov = None
-        if self.provisioner is not None and not waits_on_namespace and not claims_wait:
+        if (
+            self.provisioner is not None
+            and not waits_on_namespace
+            and not claims_wait
+            and not spec.dynamic  # a dynamic slice's partitions are never provisioned
+        ):
             prov = self.provisioner.begin(ref, spec, snap, previous)
         limits = prov.constraints if prov is not None else NO_CONSTRAINTS
         index = avoiding(placed(constrained(index, limits), spec, snap), avoid)
@@ -558,6 +577,22 @@ class SliceActuator:
         def plan() -> SlicePlan:
             pods = self.pending.pods(snap.pods)
             reservations = self.pending.reservations(snap.reservations)
+            if spec.dynamic:
+                return plan_dynamic_slices(
+                    ref,
+                    topology=spec.shape.topology,
+                    chips=spec.shape.chips,
+                    hosts=spec.shape.hosts,
+                    desired_slices=0 if claims_wait or waits_on_namespace else desired,
+                    pods=pods,
+                    nodes=snap.nodes,
+                    reservations=reservations,
+                    gke_slices=gke_slices,
+                    gang=spec.gang,
+                    allow_degraded=spec.allow_degraded,
+                    now=now,
+                    grace_seconds=spec.disruption.grace_period_s,
+                )
             held = sum(1 for r in reservations if ref.holds_in_group(r.holder))
             if keep_pools and held >= desired:
                 admission: Admission | None = Admission(pools=(), message=KEPT_MESSAGE)
@@ -640,6 +675,9 @@ class SliceActuator:
             more, lost = await self._claim(ref, spec, current, index)
             held += more
         acted = acted or bool(held)
+        if current.gke_slice_creates or current.gke_slice_deletes:
+            await self._gke_slices(ref, current, snap)
+            acted = True
         holding = {
             r.holder.replica_name
             for r in self.pending.reservations(snap.reservations)
@@ -679,6 +717,46 @@ class SliceActuator:
         if releases_wait:
             final = replace(final, slices=held_for_gang(final.slices, releases_wait))
         return final, stall
+
+    async def _gke_slices(self, ref: ClusterRef, plan: SlicePlan, snap: Snapshot) -> None:
+        """Delete the plan's Slices (each only the object of the uid the pass read), then
+        create its new ones, each only over partitions this object holds now (a claim of
+        this pass lost to another holder never gets a Slice). A create that finds the
+        name taken is an earlier pass's: the name is a digest of holder and partitions."""
+        for gone in plan.gke_slice_deletes:
+            if await self.kube.delete_gke_slice(gone.name, gone.uid):
+                log.info("%s %s: deleted GKE Slice %s", ref.kind, ref, gone.name)
+                await self.recorder.normal(
+                    ref,
+                    events.SLICE_RELEASED,
+                    f"deleted GKE Slice {gone.name} ({gone.reason or 'not Ready'}; partitions "
+                    f"{', '.join(gone.partition_ids)})",
+                )
+        held = {
+            r.pool
+            for r in self.pending.reservations(snap.reservations)
+            if ref.holds_in_group(r.holder)
+        }
+        pool_of = {n.labels.get(c.NODE_LABEL_TPU_PARTITION_ID, ""): n.pool for n in snap.nodes}
+        for new in plan.gke_slice_creates:
+            if any(pool_of.get(pid) not in held for pid in new.partition_ids):
+                continue
+            body = gke_slice_body(
+                new.name, new.holder, topology=new.topology, partition_ids=new.partition_ids
+            )
+            try:
+                await self.kube.create_gke_slice(body)
+            except ApiError as exc:
+                if not exc.already_exists:
+                    raise
+                continue
+            log.info("%s %s: created GKE Slice %s", ref.kind, ref, new.name)
+            await self.recorder.normal(
+                ref,
+                events.SLICE_RESERVED,
+                f"slice {new.holder.replica_index} ({new.holder.replica_name}) forming GKE "
+                f"Slice {new.name} over partitions {', '.join(new.partition_ids)}",
+            )
 
     async def _give_back(self, ref: ClusterRef, snap: Snapshot, why: str) -> None:
         """Delete this group's reservations whose slice's pods are all still gated
@@ -921,7 +999,7 @@ class SliceActuator:
                 release.namespace,
                 release.name,
                 release.replica_name,
-                release.unit.noun,
+                "GKE Slice" if release.unit is CapacityUnit.PARTITION else release.unit.noun,
                 release.pool,
             )
 

@@ -33,6 +33,7 @@ from tpuslice.controller.reconciler import Reconciler, SnapshotReader, spec_shap
 from tpuslice.model import constants as c
 from tpuslice.model.convert import (
     cluster_record,
+    gke_slice_info,
     raycluster_info,
     reservation_info,
     reservation_shape,
@@ -47,7 +48,7 @@ from tpuslice.model.records import (
     Snapshot,
     Usage,
 )
-from tpuslice.planning.sweep import orphans
+from tpuslice.planning.sweep import orphans, watches_namespace
 from tpuslice.policy.placement import limits_apply, usage_by_namespace
 from tpuslice.runtime.config import OperatorConfig
 from tpuslice.runtime.health import Health
@@ -491,7 +492,18 @@ async def tear_down(
     remaining = await watches.pods_gone(key, wait_seconds)
     if remaining:
         return [p.name for p in remaining]
-    for info in list(holder_index.get(uid, ())):
+    # its GKE Slices (dynamic slices) go before the reservations of their partitions,
+    # which are freed only once GKE's finalizer let the Slices go
+    held = list(holder_index.get(uid, ()))
+    if held:
+        slices = [gke_slice_info(o) for o in await kube.list_gke_slices()]
+        mine = [s for s in slices if s.owner == key and s.owner_uid in ("", uid)]
+        for s in mine:
+            if not s.deleting:
+                await kube.delete_gke_slice(s.name, s.uid)
+        if mine:
+            return [f"GKE Slice {s.name}" for s in mine]
+    for info in held:
         await kube.delete_reservation(info.pool, info.uid)
     return []
 
@@ -513,7 +525,8 @@ async def on_delete(
     )
     if remaining:
         raise kopf.TemporaryError(
-            f"waiting for {len(remaining)} worker pods to terminate before releasing node pools",
+            f"waiting for {len(remaining)} worker pods (or GKE Slices) to go before "
+            "releasing node pools or partitions",
             delay=1,
         )
     memo.reconcilers[kind].forget(key, uid=uid)
@@ -543,8 +556,25 @@ async def sweep_once(
     def replica_has_pods(holder: Holder) -> bool:
         return any(holder.replica_name in p.slice_names for p in watches.pods_of(holder.owner))
 
+    found = orphans(every, live_uid, replica_has_pods, tuple(namespaces))
+    # A gone holder's GKE Slices (dynamic slices) go first; its partitions are freed in
+    # a later round, once GKE's finalizer let its Slices go.
+    with_slices: set[tuple[ObjectKey, str]] = set()
+    if found:
+        watched = tuple(namespaces)
+        for s in (gke_slice_info(o) for o in await kube.list_gke_slices()):
+            if s.owner is None or not watches_namespace(watched, s.owner[1]):
+                continue
+            holder = Holder(s.owner[1], s.owner[2], s.owner_uid, s.replica_name, kind=s.owner[0])
+            if live_uid(holder) == s.owner_uid:
+                continue
+            with_slices.add((s.owner, s.owner_uid))
+            if not s.deleting and await kube.delete_gke_slice(s.name, s.uid):
+                log.info("deleted GKE Slice %s: its holder %s is gone", s.name, holder.describe())
     freed = []
-    for info in orphans(every, live_uid, replica_has_pods, tuple(namespaces)):
+    for info in found:
+        if (info.holder.owner, info.holder.uid) in with_slices:
+            continue
         if await kube.delete_reservation(info.pool, info.uid):
             log.info(
                 "released node pool %s: its holder %s is gone", info.pool, info.holder.describe()

@@ -57,6 +57,9 @@ ANNOTATION_ELASTIC: Final = f"{GROUP}/elastic"
 # "false" on the workers of a group of independent slices (spec.workerGroups[].tpu.multislice):
 # the webhook writes no MEGASCALE_* at all, each slice is a job of its own.
 ANNOTATION_MULTISLICE: Final = f"{GROUP}/multislice"
+# "true" on the workers of a dynamic slice (spec.reservation.policy DynamicSlice): the
+# webhook judges the topology by a GKE Slice's rules (4x4x12 is a Slice, never a pool).
+ANNOTATION_DYNAMIC_SLICE: Final = f"{GROUP}/dynamic-slice"
 # The Ray autoscaler v2's timeout for an instance allocated (its pod exists) to run
 # Ray, after which it is terminated: spec.elastic.scaleUpTimeoutSeconds, sent as the
 # autoscaler container's env (ray-project/ray 2.60
@@ -123,6 +126,27 @@ TOPOLOGY_MODE_PROVISION_ONLY: Final = "PROVISION_ONLY"
 NODE_LABEL_TPU_PARTITION_PREFIX: Final = "cloud.google.com/gke-tpu-partition-"
 NODE_LABEL_TPU_PARTITION_ID_SUFFIX: Final = "-id"
 NODE_LABEL_TPU_SLICE: Final = "cloud.google.com/gke-tpu-slice"
+NODE_LABEL_TPU_PARTITION_ID: Final = "cloud.google.com/gke-tpu-partition-4x4x4-id"
+NODE_LABEL_TPU_PARTITION_STATE: Final = "cloud.google.com/gke-tpu-partition-4x4x4-state"
+# The GKE Slice (same pages, and the Slice reference,
+# https://cloud.google.com/kubernetes-engine/docs/reference/crds/slice): cluster-scoped,
+# spec type, topology, partitionIds; status condition Ready; GKE's finalizer, which its
+# slice controller removes once the partitions are unlinked. The operator creates one per
+# dynamic slice (spec.reservation.policy DynamicSlice) and marks it with the annotations
+# below, naming the TPUSlice object and the slice: a Slice without them is not ours.
+SLICE_GROUP: Final = "accelerator.gke.io"
+SLICE_VERSION: Final = "v1beta1"
+SLICE_PLURAL: Final = "slices"
+SLICE_KIND: Final = "Slice"
+SLICE_TYPE_TPU7X: Final = "tpu7x"
+SLICE_FINALIZER: Final = "accelerator.gke.io/slice-finalizer"
+SLICE_MAX_NAME: Final = 49
+ANNOTATION_SLICE_OWNER_KIND: Final = f"{GROUP}/owner-kind"
+ANNOTATION_SLICE_OWNER_NAMESPACE: Final = f"{GROUP}/owner-namespace"
+ANNOTATION_SLICE_OWNER_NAME: Final = f"{GROUP}/owner-name"
+ANNOTATION_SLICE_OWNER_UID: Final = f"{GROUP}/owner-uid"
+ANNOTATION_SLICE_REPLICA: Final = f"{GROUP}/slice"
+ANNOTATION_SLICE_INDEX: Final = f"{GROUP}/slice-index"
 # A worker-template annotation asking GKE's webhooks for a sub-slice of the pool's
 # topology (sub-slicing; Ray's guide, ray-project/ray PR #65404 tpu-subslicing.md).
 ANNOTATION_GKE_SLICE_TOPOLOGY: Final = "cloud.google.com/gke-tpu-slice-topology"

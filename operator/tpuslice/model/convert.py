@@ -7,13 +7,14 @@ typed input.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from tpuslice.model import constants as c
 from tpuslice.model.records import (
     CapacityType,
+    GkeSliceInfo,
     Holder,
     NodeInfo,
     ObjectKey,
@@ -28,6 +29,8 @@ from tpuslice.model.records import (
 __all__ = [
     "capacity_type",
     "cluster_record",
+    "gke_slice_body",
+    "gke_slice_info",
     "holder_spec",
     "namespace_labels",
     "node_info",
@@ -201,9 +204,13 @@ def _not_ready_since(status: Mapping[str, Any]) -> str:
 
 
 def _pinned_unit(selector: Mapping[str, Any]) -> str | None:
-    """The unit a released pod is pinned to: its node (a single-host slice), else its
-    node pool (``CapacityUnit.pin``)."""
-    return selector.get(c.NODE_LABEL_HOSTNAME) or selector.get(c.NODE_LABEL_NODEPOOL)
+    """The unit a released pod is pinned to: its node (a single-host slice), its GKE
+    Slice (a dynamic slice), else its node pool (``CapacityUnit.pin``)."""
+    return (
+        selector.get(c.NODE_LABEL_HOSTNAME)
+        or selector.get(c.NODE_LABEL_TPU_SLICE)
+        or selector.get(c.NODE_LABEL_NODEPOOL)
+    )
 
 
 #: Taint effects that keep a pod off a node (PreferNoSchedule only discourages).
@@ -450,4 +457,72 @@ def podtemplate_record(obj: Mapping[str, Any]) -> dict[str, Any]:
         "created": str(meta.get("creationTimestamp") or ""),
         "controller": controller,
         "template": obj.get("template") or {},
+    }
+
+
+def gke_slice_info(obj: Mapping[str, Any]) -> GkeSliceInfo:
+    """A GKE Slice -> its record; ``owner`` only when every owner annotation is there
+    (a Slice someone else created, or edited away from us, is foreign)."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    notes = meta.get("annotations") or {}
+    kind = notes.get(c.ANNOTATION_SLICE_OWNER_KIND, "")
+    namespace = notes.get(c.ANNOTATION_SLICE_OWNER_NAMESPACE, "")
+    name = notes.get(c.ANNOTATION_SLICE_OWNER_NAME, "")
+    ready = next(
+        (
+            cond
+            for cond in (obj.get("status") or {}).get("conditions") or ()
+            if isinstance(cond, Mapping) and cond.get("type") == "Ready"
+        ),
+        {},
+    )
+    ids = spec.get("partitionIds") or ()
+    return GkeSliceInfo(
+        name=str(meta.get("name") or ""),
+        topology=str(spec.get("topology") or ""),
+        partition_ids=tuple(str(i) for i in ids if isinstance(i, str)),
+        owner=(kind, namespace, name) if kind and namespace and name else None,
+        owner_uid=str(notes.get(c.ANNOTATION_SLICE_OWNER_UID) or ""),
+        replica_name=str(notes.get(c.ANNOTATION_SLICE_REPLICA) or ""),
+        replica_index=_int(notes.get(c.ANNOTATION_SLICE_INDEX)),
+        ready=ready.get("status") == "True",
+        reason=str(ready.get("reason") or ""),
+        message=str(ready.get("message") or ""),
+        deleting=bool(meta.get("deletionTimestamp")),
+        uid=str(meta.get("uid") or ""),
+        created=str(meta.get("creationTimestamp") or ""),
+    )
+
+
+def gke_slice_body(
+    name: str, holder: Holder, *, topology: str, partition_ids: Sequence[str]
+) -> dict[str, Any]:
+    """The GKE Slice that links ``partition_ids`` into one ``topology`` slice for
+    ``holder``'s slice (GKE "Use dynamic slicing with a custom scheduler": spec type,
+    topology, partitionIds, all immutable). Cluster-scoped, so no owner reference can
+    name the namespaced TPUSlice object: the annotations do, and the operator deletes
+    the Slice itself."""
+    notes = {
+        c.ANNOTATION_SLICE_OWNER_KIND: holder.kind,
+        c.ANNOTATION_SLICE_OWNER_NAMESPACE: holder.namespace,
+        c.ANNOTATION_SLICE_OWNER_NAME: holder.name,
+        c.ANNOTATION_SLICE_OWNER_UID: holder.uid,
+        c.ANNOTATION_SLICE_REPLICA: holder.replica_name,
+    }
+    if holder.replica_index is not None:
+        notes[c.ANNOTATION_SLICE_INDEX] = str(holder.replica_index)
+    return {
+        "apiVersion": f"{c.SLICE_GROUP}/{c.SLICE_VERSION}",
+        "kind": c.SLICE_KIND,
+        "metadata": {
+            "name": name,
+            "labels": {c.LABEL_MANAGED_BY: c.MANAGED_BY},
+            "annotations": notes,
+        },
+        "spec": {
+            "type": c.SLICE_TYPE_TPU7X,
+            "topology": topology,
+            "partitionIds": list(partition_ids),
+        },
     }

@@ -19,6 +19,7 @@ from tpuslice.model.constants import (
     KIND_CLUSTER,
     NODE_LABEL_HOSTNAME,
     NODE_LABEL_NODEPOOL,
+    NODE_LABEL_TPU_SLICE,
     PROVREQ_CAPACITY_REVOKED,
     PROVREQ_DETAIL_NODE_POOL,
 )
@@ -30,6 +31,8 @@ __all__ = [
     "Claim",
     "ClusterRef",
     "GangMode",
+    "GkeSliceCreate",
+    "GkeSliceInfo",
     "Handover",
     "Holder",
     "Move",
@@ -76,6 +79,9 @@ class CapacityUnit(StrEnum):
 
     NODE_POOL = "NodePool"
     NODE = "Node"
+    #: one tpu7x dynamic-slicing partition (a 4x4x4 sub-block, one node pool of 16
+    #: hosts); a dynamic slice holds chips / 64 of them (planning/partitions.py)
+    PARTITION = "Partition"
 
     @classmethod
     def for_hosts(cls, hosts: int) -> CapacityUnit:
@@ -84,11 +90,17 @@ class CapacityUnit(StrEnum):
     @property
     def noun(self) -> str:
         """What messages call one unit: ``node pool`` or ``node``."""
+        if self is CapacityUnit.PARTITION:
+            return "partition"
         return "node" if self is CapacityUnit.NODE else "node pool"
 
     @property
     def label(self) -> str:
-        """The node label whose value is a unit's name."""
+        """The node label a released pod is pinned by: a node's hostname, a node pool's
+        name, or for partitions the GKE Slice they form (its nodes carry
+        ``cloud.google.com/gke-tpu-slice=<Slice>`` once it is ACTIVE)."""
+        if self is CapacityUnit.PARTITION:
+            return NODE_LABEL_TPU_SLICE
         return NODE_LABEL_HOSTNAME if self is CapacityUnit.NODE else NODE_LABEL_NODEPOOL
 
     def pin(self, name: str) -> dict[str, str]:
@@ -319,6 +331,43 @@ class Holder:
 
 
 @dataclass(frozen=True)
+class GkeSliceInfo:
+    """A GKE Slice (accelerator.gke.io/v1beta1) as the planner needs it: which partitions
+    it links, whose it is, and how far its Ready condition got.
+
+    ``owner`` is the TPUSlice object (kind, namespace, name) its annotations name, None
+    for a Slice the operator did not create (never touched, its partitions never taken);
+    ``reason`` is the Ready condition's reason ("" before GKE's controller wrote one).
+    """
+
+    name: str
+    topology: str
+    partition_ids: tuple[str, ...]
+    owner: ObjectKey | None = None
+    owner_uid: str = ""
+    replica_name: str = ""
+    replica_index: int | None = None
+    ready: bool = False
+    reason: str = ""
+    message: str = ""
+    deleting: bool = False
+    #: metadata.uid (a delete is conditional on it) and creationTimestamp (RFC 3339)
+    uid: str = ""
+    created: str = ""
+
+
+@dataclass(frozen=True)
+class GkeSliceCreate:
+    """Create the GKE Slice ``name`` linking ``partition_ids`` into one ``topology``
+    slice for ``holder``'s slice (planning/dynamic.py)."""
+
+    name: str
+    holder: Holder
+    topology: str
+    partition_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ReservationInfo:
     pool: str
     holder: Holder
@@ -472,6 +521,10 @@ class SlicePlan:
     drains: tuple[Drain, ...] = ()
     #: pods of drained slices stuck terminating on hosts that are gone or shut down
     force_deletes: tuple[ForceDelete, ...] = ()
+    #: dynamic slices (planning/dynamic.py): GKE Slices to create over held partitions,
+    #: and Slices of ours to delete (failed, stale, or of a slice that is gone)
+    gke_slice_creates: tuple[GkeSliceCreate, ...] = ()
+    gke_slice_deletes: tuple[GkeSliceInfo, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = [
+    "CHIPS_PER_PARTITION",
     "GENERATIONS",
+    "MAX_DYNAMIC_SLICE_CHIPS",
+    "PARTITION_TOPOLOGY",
     "Generation",
     "SliceShape",
     "TopologyError",
+    "dynamic_slice_shape",
     "generation_names",
     "resolve_generation",
     "slice_shape",
@@ -284,4 +288,76 @@ def slice_shape(tpu_type: str, topology: str, chips_per_host: int | None = None)
         chips=chips,
         chips_per_host=chips_per_host,
         hosts=chips // chips_per_host,
+    )
+
+
+# TPU7x dynamic slicing (GKE "Use dynamic slicing with a custom scheduler",
+# https://cloud.google.com/kubernetes-engine/docs/how-to/create-dynamic-slices, and the
+# Slice reference, https://cloud.google.com/kubernetes-engine/docs/reference/crds/slice):
+# a Slice links whole 4x4x4 partitions (one sub-block, one node pool of 16 hosts each),
+# so its topology is AxBxC with every dimension a multiple of 4, A <= B <= C, at most
+# 9,216 chips (one TPU7x pod), and it needs chips / 64 partitions. Sub-slices (below
+# 4x4x4, GKE 1.36+) take one partition id and a shape GKE lists; they are not supported.
+
+#: The topology of one dynamic-slicing partition, and its chips.
+PARTITION_TOPOLOGY = "4x4x4"
+CHIPS_PER_PARTITION = 64
+#: The most chips one GKE Slice may link.
+MAX_DYNAMIC_SLICE_CHIPS = 9216
+_DYNAMIC_GENERATION = "tpu7x"
+
+
+def dynamic_slice_shape(
+    tpu_type: str, topology: str, chips_per_host: int | None = None
+) -> SliceShape:
+    """The shape of a slice formed as a GKE Slice (``spec.reservation.policy``
+    DynamicSlice), or raise TopologyError naming the input that is wrong.
+
+    Unlike ``slice_shape`` it accepts every topology a Slice can take, not only those
+    GKE offers as node pools (``4x4x12`` is a Slice of three partitions, never a pool).
+    """
+    generation = resolve_generation(tpu_type)
+    if generation.name != _DYNAMIC_GENERATION:
+        raise TopologyError(
+            "type",
+            f"{generation.name} has no dynamic slicing; spec.reservation.policy "
+            f"DynamicSlice is for {_DYNAMIC_GENERATION} (use the policy NodePool)",
+        )
+    dims = parse_topology(topology, generation)
+    canonical = "x".join(str(d) for d in dims)
+    chips = _product(dims)
+    if any(d % 4 for d in dims):
+        smaller = all(d <= 4 for d in dims) and chips < CHIPS_PER_PARTITION
+        raise TopologyError(
+            "topology",
+            f"dynamic slice {canonical}: sub-slices below {PARTITION_TOPOLOGY} are not "
+            "supported; use AxBxC with every dimension a multiple of 4"
+            if smaller
+            else f"dynamic slice {canonical}: every dimension must be a multiple of 4 "
+            f"(whole {PARTITION_TOPOLOGY} partitions), e.g. 4x4x8",
+        )
+    if list(dims) != sorted(dims):
+        raise TopologyError(
+            "topology",
+            f"dynamic slice {canonical}: dimensions must not decrease (GKE's Slice "
+            f"rule); write {'x'.join(str(d) for d in sorted(dims))}",
+        )
+    if chips > MAX_DYNAMIC_SLICE_CHIPS:
+        raise TopologyError(
+            "topology",
+            f"dynamic slice {canonical} has {chips} chips; a GKE Slice links at most "
+            f"{MAX_DYNAMIC_SLICE_CHIPS}",
+        )
+    if chips_per_host not in (None, MULTI_HOST_CHIPS_PER_HOST):
+        raise TopologyError(
+            "chipsPerHost",
+            f"a dynamic slice is built from {MULTI_HOST_CHIPS_PER_HOST}-chip hosts; use "
+            f"chipsPerHost {MULTI_HOST_CHIPS_PER_HOST} or leave it unset",
+        )
+    return SliceShape(
+        generation=generation,
+        topology=canonical,
+        chips=chips,
+        chips_per_host=MULTI_HOST_CHIPS_PER_HOST,
+        hosts=chips // MULTI_HOST_CHIPS_PER_HOST,
     )

@@ -34,7 +34,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpuslice.model import constants as c
-from tpuslice.model.topology import SliceShape, TopologyError, slice_shape
+from tpuslice.model.topology import (
+    SliceShape,
+    TopologyError,
+    dynamic_slice_shape,
+    slice_shape,
+)
 
 __all__ = [
     "EnvSetting",
@@ -321,8 +326,16 @@ def read_identity(pod: Mapping[str, Any]) -> PodIdentity | None:
             f"{c.KUBERAY_LABEL_CLUSTER} and {c.KUBERAY_LABEL_GROUP} labels; TPU worker pods "
             f"must be created by KubeRay from the RayCluster tpuslice-operator renders"
         )
+    # a dynamic slice (a GKE Slice over tpu7x partitions) gets the identity of a tpu7x
+    # multi-host slice of its topology: GKE's slice controller makes it one ICI domain,
+    # and its hosts are the pods pinned to it, as on a pool
+    resolve = (
+        dynamic_slice_shape
+        if annotations.get(c.ANNOTATION_DYNAMIC_SLICE) == "true"
+        else slice_shape
+    )
     try:
-        shape = slice_shape(
+        shape = resolve(
             _required(pod, annotations, c.ANNOTATION_TPU_TYPE, "annotation"),
             _required(pod, labels, c.LABEL_TOPOLOGY, "label"),
             _positive_int(

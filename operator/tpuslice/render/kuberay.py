@@ -130,6 +130,8 @@ def worker_annotations(spec: SliceClusterSpec) -> dict[str, str]:
         annotations[c.ANNOTATION_ELASTIC] = "true"
     if not spec.multislice:
         annotations[c.ANNOTATION_MULTISLICE] = "false"
+    if spec.dynamic:
+        annotations[c.ANNOTATION_DYNAMIC_SLICE] = "true"
     return annotations
 
 

@@ -117,6 +117,12 @@ class ClusterApi(Protocol):
         self, name: str, holder: Mapping[str, Any], resource_version: str
     ) -> Any: ...
 
+    async def list_gke_slices(self) -> list[Any]: ...
+
+    async def create_gke_slice(self, body: Mapping[str, Any]) -> Any: ...
+
+    async def delete_gke_slice(self, name: str, uid: str) -> bool: ...
+
     async def patch_status(
         self, plural: str, namespace: str, name: str, status: Mapping[str, Any]
     ) -> None: ...
@@ -557,6 +563,35 @@ class Kube:
         PodTemplate goes with it (the request is its controller owner)."""
         path = api_path(c.PROVREQ_GROUP, c.PROVREQ_VERSION, c.PROVREQ_PLURAL, name, namespace)
         return await self._delete(path, "provisioningrequests", uid)
+
+    # ------------------------------------------------------------ GKE Slices (TPU7x)
+    async def list_gke_slices(self) -> list[Any]:
+        """Every GKE Slice (cluster-scoped, few: one per formed TPU7x slice); [] when the
+        Slice CRD is not installed (GKE's slice controller is not enabled)."""
+        try:
+            found = await self.call(
+                "GET", api_path(c.SLICE_GROUP, c.SLICE_VERSION, c.SLICE_PLURAL), resource="slices"
+            )
+        except ApiError as exc:
+            if exc.not_found:
+                return []
+            raise
+        return list((found or {}).get("items") or [])
+
+    async def create_gke_slice(self, body: Mapping[str, Any]) -> Any:
+        """Ask GKE's slice controller to link the body's partitions into one slice."""
+        return await self.call(
+            "POST",
+            api_path(c.SLICE_GROUP, c.SLICE_VERSION, c.SLICE_PLURAL),
+            resource="slices",
+            body=body,
+        )
+
+    async def delete_gke_slice(self, name: str, uid: str) -> bool:
+        """Delete exactly the Slice with ``uid`` (ours); GKE's finalizer keeps it until its
+        controller has unlinked the partitions. False if it is gone already."""
+        path = api_path(c.SLICE_GROUP, c.SLICE_VERSION, c.SLICE_PLURAL, name)
+        return await self._delete(path, "slices", uid)
 
     # ------------------------------------------------------------ admission
     def apply_webhook_configuration(self, body: Mapping[str, Any]) -> None:

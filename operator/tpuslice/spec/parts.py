@@ -20,7 +20,12 @@ from typing import Any, Literal
 
 from tpuslice.model import constants
 from tpuslice.model.records import CapacityType, GangMode, ProvisioningMode
-from tpuslice.model.topology import SliceShape, TopologyError, slice_shape
+from tpuslice.model.topology import (
+    SliceShape,
+    TopologyError,
+    dynamic_slice_shape,
+    slice_shape,
+)
 from tpuslice.spec import bounds
 from tpuslice.spec.values import described
 from tpuslice.spec.yamlcheck import yaml_map_problem
@@ -42,7 +47,8 @@ __all__ = [
     "default_image",
 ]
 
-ReservationPolicy = Literal["NodePool", "None"]
+ReservationPolicy = Literal["NodePool", "DynamicSlice", "None"]
+RESERVATION_POLICIES: tuple[ReservationPolicy, ...] = ("NodePool", "DynamicSlice", "None")
 SubmissionMode = Literal["K8sJobMode", "HTTPMode", "InteractiveMode", "SidecarMode"]
 SUBMISSION_MODES: tuple[SubmissionMode, ...] = (
     "K8sJobMode",
@@ -217,6 +223,9 @@ class SliceClusterSpec:
     worker: GroupSpec
     reservation_policy: ReservationPolicy
     suspend: bool
+    #: spec.reservation.partitionHealth HealthyAndDegraded: a dynamic slice also takes
+    #: DEGRADED partitions and keeps an ACTIVE_DEGRADED Slice.
+    allow_degraded: bool = False
     #: The kind whose object this cluster belongs to: its own RayCluster for a
     #: TPUSliceCluster, the RayCluster(s) KubeRay makes for a TPUSliceJob or
     #: TPUSliceService. Decides owner references and the pods' owner-kind label.
@@ -301,7 +310,13 @@ class SliceClusterSpec:
     @property
     def gated(self) -> bool:
         """Whether worker pods wait for a reserved node pool before scheduling."""
-        return self.reservation_policy == "NodePool"
+        return self.reservation_policy != "None"
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether each slice is formed as a GKE Slice over tpu7x partitions it holds
+        (``planning.partitions``) instead of held as one node pool."""
+        return self.reservation_policy == "DynamicSlice"
 
 
 @dataclass(frozen=True)
@@ -530,7 +545,12 @@ _SERVICE_SPEC_FIELDS = _CLUSTER_PARTS | {"serve"}
 _TPU_FIELDS = frozenset({"type", "topology", "slices", "chipsPerHost"})
 _RAY_FIELDS = frozenset({"version", "image"})
 _GROUP_FIELDS = frozenset({"resources", "rayStartParams", "template"})
-_RESERVATION_FIELDS = frozenset({"policy", "gang", "priority", "capacityTypes", "provisioning"})
+_RESERVATION_FIELDS = frozenset(
+    {"policy", "gang", "priority", "capacityTypes", "provisioning", "partitionHealth"}
+)
+#: spec.reservation.partitionHealth, as GKE's own slice controller's
+#: --default-slice-health-node-affinity (HEALTHY, or HEALTHY_AND_DEGRADED).
+PARTITION_HEALTH = ("Healthy", "HealthyAndDegraded")
 _PROVISIONING_FIELDS = frozenset(
     {"mode", "provisioningClassName", "parameters", "nodeSelector", "retry"}
 )
@@ -581,8 +601,12 @@ def _metadata(
     return name, namespace, uid, obj.get("spec")
 
 
-def _shape(tpu: Mapping[str, Any], path: str, errors: list[FieldError]) -> SliceShape | None:
-    """The slice shape of a ``tpu`` object (spec.tpu or a group's); None when wrong."""
+def _shape(
+    tpu: Mapping[str, Any], path: str, errors: list[FieldError], *, dynamic: bool = False
+) -> SliceShape | None:
+    """The slice shape of a ``tpu`` object (spec.tpu or a group's); None when wrong.
+    ``dynamic``: formed as a GKE Slice (policy DynamicSlice), whose topologies are not
+    those of node pools (``topology.dynamic_slice_shape``)."""
     shape: SliceShape | None = None
     tpu_type = _string(tpu.get("type"), f"{path}.type", errors)
     topology = _string(tpu.get("topology"), f"{path}.topology", errors)
@@ -603,7 +627,8 @@ def _shape(tpu: Mapping[str, Any], path: str, errors: list[FieldError]) -> Slice
             )
         else:
             try:
-                shape = slice_shape(tpu_type, topology, chips_per_host)
+                resolve = dynamic_slice_shape if dynamic else slice_shape
+                shape = resolve(tpu_type, topology, chips_per_host)
             except TopologyError as exc:
                 errors.append(FieldError(f"{path}.{exc.field}", exc.message))
     return shape
@@ -627,7 +652,7 @@ def _slices(tpu: Mapping[str, Any], path: str, errors: list[FieldError]) -> int:
 
 
 def _worker_groups(
-    spec: Mapping[str, Any], errors: list[FieldError]
+    spec: Mapping[str, Any], errors: list[FieldError], *, dynamic: bool = False
 ) -> tuple[WorkerGroupSpec, ...]:
     """spec.workerGroups: several TPU and CPU groups, each named, of its own shape.
 
@@ -687,7 +712,7 @@ def _worker_groups(
             continue
         if "tpu" in entry:
             tpu = as_object(entry.get("tpu"), f"{path}.tpu", errors, _GROUP_TPU_FIELDS)
-            shape = _shape(tpu, f"{path}.tpu", errors)
+            shape = _shape(tpu, f"{path}.tpu", errors, dynamic=dynamic)
             slices = _slices(tpu, f"{path}.tpu", errors)
             multislice = _boolean(tpu.get("multislice"), f"{path}.tpu.multislice", errors, True)
             group_gang = tpu.get("gang", GROUP_GANGS[0])
@@ -745,14 +770,20 @@ def _cluster_parts(
     """The shared parts (tpu, ray, head, worker, reservation) as a SliceClusterSpec
     for the object named; None when something is wrong (reported in ``errors``)."""
     groups: tuple[WorkerGroupSpec, ...] = ()
+    # The policy decides which topologies are valid, so it is read before the shapes
+    # (and judged with the rest of spec.reservation below).
+    raw_reservation = spec.get("reservation")
+    dynamic = (
+        isinstance(raw_reservation, Mapping) and raw_reservation.get("policy") == "DynamicSlice"
+    )
     if "workerGroups" in spec:
-        groups = _worker_groups(spec, errors)
+        groups = _worker_groups(spec, errors, dynamic=dynamic)
         tpu_groups = [g for g in groups if isinstance(g, TpuGroupSpec)]
         shape = tpu_groups[0].shape if tpu_groups else None
         slices = sum(g.slices for g in tpu_groups) or 1
     else:
         tpu = as_object(spec.get("tpu"), "spec.tpu", errors, _TPU_FIELDS)
-        shape = _shape(tpu, "spec.tpu", errors)
+        shape = _shape(tpu, "spec.tpu", errors, dynamic=dynamic)
         slices = _slices(tpu, "spec.tpu", errors)
 
     elastic = _elastic(spec.get("elastic"), slices, errors)
@@ -778,20 +809,31 @@ def _cluster_parts(
         spec.get("reservation"), "spec.reservation", errors, _RESERVATION_FIELDS
     )
     policy = reservation.get("policy", "NodePool")
-    if policy not in ("NodePool", "None") or not isinstance(policy, str):
+    if policy not in RESERVATION_POLICIES or not isinstance(policy, str):
         errors.append(
-            FieldError("spec.reservation.policy", f"{described(policy)} is not NodePool or None")
+            FieldError(
+                "spec.reservation.policy",
+                f"{described(policy)} is not NodePool, DynamicSlice or None",
+            )
         )
     gang, priority, capacity_types = _queueing(
         reservation, slices if elastic is None else elastic.min_slices, errors
     )
     provisioning = _provisioning(reservation.get("provisioning"), errors)
-    if provisioning is not None and provisioning.enabled and policy == "None":
+    health = reservation.get("partitionHealth", PARTITION_HEALTH[0])
+    if health not in PARTITION_HEALTH:
+        errors.append(
+            FieldError(
+                "spec.reservation.partitionHealth",
+                f"{described(health)} is not {' or '.join(PARTITION_HEALTH)}",
+            )
+        )
+    if provisioning is not None and provisioning.enabled and policy != "NodePool":
         errors.append(
             FieldError(
                 "spec.reservation.provisioning",
                 "needs spec.reservation.policy NodePool (a provisioned pool is held for its "
-                "slice like any other); remove provisioning or the policy None",
+                "slice like any other); remove provisioning or set the policy NodePool",
             )
         )
     if shape is None:
@@ -807,6 +849,7 @@ def _cluster_parts(
         head=head,
         worker=worker,
         reservation_policy=policy,
+        allow_degraded=health == "HealthyAndDegraded",
         suspend=suspend,
         owner_kind=owner_kind,
         gang=gang,
