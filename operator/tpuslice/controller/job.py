@@ -155,13 +155,17 @@ def grouped_job_status(
             one.slices.spec.group_name,
             one.slices.spec.shape.topology,
             replace(
-                observed_of(one.slices.spec, body, one.slices.snap, one.plan, applied, stall),
+                observed_of(one.slices.spec, body, one.slices.snap, one.plan, applied, stall, now),
                 desired_slices=one.slices.desired or 0,
             ),
         )
         for one in acted
     ]
-    cpu_groups = [CpuGroupObserved(g.name, g.replicas) for g in parsed.cluster.cpu_groups]
+    current = acted[0].slices.snap.raycluster if acted else None
+    cpu_groups = [
+        CpuGroupObserved(g.name, g.desired_replicas(worker_replicas(current, g.name)))
+        for g in parsed.cluster.cpu_groups
+    ]
     status["groups"] = group_entries(tpu_groups, cpu_groups, now)
     return status
 
@@ -201,9 +205,16 @@ class JobKind(OwnsKubeRayObject):
                 SliceSet(
                     replace(ref, group=group.group_name),
                     group,
-                    replace(snap, pods=[p for p in snap.pods if p.group == group.group_name]),
+                    # the current attempt's RayCluster: an elastic group's live count
+                    replace(
+                        snap,
+                        pods=[p for p in snap.pods if p.group == group.group_name],
+                        raycluster=current,
+                    ),
                     group_previous(previous, group.group_name),
-                    desired=group.slices if wants else 0,
+                    desired=group.desired_slices(worker_replicas(current, group.group_name))
+                    if wants
+                    else 0,
                     keep_pools=wants,
                 )
                 for group in parsed.cluster.tpu_groups()

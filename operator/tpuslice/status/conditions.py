@@ -158,6 +158,9 @@ class Observed(ObservedObject):
     slices: Sequence[SliceStatus]
     ray_cluster_ready: bool
     suspended: bool
+    #: A grouped object's: whether every TPU group has enough slices Ready
+    #: (``ready_enough`` of each); None for one group, judged from ``slices``.
+    groups_ready: bool | None = None
 
 
 def truncate(text: str, limit: int) -> str:
@@ -242,9 +245,11 @@ def _ready_slices(observed: Observed) -> int:
     return min(ready, observed.desired_slices)
 
 
-def _ready_enough(observed: Observed) -> bool:
+def ready_enough(observed: Observed) -> bool:
     """Every wanted slice Ready; for an elastic set its minimum, so the autoscaler's
-    scaling never turns Ready False."""
+    scaling never turns Ready False; for a grouped object every group's own verdict."""
+    if observed.groups_ready is not None:
+        return observed.groups_ready
     ready = _ready_slices(observed)
     if observed.elastic is not None:
         return ready >= observed.elastic.min_slices
@@ -425,7 +430,7 @@ def desired_conditions(observed: Observed) -> list[dict[str, Any]]:
             _condition(RECONCILING, False, "Suspended", "spec.suspend is true", gen),
             _condition(STALLED, False, "Suspended", "spec.suspend is true", gen),
         ]
-    elif _ready_enough(observed) and observed.ray_cluster_ready:
+    elif ready_enough(observed) and observed.ray_cluster_ready:
         message = f"{_ready_slices(observed)} of {observed.desired_slices} slices ready"
         if observed.elastic is not None:
             message += (

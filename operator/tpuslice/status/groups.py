@@ -3,10 +3,11 @@
 
 Each TPU group is a slice set of its own (its shape, its pods), observed like the one
 group of the one-group form; the object is Ready when every TPU group has its desired
-slices Ready and the RayCluster is ready (KubeRay's ready state counts the CPU groups'
-pods too). ``status.slices`` and the top-level shape describe one group, so a grouped
-object shows its slices under its groups only: the same slice index belongs to every
-group.
+slices Ready (an elastic group at least its minimum) and the RayCluster is ready
+(KubeRay's ready state counts the CPU groups' pods too). An elastic group's range and
+target are in its entry (``elastic``, the shape of status.elastic). ``status.slices``
+and the top-level shape describe one group, so a grouped object shows its slices under
+its groups only: the same slice index belongs to every group.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tpuslice.status.conditions import Observed, compute_status
+from tpuslice.status.conditions import Observed, compute_status, ready_enough
 
 __all__ = [
     "ONE_GROUP_FIELDS",
@@ -57,6 +58,9 @@ def grouped_status(
         first,
         desired_slices=sum(g.observed.desired_slices for g in tpu_groups),
         slices=[s for g in tpu_groups for s in g.observed.slices],
+        # each elastic group's range is its own: the object has none of its own
+        elastic=None,
+        groups_ready=all(ready_enough(g.observed) for g in tpu_groups),
     )
     status = compute_status(combined, previous, now)
     for key in ONE_GROUP_FIELDS:
@@ -86,5 +90,7 @@ def group_entries(
                 "slices": one["slices"],
             }
         )
+        if "elastic" in one:
+            groups[-1]["elastic"] = one["elastic"]
     groups += [{"name": g.name, "desiredReplicas": g.replicas} for g in cpu_groups]
     return groups
