@@ -4,16 +4,34 @@ what status shows of it."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
 import pytest
 
-from tests.support.builders import tpuslice
+from tests.support.builders import holder, nodes_of, reservation, slice_pods, tpuslice
 from tests.support.crd import validate
+from tests.support.fake_kube import FakeKube
+from tpuslice.controller.applier import with_live_autoscaling
+from tpuslice.controller.reconciler import Reconciler
 from tpuslice.model import constants as c
+from tpuslice.model.convert import raycluster_info, worker_replicas
+from tpuslice.model.records import (
+    Holder,
+    NodeInfo,
+    PodInfo,
+    ReservationInfo,
+    SliceState,
+    SliceStatus,
+    Snapshot,
+)
+from tpuslice.planning.elastic import workers_to_delete
+from tpuslice.render.kuberay import render_cluster
 from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.parts import ElasticSpec, SpecError
+from tpuslice.status.conditions import ElasticCount, Observed
+from tpuslice.status.groups import CpuGroupObserved, TpuGroupObserved, grouped_status
 
 TSC = "tpuslice.dev_tpusliceclusters.yaml"
 TSJ = "tpuslice.dev_tpuslicejobs.yaml"
@@ -165,3 +183,261 @@ def test_one_elastic_schema_serves_spec_elastic_and_every_group() -> None:
     entry.pop("description")
     assert top == entry
     assert c.WORKER_GROUP == "tpu"
+
+
+# --- rendering -------------------------------------------------------------------------
+
+
+def rendered_groups(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {g["groupName"]: g for g in render_cluster(obj)["spec"]["workerGroupSpecs"]}
+
+
+def test_an_elastic_group_and_a_cpu_range_render_for_the_autoscaler() -> None:
+    rc = render_cluster(grouped())
+    assert rc["spec"]["enableInTreeAutoscaling"] is True
+    assert rc["spec"]["autoscalerOptions"] == {"version": c.AUTOSCALER_VERSION}
+    groups = {g["groupName"]: g for g in rc["spec"]["workerGroupSpecs"]}
+    trainer, rollout, data = groups["trainer"], groups["rollout"], groups["data"]
+    # the fixed group keeps its pinned count; the autoscaler never moves it
+    assert (trainer["replicas"], trainer["minReplicas"], trainer["maxReplicas"]) == (2, 2, 2)
+    assert "scaleStrategy" not in trainer
+    # the elastic group: the count is the autoscaler's, never sent by our field manager
+    assert "replicas" not in rollout
+    assert (rollout["minReplicas"], rollout["maxReplicas"]) == (1, 3)
+    assert rollout["idleTimeoutSeconds"] == 120
+    assert rollout["scaleStrategy"] == {"workersToDelete": []}
+    annotations = rollout["template"]["metadata"]["annotations"]
+    assert annotations[c.ANNOTATION_ELASTIC] == "true"
+    assert annotations[c.ANNOTATION_SLICES] == "3"  # the bound of a replica index
+    assert c.ANNOTATION_ELASTIC not in trainer["template"]["metadata"]["annotations"]
+    # the CPU range likewise
+    assert "replicas" not in data
+    assert (data["minReplicas"], data["maxReplicas"]) == (1, 4)
+    assert data["scaleStrategy"] == {"workersToDelete": []}
+
+
+def test_a_cpu_range_alone_turns_the_autoscaler_on() -> None:
+    rc = render_cluster(grouped(TRAINER, DATA))
+    assert rc["spec"]["enableInTreeAutoscaling"] is True
+    fixed = render_cluster(grouped(TRAINER, {"name": "data", "cpu": {"replicas": 2}}))
+    assert "enableInTreeAutoscaling" not in fixed["spec"]
+    assert "autoscalerOptions" not in fixed["spec"]
+
+
+def test_the_one_allocate_timeout_is_the_groups() -> None:
+    timed = with_entry(ROLLOUT, elastic={"maxSlices": 2, "scaleUpTimeoutSeconds": 900})
+    rc = render_cluster(grouped(TRAINER, timed))
+    assert rc["spec"]["autoscalerOptions"]["env"] == [
+        {"name": c.ENV_AUTOSCALER_ALLOCATE_TIMEOUT, "value": "900"}
+    ]
+    other = {
+        "name": "other",
+        "tpu": {"type": "v5e", "topology": "2x4"},
+        "elastic": {"maxSlices": 2, "scaleUpTimeoutSeconds": 600},
+    }
+    assert "spec.workerGroups[2].elastic.scaleUpTimeoutSeconds: differs" in errors_of(
+        grouped(TRAINER, timed, other)
+    )
+
+
+def test_the_apply_carries_each_autoscaled_groups_live_count_and_deletions() -> None:
+    rendered = render_cluster(grouped())
+    rendered["metadata"]["ownerReferences"] = [{"uid": "u"}]
+    live = copy.deepcopy(rendered)
+    by_name = {g["groupName"]: g for g in live["spec"]["workerGroupSpecs"]}
+    by_name["rollout"]["replicas"] = 2
+    by_name["rollout"]["scaleStrategy"] = {"workersToDelete": ["rollout-abcde-0"]}
+    by_name["data"]["replicas"] = 3
+    by_name["trainer"]["replicas"] = 7  # someone else's edit of a fixed group: not carried
+    actual = {**raycluster_info(live), "resourceVersion": "42"}
+    body = with_live_autoscaling(rendered, actual)
+    groups = {g["groupName"]: g for g in body["spec"]["workerGroupSpecs"]}
+    assert groups["rollout"]["replicas"] == 2
+    assert groups["rollout"]["scaleStrategy"] == {"workersToDelete": ["rollout-abcde-0"]}
+    assert groups["data"]["replicas"] == 3
+    assert groups["trainer"]["replicas"] == 2
+    assert body["metadata"]["resourceVersion"] == "42"
+    assert worker_replicas(actual, "rollout") == 2
+    assert workers_to_delete(actual, "rollout") == frozenset({"rollout-abcde-0"})
+    assert workers_to_delete(actual) == frozenset()  # no group named tpu
+
+
+# --- planning --------------------------------------------------------------------------
+
+V6E = ("tpu-v6e-slice", "4x4")
+V5E = ("tpu-v5-lite-podslice", "2x4")
+FIXED = {"name": "trainer", "tpu": {"type": "v6e", "topology": "4x4", "slices": 2}}
+ELASTIC = {
+    "name": "rollout",
+    "tpu": {"type": "v5e", "topology": "2x4", "chipsPerHost": 4},
+    "elastic": {"minSlices": 1, "maxSlices": 3},
+}
+OTHER = holder("tpu-zzzzz", 0, name="other", uid="uid-other")
+
+
+def rl() -> dict[str, Any]:
+    obj = grouped(FIXED, ELASTIC)
+    obj["metadata"].update(name="rl", uid="uid-rl", creationTimestamp="2026-01-01T00:00:00Z")
+    return obj
+
+
+def rl_raycluster(rollout: int) -> dict[str, Any]:
+    """The RayCluster as the autoscaler left it: ``rollout`` replicas of the rollout group."""
+    rc = render_cluster(rl())
+    for group in rc["spec"]["workerGroupSpecs"]:
+        if group["groupName"] == "rollout":
+            group["replicas"] = rollout
+    rc["metadata"]["uid"] = "uid-rc"
+    rc["metadata"]["ownerReferences"] = [{"uid": "uid-rl", "controller": True}]
+    return raycluster_info(rc)
+
+
+def rl_pods(rollout: int) -> list[PodInfo]:
+    pods = [
+        pod
+        for i in range(2)
+        for pod in slice_pods(f"trainer-{'ab'[i]}xxxx", i, cluster="rl", group="trainer")
+    ]
+    pods += [
+        pod
+        for i in range(rollout)
+        for pod in slice_pods(f"rollout-{'abc'[i]}xxxx", i, hosts=2, cluster="rl", group="rollout")
+    ]
+    return pods
+
+
+def mine(replica: str, index: int, group: str) -> Holder:
+    return holder(replica, index, name="rl", uid="uid-rl", group=group)
+
+
+def run_rl(
+    rollout: int, nodes: list[NodeInfo], reservations: list[ReservationInfo], pods: int = -1
+) -> FakeKube:
+    kube = FakeKube()
+    for r in reservations:
+        kube.taken[r.pool] = r
+    snapshot = Snapshot(
+        rl(), rl_pods(rollout if pods < 0 else pods), nodes, reservations, rl_raycluster(rollout)
+    )
+    asyncio.run(Reconciler(kube, lambda _: snapshot).kick((c.KIND_CLUSTER, "ml", "rl")))
+    return kube
+
+
+def v6e(*pools: str) -> list[NodeInfo]:
+    return nodes_of(*pools)
+
+
+def v5e(*pools: str) -> list[NodeInfo]:
+    return nodes_of(*pools, hosts=2, accelerator=V5E[0], topology=V5E[1])
+
+
+def claims(kube: FakeKube) -> list[str]:
+    return [call[1] for call in kube.calls if call[0] == "claim"]
+
+
+def released(kube: FakeKube) -> list[str]:
+    return [call[1] for call in kube.calls if call[0] == "release"]
+
+
+def test_the_gang_holds_the_fixed_group_and_the_elastic_minimum_all_or_nothing() -> None:
+    """A v6e pool another object holds leaves the trainer short: the rollout group's
+    minimum may take its v5e pool (its shape is first in the claim order) but nothing
+    starts, and no pool is taken for the extra the autoscaler already asked for."""
+    kube = run_rl(2, v6e("v6e-a", "v6e-b") + v5e("v5e-a", "v5e-b"), [reservation("v6e-b", OTHER)])
+    (claimed,) = claims(kube)
+    assert claimed.startswith("v5e-")  # one pool of v5e, the minimum's
+    assert released(kube) == []
+    # the next pass: the minimum is held, the trainer still short; the extra waits too
+    minimum = reservation(claimed, mine("rollout-axxxx", 0, "rollout"))
+    nodes = v6e("v6e-a", "v6e-b") + v5e("v5e-a", "v5e-b")
+    kube = run_rl(2, nodes, [reservation("v6e-b", OTHER), minimum])
+    assert claims(kube) == [] and released(kube) == []
+    assert kube.status is not None
+    assert kube.status["conditions"][0]["status"] == "False"  # Ready
+
+
+def test_once_every_minimum_is_held_the_gang_starts_and_extras_follow() -> None:
+    kube = run_rl(2, v6e("v6e-a", "v6e-b") + v5e("v5e-a"), [])
+    # the claim order: the minimum's v5e pool, then both v6e pools at once; the extra
+    # finds no v5e pool left and waits, Requested
+    assert claims(kube)[0] == "v5e-a" and sorted(claims(kube)[1:]) == ["v6e-a", "v6e-b"]
+    rollout_released = [p for p in released(kube) if p.startswith("rl-rollout-")]
+    assert len(released(kube)) == 4 + 4 + 2
+    assert sorted(rollout_released) == ["rl-rollout-axxxx-0", "rl-rollout-axxxx-1"]
+    assert kube.status is not None
+    group = next(g for g in kube.status["groups"] if g["name"] == "rollout")
+    assert group["elastic"]["minSlices"] == 1 and group["elastic"]["maxSlices"] == 3
+    assert group["elastic"]["target"] == 2
+    assert group["desiredSlices"] == 2
+    assert [s["state"] for s in group["slices"]][1] == "Requested"  # waits for a pool
+
+
+def test_the_elastic_group_grows_one_slice_at_a_time_as_the_autoscaler_asks() -> None:
+    held = [
+        reservation("v6e-a", mine("trainer-axxxx", 0, "trainer")),
+        reservation("v6e-b", mine("trainer-bxxxx", 1, "trainer")),
+        reservation("v5e-a", mine("rollout-axxxx", 0, "rollout")),
+    ]
+    nodes = v6e("v6e-a", "v6e-b") + v5e("v5e-a", "v5e-b", "v5e-c")
+    # the autoscaler asked for a second slice: only it is claimed, whole, on its own
+    kube = run_rl(2, nodes, held)
+    (claimed,) = claims(kube)
+    assert claimed in ("v5e-b", "v5e-c")
+    assert {"rl-rollout-bxxxx-0", "rl-rollout-bxxxx-1"} <= set(released(kube))
+    holder_of = kube.claimed[claimed]["spec"]["holder"]
+    assert (holder_of["group"], holder_of["replicaName"]) == ("rollout", "rollout-bxxxx")
+    # a target the group's pods have not reached yet claims nothing ahead of them
+    kube = run_rl(3, nodes, held, pods=1)
+    assert claims(kube) == []
+
+
+# --- status ----------------------------------------------------------------------------
+
+
+def observed(desired: int, ready: int, elastic: ElasticCount | None = None) -> Observed:
+    return Observed(
+        generation=1,
+        accelerator_type="v6e-16",
+        hosts_per_slice=4,
+        chips_per_host=4,
+        desired_slices=desired,
+        gated=True,
+        applied=True,
+        elastic=elastic,
+        ray_cluster="rl",
+        slices=[
+            SliceStatus(
+                i,
+                SliceState.READY if i < ready else SliceState.REQUESTED,
+                f"r-{i}",
+                node_pool=f"p-{i}" if i < ready else None,
+            )
+            for i in range(desired)
+        ],
+        ray_cluster_ready=True,
+        suspended=False,
+    )
+
+
+def ready_of(status: dict[str, Any]) -> str:
+    return next(cond["status"] for cond in status["conditions"] if cond["type"] == "Ready")
+
+
+def test_a_grouped_object_is_ready_when_every_group_holds_its_minimum() -> None:
+    fixed = TpuGroupObserved("trainer", "4x4", observed(2, 2))
+    above = TpuGroupObserved("rollout", "2x4", observed(3, 1, ElasticCount(1, 3, 3)))
+    status = grouped_status([fixed, above], [CpuGroupObserved("data", 2)], None, "")
+    assert ready_of(status) == "True"  # the rollout's extras waiting keep nobody from work
+    rollout = status["groups"][1]
+    assert rollout["elastic"]["minSlices"] == 1 and rollout["elastic"]["target"] == 3
+    assert "elastic" not in status and "elastic" not in status["groups"][0]
+    assert status["groups"][2] == {"name": "data", "desiredReplicas": 2}
+    # one ready slice more than a group needs never makes up for another group short
+    short = TpuGroupObserved("trainer", "4x4", observed(2, 1))
+    many = TpuGroupObserved("rollout", "2x4", observed(3, 3, ElasticCount(1, 3, 3)))
+    assert ready_of(grouped_status([short, many], [], None, "")) == "False"
+
+
+def test_a_cpu_ranges_desired_replicas_is_the_autoscalers_count_clamped() -> None:
+    (data,) = parse_cluster(grouped()).cpu_groups
+    assert [data.desired_replicas(n) for n in (None, 0, 2, 9)] == [1, 1, 2, 4]

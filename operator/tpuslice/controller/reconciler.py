@@ -464,9 +464,15 @@ class Reconciler:
             if governed:
                 spec = replace(spec, priority=effective_priority(governed, spec.priority).value)
             claims_wait, releases_wait, give_back = "", "", False
+            desired = each.desired
             gang = gang_of.get(id(each))
             if gang is not None:
                 holds = self._holds(gang)
+                if not gang_whole(holds) and not released[id(gang)]:
+                    # an elastic group's slices above its minimum wait for the gang's
+                    # first start: no pool is held for an extra while the minimums are
+                    # not (a running gang's extras keep theirs while a slice is replaced)
+                    desired = self._gang_need(each)
                 short = [never[id(g)] for g in gang if id(g) in never]
                 if short:  # a group that never fits says NotEnoughPools in its own plan
                     claims_wait = "" if id(each) in never else short[0]
@@ -480,7 +486,7 @@ class Reconciler:
                 spec,
                 each.snap,
                 each.previous,
-                desired_slices=each.desired,
+                desired_slices=desired,
                 keep_pools=each.keep_pools,
                 avoid=avoid,
                 claims_wait=claims_wait,
