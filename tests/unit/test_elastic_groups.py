@@ -13,6 +13,7 @@ import pytest
 from tests.support.builders import holder, nodes_of, reservation, slice_pods, tpuslice
 from tests.support.crd import validate
 from tests.support.fake_kube import FakeKube
+from tpuslice.controller.actuator import desired_of, gang_need
 from tpuslice.controller.applier import with_live_autoscaling
 from tpuslice.controller.reconciler import Reconciler
 from tpuslice.model import constants as c
@@ -441,3 +442,13 @@ def test_a_grouped_object_is_ready_when_every_group_holds_its_minimum() -> None:
 def test_a_cpu_ranges_desired_replicas_is_the_autoscalers_count_clamped() -> None:
     (data,) = parse_cluster(grouped()).cpu_groups
     assert [data.desired_replicas(n) for n in (None, 0, 2, 9)] == [1, 1, 2, 4]
+
+
+def test_another_objects_pass_reads_a_groups_target_from_its_entry() -> None:
+    spec = parse_cluster(rl())
+    trainer, rollout = spec.tpu_groups()
+    body = rl()
+    assert desired_of(body, rollout) == 1  # nothing written yet: the minimum
+    body["status"] = {"groups": [{"name": "rollout", "elastic": {"target": 3}}]}
+    assert (desired_of(body, rollout), desired_of(body, trainer)) == (3, 2)
+    assert (gang_need(3, rollout), gang_need(2, trainer)) == (1, 2)
