@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -31,8 +32,13 @@ from tpuslice.planning.elastic import workers_to_delete
 from tpuslice.render.kuberay import render_cluster
 from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.parts import ElasticSpec, SpecError
-from tpuslice.status.conditions import ElasticCount, Observed
-from tpuslice.status.groups import CpuGroupObserved, TpuGroupObserved, grouped_status
+from tpuslice.status.conditions import ClusterSlices, ElasticCount, Observed
+from tpuslice.status.groups import (
+    CpuGroupObserved,
+    TpuGroupObserved,
+    grouped_status,
+    groups_ready,
+)
 
 TSC = "tpuslice.dev_tpusliceclusters.yaml"
 TSJ = "tpuslice.dev_tpuslicejobs.yaml"
@@ -452,3 +458,16 @@ def test_another_objects_pass_reads_a_groups_target_from_its_entry() -> None:
     body["status"] = {"groups": [{"name": "rollout", "elastic": {"target": 3}}]}
     assert (desired_of(body, rollout), desired_of(body, trainer)) == (3, 2)
     assert (gang_need(3, rollout), gang_need(2, trainer)) == (1, 2)
+
+
+def test_a_grouped_job_or_service_cluster_is_judged_group_by_group() -> None:
+    fixed = TpuGroupObserved("trainer", "4x4", observed(2, 2))
+    above = TpuGroupObserved("rollout", "2x4", observed(3, 1, ElasticCount(1, 3, 3)))
+    assert groups_ready([fixed, fixed]) is None  # fixed groups: all their slices, together
+    verdict = groups_ready([fixed, above])
+    slices = [*fixed.observed.slices, *above.observed.slices]
+    cluster = ClusterSlices("rl-abcde", 5, slices, True, groups_ready=verdict)
+    assert cluster.all_ready and cluster.blocked() is None
+    short = TpuGroupObserved("trainer", "4x4", observed(2, 1))
+    cluster = replace(cluster, groups_ready=groups_ready([short, above]))
+    assert not cluster.all_ready and cluster.blocked() is not None

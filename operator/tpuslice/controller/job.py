@@ -44,6 +44,7 @@ from tpuslice.status.groups import (
     CpuGroupObserved,
     TpuGroupObserved,
     group_entries,
+    groups_ready,
 )
 from tpuslice.status.job import JobObserved, compute_job_status, job_ended
 
@@ -146,10 +147,6 @@ def grouped_job_status(
     )
     desired = sum(one.slices.desired or 0 for one in acted)
     spec = replace(parsed, cluster=replace(parsed.cluster, slices=desired))
-    observed = job_observed(spec, body, snap, combined, desired, applied.ok, stall, previous, now)
-    status = compute_job_status(observed, previous, now)
-    for key in ONE_GROUP_FIELDS:
-        status.pop(key, None)
     tpu_groups = [
         TpuGroupObserved(
             one.slices.spec.group_name,
@@ -161,6 +158,13 @@ def grouped_job_status(
         )
         for one in acted
     ]
+    observed = job_observed(spec, body, snap, combined, desired, applied.ok, stall, previous, now)
+    if observed.cluster is not None:  # an elastic group is judged at its own minimum
+        cluster = replace(observed.cluster, groups_ready=groups_ready(tpu_groups))
+        observed = replace(observed, cluster=cluster)
+    status = compute_job_status(observed, previous, now)
+    for key in ONE_GROUP_FIELDS:
+        status.pop(key, None)
     current = acted[0].slices.snap.raycluster if acted else None
     cpu_groups = [
         CpuGroupObserved(g.name, g.desired_replicas(worker_replicas(current, g.name)))

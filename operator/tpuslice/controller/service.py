@@ -49,6 +49,7 @@ from tpuslice.status.groups import (
     CpuGroupObserved,
     TpuGroupObserved,
     group_entries,
+    groups_ready,
 )
 from tpuslice.status.service import ServiceObserved, compute_service_status
 
@@ -102,6 +103,7 @@ def grouped_clusters(
             [s for one in sets for s in one.plan.slices],
             bool(found and found.get("state") == "ready"),
             groups=tuple(group_entries(tpu_groups, cpu_groups, now)),
+            groups_ready=groups_ready(tpu_groups),
         )
     return out
 

@@ -646,6 +646,9 @@ class ClusterSlices:
     #: status.groups[] entries of a cluster of several worker groups (its slices are
     #: listed there, not in ``slices``); () for one group.
     groups: tuple[Mapping[str, Any], ...] = ()
+    #: With an elastic group among them, every group's own verdict
+    #: (``status.groups.groups_ready``); None: judged from ``slices``.
+    groups_ready: bool | None = None
 
     @property
     def ready_slices(self) -> int:
@@ -655,7 +658,9 @@ class ClusterSlices:
     @property
     def all_ready(self) -> bool:
         """Every wanted slice Ready; for an elastic set its minimum (scaling never makes
-        the cluster not ready)."""
+        the cluster not ready); with groups, each group's by its own rule."""
+        if self.groups_ready is not None:
+            return self.groups_ready
         if self.elastic is not None:
             return self.ready_slices >= self.elastic.min_slices
         return self.desired_slices > 0 and self.ready_slices == self.desired_slices
@@ -665,7 +670,7 @@ class ClusterSlices:
         order the TPUSliceCluster's Ready=False explains them; None when none is blocked
         (nor for an elastic set at its minimum: slices the autoscaler added and that wait
         show as Requested, and block nothing)."""
-        if self.elastic is not None and self.all_ready:
+        if (self.elastic is not None or self.groups_ready is not None) and self.all_ready:
             return None
         for state in _BLOCKING_ORDER:
             blocked = [s for s in self.slices if s.state == state]

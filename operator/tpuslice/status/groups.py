@@ -24,6 +24,7 @@ __all__ = [
     "TpuGroupObserved",
     "group_entries",
     "grouped_status",
+    "groups_ready",
 ]
 
 #: Top-level fields of the one-group status that name one shape or one group's slices.
@@ -60,13 +61,22 @@ def grouped_status(
         slices=[s for g in tpu_groups for s in g.observed.slices],
         # each elastic group's range is its own: the object has none of its own
         elastic=None,
-        groups_ready=all(ready_enough(g.observed) for g in tpu_groups),
+        groups_ready=groups_ready(tpu_groups),
     )
     status = compute_status(combined, previous, now)
     for key in ONE_GROUP_FIELDS:
         status.pop(key, None)
     status["groups"] = group_entries(tpu_groups, cpu_groups, now)
     return status
+
+
+def groups_ready(tpu_groups: Sequence[TpuGroupObserved]) -> bool | None:
+    """With an elastic group, whether every TPU group has enough slices Ready (each by
+    its own rule, ``ready_enough``: a fixed group all, an elastic one its minimum); None
+    without one, where the slices counted together say it (every group's all)."""
+    if all(g.observed.elastic is None for g in tpu_groups):
+        return None
+    return all(ready_enough(g.observed) for g in tpu_groups)
 
 
 def group_entries(
