@@ -32,7 +32,7 @@ from tpuslice.planning.elastic import workers_to_delete
 from tpuslice.render.kuberay import render_cluster
 from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.parts import ElasticSpec, SpecError
-from tpuslice.status.conditions import ClusterSlices, ElasticCount, Observed
+from tpuslice.status.conditions import ClusterSlices, ElasticCount, Observed, removal_events
 from tpuslice.status.groups import (
     CpuGroupObserved,
     TpuGroupObserved,
@@ -471,3 +471,18 @@ def test_a_grouped_job_or_service_cluster_is_judged_group_by_group() -> None:
     short = TpuGroupObserved("trainer", "4x4", observed(2, 1))
     cluster = replace(cluster, groups_ready=groups_ready([short, above]))
     assert not cluster.all_ready and cluster.blocked() is not None
+
+
+def test_a_slice_an_elastic_group_loses_to_the_autoscaler_is_one_event_naming_the_group() -> None:
+    before = {"groups": [{"name": "rollout", "elastic": {"target": 2}, "slices": []}]}
+    removing = {"index": 1, "replica": "rollout-bxxxx"}
+    after = {
+        "groups": [
+            {"name": "rollout", "elastic": {"target": 1, "removing": [removing]}, "slices": []}
+        ]
+    }
+    ((kind, reason, message),) = removal_events(before, after)
+    assert kind == "Normal"
+    assert reason == "SliceRemovedByAutoscaler"
+    assert message.startswith("group rollout: slice 1 (rollout-bxxxx)")
+    assert removal_events(after, after) == []

@@ -345,8 +345,9 @@ def removal_events(
     slice newly in ``status.elastic.removing`` (a pod of it named in workersToDelete),
     or one that vanished from ``status.slices`` while the target went down without
     ever being seen named (the operator was away while KubeRay deleted it). Read from
-    the two statuses alone, so a pass repeated writes no second event."""
-    out = _removals(previous, status)
+    the two statuses alone, so a pass repeated writes no second event. An elastic
+    group's (status.groups[], by name) say which group."""
+    out = _removals(previous, status) + _group_removals(previous, status)
     # a TPUSliceService's clusters, matched by name (an upgrade's pending cluster
     # becomes the active one)
     fields = ("activeCluster", "pendingCluster")
@@ -354,8 +355,22 @@ def removal_events(
     for field in fields:
         after = status.get(field) or {}
         if after:
-            out += _removals(earlier.get(after.get("name")) or {}, after)
+            before = earlier.get(after.get("name")) or {}
+            out += _removals(before, after) + _group_removals(before, after)
     return out
+
+
+def _group_removals(
+    previous: Mapping[str, Any], status: Mapping[str, Any]
+) -> list[tuple[str, str, str]]:
+    """``removal_events`` of each elastic group's entry in ``status.groups``."""
+    before = {g.get("name"): g for g in previous.get("groups") or [] if isinstance(g, Mapping)}
+    return [
+        (kind, reason, f"group {entry.get('name')}: {message}")
+        for entry in status.get("groups") or []
+        if isinstance(entry, Mapping) and entry.get("elastic")
+        for kind, reason, message in _removals(before.get(entry.get("name")) or {}, entry)
+    ]
 
 
 def _removals(previous: Mapping[str, Any], status: Mapping[str, Any]) -> list[tuple[str, str, str]]:
