@@ -16,10 +16,14 @@ from tests.support.crd import validate
 from tests.support.fake_kube import FakeKube
 from tpuslice.controller.actuator import desired_of, gang_need
 from tpuslice.controller.applier import with_live_autoscaling
+from tpuslice.controller.cluster import ClusterKind
+from tpuslice.controller.job import JobKind
 from tpuslice.controller.reconciler import Reconciler
+from tpuslice.controller.service import ServiceKind
 from tpuslice.model import constants as c
 from tpuslice.model.convert import raycluster_info, worker_replicas
 from tpuslice.model.records import (
+    ClusterRef,
     Holder,
     NodeInfo,
     PodInfo,
@@ -31,7 +35,9 @@ from tpuslice.model.records import (
 from tpuslice.planning.elastic import workers_to_delete
 from tpuslice.render.kuberay import render_cluster
 from tpuslice.spec.cluster import parse_cluster
+from tpuslice.spec.job import parse_job
 from tpuslice.spec.parts import ElasticSpec, SpecError
+from tpuslice.spec.service import parse_service
 from tpuslice.status.conditions import ClusterSlices, ElasticCount, Observed, removal_events
 from tpuslice.status.groups import (
     CpuGroupObserved,
@@ -486,3 +492,32 @@ def test_a_slice_an_elastic_group_loses_to_the_autoscaler_is_one_event_naming_th
     assert reason == "SliceRemovedByAutoscaler"
     assert message.startswith("group rollout: slice 1 (rollout-bxxxx)")
     assert removal_events(after, after) == []
+
+
+def test_each_kinds_elastic_group_wants_its_own_groups_live_count() -> None:
+    live = rl_raycluster(2)
+    cluster_sets = ClusterKind().slice_sets(
+        ClusterRef("ml", "rl", "uid-rl"), parse_cluster(rl()), Snapshot(rl(), [], [], [], live), {}
+    )
+    assert {s.spec.group_name: s.desired for s in cluster_sets} == {"trainer": None, "rollout": 2}
+
+    job_body = {**rl(), "kind": c.KIND_JOB}
+    job_body["spec"]["job"] = {"entrypoint": "python rl.py"}
+    owned = {"status": {"rayClusterName": "rl-abcde", "jobDeploymentStatus": "Running"}}
+    snap = Snapshot(job_body, [], [], [], None, owned=owned, rayclusters={"rl-abcde": live})
+    job_sets = JobKind().slice_sets(
+        ClusterRef("ml", "rl", "uid-rl", kind=c.KIND_JOB), parse_job(job_body), snap, {}
+    )
+    assert {s.spec.group_name: s.desired for s in job_sets} == {"trainer": 2, "rollout": 2}
+    assert all(s.snap.raycluster is live for s in job_sets)
+
+    service_body = {**rl(), "kind": c.KIND_SERVICE}
+    service_body["spec"]["serve"] = {"serveConfigV2": "applications: []"}
+    snap = Snapshot(service_body, [], [], [], None, owned={}, rayclusters={"rl-abcde": live})
+    service_sets = ServiceKind().slice_sets(
+        ClusterRef("ml", "rl", "uid-rl", kind=c.KIND_SERVICE), parse_service(service_body), snap, {}
+    )
+    assert {s.spec.group_name: s.desired for s in service_sets} == {
+        "trainer": None,
+        "rollout": 2,
+    }
