@@ -521,3 +521,20 @@ def test_each_kinds_elastic_group_wants_its_own_groups_live_count() -> None:
         "trainer": None,
         "rollout": 2,
     }
+
+
+def test_a_grouped_object_scales_up_while_any_elastic_group_does() -> None:
+    fixed = TpuGroupObserved("trainer", "4x4", observed(2, 2))
+    above = TpuGroupObserved("rollout", "2x4", observed(3, 1, ElasticCount(1, 3, 3)))
+    status = grouped_status([fixed, above], [], None, "")
+    scaling = next(cond for cond in status["conditions"] if cond["type"] == "ScalingUp")
+    assert scaling["status"] == "True" and scaling["reason"] == "SlicesRequested"
+    assert scaling["message"].startswith("group rollout: the autoscaler asked for 3 slices")
+    timed = next(cond for cond in status["conditions"] if cond["type"] == "ScaleUpTimedOut")
+    assert timed["status"] == "False"
+    at_target = TpuGroupObserved("rollout", "2x4", observed(1, 1, ElasticCount(1, 3, 1)))
+    status = grouped_status([fixed, at_target], [], None, "")
+    scaling = next(cond for cond in status["conditions"] if cond["type"] == "ScalingUp")
+    assert scaling["status"] == "False"
+    fixed_only = grouped_status([fixed], [], None, "")
+    assert not any(cond["type"] == "ScalingUp" for cond in fixed_only["conditions"])

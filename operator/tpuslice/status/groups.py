@@ -16,12 +16,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tpuslice.status.conditions import Observed, compute_status, ready_enough
+from tpuslice.status.conditions import (
+    MAX_MESSAGE,
+    Observed,
+    compute_status,
+    merge_conditions,
+    ready_enough,
+    scaling_condition,
+    timeout_condition,
+    truncate,
+)
 
 __all__ = [
     "ONE_GROUP_FIELDS",
     "CpuGroupObserved",
     "TpuGroupObserved",
+    "elastic_conditions",
     "group_entries",
     "grouped_status",
     "groups_ready",
@@ -67,7 +77,25 @@ def grouped_status(
     for key in ONE_GROUP_FIELDS:
         status.pop(key, None)
     status["groups"] = group_entries(tpu_groups, cpu_groups, now)
+    if first.stall is None and not first.suspended:
+        earlier = (previous or {}).get("conditions") or []
+        status["conditions"] += merge_conditions(earlier, elastic_conditions(tpu_groups), now)
     return status
+
+
+def elastic_conditions(tpu_groups: Sequence[TpuGroupObserved]) -> list[dict[str, Any]]:
+    """ScalingUp and ScaleUpTimedOut of a grouped object over its elastic groups: each
+    True while any group's is, its message that group's, named; none without an elastic
+    group."""
+    out: list[dict[str, Any]] = []
+    for rule in (scaling_condition, timeout_condition):
+        found = [(g.name, c) for g in tpu_groups if (c := rule(g.observed)) is not None]
+        if not found:
+            continue
+        name, chosen = next(((n, c) for n, c in found if c["status"] == "True"), found[0])
+        message = truncate(f"group {name}: {chosen['message']}", MAX_MESSAGE)
+        out.append({**chosen, "message": message})
+    return out
 
 
 def groups_ready(tpu_groups: Sequence[TpuGroupObserved]) -> bool | None:
