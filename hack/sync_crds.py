@@ -3,7 +3,7 @@
 then copy it to the Helm chart and to manifests/.
 
 The three TPUSlice kinds (TPUSliceCluster, TPUSliceJob, TPUSliceService) share
-their cluster parts (``spec.tpu``, ``ray``, ``head``, ``worker``,
+their cluster parts (``spec.tpu``, ``elastic``, ``ray``, ``head``, ``worker``,
 ``reservation``) and their slice status; those are written once, in
 crds/parts/, and each source names them with a line ``#@include <part>`` where
 they belong. The part's lines replace the marker, indented to the marker's
@@ -41,11 +41,15 @@ INCLUDE = re.compile(r"^(?P<indent> *)#@include (?P<part>[a-z0-9-]+) *$")
 
 
 class PartError(Exception):
-    """A source names a part that does not exist, or a part includes another."""
+    """A source names a part that does not exist, or a part includes itself."""
 
 
-def _part_lines(name: str) -> list[str]:
-    """A part's lines without its leading comment block (the part's own documentation)."""
+def _part_lines(name: str, chain: tuple[str, ...] = ()) -> list[str]:
+    """A part's lines without its leading comment block (the part's own documentation),
+    its own ``#@include`` markers replaced in turn: a part may use another (the elastic
+    range is spec.elastic's and every TPU group's), never itself, directly or not."""
+    if name in chain:
+        raise PartError(f"crds/parts/{name}.yaml includes itself ({' -> '.join((*chain, name))})")
     path = PARTS / f"{name}.yaml"
     if not path.exists():
         known = ", ".join(sorted(p.stem for p in PARTS.glob("*.yaml")))
@@ -53,22 +57,27 @@ def _part_lines(name: str) -> list[str]:
     lines = path.read_text().splitlines(keepends=True)
     while lines and lines[0].startswith("#"):
         lines.pop(0)
-    if any(INCLUDE.match(line) for line in lines):
-        raise PartError(f"crds/parts/{name}.yaml includes another part; parts are flat")
-    return lines
+    return _expand(lines, (*chain, name))
 
 
-def assemble(source: str) -> str:
-    """The source's text with every ``#@include`` replaced by its part, re-indented."""
+def _expand(lines: list[str], chain: tuple[str, ...]) -> list[str]:
+    """``lines`` with every ``#@include`` replaced by its part, re-indented."""
     out: list[str] = []
-    for line in source.splitlines(keepends=True):
+    for line in lines:
         match = INCLUDE.match(line)
         if match is None:
             out.append(line)
             continue
         indent = match["indent"]
-        out += [indent + part if part.strip() else part for part in _part_lines(match["part"])]
-    return "".join(out)
+        out += [
+            indent + part if part.strip() else part for part in _part_lines(match["part"], chain)
+        ]
+    return out
+
+
+def assemble(source: str) -> str:
+    """The source's text with every ``#@include`` replaced by its part, re-indented."""
+    return "".join(_expand(source.splitlines(keepends=True), ()))
 
 
 def _body(text: str) -> str:

@@ -34,7 +34,7 @@ from tests.e2e.operator_support import (
     wait_condition,
 )
 from tests.support.builders import tpuslice
-from tpusim import kube
+from tpusim import autoscaler, kube
 from tpusim.nodepools import TPUPool
 from tpusim.operator_process import OperatorProcess
 
@@ -318,6 +318,59 @@ def test_a_group_removed_from_the_spec_releases_its_pools(
     assert groups_of(cluster, namespace, "rl") == {"trainer": {TRAINER_POOL}}
     obj = wait_condition(cluster, namespace, "rl", "Ready", "True", timeout_s=READY_S)
     assert [g["name"] for g in obj["status"]["groups"]] == ["trainer", "data"]
+
+
+def held_slices(cluster: E2ECluster, namespace: str, name: str) -> dict[str, set[str]]:
+    """group -> the slices (replica names) its reservations hold, for one object."""
+    out: dict[str, set[str]] = {}
+    for r in reservations(cluster):
+        h = r["spec"]["holder"]
+        if (h["namespace"], h["name"]) == (namespace, name):
+            out.setdefault(h.get("group", ""), set()).add(h["replicaName"])
+    return out
+
+
+def test_an_elastic_group_grows_by_a_whole_slice_and_the_other_group_stays(
+    cluster: E2ECluster, namespace: str, gang_pools: list[str]
+) -> None:
+    """A fixed trainer and an elastic rollout (v5e 2x4 slices of one 8-chip host, 1 to 2)
+    in one gang: Ready at the rollout's minimum; the slice the autoscaler adds is reserved
+    whole and runs, and the trainer's reservation is untouched."""
+    add_pool(cluster, gang_pools, trainer_pool())
+    add_pool(cluster, gang_pools, rollout_pool())
+    body = rl_gang("el")
+    rollout = body["spec"]["workerGroups"][1]
+    rollout["tpu"] = {"type": "v5e", "topology": "2x4", "multislice": False}
+    rollout["elastic"] = {"minSlices": 1, "maxSlices": 2}
+    apply(cluster, namespace, body)
+    wait_condition(cluster, namespace, "el", "Ready", "True", timeout_s=READY_S)
+    before = held_slices(cluster, namespace, "el")
+    assert len(before["trainer"]) == 1 and len(before["rollout"]) == 1, before
+
+    autoscaler.scale(cluster.api, namespace, "el", "rollout", 2)
+
+    def grown() -> dict[str, Any] | None:
+        obj = get_tsc(cluster, namespace, "el")
+        groups = {g["name"]: g for g in (obj.get("status") or {}).get("groups") or []}
+        entry = groups.get("rollout") or {}
+        ok = (
+            entry.get("readySlices") == 2
+            and (entry.get("elastic") or {}).get("target") == 2
+            and len(held_slices(cluster, namespace, "el").get("rollout", ())) == 2
+            and condition(obj, "Ready").get("status") == "True"
+        )
+        return obj if ok else None
+
+    kube.wait_for(
+        grown,
+        timeout_s=READY_S,
+        what="the rollout group's second slice reserved and Ready",
+        describe=lambda: describe(cluster, namespace, "el"),
+    )
+    after = held_slices(cluster, namespace, "el")
+    assert after["trainer"] == before["trainer"]
+    assert before["rollout"] < after["rollout"]
+    assert len(tpu_pods_released(cluster, namespace, "el")) == 4 + 2
 
 
 def test_the_api_server_refuses_mixing_the_two_forms(

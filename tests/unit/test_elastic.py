@@ -86,7 +86,7 @@ def test_elastic_and_several_fixed_slices_are_refused_naming_both_and_the_fix(ki
 @pytest.mark.parametrize(
     ("elastic", "fragment"),
     [
-        ({"minSlices": 5, "maxSlices": 4}, "minSlices must not exceed spec.elastic.maxSlices"),
+        ({"minSlices": 5, "maxSlices": 4}, "elastic.minSlices must not exceed elastic.maxSlices"),
         ({"maxSlices": 0}, "less than the minimum of 1"),
         ({"maxSlices": 4097}, "greater than the maximum of 4096"),
         ({"minSlices": -1}, "less than the minimum of 0"),

@@ -54,3 +54,16 @@ def test_assembled_crds_parse_and_have_no_markers_left() -> None:
         text = path.read_text()
         assert "#@include" not in text, path.name
         assert yaml.safe_load(text)["kind"] == "CustomResourceDefinition"
+
+
+def test_a_part_may_use_another_but_never_itself(tmp_path: Path, monkeypatch: Any) -> None:
+    import pytest
+
+    sync = _sync_crds_module()
+    (tmp_path / "outer.yaml").write_text("# doc\nx:\n  #@include inner\n")
+    (tmp_path / "inner.yaml").write_text("# doc\ny: 1\n")
+    (tmp_path / "loop.yaml").write_text("z:\n  #@include loop\n")
+    monkeypatch.setattr(sync, "PARTS", tmp_path)
+    assert sync.assemble("a:\n  #@include outer\n") == "a:\n  x:\n    y: 1\n"
+    with pytest.raises(sync.PartError, match=r"loop\.yaml includes itself \(loop -> loop\)"):
+        sync.assemble("#@include loop\n")

@@ -97,6 +97,7 @@ __all__ = [
     "avoiding",
     "decide_admission",
     "desired_of",
+    "gang_need",
     "held_for_gang",
     "placed",
     "queue_admission",
@@ -204,10 +205,28 @@ def desired_of(cluster: Mapping[str, Any], spec: SliceClusterSpec) -> int:
         if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
             return 0
     if spec.elastic is not None:
-        written = (status.get("elastic") or {}).get("target")
+        written = (_elastic_status(status, spec.group_name) or {}).get("target")
         target = written if isinstance(written, int) and not isinstance(written, bool) else None
         return spec.desired_slices(target)
     return spec.slices
+
+
+def _elastic_status(status: Mapping[str, Any], group: str) -> Any:
+    """The status.elastic an elastic set's last pass wrote: the object's, or for a TPU
+    group of spec.workerGroups its entry's in status.groups[]."""
+    if "groups" not in status:
+        return status.get("elastic")
+    for entry in status.get("groups") or []:
+        if isinstance(entry, Mapping) and entry.get("name") == group:
+            return entry.get("elastic")
+    return None
+
+
+def gang_need(desired: int, spec: SliceClusterSpec) -> int:
+    """The slices of ``desired`` a TPU group holds in its object's gang across groups:
+    all of a fixed group's; an elastic group's minimum, as its own plan holds the
+    minimum as a gang and the slices above it one by one (``planning.elastic``)."""
+    return min(desired, spec.min_slices)
 
 
 def _request(
@@ -378,7 +397,7 @@ def _not_at_turn(
         GroupHold(
             g.group_name,
             shape_of(g),
-            desired_of(cluster, g),
+            gang_need(desired_of(cluster, g), g),
             len(by_holder.get((uid, g.group_name), ())),
         )
         for g in gang

@@ -153,34 +153,46 @@ def with_live_autoscaling(
     the API server refuse the apply (409) if the autoscaler changed anything since the
     watch showed it: the next pass, kicked by that change, applies again with the new
     values. A new RayCluster gets the rendering (KubeRay's default count, the minimum).
-    RayJobs and RayServices are left as rendered: KubeRay makes their RayClusters from
-    the template and the autoscaler patches those."""
+    Every group the render sends without ``replicas`` is the autoscaler's (an elastic
+    TPU group, a CPU group's range) and carries its own live values; fixed groups are
+    sent as rendered. RayJobs and RayServices are left as rendered: KubeRay makes their
+    RayClusters from the template and the autoscaler patches those."""
     out = dict(rendered)
     if rendered.get("kind") != c.RAY_KIND_CLUSTER or actual is None:
         return out
     spec = rendered["spec"]
     if not spec.get("enableInTreeAutoscaling"):
         return out
-    live_group = _live_worker_group(actual)
-    if live_group is None:
+    groups: list[Mapping[str, Any]] = []
+    changed = False
+    for group in spec.get("workerGroupSpecs") or []:
+        carried = _live_values(actual, str(group.get("groupName")))
+        if "replicas" in group or not carried:
+            groups.append(group)
+            continue
+        groups.append(_carry(group, carried))
+        changed = True
+    if not changed:
         return out
+    out["spec"] = {**spec, "workerGroupSpecs": groups}
+    if actual.get("resourceVersion"):
+        out["metadata"] = {**rendered["metadata"], "resourceVersion": actual["resourceVersion"]}
+    return out
+
+
+def _live_values(actual: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The live count and ``scaleStrategy`` of the RayCluster's worker group ``name``."""
+    live_group = _live_worker_group(actual, name)
+    if live_group is None:
+        return {}
     carried: dict[str, Any] = {}
-    live = worker_replicas(actual)
+    live = worker_replicas(actual, name)
     if live is not None:
         carried["replicas"] = live
     strategy = live_group.get("scaleStrategy")
     if isinstance(strategy, Mapping):
         carried["scaleStrategy"] = dict(strategy)
-    if not carried:
-        return out
-    groups = [
-        _carry(group, carried) if group.get("groupName") == c.WORKER_GROUP else group
-        for group in spec.get("workerGroupSpecs") or []
-    ]
-    out["spec"] = {**spec, "workerGroupSpecs": groups}
-    if actual.get("resourceVersion"):
-        out["metadata"] = {**rendered["metadata"], "resourceVersion": actual["resourceVersion"]}
-    return out
+    return carried
 
 
 def _carry(group: Mapping[str, Any], carried: Mapping[str, Any]) -> dict[str, Any]:
@@ -194,10 +206,10 @@ def _carry(group: Mapping[str, Any], carried: Mapping[str, Any]) -> dict[str, An
     return out
 
 
-def _live_worker_group(actual: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The TPU worker group of a RayCluster as the watch shows it, None when it has none."""
+def _live_worker_group(actual: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
+    """The worker group ``name`` of a RayCluster as the watch shows it, None without it."""
     for group in (actual.get("spec") or {}).get("workerGroupSpecs") or []:
-        if isinstance(group, Mapping) and group.get("groupName") == c.WORKER_GROUP:
+        if isinstance(group, Mapping) and group.get("groupName") == name:
             return group
     return None
 

@@ -48,7 +48,7 @@ def live_desired(spec: SliceClusterSpec, raycluster: Mapping[str, Any] | None) -
     none when suspended."""
     if spec.elastic is None:
         return None
-    return 0 if spec.suspend else spec.desired_slices(worker_replicas(raycluster))
+    return 0 if spec.suspend else spec.desired_slices(worker_replicas(raycluster, spec.group_name))
 
 
 def observed_of(
@@ -63,12 +63,15 @@ def observed_of(
     """What this pass saw, for ``status.compute_status``: an elastic set's slices above
     its minimum that wait for capacity shown as Requested, those the autoscaler removes
     and those past its timeout at ``now`` (the status time stamp)."""
-    desired = 0 if spec.suspend else spec.desired_slices(worker_replicas(snap.raycluster))
+    live = worker_replicas(snap.raycluster, spec.group_name)
+    desired = 0 if spec.suspend else spec.desired_slices(live)
     slices: Sequence[SliceStatus] = plan.slices
     elastic = None
     if spec.elastic is not None:
         slices = as_requested(plan.slices, spec.elastic.min_slices)
-        elastic = elastic_count(spec.elastic, desired, slices, snap.raycluster, snap.pods, now)
+        elastic = elastic_count(
+            spec.elastic, desired, slices, snap.raycluster, snap.pods, now, spec.group_name
+        )
     return Observed(
         generation=generation(body),
         accelerator_type=spec.shape.accelerator_type,
@@ -93,10 +96,12 @@ def elastic_count(
     raycluster: Mapping[str, Any] | None,
     pods: Sequence[PodInfo],
     now: str,
+    group: str = c.WORKER_GROUP,
 ) -> ElasticCount:
-    """status.elastic's inputs for one RayCluster (and its ``pods``): the range and
-    target, the slices the autoscaler is removing (named in its workersToDelete) and the
-    Requested slices past its allocate timeout (judged at ``now``; none without a time)."""
+    """status.elastic's inputs for one RayCluster's TPU group ``group`` (and its
+    ``pods``): the range and target, the slices the autoscaler is removing (named in the
+    group's workersToDelete) and the Requested slices past its allocate timeout (judged
+    at ``now``; none without a time)."""
     limit = elastic.scale_up_timeout_seconds
     when = timestamp(now)
     late = () if when is None else timed_out(slices, pods, elastic.min_slices, limit, when)
@@ -104,7 +109,7 @@ def elastic_count(
         elastic.min_slices,
         elastic.max_slices,
         desired,
-        removing=named_for_deletion(workers_to_delete(raycluster), pods),
+        removing=named_for_deletion(workers_to_delete(raycluster, group), pods),
         timed_out=tuple((t.index, rfc3339(t.since)) for t in late),
         timeout_seconds=limit_seconds(limit),
     )
@@ -171,6 +176,7 @@ class ClusterKind:
                     group,
                     replace(snap, pods=_pods_of(snap, group.group_name)),
                     group_previous(previous, group.group_name),
+                    desired=live_desired(group, snap.raycluster),
                 )
                 for group in parsed.tpu_groups()
             ]
@@ -194,11 +200,18 @@ class ClusterKind:
                 TpuGroupObserved(
                     one.slices.spec.group_name,
                     one.slices.spec.shape.topology,
-                    observed_of(one.slices.spec, body, one.slices.snap, one.plan, applied, stall),
+                    observed_of(
+                        one.slices.spec, body, one.slices.snap, one.plan, applied, stall, now
+                    ),
                 )
                 for one in acted
             ]
-            cpu_groups = [CpuGroupObserved(g.name, g.replicas) for g in parsed.cpu_groups]
+            cpu_groups = [
+                CpuGroupObserved(
+                    g.name, g.desired_replicas(worker_replicas(snap.raycluster, g.name))
+                )
+                for g in parsed.cpu_groups
+            ]
             return StatusOut(grouped_status(tpu_groups, cpu_groups, previous, now))
         (only,) = acted
         observed = observed_of(parsed, body, snap, only.plan, applied, stall, now)

@@ -44,6 +44,7 @@ from tpuslice.status.groups import (
     CpuGroupObserved,
     TpuGroupObserved,
     group_entries,
+    groups_ready,
 )
 from tpuslice.status.job import JobObserved, compute_job_status, job_ended
 
@@ -146,22 +147,29 @@ def grouped_job_status(
     )
     desired = sum(one.slices.desired or 0 for one in acted)
     spec = replace(parsed, cluster=replace(parsed.cluster, slices=desired))
-    observed = job_observed(spec, body, snap, combined, desired, applied.ok, stall, previous, now)
-    status = compute_job_status(observed, previous, now)
-    for key in ONE_GROUP_FIELDS:
-        status.pop(key, None)
     tpu_groups = [
         TpuGroupObserved(
             one.slices.spec.group_name,
             one.slices.spec.shape.topology,
             replace(
-                observed_of(one.slices.spec, body, one.slices.snap, one.plan, applied, stall),
+                observed_of(one.slices.spec, body, one.slices.snap, one.plan, applied, stall, now),
                 desired_slices=one.slices.desired or 0,
             ),
         )
         for one in acted
     ]
-    cpu_groups = [CpuGroupObserved(g.name, g.replicas) for g in parsed.cluster.cpu_groups]
+    observed = job_observed(spec, body, snap, combined, desired, applied.ok, stall, previous, now)
+    if observed.cluster is not None:  # an elastic group is judged at its own minimum
+        cluster = replace(observed.cluster, groups_ready=groups_ready(tpu_groups))
+        observed = replace(observed, cluster=cluster)
+    status = compute_job_status(observed, previous, now)
+    for key in ONE_GROUP_FIELDS:
+        status.pop(key, None)
+    current = acted[0].slices.snap.raycluster if acted else None
+    cpu_groups = [
+        CpuGroupObserved(g.name, g.desired_replicas(worker_replicas(current, g.name)))
+        for g in parsed.cluster.cpu_groups
+    ]
     status["groups"] = group_entries(tpu_groups, cpu_groups, now)
     return status
 
@@ -201,9 +209,16 @@ class JobKind(OwnsKubeRayObject):
                 SliceSet(
                     replace(ref, group=group.group_name),
                     group,
-                    replace(snap, pods=[p for p in snap.pods if p.group == group.group_name]),
+                    # the current attempt's RayCluster: an elastic group's live count
+                    replace(
+                        snap,
+                        pods=[p for p in snap.pods if p.group == group.group_name],
+                        raycluster=current,
+                    ),
                     group_previous(previous, group.group_name),
-                    desired=group.slices if wants else 0,
+                    desired=group.desired_slices(worker_replicas(current, group.group_name))
+                    if wants
+                    else 0,
                     keep_pools=wants,
                 )
                 for group in parsed.cluster.tpu_groups()

@@ -32,6 +32,7 @@ from tpuslice.controller.actuator import (
     SliceActuator,
     SpecCache,
     desired_of,
+    gang_need,
     shape_of,
 )
 from tpuslice.controller.adapter import ActedSet, KindAdapter, SliceSet
@@ -463,9 +464,15 @@ class Reconciler:
             if governed:
                 spec = replace(spec, priority=effective_priority(governed, spec.priority).value)
             claims_wait, releases_wait, give_back = "", "", False
+            desired = each.desired
             gang = gang_of.get(id(each))
             if gang is not None:
                 holds = self._holds(gang)
+                if not gang_whole(holds) and not released[id(gang)]:
+                    # an elastic group's slices above its minimum wait for the gang's
+                    # first start: no pool is held for an extra while the minimums are
+                    # not (a running gang's extras keep theirs while a slice is replaced)
+                    desired = self._gang_need(each)
                 short = [never[id(g)] for g in gang if id(g) in never]
                 if short:  # a group that never fits says NotEnoughPools in its own plan
                     claims_wait = "" if id(each) in never else short[0]
@@ -479,7 +486,7 @@ class Reconciler:
                 spec,
                 each.snap,
                 each.previous,
-                desired_slices=each.desired,
+                desired_slices=desired,
                 keep_pools=each.keep_pools,
                 avoid=avoid,
                 claims_wait=claims_wait,
@@ -509,7 +516,7 @@ class Reconciler:
         pods and reservations as this operator's writes left them (``Expectations``)."""
         out: list[GroupHold] = []
         for each in gang:
-            desired = self._desired(each)
+            desired = self._gang_need(each)
             live = {
                 name
                 for p in self.pending.pods(each.snap.pods)
@@ -529,6 +536,13 @@ class Reconciler:
         assert each.snap.cluster is not None
         return desired_of(each.snap.cluster, each.spec) if each.desired is None else each.desired
 
+    @classmethod
+    def _gang_need(cls, each: SliceSet) -> int:
+        """The slices a group holds in the gang across groups: all of a fixed group's, an
+        elastic group's minimum (``gang_need``); the slices above it are extras its own
+        plan claims one by one once the gang is whole (``planning.elastic``)."""
+        return gang_need(cls._desired(each), each.spec)
+
     def _never_fits(self, each: SliceSet) -> str:
         """Why a gang group can never hold its slices (more than its shape's units exist,
         the NotEnoughPools of queue rule 2), or ""."""
@@ -538,7 +552,7 @@ class Reconciler:
         index = self.pool_indexes.index(shape, each.snap, unit) or pool_index(
             each.snap.nodes, *shape, unit=unit
         )
-        desired, exist = self._desired(each), len(index.matching)
+        desired, exist = self._gang_need(each), len(index.matching)
         if desired <= exist:
             return ""
         return (

@@ -49,6 +49,7 @@ from tpuslice.status.groups import (
     CpuGroupObserved,
     TpuGroupObserved,
     group_entries,
+    groups_ready,
 )
 from tpuslice.status.service import ServiceObserved, compute_service_status
 
@@ -78,24 +79,31 @@ def grouped_clusters(
     by_cluster: dict[str, list[ActedSet]] = {}
     for each in acted:
         by_cluster.setdefault(each.slices.ref.ray_cluster, []).append(each)
-    cpu_groups = [CpuGroupObserved(g.name, g.replicas) for g in parsed.cluster.cpu_groups]
     out: dict[str, ClusterSlices] = {}
     for name, sets in by_cluster.items():
         found = snap.rayclusters.get(name)
+        cpu_groups = [
+            CpuGroupObserved(g.name, g.desired_replicas(worker_replicas(found, g.name)))
+            for g in parsed.cluster.cpu_groups
+        ]
         tpu_groups = [
             TpuGroupObserved(
                 one.slices.spec.group_name,
                 one.slices.spec.shape.topology,
-                observed_of(one.slices.spec, body, one.slices.snap, one.plan, applied, stall),
+                observed_of(one.slices.spec, body, one.slices.snap, one.plan, applied, stall, now),
             )
             for one in sets
         ]
         out[name] = ClusterSlices(
             name,
-            sum(one.slices.spec.slices for one in sets),
+            sum(
+                one.slices.spec.slices if one.slices.desired is None else one.slices.desired
+                for one in sets
+            ),
             [s for one in sets for s in one.plan.slices],
             bool(found and found.get("state") == "ready"),
             groups=tuple(group_entries(tpu_groups, cpu_groups, now)),
+            groups_ready=groups_ready(tpu_groups),
         )
     return out
 
@@ -142,8 +150,10 @@ class ServiceKind(OwnsKubeRayObject):
                             for p in snap.pods
                             if p.ray_cluster == name and p.group == group.group_name
                         ],
+                        raycluster=snap.rayclusters.get(name),  # an elastic group's count
                     ),
                     {},
+                    desired=live_desired(group, snap.rayclusters.get(name)),
                 )
                 for name in service_clusters(snap)
                 for group in parsed.cluster.tpu_groups()

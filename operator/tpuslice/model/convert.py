@@ -346,14 +346,17 @@ def raycluster_info(obj: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def worker_replicas(raycluster: Mapping[str, Any] | None) -> int | None:
-    """The TPU worker group's ``replicas`` of a RayCluster (``raycluster_info`` or the
-    object): for an elastic set the Ray autoscaler's count. None when there is no
-    RayCluster, no such group, or no count written (KubeRay's default, 0, not stored)."""
+def worker_replicas(
+    raycluster: Mapping[str, Any] | None, group_name: str = c.WORKER_GROUP
+) -> int | None:
+    """The ``replicas`` of a RayCluster's (``raycluster_info`` or the object) worker group
+    ``group_name`` (the one-group form's TPU group by default): for an elastic set the
+    Ray autoscaler's count. None when there is no RayCluster, no such group, or no count
+    written (KubeRay's default, 0, not stored)."""
     if raycluster is None:
         return None
     for group in (raycluster.get("spec") or {}).get("workerGroupSpecs") or []:
-        if isinstance(group, Mapping) and group.get("groupName") == c.WORKER_GROUP:
+        if isinstance(group, Mapping) and group.get("groupName") == group_name:
             replicas = group.get("replicas")
             if isinstance(replicas, int) and not isinstance(replicas, bool):
                 return replicas

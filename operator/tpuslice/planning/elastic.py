@@ -62,14 +62,16 @@ def plan_terms(gang: GangMode, desired: int, held: int, minimum: int | None) -> 
     return PlanTerms(GangMode.PER_SLICE, desired, extra=True)
 
 
-def workers_to_delete(raycluster: Mapping[str, Any] | None) -> frozenset[str]:
-    """The pod names the Ray autoscaler named in the TPU group's
+def workers_to_delete(
+    raycluster: Mapping[str, Any] | None, group_name: str = c.WORKER_GROUP
+) -> frozenset[str]:
+    """The pod names the Ray autoscaler named in the TPU group ``group_name``'s
     ``scaleStrategy.workersToDelete`` (KubeRay deletes each one's whole replica with
     multi-host indexing); empty without a RayCluster or a list."""
     if raycluster is None:
         return frozenset()
     for group in (raycluster.get("spec") or {}).get("workerGroupSpecs") or []:
-        if isinstance(group, Mapping) and group.get("groupName") == c.WORKER_GROUP:
+        if isinstance(group, Mapping) and group.get("groupName") == group_name:
             named = (group.get("scaleStrategy") or {}).get("workersToDelete") or []
             if not isinstance(named, list):
                 return frozenset()

@@ -76,14 +76,17 @@ def cpu_worker_group(
         base, group.worker.template, owned, f"{path}.template", schema
     )
     keep_off_tpu_nodes(template.setdefault("spec", {}))
-    return (
-        {
-            "groupName": group.name,
-            "replicas": group.replicas,
-            "minReplicas": group.replicas,
-            "maxReplicas": group.replicas,
-            "rayStartParams": dict(group.worker.ray_start_params),
-            "template": template,
-        },
-        problems,
-    )
+    out: dict[str, Any] = {
+        "groupName": group.name,
+        "replicas": group.replicas,
+        "minReplicas": group.replicas,
+        "maxReplicas": group.replicas,
+        "rayStartParams": dict(group.worker.ray_start_params),
+        "template": template,
+    }
+    if group.max_replicas is not None:
+        # the count is the autoscaler's, as an elastic TPU group's (``render.kuberay``)
+        del out["replicas"]
+        out["scaleStrategy"] = {"workersToDelete": []}
+        out["maxReplicas"] = group.max_replicas
+    return out, problems

@@ -23,7 +23,7 @@ from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.job import SliceJobSpec, parse_job
 from tpuslice.spec.limits import check_limits
 from tpuslice.spec.overrides import OwnedValue, merge_template
-from tpuslice.spec.parts import CpuGroupSpec, ElasticSpec, FieldError, SliceClusterSpec, SpecError
+from tpuslice.spec.parts import CpuGroupSpec, FieldError, SliceClusterSpec, SpecError
 from tpuslice.spec.service import SliceServiceSpec, parse_service
 
 __all__ = [
@@ -310,8 +310,8 @@ def render_ray_cluster_spec(
         },
         "workerGroupSpecs": groups,
     }
-    if spec.elastic is not None:
-        _elastic(ray_spec, groups[0], spec.elastic)
+    if spec.autoscaled:
+        _autoscaler(ray_spec, spec.scale_up_timeout_seconds)
     # Only a requested suspension is sent: leaving the field out lets another
     # owner (Kueue admits RayClusters by flipping it) keep it. Suspension of a job
     # is the RayJob's (spec.job.suspend), never its cluster's.
@@ -330,7 +330,7 @@ def _tpu_worker_group(
     ``path`` for messages); its template's problems are added to ``conflicts``."""
     template, problems = _worker_template(spec, schema, path)
     conflicts += problems
-    return {
+    group = {
         "groupName": spec.group_name,
         "replicas": spec.slices,
         "minReplicas": spec.slices,
@@ -340,11 +340,17 @@ def _tpu_worker_group(
         "rayStartParams": dict(spec.worker.ray_start_params),
         "template": template,
     }
+    if spec.elastic is not None:
+        elastic = spec.elastic
+        autoscaled_group(group, elastic.min_slices, elastic.max_slices)
+        if elastic.idle_timeout_seconds is not None:
+            group["idleTimeoutSeconds"] = elastic.idle_timeout_seconds
+    return group
 
 
-def _elastic(ray_spec: dict[str, Any], group: dict[str, Any], elastic: ElasticSpec) -> None:
-    """An elastic slice set: KubeRay's in-tree Ray autoscaler, v2, moves the group's
-    ``replicas`` between the range's ends.
+def autoscaled_group(group: dict[str, Any], low: int, high: int) -> None:
+    """A worker group whose count KubeRay's in-tree Ray autoscaler, v2, moves between
+    ``low`` and ``high`` (an elastic TPU set, a CPU group's range).
 
     ``replicas`` is not rendered: the count is the autoscaler's. On a new RayCluster
     KubeRay's CRD default (0) stands, which KubeRay and the autoscaler read as
@@ -362,20 +368,20 @@ def _elastic(ray_spec: dict[str, Any], group: dict[str, Any], elastic: ElasticSp
     target to exist (RFC 6902 section 4.3, "The target location MUST exist"). An empty
     ``workersToDelete`` makes a replace of the list itself succeed too. The applier
     carries a live list the autoscaler wrote, as it carries the count."""
-    del group["replicas"]
+    group.pop("replicas", None)
     group["scaleStrategy"] = {"workersToDelete": []}
-    group["minReplicas"] = elastic.min_slices
-    group["maxReplicas"] = elastic.max_slices
-    if elastic.idle_timeout_seconds is not None:
-        group["idleTimeoutSeconds"] = elastic.idle_timeout_seconds
+    group["minReplicas"] = low
+    group["maxReplicas"] = high
+
+
+def _autoscaler(ray_spec: dict[str, Any], scale_up_timeout_seconds: int | None) -> None:
+    """The autoscaler of every autoscaled group of the cluster (one per cluster, so one
+    allocate timeout: ``SliceClusterSpec.scale_up_timeout_seconds``)."""
     ray_spec["enableInTreeAutoscaling"] = True
     options: dict[str, Any] = {"version": c.AUTOSCALER_VERSION}
-    if elastic.scale_up_timeout_seconds is not None:
+    if scale_up_timeout_seconds is not None:
         options["env"] = [
-            {
-                "name": c.ENV_AUTOSCALER_ALLOCATE_TIMEOUT,
-                "value": str(elastic.scale_up_timeout_seconds),
-            }
+            {"name": c.ENV_AUTOSCALER_ALLOCATE_TIMEOUT, "value": str(scale_up_timeout_seconds)}
         ]
     ray_spec["autoscalerOptions"] = options
 

@@ -106,15 +106,35 @@ class TpuGroupSpec:
     #: tpu.gang Joined (the default): in the object's gang across TPU groups when
     #: spec.reservation.gang is AllSlices; False (Independent): claims on its own.
     joined: bool = True
+    #: The entry's elastic range (``slices`` is then 1); None for a fixed count.
+    elastic: ElasticSpec | None = None
 
 
 @dataclass(frozen=True)
 class CpuGroupSpec:
-    """One CPU entry of spec.workerGroups: plain KubeRay workers, never on TPU nodes."""
+    """One CPU entry of spec.workerGroups: plain KubeRay workers, never on TPU nodes.
+
+    Either a fixed ``replicas`` or, with ``max_replicas``, a range the Ray autoscaler
+    moves (``replicas`` is then the minimum). The two are exclusive, as an elastic TPU
+    group's range is with its tpu.slices: one field owns the count, and a count inside a
+    range would be the autoscaler's to change at once anyway."""
 
     name: str
     replicas: int
     worker: GroupSpec
+    #: cpu.maxReplicas; None for a fixed count.
+    max_replicas: int | None = None
+
+    @property
+    def autoscaled(self) -> bool:
+        return self.max_replicas is not None
+
+    def desired_replicas(self, live: int | None) -> int:
+        """The workers wanted now: ``replicas``, or for a range the RayCluster's ``live``
+        count (the autoscaler's) clamped to it, the minimum while none is written."""
+        if self.max_replicas is None or live is None:
+            return self.replicas
+        return max(self.replicas, min(self.max_replicas, live))
 
 
 WorkerGroupSpec = TpuGroupSpec | CpuGroupSpec
@@ -271,18 +291,20 @@ class SliceClusterSpec:
 
     def tpu_groups(self) -> tuple[SliceClusterSpec, ...]:
         """One spec per TPU group, each as a one-group spec of its own shape, name and
-        worker settings, so every one-group step (render, identity) serves a group as is."""
+        worker settings, so every one-group step (render, identity, an elastic set's
+        planning) serves a group as is; an elastic group's ``slices`` is its maximum."""
         if not self.worker_groups:
             return (self,)
         return tuple(
             replace(
                 self,
                 shape=g.shape,
-                slices=g.slices,
+                slices=g.slices if g.elastic is None else g.elastic.max_slices,
                 worker=g.worker,
                 group_name=g.name,
                 multislice=g.multislice,
                 joined=g.joined,
+                elastic=g.elastic,
                 worker_groups=(),
             )
             for g in self.worker_groups
@@ -301,6 +323,31 @@ class SliceClusterSpec:
     @property
     def cpu_groups(self) -> tuple[CpuGroupSpec, ...]:
         return tuple(g for g in self.worker_groups if isinstance(g, CpuGroupSpec))
+
+    @property
+    def scale_up_timeout_seconds(self) -> int | None:
+        """The autoscaler's allocate timeout (one per cluster): spec.elastic's or the one
+        every elastic group that sets it agrees on (the parser refuses two); None for
+        Ray's default."""
+        if self.elastic is not None:
+            return self.elastic.scale_up_timeout_seconds
+        given = [
+            g.elastic.scale_up_timeout_seconds
+            for g in self.worker_groups
+            if isinstance(g, TpuGroupSpec) and g.elastic is not None
+        ]
+        return next((t for t in given if t is not None), None)
+
+    @property
+    def autoscaled(self) -> bool:
+        """Whether the Ray autoscaler runs in the cluster: spec.elastic, an elastic TPU
+        group or a CPU group's range (each moves a group's count)."""
+        if self.elastic is not None:
+            return True
+        return any(
+            g.elastic is not None if isinstance(g, TpuGroupSpec) else g.autoscaled
+            for g in self.worker_groups
+        )
 
     @property
     def provisions(self) -> bool:
@@ -518,11 +565,13 @@ def _group(
 _CLUSTER_PARTS = frozenset(
     {"tpu", "elastic", "ray", "head", "worker", "workerGroups", "reservation", "disruption"}
 )
-_WORKER_GROUP_FIELDS = frozenset({"name", "tpu", "cpu", "resources", "rayStartParams", "template"})
+_WORKER_GROUP_FIELDS = frozenset(
+    {"name", "tpu", "cpu", "elastic", "resources", "rayStartParams", "template"}
+)
 _GROUP_TPU_FIELDS = frozenset({"type", "topology", "slices", "chipsPerHost", "multislice", "gang"})
 #: A TPU group's tpu.gang values: Joined (the default) or Independent.
 GROUP_GANGS = ("Joined", "Independent")
-_CPU_FIELDS = frozenset({"replicas"})
+_CPU_FIELDS = frozenset({"replicas", "minReplicas", "maxReplicas"})
 #: Kueue makes one PodSet per worker group plus the head's, at most 18 (MaxPodSets), so 17
 #: worker groups at most [read: kubernetes-sigs/kueue@ff69552e
 #: pkg/controller/jobframework/constants.go]; 16 leaves one to spare.
@@ -665,7 +714,8 @@ def _worker_groups(
                 "spec.workerGroups",
                 f"cannot be mixed with {', '.join(mixed)}: spec.tpu and spec.worker describe one "
                 "TPU group named tpu, spec.workerGroups every group; move their settings into "
-                "a workerGroups entry and remove them (elastic groups are not supported yet)",
+                "a workerGroups entry and remove them (an elastic group's range goes in its "
+                "entry's elastic)",
             )
         )
     raw = spec.get("workerGroups")
@@ -710,10 +760,19 @@ def _worker_groups(
                 )
             )
             continue
+        if "elastic" in entry and "tpu" not in entry:
+            errors.append(
+                FieldError(
+                    f"{path}.elastic",
+                    "is a TPU group's slice range; a CPU group's range is cpu.minReplicas "
+                    "and cpu.maxReplicas",
+                )
+            )
         if "tpu" in entry:
             tpu = as_object(entry.get("tpu"), f"{path}.tpu", errors, _GROUP_TPU_FIELDS)
             shape = _shape(tpu, f"{path}.tpu", errors, dynamic=dynamic)
             slices = _slices(tpu, f"{path}.tpu", errors)
+            elastic = _elastic(entry.get("elastic"), slices, errors, f"{path}.elastic")
             multislice = _boolean(tpu.get("multislice"), f"{path}.tpu.multislice", errors, True)
             group_gang = tpu.get("gang", GROUP_GANGS[0])
             if group_gang not in GROUP_GANGS:
@@ -726,26 +785,30 @@ def _worker_groups(
             worker = _group(entry, path, errors, tpu_owned=True, known=_WORKER_GROUP_FIELDS)
             if shape is not None:
                 joined = group_gang != "Independent"
-                groups.append(TpuGroupSpec(name, shape, slices, worker, multislice, joined))
-        else:
-            cpu = as_object(entry.get("cpu"), f"{path}.cpu", errors, _CPU_FIELDS)
-            replicas = cpu.get("replicas")
-            if (
-                not isinstance(replicas, int)
-                or isinstance(replicas, bool)
-                or not 0 <= replicas <= _MAX_CPU_REPLICAS
-            ):
-                errors.append(
-                    FieldError(
-                        f"{path}.cpu.replicas",
-                        f"must be an integer from 0 to {_MAX_CPU_REPLICAS}, got "
-                        f"{described(replicas)}",
-                    )
+                groups.append(
+                    TpuGroupSpec(name, shape, slices, worker, multislice, joined, elastic)
                 )
-                replicas = 0
+        else:
+            replicas, high = _cpu_count(entry.get("cpu"), f"{path}.cpu", errors)
             # tpu_owned: a CPU group requests no chips and never asks for sub-slicing either
             worker = _group(entry, path, errors, tpu_owned=True, known=_WORKER_GROUP_FIELDS)
-            groups.append(CpuGroupSpec(name, replicas, worker))
+            groups.append(CpuGroupSpec(name, replicas, worker, high))
+    timeouts = {
+        i: item["elastic"]["scaleUpTimeoutSeconds"]
+        for i, item in enumerate(raw)
+        if isinstance(item, Mapping)
+        and isinstance(item.get("elastic"), Mapping)
+        and item["elastic"].get("scaleUpTimeoutSeconds") is not None
+    }
+    if len({str(t) for t in timeouts.values()}) > 1:
+        errors.append(
+            FieldError(
+                f"spec.workerGroups[{max(timeouts)}].elastic.scaleUpTimeoutSeconds",
+                f"differs from another group's ({', '.join(map(str, timeouts.values()))}): the "
+                "Ray autoscaler has one allocate timeout per cluster; give every elastic "
+                "group the same or set it on one",
+            )
+        )
     if not any("tpu" in g for g in raw if isinstance(g, Mapping)):
         errors.append(
             FieldError(
@@ -755,6 +818,49 @@ def _worker_groups(
             )
         )
     return tuple(groups)
+
+
+def _cpu_count(raw: Any, path: str, errors: list[FieldError]) -> tuple[int, int | None]:
+    """A CPU group's count: ``replicas`` (fixed; the maximum None) or the range
+    ``minReplicas`` (default 0) to ``maxReplicas``, exclusive with each other."""
+    cpu = as_object(raw, path, errors, _CPU_FIELDS)
+    if "maxReplicas" not in cpu:
+        if "minReplicas" in cpu:
+            errors.append(FieldError(f"{path}.minReplicas", "needs cpu.maxReplicas, e.g. 8"))
+        replicas = cpu.get("replicas")
+        if (
+            not isinstance(replicas, int)
+            or isinstance(replicas, bool)
+            or not 0 <= replicas <= _MAX_CPU_REPLICAS
+        ):
+            errors.append(
+                FieldError(
+                    f"{path}.replicas",
+                    f"must be an integer from 0 to {_MAX_CPU_REPLICAS} (or give a range in "
+                    f"minReplicas and maxReplicas), got {described(replicas)}",
+                )
+            )
+            replicas = 0
+        return replicas, None
+    if "replicas" in cpu:
+        errors.append(
+            FieldError(
+                f"{path}.replicas",
+                "and cpu.maxReplicas are exclusive: a fixed count or a range the Ray "
+                "autoscaler moves; remove one",
+            )
+        )
+    low = _bounded(cpu, "minReplicas", path, 0, 0, _MAX_CPU_REPLICAS, errors)
+    high = _bounded(cpu, "maxReplicas", path, 1, 1, _MAX_CPU_REPLICAS, errors)
+    if low > high:
+        errors.append(
+            FieldError(
+                f"{path}.minReplicas",
+                f"{low} is more than cpu.maxReplicas {high}; lower minReplicas or raise "
+                "maxReplicas",
+            )
+        )
+    return low, high
 
 
 def _cluster_parts(
@@ -780,15 +886,20 @@ def _cluster_parts(
         groups = _worker_groups(spec, errors, dynamic=dynamic)
         tpu_groups = [g for g in groups if isinstance(g, TpuGroupSpec)]
         shape = tpu_groups[0].shape if tpu_groups else None
-        slices = sum(g.slices for g in tpu_groups) or 1
+        # judged at each elastic group's maximum; the gang default counts the minimums
+        slices = sum(g.slices if g.elastic is None else g.elastic.max_slices for g in tpu_groups)
+        slices = slices or 1
+        held = sum(g.slices if g.elastic is None else g.elastic.min_slices for g in tpu_groups)
     else:
         tpu = as_object(spec.get("tpu"), "spec.tpu", errors, _TPU_FIELDS)
         shape = _shape(tpu, "spec.tpu", errors, dynamic=dynamic)
         slices = _slices(tpu, "spec.tpu", errors)
+        held = slices
 
     elastic = _elastic(spec.get("elastic"), slices, errors)
     if elastic is not None:
         slices = elastic.max_slices
+        held = elastic.min_slices
 
     ray = as_object(spec.get("ray"), "spec.ray", errors, _RAY_FIELDS)
     ray_version = _string(ray.get("version"), "spec.ray.version", errors)
@@ -816,9 +927,7 @@ def _cluster_parts(
                 f"{described(policy)} is not NodePool, DynamicSlice or None",
             )
         )
-    gang, priority, capacity_types = _queueing(
-        reservation, slices if elastic is None else elastic.min_slices, errors
-    )
+    gang, priority, capacity_types = _queueing(reservation, held, errors)
     provisioning = _provisioning(reservation.get("provisioning"), errors)
     health = reservation.get("partitionHealth", PARTITION_HEALTH[0])
     if health not in PARTITION_HEALTH:
@@ -881,31 +990,34 @@ def _disruption(raw: Any, errors: list[FieldError]) -> DisruptionSpec:
     )
 
 
-def _elastic(raw: Any, slices: int, errors: list[FieldError]) -> ElasticSpec | None:
-    """spec.elastic (None when absent), exclusive with spec.tpu.slices above 1."""
+def _elastic(
+    raw: Any, slices: int, errors: list[FieldError], path: str = "spec.elastic"
+) -> ElasticSpec | None:
+    """spec.elastic, or a TPU group's elastic at ``path`` (None when absent), exclusive
+    with the group's tpu.slices above 1."""
     if raw is None:
         return None
-    elastic = as_object(raw, "spec.elastic", errors, _ELASTIC_FIELDS)
+    elastic = as_object(raw, path, errors, _ELASTIC_FIELDS)
     bad = len(errors)
+    tpu = "spec.tpu" if path == "spec.elastic" else path.removesuffix(".elastic") + ".tpu"
     if slices > 1:
         errors.append(
             FieldError(
-                "spec.elastic",
-                f"and spec.tpu.slices {slices} are exclusive: an elastic object's slice count "
-                f"moves between spec.elastic.minSlices and maxSlices; set spec.tpu.slices to 1 "
-                f"(or remove it) and give the range in spec.elastic, or remove spec.elastic",
+                path,
+                f"and {tpu}.slices {slices} are exclusive: an elastic set's slice count "
+                f"moves between {path}.minSlices and maxSlices; set {tpu}.slices to 1 "
+                f"(or remove it) and give the range in {path}, or remove {path}",
             )
         )
     if elastic.get("maxSlices") is None:
-        errors.append(FieldError("spec.elastic.maxSlices", "is required, e.g. 4"))
-    low = _bounded(elastic, "minSlices", "spec.elastic", 0, 0, constants.MAX_SLICES, errors)
-    high = _bounded(elastic, "maxSlices", "spec.elastic", 1, 1, constants.MAX_SLICES, errors)
+        errors.append(FieldError(f"{path}.maxSlices", "is required, e.g. 4"))
+    low = _bounded(elastic, "minSlices", path, 0, 0, constants.MAX_SLICES, errors)
+    high = _bounded(elastic, "maxSlices", path, 1, 1, constants.MAX_SLICES, errors)
     if low > high:
         errors.append(
             FieldError(
-                "spec.elastic.minSlices",
-                f"{low} is more than spec.elastic.maxSlices {high}; lower minSlices or raise "
-                f"maxSlices",
+                f"{path}.minSlices",
+                f"{low} is more than {path}.maxSlices {high}; lower minSlices or raise maxSlices",
             )
         )
     idle = elastic.get("idleTimeoutSeconds")
@@ -914,7 +1026,7 @@ def _elastic(raw: Any, slices: int, errors: list[FieldError]) -> ElasticSpec | N
         idle = _bounded(
             elastic,
             "idleTimeoutSeconds",
-            "spec.elastic",
+            path,
             0,
             0,
             MAX_ELASTIC_TIMEOUT,
@@ -924,7 +1036,7 @@ def _elastic(raw: Any, slices: int, errors: list[FieldError]) -> ElasticSpec | N
         scale_up = _bounded(
             elastic,
             "scaleUpTimeoutSeconds",
-            "spec.elastic",
+            path,
             MIN_SCALE_UP_TIMEOUT,
             MIN_SCALE_UP_TIMEOUT,
             MAX_ELASTIC_TIMEOUT,

@@ -158,6 +158,9 @@ class Observed(ObservedObject):
     slices: Sequence[SliceStatus]
     ray_cluster_ready: bool
     suspended: bool
+    #: A grouped object's: whether every TPU group has enough slices Ready
+    #: (``ready_enough`` of each); None for one group, judged from ``slices``.
+    groups_ready: bool | None = None
 
 
 def truncate(text: str, limit: int) -> str:
@@ -242,9 +245,11 @@ def _ready_slices(observed: Observed) -> int:
     return min(ready, observed.desired_slices)
 
 
-def _ready_enough(observed: Observed) -> bool:
+def ready_enough(observed: Observed) -> bool:
     """Every wanted slice Ready; for an elastic set its minimum, so the autoscaler's
-    scaling never turns Ready False."""
+    scaling never turns Ready False; for a grouped object every group's own verdict."""
+    if observed.groups_ready is not None:
+        return observed.groups_ready
     ready = _ready_slices(observed)
     if observed.elastic is not None:
         return ready >= observed.elastic.min_slices
@@ -340,8 +345,9 @@ def removal_events(
     slice newly in ``status.elastic.removing`` (a pod of it named in workersToDelete),
     or one that vanished from ``status.slices`` while the target went down without
     ever being seen named (the operator was away while KubeRay deleted it). Read from
-    the two statuses alone, so a pass repeated writes no second event."""
-    out = _removals(previous, status)
+    the two statuses alone, so a pass repeated writes no second event. An elastic
+    group's (status.groups[], by name) say which group."""
+    out = _removals(previous, status) + _group_removals(previous, status)
     # a TPUSliceService's clusters, matched by name (an upgrade's pending cluster
     # becomes the active one)
     fields = ("activeCluster", "pendingCluster")
@@ -349,8 +355,22 @@ def removal_events(
     for field in fields:
         after = status.get(field) or {}
         if after:
-            out += _removals(earlier.get(after.get("name")) or {}, after)
+            before = earlier.get(after.get("name")) or {}
+            out += _removals(before, after) + _group_removals(before, after)
     return out
+
+
+def _group_removals(
+    previous: Mapping[str, Any], status: Mapping[str, Any]
+) -> list[tuple[str, str, str]]:
+    """``removal_events`` of each elastic group's entry in ``status.groups``."""
+    before = {g.get("name"): g for g in previous.get("groups") or [] if isinstance(g, Mapping)}
+    return [
+        (kind, reason, f"group {entry.get('name')}: {message}")
+        for entry in status.get("groups") or []
+        if isinstance(entry, Mapping) and entry.get("elastic")
+        for kind, reason, message in _removals(before.get(entry.get("name")) or {}, entry)
+    ]
 
 
 def _removals(previous: Mapping[str, Any], status: Mapping[str, Any]) -> list[tuple[str, str, str]]:
@@ -425,7 +445,7 @@ def desired_conditions(observed: Observed) -> list[dict[str, Any]]:
             _condition(RECONCILING, False, "Suspended", "spec.suspend is true", gen),
             _condition(STALLED, False, "Suspended", "spec.suspend is true", gen),
         ]
-    elif _ready_enough(observed) and observed.ray_cluster_ready:
+    elif ready_enough(observed) and observed.ray_cluster_ready:
         message = f"{_ready_slices(observed)} of {observed.desired_slices} slices ready"
         if observed.elastic is not None:
             message += (
@@ -641,6 +661,9 @@ class ClusterSlices:
     #: status.groups[] entries of a cluster of several worker groups (its slices are
     #: listed there, not in ``slices``); () for one group.
     groups: tuple[Mapping[str, Any], ...] = ()
+    #: With an elastic group among them, every group's own verdict
+    #: (``status.groups.groups_ready``); None: judged from ``slices``.
+    groups_ready: bool | None = None
 
     @property
     def ready_slices(self) -> int:
@@ -650,7 +673,9 @@ class ClusterSlices:
     @property
     def all_ready(self) -> bool:
         """Every wanted slice Ready; for an elastic set its minimum (scaling never makes
-        the cluster not ready)."""
+        the cluster not ready); with groups, each group's by its own rule."""
+        if self.groups_ready is not None:
+            return self.groups_ready
         if self.elastic is not None:
             return self.ready_slices >= self.elastic.min_slices
         return self.desired_slices > 0 and self.ready_slices == self.desired_slices
@@ -660,7 +685,7 @@ class ClusterSlices:
         order the TPUSliceCluster's Ready=False explains them; None when none is blocked
         (nor for an elastic set at its minimum: slices the autoscaler added and that wait
         show as Requested, and block nothing)."""
-        if self.elastic is not None and self.all_ready:
+        if (self.elastic is not None or self.groups_ready is not None) and self.all_ready:
             return None
         for state in _BLOCKING_ORDER:
             blocked = [s for s in self.slices if s.state == state]

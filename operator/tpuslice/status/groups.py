@@ -3,10 +3,11 @@
 
 Each TPU group is a slice set of its own (its shape, its pods), observed like the one
 group of the one-group form; the object is Ready when every TPU group has its desired
-slices Ready and the RayCluster is ready (KubeRay's ready state counts the CPU groups'
-pods too). ``status.slices`` and the top-level shape describe one group, so a grouped
-object shows its slices under its groups only: the same slice index belongs to every
-group.
+slices Ready (an elastic group at least its minimum) and the RayCluster is ready
+(KubeRay's ready state counts the CPU groups' pods too). An elastic group's range and
+target are in its entry (``elastic``, the shape of status.elastic). ``status.slices``
+and the top-level shape describe one group, so a grouped object shows its slices under
+its groups only: the same slice index belongs to every group.
 """
 
 from __future__ import annotations
@@ -15,14 +16,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tpuslice.status.conditions import Observed, compute_status
+from tpuslice.status.conditions import (
+    MAX_MESSAGE,
+    Observed,
+    compute_status,
+    merge_conditions,
+    ready_enough,
+    scaling_condition,
+    timeout_condition,
+    truncate,
+)
 
 __all__ = [
     "ONE_GROUP_FIELDS",
     "CpuGroupObserved",
     "TpuGroupObserved",
+    "elastic_conditions",
     "group_entries",
     "grouped_status",
+    "groups_ready",
 ]
 
 #: Top-level fields of the one-group status that name one shape or one group's slices.
@@ -57,12 +69,42 @@ def grouped_status(
         first,
         desired_slices=sum(g.observed.desired_slices for g in tpu_groups),
         slices=[s for g in tpu_groups for s in g.observed.slices],
+        # each elastic group's range is its own: the object has none of its own
+        elastic=None,
+        groups_ready=groups_ready(tpu_groups),
     )
     status = compute_status(combined, previous, now)
     for key in ONE_GROUP_FIELDS:
         status.pop(key, None)
     status["groups"] = group_entries(tpu_groups, cpu_groups, now)
+    if first.stall is None and not first.suspended:
+        earlier = (previous or {}).get("conditions") or []
+        status["conditions"] += merge_conditions(earlier, elastic_conditions(tpu_groups), now)
     return status
+
+
+def elastic_conditions(tpu_groups: Sequence[TpuGroupObserved]) -> list[dict[str, Any]]:
+    """ScalingUp and ScaleUpTimedOut of a grouped object over its elastic groups: each
+    True while any group's is, its message that group's, named; none without an elastic
+    group."""
+    out: list[dict[str, Any]] = []
+    for rule in (scaling_condition, timeout_condition):
+        found = [(g.name, c) for g in tpu_groups if (c := rule(g.observed)) is not None]
+        if not found:
+            continue
+        name, chosen = next(((n, c) for n, c in found if c["status"] == "True"), found[0])
+        message = truncate(f"group {name}: {chosen['message']}", MAX_MESSAGE)
+        out.append({**chosen, "message": message})
+    return out
+
+
+def groups_ready(tpu_groups: Sequence[TpuGroupObserved]) -> bool | None:
+    """With an elastic group, whether every TPU group has enough slices Ready (each by
+    its own rule, ``ready_enough``: a fixed group all, an elastic one its minimum); None
+    without one, where the slices counted together say it (every group's all)."""
+    if all(g.observed.elastic is None for g in tpu_groups):
+        return None
+    return all(ready_enough(g.observed) for g in tpu_groups)
 
 
 def group_entries(
@@ -86,5 +128,7 @@ def group_entries(
                 "slices": one["slices"],
             }
         )
+        if "elastic" in one:
+            groups[-1]["elastic"] = one["elastic"]
     groups += [{"name": g.name, "desiredReplicas": g.replicas} for g in cpu_groups]
     return groups
