@@ -1,0 +1,166 @@
+"""Kueue and the operator: spec.kueue parsed and refused where Kueue and the operator would
+both decide, Kueue's labels rendered, and the applier never unsuspending what Kueue holds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tpuslice.controller.applier import kueue_managed, with_admission_hold, with_resume
+from tpuslice.model import constants as c
+from tpuslice.model.convert import raycluster_info
+from tpuslice.render.kuberay import render_cluster, render_job
+from tpuslice.spec.cluster import parse_cluster
+from tpuslice.spec.job import parse_job
+from tpuslice.spec.parts import KueueSpec, SpecError
+from tpuslice.spec.service import parse_service
+
+QUEUE = "kueue.x-k8s.io/queue-name"
+
+
+def tsc(labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"tpu": {"type": "v6e", "topology": "4x4"}, "ray": {"version": "2.54.0"}}
+    base.update(spec)
+    meta: dict[str, Any] = {"name": "llm", "namespace": "ml", "uid": "u"}
+    if labels:
+        meta["labels"] = labels
+    return {"metadata": meta, "spec": base}
+
+
+def tsj(labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    body = tsc(labels, job={"entrypoint": "python train.py"}, **spec)
+    return body
+
+
+def errors_of(fn: Any, body: dict[str, Any]) -> str:
+    with pytest.raises(SpecError) as info:
+        fn(body)
+    return str(info.value)
+
+
+def test_spec_kueue_is_parsed_and_the_queue_label_is_copied_when_absent() -> None:
+    spec = parse_cluster(tsc(kueue={"queueName": "tpu", "priorityClassName": "high"}))
+    assert spec.kueue == KueueSpec("tpu", "high")
+    labelled = parse_cluster(tsc({QUEUE: "team-a", c.KUEUE_PRIORITY_LABEL: "low"}))
+    assert labelled.kueue == KueueSpec("team-a", "low")
+    # spec.kueue wins over the label
+    both = parse_cluster(tsc({QUEUE: "team-a"}, kueue={"queueName": "tpu"}))
+    assert both.kueue == KueueSpec("tpu", "")
+    assert parse_cluster(tsc()).kueue is None
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (tsc(kueue={}), "spec.kueue.queueName: is required"),
+        (tsc(kueue={"queueName": "Not_A_Name"}), "spec.kueue.queueName: 'Not_A_Name' is not"),
+        (tsc(kueue={"queueName": "q", "extra": 1}), "spec.kueue.extra: is not a field"),
+        (tsc(kueue={"queueName": "q"}, suspend=True), "spec.suspend: cannot be true"),
+        (
+            tsc(kueue={"queueName": "q"}, elastic={"minSlices": 1, "maxSlices": 2}),
+            "spec.kueue: cannot be combined with spec.elastic",
+        ),
+        (
+            tsc(
+                worker={
+                    "template": {
+                        "metadata": {
+                            "annotations": {
+                                "kueue.x-k8s.io/podset-required-topology": (
+                                    "cloud.google.com/gce-topology-block"
+                                )
+                            }
+                        }
+                    }
+                }
+            ),
+            "spec.worker.template.metadata.annotations[kueue.x-k8s.io/podset-required-topology]",
+        ),
+        (
+            tsc(
+                worker={
+                    "template": {
+                        "metadata": {
+                            "annotations": {
+                                "kueue.x-k8s.io/podset-preferred-topology": (
+                                    "cloud.google.com/gke-nodepool"
+                                )
+                            }
+                        }
+                    }
+                }
+            ),
+            "annotations[kueue.x-k8s.io/podset-preferred-topology]: asks Kueue's",
+        ),
+    ],
+)
+def test_refusals_name_the_field(body: dict[str, Any], expected: str) -> None:
+    assert expected in errors_of(parse_cluster, body)
+
+
+def test_kueue_topology_annotation_on_the_head_is_left_to_kueue() -> None:
+    head = {"template": {"metadata": {"annotations": {c.KUEUE_REQUIRED_TOPOLOGY: "rack"}}}}
+    assert parse_cluster(tsc(head=head)).head.template
+
+
+def test_job_suspend_is_refused_with_kueue_and_a_service_refuses_kueue() -> None:
+    job = tsj(kueue={"queueName": "q"})
+    job["spec"]["job"]["suspend"] = True
+    assert "spec.job.suspend: cannot be true" in errors_of(parse_job, job)
+    service = tsc({QUEUE: "q"}, serve={"serveConfigV2": "applications: []\n"})
+    assert f"metadata.labels[{QUEUE}]: is not supported" in errors_of(parse_service, service)
+
+
+def test_render_carries_kueue_labels_and_never_suspend() -> None:
+    rc = render_cluster(tsc(kueue={"queueName": "tpu", "priorityClassName": "high"}))
+    assert rc["metadata"]["labels"][QUEUE] == "tpu"
+    assert rc["metadata"]["labels"][c.KUEUE_PRIORITY_LABEL] == "high"
+    assert "suspend" not in rc["spec"]
+    job = render_job(tsj({QUEUE: "tpu"}))
+    assert job["metadata"]["labels"][QUEUE] == "tpu"
+    assert "suspend" not in job["spec"]
+    assert QUEUE not in render_cluster(tsc())["metadata"]["labels"]
+
+
+def live(rendered: dict[str, Any], suspend: bool | None, manager: str, **labels: str) -> Any:
+    """``rendered`` as the watch shows it, with ``suspend`` set by ``manager``."""
+    spec = dict(rendered["spec"])
+    if suspend is not None:
+        spec["suspend"] = suspend
+    fields = {"manager": manager, "fieldsV1": {"f:spec": {"f:suspend": {}}}}
+    meta = {
+        **rendered["metadata"],
+        "labels": {**rendered["metadata"]["labels"], **labels},
+        "resourceVersion": "7",
+        "managedFields": [fields],
+    }
+    return raycluster_info({**rendered, "metadata": meta, "spec": spec})
+
+
+def test_apply_suspends_at_create_then_carries_only_a_live_suspension() -> None:
+    rendered = render_cluster(tsc(kueue={"queueName": "tpu"}))
+    created = with_admission_hold(rendered, None)
+    assert created["spec"]["suspend"] is True and "resourceVersion" not in created["metadata"]
+    # still held: true carried, guarded by the resourceVersion it was read at
+    held = with_admission_hold(rendered, live(rendered, True, c.FIELD_MANAGER))
+    assert held["spec"]["suspend"] is True and held["metadata"]["resourceVersion"] == "7"
+    # admitted: Kueue's false is left alone, never sent back
+    admitted = with_admission_hold(rendered, live(rendered, False, "kueue"))
+    assert "suspend" not in admitted["spec"] and "resourceVersion" not in admitted["metadata"]
+
+
+def test_resume_is_never_sent_for_an_object_kueue_admits() -> None:
+    plain = render_cluster(tsc())
+    # Kueue's webhook labelled and suspended it inside our create (default LocalQueue),
+    # and the field is recorded under our manager: no false is sent
+    defaulted = live(plain, True, c.FIELD_MANAGER, **{QUEUE: "default"})
+    assert kueue_managed(plain, defaulted)
+    assert "suspend" not in with_resume(plain, defaulted)["spec"]
+    body = with_admission_hold(plain, defaulted)
+    assert body["spec"]["suspend"] is True
+    assert body["metadata"]["labels"][QUEUE] == "default"  # Kueue's label carried
+    # without Kueue, a suspension of ours is still lifted by an explicit false
+    ours = live(plain, True, c.FIELD_MANAGER)
+    assert with_resume(plain, ours)["spec"]["suspend"] is False
+    assert "suspend" not in with_admission_hold(plain, ours)["spec"]
