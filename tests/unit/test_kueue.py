@@ -3,13 +3,25 @@ both decide, Kueue's labels rendered, and the applier never unsuspending what Ku
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
-from tpuslice.controller.applier import kueue_managed, with_admission_hold, with_resume
+from tests.support.builders import nodes_of, slice_pods, tpuslice
+from tests.support.builders import tpu as tpu_spec
+from tests.support.fake_kube import FakeKube
+from tpuslice.controller.actuator import desired_of
+from tpuslice.controller.applier import (
+    applied_hash,
+    kueue_managed,
+    with_admission_hold,
+    with_resume,
+)
+from tpuslice.controller.reconciler import Reconciler
 from tpuslice.model import constants as c
 from tpuslice.model.convert import raycluster_info
+from tpuslice.model.records import Holder, ReservationInfo, Snapshot
 from tpuslice.render.kuberay import render_cluster, render_job
 from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.job import parse_job
@@ -164,3 +176,95 @@ def test_resume_is_never_sent_for_an_object_kueue_admits() -> None:
     ours = live(plain, True, c.FIELD_MANAGER)
     assert with_resume(plain, ours)["spec"]["suspend"] is False
     assert "suspend" not in with_admission_hold(plain, ours)["spec"]
+
+
+# ------------------------------------------------------------ the pass and Kueue's hold
+UID = "uid-llm"
+KEY = ("TPUSliceCluster", "ml", "llm")
+
+
+def queued_body(**spec: Any) -> dict[str, Any]:
+    return tpuslice(
+        uid=UID, generation=1, tpu=tpu_spec(slices=1), kueue={"queueName": "tpu"}, **spec
+    )
+
+
+def live_rc(body: dict[str, Any], suspend: bool, **labels: str) -> dict[str, Any]:
+    rendered = render_cluster(body)
+    rendered["metadata"]["annotations"] = {c.ANNOTATION_APPLIED_HASH: applied_hash(rendered)}
+    rendered["metadata"]["labels"].update(labels)
+    rendered["metadata"]["resourceVersion"] = "9"
+    rendered["spec"]["suspend"] = suspend
+    return raycluster_info(rendered)
+
+
+def one_pass(snap: Snapshot) -> FakeKube:
+    kube = FakeKube()
+    asyncio.run(Reconciler(kube, lambda key: snap).kick(KEY))
+    return kube
+
+
+def condition_of(status: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+    assert status is not None
+    return next(c for c in status["conditions"] if c["type"] == kind)
+
+
+def test_first_pass_creates_suspended_claims_nothing_and_says_awaiting_admission() -> None:
+    kube = one_pass(Snapshot(queued_body(), [], nodes_of("pool-a"), [], None))
+    (applied,) = kube.applied
+    assert applied["spec"]["suspend"] is True
+    assert applied["metadata"]["labels"][QUEUE] == "tpu"
+    assert not [call for call in kube.calls if call[0] == "claim"]
+    assert kube.status is not None
+    assert kube.status["slices"][0]["state"] == "AwaitingAdmission"
+    assert "LocalQueue tpu" in kube.status["slices"][0]["message"]
+    admitted = condition_of(kube.status, "KueueAdmitted")
+    assert (admitted["status"], admitted["reason"]) == ("False", "AwaitingAdmission")
+    assert condition_of(kube.status, "Ready")["reason"] == "AwaitingAdmission"
+
+
+def test_no_claim_while_suspended_nor_for_pods_kueue_gates_then_claims_once_admitted() -> None:
+    body = queued_body()
+    suspended = Snapshot(body, slice_pods(), nodes_of("pool-a"), [], live_rc(body, True))
+    held = one_pass(suspended)
+    assert not [call for call in held.calls if call[0] in ("claim", "release", "apply")]
+    gated = Snapshot(
+        body, slice_pods(kueue_gated=True), nodes_of("pool-a"), [], live_rc(body, False)
+    )
+    assert not [call for call in one_pass(gated).calls if call[0] == "claim"]
+    admitted = one_pass(Snapshot(body, slice_pods(), nodes_of("pool-a"), [], live_rc(body, False)))
+    assert ("claim", "pool-a") in admitted.calls
+    assert not admitted.applied  # Kueue's false is not ours to send, nothing else changed
+    assert condition_of(admitted.status, "KueueAdmitted")["status"] == "True"
+
+
+def test_eviction_gives_the_pool_back_and_the_slice_says_why() -> None:
+    body = queued_body()
+    reservation = ReservationInfo("pool-a", Holder("ml", "llm", UID, "tpu-aaaaa", 0), "Bound")
+    pods = slice_pods(gated=False, pool="pool-a", deleting=True)
+    kube = one_pass(Snapshot(body, pods, nodes_of("pool-a"), [reservation], live_rc(body, True)))
+    assert kube.status is not None
+    (entry,) = kube.status["slices"]
+    assert entry["nodePool"] == "pool-a" and "Kueue suspended RayCluster llm" in entry["message"]
+    gone = one_pass(Snapshot(body, [], nodes_of("pool-a"), [reservation], live_rc(body, True)))
+    assert ("free", "pool-a") in gone.calls
+
+
+def test_an_object_kueue_holds_takes_no_place_in_the_queue() -> None:
+    spec = parse_cluster(queued_body())
+    held = {"status": {"conditions": [{"type": "KueueAdmitted", "status": "False"}]}}
+    admitted = {"status": {"conditions": [{"type": "KueueAdmitted", "status": "True"}]}}
+    assert desired_of(held, spec) == 0
+    assert desired_of(admitted, spec) == 1
+
+
+def test_default_local_queue_is_announced_and_held() -> None:
+    body = tpuslice(uid=UID, generation=1, tpu=tpu_spec(slices=1))
+    live = live_rc(body, True, **{QUEUE: "default"})
+    kube = one_pass(Snapshot(body, slice_pods(), nodes_of("pool-a"), [], live))
+    assert not [call for call in kube.calls if call[0] == "claim"]
+    admitted = condition_of(kube.status, "KueueAdmitted")
+    assert (admitted["status"], admitted["reason"]) == ("False", "DefaultLocalQueue")
+    assert "default LocalQueue default" in admitted["message"]
+    # nothing to apply: the rendering is as live, and the suspension is Kueue's
+    assert not kube.applied

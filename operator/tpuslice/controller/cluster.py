@@ -13,7 +13,14 @@ from tpuslice.controller.applier import Applied
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
 from tpuslice.model.convert import rfc3339, timestamp, worker_replicas
-from tpuslice.model.records import ClusterRef, PodInfo, SlicePlan, SliceStatus, Snapshot
+from tpuslice.model.records import (
+    ClusterRef,
+    KueueView,
+    PodInfo,
+    SlicePlan,
+    SliceStatus,
+    Snapshot,
+)
 from tpuslice.planning.elastic import (
     limit_seconds,
     named_for_deletion,
@@ -31,11 +38,14 @@ from tpuslice.status.conditions import (
     compute_status,
 )
 from tpuslice.status.groups import CpuGroupObserved, TpuGroupObserved, grouped_status
+from tpuslice.status.kueue import kueue_view, with_admission
 
 __all__ = [
     "ClusterKind",
+    "admitted_snapshot",
     "elastic_count",
     "group_previous",
+    "kueue_of",
     "live_desired",
     "observed_of",
     "stalled_observation",
@@ -49,6 +59,26 @@ def live_desired(spec: SliceClusterSpec, raycluster: Mapping[str, Any] | None) -
     if spec.elastic is None:
         return None
     return 0 if spec.suspend else spec.desired_slices(worker_replicas(raycluster))
+
+
+def kueue_of(spec: SliceClusterSpec, raycluster: Mapping[str, Any] | None) -> KueueView | None:
+    """Kueue's hold on the TPUSliceCluster's RayCluster (``status.kueue.kueue_view``)."""
+    queue = spec.kueue.queue_name if spec.kueue is not None else ""
+    return kueue_view(queue, c.RAY_KIND_CLUSTER, spec.name, raycluster)
+
+
+def admitted_snapshot(snap: Snapshot, held: bool) -> Snapshot:
+    """The snapshot a slice set plans from: pods Kueue still gates are not there yet, and
+    while Kueue holds the object (``held``) no pod that still waits for a pool is either,
+    so nothing is claimed or released for it (the planner claims for every slice whose
+    pods exist). Pods already released stay: their pools are kept until they are gone."""
+
+    def waits(pod: PodInfo) -> bool:
+        return pod.kueue_gated or (held and pod.gated)
+
+    if not any(waits(p) for p in snap.pods):
+        return snap
+    return replace(snap, pods=[p for p in snap.pods if not waits(p)])
 
 
 def observed_of(
@@ -69,6 +99,9 @@ def observed_of(
     if spec.elastic is not None:
         slices = as_requested(plan.slices, spec.elastic.min_slices)
         elastic = elastic_count(spec.elastic, desired, slices, snap.raycluster, snap.pods, now)
+    kueue = kueue_of(spec, snap.raycluster)
+    if kueue is not None and not kueue.admitted and not spec.suspend:
+        slices = with_admission(kueue, slices, desired)
     return Observed(
         generation=generation(body),
         accelerator_type=spec.shape.accelerator_type,
@@ -83,6 +116,7 @@ def observed_of(
         applied=applied.ok,
         stall=stall,
         elastic=elastic,
+        kueue=kueue,
     )
 
 
@@ -164,6 +198,9 @@ class ClusterKind:
         snap: Snapshot,
         previous: Mapping[str, Any],
     ) -> list[SliceSet]:
+        kueue = kueue_of(parsed, snap.raycluster)
+        held = kueue is not None and not kueue.admitted  # Kueue's: no slices until admitted
+        snap = admitted_snapshot(snap, held)
         if parsed.grouped:  # a slice set per TPU group, each seeing its group's pods only
             return [
                 SliceSet(
@@ -171,12 +208,12 @@ class ClusterKind:
                     group,
                     replace(snap, pods=_pods_of(snap, group.group_name)),
                     group_previous(previous, group.group_name),
+                    desired=0 if held else None,
                 )
                 for group in parsed.tpu_groups()
             ]
-        return [
-            SliceSet(ref, parsed, snap, previous, desired=live_desired(parsed, snap.raycluster))
-        ]
+        desired = 0 if held else live_desired(parsed, snap.raycluster)
+        return [SliceSet(ref, parsed, snap, previous, desired=desired)]
 
     def status(
         self,

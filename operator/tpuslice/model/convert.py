@@ -122,6 +122,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         released_at=str((meta.get("annotations") or {}).get(c.ANNOTATION_RELEASED_AT) or ""),
         deletion_deadline=str(meta.get("deletionTimestamp") or ""),
         group=labels.get(c.KUBERAY_LABEL_GROUP, ""),
+        kueue_gated=any(str(g).startswith(c.KUEUE_GATE_PREFIX) for g in gates),
     )
 
 

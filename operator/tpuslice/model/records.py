@@ -32,6 +32,7 @@ __all__ = [
     "GangMode",
     "Handover",
     "Holder",
+    "KueueView",
     "Move",
     "NodeInfo",
     "ObjectKey",
@@ -133,6 +134,22 @@ class SliceState(StrEnum):
     # a slice above an elastic set's minimum that the Ray autoscaler asked for and that
     # waits for capacity (shown in status; the planner says WaitingForCapacity)
     REQUESTED = "Requested"
+    # the KubeRay object is Kueue's and Kueue has not admitted it (it is suspended): no
+    # pool is claimed for the slice (status.kueue)
+    AWAITING_ADMISSION = "AwaitingAdmission"
+
+
+@dataclass(frozen=True)
+class KueueView:
+    """What the pass knows of Kueue's hold on the object's RayCluster or RayJob."""
+
+    queue: str  # the LocalQueue (spec.kueue, the object's label, or the live object's)
+    admitted: bool  # the live object exists and is not suspended
+    #: the queue came from Kueue's webhook (a LocalQueue named ``default`` in the
+    #: namespace), not from the TPUSlice object
+    defaulted: bool
+    kind: str  # RayCluster or RayJob
+    name: str
 
 
 @dataclass(frozen=True)
@@ -223,6 +240,9 @@ class PodInfo:
     deletion_deadline: str = ""
     #: ray.io/group: the worker group (one slice set per TPU group of spec.workerGroups)
     group: str = ""
+    #: carries a scheduling gate of Kueue's (``kueue.x-k8s.io/...``: topology-aware
+    #: scheduling, an elastic job's scale-up): Kueue has not admitted it yet
+    kueue_gated: bool = False
 
     @property
     def owner(self) -> ObjectKey:
