@@ -268,3 +268,100 @@ def test_default_local_queue_is_announced_and_held() -> None:
     assert "default LocalQueue default" in admitted["message"]
     # nothing to apply: the rendering is as live, and the suspension is Kueue's
     assert not kube.applied
+
+
+# ------------------------------------------------------------ Kueue's Workload and checks
+def workload(uid: str, **conditions: tuple[str, str, str]) -> dict[str, Any]:
+    """A Workload of the job ``uid`` with ``conditions``: type -> (status, reason, message)."""
+    return {
+        "metadata": {
+            "name": "raycluster-llm-1a2b3",
+            "namespace": "ml",
+            "labels": {c.KUEUE_JOB_UID_LABEL: uid},
+            "creationTimestamp": "2026-12-05T00:00:00Z",
+        },
+        "status": {
+            "conditions": [
+                {"type": kind, "status": status, "reason": reason, "message": message}
+                for kind, (status, reason, message) in conditions.items()
+            ],
+            "admission": {"clusterQueue": "tpu"},
+        },
+    }
+
+
+def test_an_eviction_says_kueues_reason_gives_the_pool_back_and_posts_an_event() -> None:
+    body = queued_body()
+    body["status"] = {
+        "conditions": [{"type": "KueueAdmitted", "status": "True", "reason": "Admitted"}]
+    }
+    live = {**live_rc(body, True), "uid": "rc-uid"}
+    evicted = workload(
+        "rc-uid",
+        Evicted=("True", "PodsReadyTimeout", "Exceeded the PodsReady timeout ml/llm"),
+        QuotaReserved=("False", "Pending", "couldn't assign flavors"),
+    )
+    reservation = ReservationInfo("pool-a", Holder("ml", "llm", UID, "tpu-aaaaa", 0), "Bound")
+    pods = slice_pods(gated=False, pool="pool-a", deleting=True)
+    kube = FakeKube()
+    kube.kueue = {("workloads", "ml", "raycluster-llm-1a2b3"): evicted}
+    snap = Snapshot(body, pods, nodes_of("pool-a"), [reservation], live)
+    asyncio.run(Reconciler(kube, lambda key: snap).kick(KEY))
+    admitted = condition_of(kube.status, "KueueAdmitted")
+    assert (admitted["status"], admitted["reason"]) == ("False", "Evicted")
+    assert "PodsReadyTimeout: Exceeded the PodsReady timeout" in admitted["message"]
+    assert "Kueue: couldn't assign flavors" in admitted["message"]
+    assert ("event", "KueueEvicted") in kube.calls
+    assert kube.status is not None
+    assert "(evicted: PodsReadyTimeout)" in kube.status["slices"][0]["message"]
+
+
+def test_nothing_of_kueue_is_read_for_an_object_kueue_does_not_admit() -> None:
+    kube = one_pass(Snapshot(tpuslice(uid=UID, generation=1), [], nodes_of("pool-a"), [], None))
+    assert not [call for call in kube.calls if call[0] == "read-kueue"]
+
+
+def provisioning_queue(managed: list[str] | None) -> dict[tuple[str, str, str], dict[str, Any]]:
+    config: dict[str, Any] = {"spec": {"provisioningClassName": "queued-provisioning.gke.io"}}
+    if managed is not None:
+        config["spec"]["managedResources"] = managed
+    return {
+        ("localqueues", "ml", "tpu"): {"spec": {"clusterQueue": "tpu-cq"}},
+        ("clusterqueues", "", "tpu-cq"): {"spec": {"admissionChecks": ["dws"]}},
+        ("admissionchecks", "", "dws"): {
+            "spec": {
+                "controllerName": "kueue.x-k8s.io/provisioning-request",
+                "parameters": {
+                    "apiGroup": "kueue.x-k8s.io",
+                    "kind": "ProvisioningRequestConfig",
+                    "name": "dws-config",
+                },
+            }
+        },
+        ("provisioningrequestconfigs", "", "dws-config"): config,
+    }
+
+
+@pytest.mark.parametrize(
+    ("managed", "conflict"),
+    [(None, True), (["google.com/tpu"], True), (["nvidia.com/gpu"], False)],
+)
+def test_a_provisioning_admission_check_covering_tpus_stops_our_requests(
+    managed: list[str] | None, conflict: bool
+) -> None:
+    body = queued_body(reservation={"provisioning": {"mode": "QueuedProvisioning"}})
+    kube = FakeKube()
+    kube.kueue = provisioning_queue(managed)
+    snap = Snapshot(body, slice_pods(), [], [], {**live_rc(body, False), "uid": "rc-uid"})
+    asyncio.run(Reconciler(kube, lambda key: snap).kick(KEY))
+    stalled = condition_of(kube.status, "Stalled")
+    made = [call for call in kube.calls if call[0] == "create-request"]
+    if conflict:
+        assert (stalled["status"], stalled["reason"]) == ("True", "KueueProvisioningCheck")
+        assert (
+            "managedResources" in stalled["message"] and "ClusterQueue tpu-cq" in stalled["message"]
+        )
+        assert not made
+    else:
+        assert stalled["status"] == "False"
+        assert made

@@ -16,6 +16,7 @@ from tpuslice.model.convert import rfc3339, timestamp, worker_replicas
 from tpuslice.model.records import (
     ClusterRef,
     KueueView,
+    KueueWorkload,
     PodInfo,
     SlicePlan,
     SliceStatus,
@@ -61,10 +62,14 @@ def live_desired(spec: SliceClusterSpec, raycluster: Mapping[str, Any] | None) -
     return 0 if spec.suspend else spec.desired_slices(worker_replicas(raycluster))
 
 
-def kueue_of(spec: SliceClusterSpec, raycluster: Mapping[str, Any] | None) -> KueueView | None:
+def kueue_of(
+    spec: SliceClusterSpec,
+    raycluster: Mapping[str, Any] | None,
+    workload: KueueWorkload | None = None,
+) -> KueueView | None:
     """Kueue's hold on the TPUSliceCluster's RayCluster (``status.kueue.kueue_view``)."""
     queue = spec.kueue.queue_name if spec.kueue is not None else ""
-    return kueue_view(queue, c.RAY_KIND_CLUSTER, spec.name, raycluster)
+    return kueue_view(queue, c.RAY_KIND_CLUSTER, spec.name, raycluster, workload)
 
 
 def admitted_snapshot(snap: Snapshot, held: bool) -> Snapshot:
@@ -99,7 +104,7 @@ def observed_of(
     if spec.elastic is not None:
         slices = as_requested(plan.slices, spec.elastic.min_slices)
         elastic = elastic_count(spec.elastic, desired, slices, snap.raycluster, snap.pods, now)
-    kueue = kueue_of(spec, snap.raycluster)
+    kueue = kueue_of(spec, snap.raycluster, snap.workload)
     if kueue is not None and not kueue.admitted and not spec.suspend:
         slices = with_admission(kueue, slices, desired)
     return Observed(

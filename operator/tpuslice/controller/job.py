@@ -40,7 +40,7 @@ from tpuslice.controller.cluster import (
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
 from tpuslice.model.convert import worker_replicas
-from tpuslice.model.records import ClusterRef, KueueView, SlicePlan, Snapshot
+from tpuslice.model.records import ClusterRef, KueueView, KueueWorkload, SlicePlan, Snapshot
 from tpuslice.render.kuberay import render_rayjob
 from tpuslice.spec.job import SliceJobSpec, parse_job
 from tpuslice.status.conditions import ClusterSlices, Stall, elastic_slices
@@ -125,18 +125,21 @@ def job_observed(
         gated=spec.cluster.gated,
         applied=applied,
         stall=stall,
-        kueue=job_kueue(spec, snap.owned),
+        kueue=job_kueue(spec, snap.owned, snap.workload),
         disruption_reason=reason,
         disrupted_at=at,
         now=now,
     )
 
 
-def job_kueue(spec: SliceJobSpec, rayjob: Mapping[str, Any] | None) -> KueueView | None:
+def job_kueue(
+    spec: SliceJobSpec, rayjob: Mapping[str, Any] | None, workload: KueueWorkload | None = None
+) -> KueueView | None:
     """Kueue's hold on the TPUSliceJob's RayJob (``status.kueue.kueue_view``): Kueue admits
     the RayJob, and KubeRay makes no RayCluster while it is suspended."""
     kueue = spec.cluster.kueue
-    return kueue_view(kueue.queue_name if kueue else "", c.RAY_KIND_JOB, spec.name, rayjob)
+    queue = kueue.queue_name if kueue else ""
+    return kueue_view(queue, c.RAY_KIND_JOB, spec.name, rayjob, workload)
 
 
 def grouped_job_status(

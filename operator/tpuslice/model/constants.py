@@ -272,3 +272,10 @@ KUEUE_GATE_PREFIX: Final = f"{KUEUE_GROUP}/"
 KUEUE_REQUIRED_TOPOLOGY: Final = f"{KUEUE_GROUP}/podset-required-topology"
 KUEUE_PREFERRED_TOPOLOGY: Final = f"{KUEUE_GROUP}/podset-preferred-topology"
 KUEUE_TAS_PREFIX: Final = f"{KUEUE_GROUP}/podset-"
+#: The API versions of Kueue's objects the operator reads, newest first.
+KUEUE_VERSIONS: Final = ("v1beta2", "v1beta1")
+#: Kueue labels a job's Workload with the job's uid (pkg/controller/constants, JobUIDLabel).
+KUEUE_JOB_UID_LABEL: Final = f"{KUEUE_GROUP}/job-uid"
+#: The controllerName of Kueue's ProvisioningRequest admission check
+#: (pkg/controller/admissionchecks/provisioning, ControllerName).
+KUEUE_PROVREQ_CHECK: Final = f"{KUEUE_GROUP}/provisioning-request"

@@ -15,6 +15,7 @@ from tpuslice.model import constants as c
 from tpuslice.model.records import (
     CapacityType,
     Holder,
+    KueueWorkload,
     NodeInfo,
     ObjectKey,
     OwnedRequest,
@@ -42,6 +43,7 @@ __all__ = [
     "reservation_info",
     "rfc3339",
     "worker_replicas",
+    "workload_info",
 ]
 
 
@@ -353,6 +355,40 @@ def worker_replicas(raycluster: Mapping[str, Any] | None) -> int | None:
                 return replicas
             return None
     return None
+
+
+def workload_info(obj: Mapping[str, Any]) -> KueueWorkload:
+    """A Kueue Workload as the status needs it (``records.KueueWorkload``)."""
+    status = obj.get("status") or {}
+    conditions = {
+        str(cond.get("type")): cond
+        for cond in status.get("conditions") or []
+        if isinstance(cond, Mapping)
+    }
+
+    def true(kind: str) -> bool:
+        return (conditions.get(kind) or {}).get("status") == "True"
+
+    reserved = conditions.get("QuotaReserved") or {}
+    evicted = conditions.get("Evicted") or {}
+    checks = tuple(
+        (
+            str(check.get("name") or ""),
+            str(check.get("state") or ""),
+            str(check.get("message") or ""),
+        )
+        for check in status.get("admissionChecks") or []
+        if isinstance(check, Mapping) and check.get("state") != "Ready"
+    )
+    return KueueWorkload(
+        name=str((obj.get("metadata") or {}).get("name") or ""),
+        admitted=true("Admitted"),
+        pending="" if true("QuotaReserved") else str(reserved.get("message") or ""),
+        evicted_reason=str(evicted.get("reason") or "") if true("Evicted") else "",
+        evicted_message=str(evicted.get("message") or "") if true("Evicted") else "",
+        cluster_queue=str((status.get("admission") or {}).get("clusterQueue") or ""),
+        checks=checks,
+    )
 
 
 def ray_owner_info(obj: Mapping[str, Any]) -> dict[str, Any]:

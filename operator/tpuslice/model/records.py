@@ -33,6 +33,7 @@ __all__ = [
     "Handover",
     "Holder",
     "KueueView",
+    "KueueWorkload",
     "Move",
     "NodeInfo",
     "ObjectKey",
@@ -140,6 +141,27 @@ class SliceState(StrEnum):
 
 
 @dataclass(frozen=True)
+class KueueWorkload:
+    """The few fields of Kueue's Workload of a RayCluster or RayJob the status needs
+    (``convert.workload_info``; kubernetes-sigs/kueue v0.17.0 apis/kueue/v1beta2
+    workload_types.go: the QuotaReserved, Admitted and Evicted conditions,
+    ``status.admission.clusterQueue``, ``status.admissionChecks``)."""
+
+    name: str
+    admitted: bool = False
+    #: why Kueue has not reserved quota (QuotaReserved False), e.g. "insufficient unused
+    #: quota for google.com/tpu in flavor tpu, 16 more needed"
+    pending: str = ""
+    #: Kueue's eviction (Evicted True): its reason (PodsReadyTimeout, Preempted,
+    #: InactiveWorkload, AdmissionCheck, ClusterQueueStopped, ...) and message
+    evicted_reason: str = ""
+    evicted_message: str = ""
+    cluster_queue: str = ""
+    #: admission checks not Ready yet: (name, state, message)
+    checks: tuple[tuple[str, str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class KueueView:
     """What the pass knows of Kueue's hold on the object's RayCluster or RayJob."""
 
@@ -150,6 +172,9 @@ class KueueView:
     defaulted: bool
     kind: str  # RayCluster or RayJob
     name: str
+    #: its Workload as this pass read it; None when none was read (none yet, or Kueue's
+    #: API not served)
+    workload: KueueWorkload | None = None
 
 
 @dataclass(frozen=True)
@@ -532,6 +557,9 @@ class Snapshot:
     policies: Sequence[Any] = ()
     namespace_labels: Mapping[str, str] = field(default_factory=dict)
     namespace_usage: Usage = field(default_factory=Usage)
+    # Kueue's Workload of the object's RayCluster or RayJob, read by the pass for an
+    # object Kueue admits (``controller.kueue``); None otherwise.
+    workload: KueueWorkload | None = None
 
 
 # ------------------------------------------------------------------ the queue per shape

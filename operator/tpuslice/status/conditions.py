@@ -716,27 +716,49 @@ def condition(
 
 
 def waiting_message(view: KueueView) -> str:
-    """Why a slice waits for Kueue, naming the queue and where it came from."""
+    """Why a slice waits for Kueue, naming the queue and where it came from, and what
+    Kueue's Workload says: an eviction and its reason, why quota is not reserved, the
+    admission checks not Ready."""
     where = (
         f"the namespace's default LocalQueue {view.queue} (Kueue's webhook labelled it; set "
         f"spec.kueue to choose another)"
         if view.defaulted
         else f"LocalQueue {view.queue}"
     )
-    return (
+    said = (
         f"Kueue has not admitted {view.kind} {view.name} ({where}); no node pool is "
         f"claimed until it does"
     )
+    workload = view.workload
+    if workload is None:
+        return said
+    if workload.evicted_reason:
+        said = (
+            f"Kueue evicted {view.kind} {view.name} ({workload.evicted_reason}: "
+            f"{workload.evicted_message}); its node pools are given back once its pods are "
+            f"gone, and it waits in {where} again"
+        )
+    if workload.pending:
+        said += f"; Kueue: {workload.pending}"
+    for name, state, message in workload.checks:
+        said += f"; admission check {name} {state}" + (f": {message}" if message else "")
+    return said
 
 
 def kueue_condition(view: KueueView, generation: int) -> dict[str, Any]:
     """``KueueAdmitted``: True once Kueue has unsuspended the object, False while it holds
-    it (reason ``AwaitingAdmission``; ``DefaultLocalQueue`` when Kueue chose the queue)."""
+    it: reason ``Evicted`` after Kueue evicted it (Kueue's own reason in the message),
+    ``DefaultLocalQueue`` when Kueue chose the queue, else ``AwaitingAdmission``."""
     if view.admitted:
         default = " (the namespace's default LocalQueue)" if view.defaulted else ""
         message = f"Kueue admitted {view.kind} {view.name} through LocalQueue {view.queue}"
         return condition(KUEUE_ADMITTED, True, "Admitted", message + default, generation)
-    reason = "DefaultLocalQueue" if view.defaulted else "AwaitingAdmission"
+    if view.workload is not None and view.workload.evicted_reason:
+        reason = "Evicted"
+    elif view.defaulted:
+        reason = "DefaultLocalQueue"
+    else:
+        reason = "AwaitingAdmission"
     return condition(KUEUE_ADMITTED, False, reason, waiting_message(view), generation)
 
 
