@@ -18,9 +18,10 @@ from tpuslice.controller.applier import (
     with_admission_hold,
     with_resume,
 )
+from tpuslice.controller.job import JobKind
 from tpuslice.controller.reconciler import Reconciler
 from tpuslice.model import constants as c
-from tpuslice.model.convert import raycluster_info
+from tpuslice.model.convert import ray_owner_info, raycluster_info
 from tpuslice.model.records import Holder, ReservationInfo, Snapshot
 from tpuslice.render.kuberay import render_cluster, render_job
 from tpuslice.spec.cluster import parse_cluster
@@ -365,3 +366,64 @@ def test_a_provisioning_admission_check_covering_tpus_stops_our_requests(
     else:
         assert stalled["status"] == "False"
         assert made
+
+
+# ------------------------------------------------------------ a TPUSliceJob, and groups
+def test_a_job_kueue_holds_creates_its_rayjob_suspended_and_claims_nothing() -> None:
+    body = tpuslice(
+        c.KIND_JOB,
+        "train",
+        uid="uid-train",
+        generation=1,
+        tpu=tpu_spec(slices=1),
+        kueue={"queueName": "tpu"},
+        job={"entrypoint": "python train.py"},
+    )
+    kube = FakeKube()
+    snap = Snapshot(body, [], nodes_of("pool-a"), [], None)
+    asyncio.run(
+        Reconciler(kube, lambda key: snap, adapter=JobKind()).kick(("TPUSliceJob", "ml", "train"))
+    )
+    (applied,) = kube.applied
+    assert applied["kind"] == "RayJob" and applied["spec"]["suspend"] is True
+    assert applied["metadata"]["labels"][QUEUE] == "tpu"
+    assert condition_of(kube.status, "KueueAdmitted")["status"] == "False"
+    assert condition_of(kube.status, "Reconciling")["reason"] == "AwaitingAdmission"
+    # Kueue's RayJob: suspended, KubeRay made a cluster anyway; its pods are not claimed for
+    rayjob = ray_owner_info(
+        {
+            "metadata": {
+                "name": "train",
+                "namespace": "ml",
+                "uid": "ray-uid",
+                "labels": {QUEUE: "tpu"},
+                "ownerReferences": [{"uid": "uid-train", "controller": True}],
+            },
+            "spec": {"suspend": True},
+            "status": {"jobDeploymentStatus": "Suspended", "rayClusterName": "train-x"},
+        }
+    )
+    pods = slice_pods(cluster="train", owner_kind=c.KIND_JOB, ray_cluster="train-x")
+    held = Snapshot(body, pods, nodes_of("pool-a"), [], None, owned=rayjob)
+    again = FakeKube()
+    asyncio.run(
+        Reconciler(again, lambda key: held, adapter=JobKind()).kick(("TPUSliceJob", "ml", "train"))
+    )
+    assert not [call for call in again.calls if call[0] == "claim"]
+
+
+def test_groups_kueue_holds_claim_nothing_and_say_so() -> None:
+    groups = [
+        {"name": "a", "tpu": {"type": "v6e", "topology": "4x4", "slices": 1}},
+        {"name": "b", "tpu": {"type": "v6e", "topology": "2x4", "slices": 1}},
+    ]
+    body = {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND_CLUSTER,
+        "metadata": {"name": "llm", "namespace": "ml", "uid": UID, "generation": 1},
+        "spec": {"workerGroups": groups, "ray": {"version": "2.54.0"}, "kueue": {"queueName": "q"}},
+    }
+    kube = one_pass(Snapshot(body, [], nodes_of("pool-a"), [], None))
+    assert kube.applied[0]["spec"]["suspend"] is True
+    assert not [call for call in kube.calls if call[0] == "claim"]
+    assert condition_of(kube.status, "KueueAdmitted")["reason"] == "AwaitingAdmission"
