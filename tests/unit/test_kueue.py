@@ -427,3 +427,14 @@ def test_groups_kueue_holds_claim_nothing_and_say_so() -> None:
     assert kube.applied[0]["spec"]["suspend"] is True
     assert not [call for call in kube.calls if call[0] == "claim"]
     assert condition_of(kube.status, "KueueAdmitted")["reason"] == "AwaitingAdmission"
+
+
+def test_the_first_pass_after_admission_claims_though_the_last_status_said_held() -> None:
+    body = tpuslice(uid=UID, generation=1, tpu=tpu_spec(slices=2), kueue={"queueName": "tpu"})
+    body["status"] = {
+        "conditions": [{"type": "KueueAdmitted", "status": "False", "reason": "AwaitingAdmission"}]
+    }
+    pods = slice_pods() + slice_pods("tpu-bbbbb", 1)
+    nodes = nodes_of("pool-a") + nodes_of("pool-b")
+    kube = one_pass(Snapshot(body, pods, nodes, [], live_rc(body, False)))
+    assert {("claim", "pool-a"), ("claim", "pool-b")} <= set(kube.calls)

@@ -213,11 +213,15 @@ class ClusterKind:
                     group,
                     replace(snap, pods=_pods_of(snap, group.group_name)),
                     group_previous(previous, group.group_name),
-                    desired=0 if held else None,
+                    desired=0 if held else (None if kueue is None else group.slices),
                 )
                 for group in parsed.tpu_groups()
             ]
         desired = 0 if held else live_desired(parsed, snap.raycluster)
+        if kueue is not None and desired is None:
+            # admitted: the count here, not desired_of's reading of the last status (which
+            # may still say Kueue held it)
+            desired = parsed.slices
         return [SliceSet(ref, parsed, snap, previous, desired=desired)]
 
     def status(
