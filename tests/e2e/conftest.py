@@ -40,8 +40,9 @@ RUN_DIR_KEY = pytest.StashKey[Path]()
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Everything under tests/e2e is the e2e tier, marked or not.
 
-    test_kueue_harness.py runs first: it brings up a cluster of its own (with Kueue)
-    and stops it before the session cluster starts, so two never run at once.
+    test_kueue_harness.py and test_kueue.py run first: each brings up a cluster of its
+    own (with Kueue) and stops it before the session cluster starts, so two never run
+    at once.
     test_fidelity.py runs next: it expects no operator yet (it edits objects the
     operator would also be writing), and the session `operator` starts with the first
     test that uses it (test_capacity.py sorts before it). test_chart.py runs last: it
@@ -55,7 +56,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         name = Path(str(item.fspath)).name
         return (
             name == "test_chart.py",
-            name != "test_kueue_harness.py",
+            name not in ("test_kueue_harness.py", "test_kueue.py"),
             name != "test_fidelity.py",
         )
 
