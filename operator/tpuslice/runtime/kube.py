@@ -413,11 +413,12 @@ class Kube:
         """One of Kueue's objects (``name``) or the items of a LIST (none named), read at
         the first of Kueue's API versions this cluster serves (v1beta2 from Kueue 0.15,
         v1beta1 before); None, or [] for a LIST, when Kueue or the object is not there."""
+        kueue_plural = plural
         for version in c.KUEUE_VERSIONS:
-            path = api_path(c.KUEUE_GROUP, version, plural, name, namespace)
+            path = api_path(c.KUEUE_GROUP, version, kueue_plural, name, namespace)
             query = {"labelSelector": label_selector} if label_selector and not name else None
             try:
-                found = await self.call("GET", path, resource=plural, query=query)
+                found = await self.call("GET", path, resource=kueue_plural, query=query)
             except ApiError as exc:
                 if exc.not_found:
                     continue
