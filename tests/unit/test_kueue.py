@@ -438,3 +438,22 @@ def test_the_first_pass_after_admission_claims_though_the_last_status_said_held(
     nodes = nodes_of("pool-a") + nodes_of("pool-b")
     kube = one_pass(Snapshot(body, pods, nodes, [], live_rc(body, False)))
     assert {("claim", "pool-a"), ("claim", "pool-b")} <= set(kube.calls)
+
+
+def test_an_admitted_object_whose_pods_wait_says_since_when_kueue_counts() -> None:
+    body = queued_body()
+    live = {**live_rc(body, False), "uid": "rc-uid"}
+    admitted = workload(
+        "rc-uid",
+        QuotaReserved=("True", "QuotaReserved", ""),
+        Admitted=("True", "Admitted", ""),
+        PodsReady=("False", "WaitForStart", "Not all pods are ready or succeeded"),
+    )
+    admitted["status"]["conditions"][-1]["lastTransitionTime"] = "2026-12-05T10:00:00Z"
+    kube = FakeKube()
+    kube.kueue = {("workloads", "ml", "raycluster-llm-1a2b3"): admitted}
+    snap = Snapshot(body, [], [], [], live)
+    asyncio.run(Reconciler(kube, lambda key: snap).kick(KEY))
+    message = condition_of(kube.status, "KueueAdmitted")["message"]
+    assert "not all ready since 2026-12-05T10:00:00Z" in message
+    assert "waitForPodsReady.timeout" in message

@@ -371,6 +371,7 @@ def workload_info(obj: Mapping[str, Any]) -> KueueWorkload:
 
     reserved = conditions.get("QuotaReserved") or {}
     evicted = conditions.get("Evicted") or {}
+    ready = conditions.get("PodsReady") or {}
     checks = tuple(
         (
             str(check.get("name") or ""),
@@ -388,6 +389,11 @@ def workload_info(obj: Mapping[str, Any]) -> KueueWorkload:
         evicted_message=str(evicted.get("message") or "") if true("Evicted") else "",
         cluster_queue=str((status.get("admission") or {}).get("clusterQueue") or ""),
         checks=checks,
+        pods_not_ready_since=(
+            str(ready.get("lastTransitionTime") or "")
+            if true("Admitted") and ready.get("status") == "False"
+            else ""
+        ),
     )
 
 

@@ -159,6 +159,9 @@ class KueueWorkload:
     cluster_queue: str = ""
     #: admission checks not Ready yet: (name, state, message)
     checks: tuple[tuple[str, str, str], ...] = ()
+    #: admitted, and the PodsReady condition False since this time (RFC 3339): what
+    #: Kueue's WaitForPodsReady timeout counts from
+    pods_not_ready_since: str = ""
 
 
 @dataclass(frozen=True)

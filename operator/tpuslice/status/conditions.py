@@ -752,6 +752,13 @@ def kueue_condition(view: KueueView, generation: int) -> dict[str, Any]:
     if view.admitted:
         default = " (the namespace's default LocalQueue)" if view.defaulted else ""
         message = f"Kueue admitted {view.kind} {view.name} through LocalQueue {view.queue}"
+        since = view.workload.pods_not_ready_since if view.workload is not None else ""
+        if since:
+            default += (
+                f"; its pods are not all ready since {since}: if Kueue's WaitForPodsReady "
+                f"is on, Kueue evicts it once its timeout (waitForPodsReady.timeout in "
+                f"Kueue's configuration) has passed since then"
+            )
         return condition(KUEUE_ADMITTED, True, "Admitted", message + default, generation)
     if view.workload is not None and view.workload.evicted_reason:
         reason = "Evicted"
