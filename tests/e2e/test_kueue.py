@@ -290,3 +290,65 @@ def test_a_wait_for_pods_ready_eviction_gives_the_pools_back(kueue_operator: E2E
         json.dumps({"evicted_after_s": round(time.monotonic() - mark, 2), "message": message})
         + "\n"
     )
+
+
+def test_a_job_kueue_admits_is_placed_and_its_cluster_is_not_queued_twice(
+    kueue_operator: E2ECluster,
+) -> None:
+    """A TPUSliceJob through ClusterQueue big: Kueue admits the RayJob; the RayCluster
+    KubeRay makes for it carries the copied queue label but is not a second Workload
+    (Kueue skips a job whose ancestor it manages), and the operator claims its pool."""
+    cluster = kueue_operator
+    kubectl(cluster, "delete", "tsc", "-n", QUEUED, "e", "--ignore-not-found", "--wait=true")
+    kube.wait_for(
+        lambda: held_by(cluster, QUEUED, "e") == {},
+        timeout_s=90,
+        what="e's pools given back",
+    )
+    body = tsc("j", kueue={"queueName": "big"})
+    body["kind"] = "TPUSliceJob"
+    body["spec"]["job"] = {"entrypoint": "python -c 'print(1)'", "backoffLimit": 0}
+    apply(cluster, QUEUED, body)
+
+    def job() -> dict[str, Any]:
+        found: dict[str, Any] = cluster.custom.get_namespaced_custom_object(
+            "tpuslice.dev", "v1alpha1", QUEUED, "tpuslicejobs", "j"
+        )
+        return found
+
+    def admitted_and_held() -> str | None:
+        obj = job()
+        admitted = condition(obj, "KueueAdmitted").get("status") == "True"
+        held = [
+            r
+            for r in cluster.custom.list_cluster_custom_object(
+                "tpuslice.dev", "v1alpha1", "slicereservations"
+            )["items"]
+            if r["spec"]["holder"].get("kind") == "TPUSliceJob"
+            and r["spec"]["holder"]["name"] == "j"
+        ]
+        name = (obj.get("status") or {}).get("rayCluster")
+        return name if admitted and held and name else None
+
+    ray_cluster = kube.wait_for(
+        admitted_and_held,
+        timeout_s=120,
+        what="j admitted by Kueue and its slice holding a pool",
+        describe=lambda: job().get("status"),
+    )
+    rayjob = cluster.custom.get_namespaced_custom_object("ray.io", "v1", QUEUED, "rayjobs", "j")
+    assert rayjob["metadata"]["labels"][QUEUE_LABEL] == "big"
+    # KubeRay's RayJob spec.suspend is a plain bool with omitempty: Kueue's false is absent
+    assert not rayjob["spec"].get("suspend")
+    rc = _raycluster(cluster, QUEUED, ray_cluster)
+    assert rc is not None and rc["spec"].get("suspend") is not True
+    workloads = cluster.custom.list_namespaced_custom_object(
+        "kueue.x-k8s.io", "v1beta2", QUEUED, "workloads"
+    )["items"]
+    owners = [
+        ref["kind"]
+        for w in workloads
+        for ref in w["metadata"].get("ownerReferences") or []
+        if ref["name"] in ("j", ray_cluster)
+    ]
+    assert owners == ["RayJob"], owners
