@@ -221,6 +221,16 @@ EXPECTED_RULES = {
     },
     ("", "podtemplates"): {"list", "watch", "create", "patch", "delete"},
     ("", "nodes"): {"list", "watch"},
+    **{
+        ("kueue.x-k8s.io", kind): {"get", "list"}
+        for kind in (
+            "workloads",
+            "localqueues",
+            "clusterqueues",
+            "admissionchecks",
+            "provisioningrequestconfigs",
+        )
+    },
     ("tpuslice.dev", "tpuslicepolicies"): {"get", "list", "watch"},
     ("", "namespaces"): {"get", "list", "watch"},
     ("", "events"): {"create"},
@@ -331,6 +341,14 @@ def test_cluster_role_covers_every_call_in_kube_py() -> None:
             f"{p}/status" for p in ("tpusliceclusters", "tpuslicejobs", "tpusliceservices")
         ],
     }
+    # ``read_kueue`` reads Kueue's objects (controller/kueue.py), only these
+    expand["kueue_plural"] = [
+        "workloads",
+        "localqueues",
+        "clusterqueues",
+        "admissionchecks",
+        "provisioningrequestconfigs",
+    ]
     # ``_delete(path, resource, ...)`` is the one DELETE: its own call names the variable
     # ``resource``, and each caller names the resource it deletes.
     expand["resource"] = []

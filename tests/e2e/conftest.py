@@ -43,12 +43,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     `make test-e2e` runs the tier as two pytest-xdist workers (``-n 2 --dist
     loadfile``): each worker is a pytest session with a local cluster and an operator
     of its own, and each file runs whole on one worker, in this order.
-    test_kueue_harness.py goes first: it brings up a cluster of its own (with Kueue)
-    and stops it before its worker's session cluster starts. test_fidelity.py goes
-    next, usually before its worker's operator starts; its checks hold either way (a
-    replace of an object the operator also writes is retried on a conflict).
-    test_chart.py goes last: it needs its worker's session `operator` (which it stops
-    and restarts around its own).
+    test_kueue_harness.py and test_kueue.py go first: each brings up a cluster of its
+    own (with Kueue) and stops it before its worker's session cluster starts.
+    test_fidelity.py goes next, usually before its worker's operator starts; its checks
+    hold either way (a replace of an object the operator also writes is retried on a
+    conflict). test_chart.py goes last: it needs its worker's session `operator` (which
+    it stops and restarts around its own).
     """
     for item in items:
         if Path(str(item.fspath)).is_relative_to(Path(__file__).parent):
@@ -58,7 +58,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         name = Path(str(item.fspath)).name
         return (
             name == "test_chart.py",
-            name != "test_kueue_harness.py",
+            name not in ("test_kueue_harness.py", "test_kueue.py"),
             name != "test_fidelity.py",
         )
 

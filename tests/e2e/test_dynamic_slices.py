@@ -237,6 +237,40 @@ def test_dynamic_slices_form_pin_retry_and_leave_nothing(
         wait_condition(cluster, namespace, "big", "Ready", "True", timeout_s=TIMEOUT_S)
         assert ready_reason(slices(cluster)[second]) == "ACTIVE"
 
+        # a partition of the running slice goes UNHEALTHY (GKE's partition state label):
+        # the slice is drained whole and counted as a disruption, formed again on the
+        # first block's partitions (free again), and the unhealthy one is not claimed
+        # while it stays so
+        sick = others[0]
+        before = (get_tsc(cluster, namespace, "big").get("status") or {}).get("disruptions") or {}
+        counted = int(before.get("total", 0)) + 1  # the forced failure above drained it too
+        slice_controller.set_partition_state(sick, "UNHEALTHY")
+
+        def moved_off() -> dict[str, Any] | None:
+            mine = ours(cluster, "big")
+            status = get_tsc(cluster, namespace, "big").get("status") or {}
+            if len(mine) != 1 or second in mine:
+                return None
+            (name,) = mine
+            if sorted(mine[name]["spec"]["partitionIds"]) != first_ids:
+                return None
+            if held_by(cluster, namespace, "big") != first_ids:
+                return None
+            return status if (status.get("disruptions") or {}).get("total") == counted else None
+
+        status = kube.wait_for(
+            moved_off,
+            timeout_s=TIMEOUT_S,
+            what="the slice on an UNHEALTHY partition drained, counted and formed elsewhere",
+            describe=lambda: (get_tsc(cluster, namespace, "big").get("status"), slices(cluster)),
+        )
+        (entry,) = status["slices"]
+        assert entry["disruptions"] == counted, entry
+        assert entry["lastDisruption"]["node"].startswith(f"gke-tpusim-{sick}-"), entry
+        wait_condition(cluster, namespace, "big", "Ready", "True", timeout_s=TIMEOUT_S)
+        assert sick not in held_by(cluster, namespace, "big")
+        slice_controller.set_partition_state(sick, "HEALTHY")
+
         # deleting leaves no Slice and no reservation of ours
         delete_tsc(cluster, namespace, "big")
         kube.wait_for(

@@ -47,6 +47,8 @@ class FakeKube:
         self.conflicts: list[tuple[str, str]] = []
         #: GKE Slices by name (what creates made, and what a test puts there)
         self.gke_slices: dict[str, dict[str, Any]] = {}
+        #: Kueue's objects by (plural, namespace, name); None: Kueue is not installed
+        self.kueue: dict[tuple[str, str, str], dict[str, Any]] | None = None
 
     async def get_ray(self, plural: str, namespace: str, name: str) -> Any:
         self.raycluster_reads.append((namespace, name))
@@ -58,6 +60,22 @@ class FakeKube:
         if self.crd is None:
             raise ApiError(404, "NotFound", f"{name} not found")
         return self.crd
+
+    async def read_kueue(
+        self, plural: str, *, namespace: str = "", name: str = "", label_selector: str = ""
+    ) -> Any:
+        self.calls.append(("read-kueue", plural, name or label_selector))
+        objects = self.kueue or {}
+        if name:
+            return objects.get((plural, namespace, name))
+        key, _, value = label_selector.partition("=")
+        return [
+            obj
+            for (kind, ns, _), obj in sorted(objects.items())
+            if kind == plural
+            and ns == namespace
+            and (not key or (obj["metadata"].get("labels") or {}).get(key) == value)
+        ]
 
     async def apply_ray(self, body: Mapping[str, Any]) -> Any:
         self.calls.append(("apply", body["metadata"]["name"]))

@@ -99,7 +99,8 @@ def test_all_errors_are_reported_at_once() -> None:
         (obj(worker={"rayStartParams": {"a": {"b": 1}}}), "rayStartParams.a: must be a string"),
         (
             obj(wroker={}),
-            "spec.wroker: is not a field; use one of disruption, elastic, head, ray, reservation",
+            "spec.wroker: is not a field; use one of disruption, elastic, head, kueue, ray, "
+            "reservation",
         ),
         (obj(tpu={"type": "v6e", "topology": "4x4", "slice": 2}), "spec.tpu.slice: is not a field"),
         (obj(worker={"templates": {}}), "spec.worker.templates: is not a field"),

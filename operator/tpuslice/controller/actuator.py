@@ -88,6 +88,7 @@ from tpuslice.spec.limits import check_limits, controller_errors
 from tpuslice.spec.parts import SliceClusterSpec, SpecError
 from tpuslice.spec.slices import parse_slice_parts
 from tpuslice.status.conditions import MAX_SLICE_MESSAGE, Stall, truncate
+from tpuslice.status.kueue import held_in_status
 
 __all__ = [
     "PoolIndexCache",
@@ -193,7 +194,7 @@ def with_drains(final: SlicePlan, drained: SlicePlan) -> SlicePlan:
 
 
 def desired_of(cluster: Mapping[str, Any], spec: SliceClusterSpec) -> int:
-    """How many slices an object wants now: none when suspended, or when it is a
+    """How many slices an object wants now: none when suspended, held by Kueue, or when it is a
     TPUSliceJob that has ended (its status says Complete or Failed). An elastic set
     wants the target its last pass wrote (``status.elastic.target``, the autoscaler's
     count clamped to the range), so another object's pass reads it from the object
@@ -201,6 +202,8 @@ def desired_of(cluster: Mapping[str, Any], spec: SliceClusterSpec) -> int:
     if spec.suspend:
         return 0
     status = cluster.get("status") or {}
+    if held_in_status(status):
+        return 0  # Kueue holds it: no place in the queue until admitted (status/kueue.py)
     for cond in status.get("conditions") or []:
         if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
             return 0

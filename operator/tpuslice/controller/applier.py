@@ -42,8 +42,10 @@ __all__ = [
     "applied_hash",
     "controlled_by",
     "is_subset",
+    "kueue_managed",
     "name_taken_message",
     "rejection_message",
+    "with_admission_hold",
     "with_live_autoscaling",
 ]
 
@@ -123,17 +125,69 @@ def _typed_patch_error(exc: ApiError) -> bool:
     return exc.status == 500 and "failed to create typed patch object" in exc.message
 
 
+def kueue_managed(rendered: Mapping[str, Any], actual: Mapping[str, Any] | None) -> bool:
+    """Whether Kueue admits this KubeRay object: we render its queue label (spec.kueue),
+    or the live object carries one (Kueue's webhook labels a RayCluster created in a
+    namespace with a LocalQueue named ``default``: jobframework
+    ``ApplyDefaultLocalQueue``, kubernetes-sigs/kueue v0.17.0)."""
+    labels = (rendered.get("metadata") or {}).get("labels") or {}
+    live = (actual or {}).get("labels") or {}
+    return c.KUEUE_QUEUE_LABEL in labels or c.KUEUE_QUEUE_LABEL in live
+
+
 def with_resume(rendered: Mapping[str, Any], actual: Mapping[str, Any] | None) -> dict[str, Any]:
     """KubeRay 1.5 resumes only on an explicit ``suspend: false``; removing the field leaves
-    the cluster suspended. Send false once, for a suspension we made."""
+    the cluster suspended. Send false once, for a suspension we made, never for an object
+    Kueue admits: its suspension is Kueue's even when our field manager holds the field
+    (Kueue's webhook suspends inside our create request)."""
     if (
         "suspend" not in rendered["spec"]
         and actual is not None
         and actual.get("ownsSuspend")
         and actual["spec"].get("suspend") is True
+        and not kueue_managed(rendered, actual)
     ):
         return {**rendered, "spec": {**rendered["spec"], "suspend": False}}
     return dict(rendered)
+
+
+def with_admission_hold(
+    rendered: Mapping[str, Any], actual: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The apply of a RayCluster or RayJob Kueue admits: ``suspend: true`` at create, and
+    afterwards carried only while the live object is suspended, guarded by the
+    ``resourceVersion`` it was read at; never ``false``. Kueue's labels the live object
+    carries and we do not render (the default LocalQueue's) are carried as well.
+
+    Kueue admits by an update that sets ``spec.suspend`` false, which makes Kueue's
+    manager the field's owner; an apply that left the field out while our manager still
+    owned it would remove it, and a RayCluster without ``suspend`` runs. Carrying the live
+    true keeps the field held until Kueue changes it, the ``resourceVersion`` makes an
+    apply read before Kueue's admission fail (409) instead of suspending again, and once
+    Kueue owns ``false`` our applies leave the field alone. The rendering and its digest
+    never hold ``suspend`` for this, so no apply is sent only because Kueue moved it."""
+    out = dict(rendered)
+    if rendered.get("kind") not in (c.RAY_KIND_CLUSTER, c.RAY_KIND_JOB):
+        return out
+    if not kueue_managed(rendered, actual):
+        return out
+    metadata = dict(rendered["metadata"])
+    labels = dict(metadata.get("labels") or {})
+    live_labels = (actual or {}).get("labels") or {}
+    for key in (c.KUEUE_QUEUE_LABEL, c.KUEUE_PRIORITY_LABEL):
+        if key not in labels and key in live_labels:
+            labels[key] = live_labels[key]
+    metadata["labels"] = labels
+    spec = dict(rendered["spec"])
+    if actual is None:
+        spec["suspend"] = True
+    elif actual["spec"].get("suspend") is True:
+        spec["suspend"] = True
+        if actual.get("resourceVersion"):
+            metadata["resourceVersion"] = actual["resourceVersion"]
+    out["metadata"] = metadata
+    out["spec"] = spec
+    return out
 
 
 def with_live_autoscaling(
@@ -309,7 +363,7 @@ class KubeRayApplier:
         if existing is not None and not controlled_by(existing["ownerReferences"], owner_uid):
             stall = Stall(events.RAYCLUSTER_NAME_TAKEN, name_taken_message(key, existing))
             return Applied(ok=False, stall=stall)
-        body = with_live_autoscaling(rendered, existing)
+        body = with_admission_hold(with_live_autoscaling(rendered, existing), existing)
         try:
             await self.kube.apply_ray(body)
         except ApiError as exc:

@@ -13,7 +13,15 @@ from tpuslice.controller.applier import Applied
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
 from tpuslice.model.convert import rfc3339, timestamp, worker_replicas
-from tpuslice.model.records import ClusterRef, PodInfo, SlicePlan, SliceStatus, Snapshot
+from tpuslice.model.records import (
+    ClusterRef,
+    KueueView,
+    KueueWorkload,
+    PodInfo,
+    SlicePlan,
+    SliceStatus,
+    Snapshot,
+)
 from tpuslice.planning.elastic import (
     limit_seconds,
     named_for_deletion,
@@ -31,11 +39,14 @@ from tpuslice.status.conditions import (
     compute_status,
 )
 from tpuslice.status.groups import CpuGroupObserved, TpuGroupObserved, grouped_status
+from tpuslice.status.kueue import kueue_view, with_admission
 
 __all__ = [
     "ClusterKind",
+    "admitted_snapshot",
     "elastic_count",
     "group_previous",
+    "kueue_of",
     "live_desired",
     "observed_of",
     "stalled_observation",
@@ -49,6 +60,40 @@ def live_desired(spec: SliceClusterSpec, raycluster: Mapping[str, Any] | None) -
     if spec.elastic is None:
         return None
     return 0 if spec.suspend else spec.desired_slices(worker_replicas(raycluster, spec.group_name))
+
+
+def kueue_of(
+    spec: SliceClusterSpec,
+    raycluster: Mapping[str, Any] | None,
+    workload: KueueWorkload | None = None,
+) -> KueueView | None:
+    """Kueue's hold on the TPUSliceCluster's RayCluster (``status.kueue.kueue_view``)."""
+    queue = spec.kueue.queue_name if spec.kueue is not None else ""
+    return kueue_view(queue, c.RAY_KIND_CLUSTER, spec.name, raycluster, workload)
+
+
+def admitted_snapshot(snap: Snapshot, held: bool) -> Snapshot:
+    """The snapshot a slice set plans from: pods Kueue still gates are not there yet, and
+    while Kueue holds the object (``held``) no pod that still waits for a pool is either,
+    so nothing is claimed or released for it (the planner claims for every slice whose
+    pods exist). Pods already released stay: their pools are kept until they are gone."""
+
+    def waits(pod: PodInfo) -> bool:
+        return pod.kueue_gated or (held and pod.gated)
+
+    if not any(waits(p) for p in snap.pods):
+        return snap
+    return replace(snap, pods=[p for p in snap.pods if not waits(p)])
+
+
+def admitted_desired(
+    spec: SliceClusterSpec, raycluster: Mapping[str, Any] | None, kueue: KueueView | None
+) -> int | None:
+    """``live_desired``, except that a Kueue-managed set Kueue admitted takes its count
+    from the spec here, not from ``desired_of``'s reading of the last status (which may
+    still say Kueue held it)."""
+    desired = live_desired(spec, raycluster)
+    return spec.slices if kueue is not None and desired is None else desired
 
 
 def observed_of(
@@ -72,6 +117,9 @@ def observed_of(
         elastic = elastic_count(
             spec.elastic, desired, slices, snap.raycluster, snap.pods, now, spec.group_name
         )
+    kueue = kueue_of(spec, snap.raycluster, snap.workload)
+    if kueue is not None and not kueue.admitted and not spec.suspend:
+        slices = with_admission(kueue, slices, desired)
     return Observed(
         generation=generation(body),
         accelerator_type=spec.shape.accelerator_type,
@@ -86,6 +134,7 @@ def observed_of(
         applied=applied.ok,
         stall=stall,
         elastic=elastic,
+        kueue=kueue,
     )
 
 
@@ -169,6 +218,9 @@ class ClusterKind:
         snap: Snapshot,
         previous: Mapping[str, Any],
     ) -> list[SliceSet]:
+        kueue = kueue_of(parsed, snap.raycluster)
+        held = kueue is not None and not kueue.admitted  # Kueue's: no slices until admitted
+        snap = admitted_snapshot(snap, held)
         if parsed.grouped:  # a slice set per TPU group, each seeing its group's pods only
             return [
                 SliceSet(
@@ -176,13 +228,12 @@ class ClusterKind:
                     group,
                     replace(snap, pods=_pods_of(snap, group.group_name)),
                     group_previous(previous, group.group_name),
-                    desired=live_desired(group, snap.raycluster),
+                    desired=0 if held else admitted_desired(group, snap.raycluster, kueue),
                 )
                 for group in parsed.tpu_groups()
             ]
-        return [
-            SliceSet(ref, parsed, snap, previous, desired=live_desired(parsed, snap.raycluster))
-        ]
+        desired = 0 if held else admitted_desired(parsed, snap.raycluster, kueue)
+        return [SliceSet(ref, parsed, snap, previous, desired=desired)]
 
     def status(
         self,

@@ -31,11 +31,16 @@ from tpuslice.controller.adapter import (
     unparsed_fields,
 )
 from tpuslice.controller.applier import Applied
-from tpuslice.controller.cluster import elastic_count, group_previous, observed_of
+from tpuslice.controller.cluster import (
+    admitted_snapshot,
+    elastic_count,
+    group_previous,
+    observed_of,
+)
 from tpuslice.controller.statuswriter import generation
 from tpuslice.model import constants as c
 from tpuslice.model.convert import worker_replicas
-from tpuslice.model.records import ClusterRef, SlicePlan, Snapshot
+from tpuslice.model.records import ClusterRef, KueueView, KueueWorkload, SlicePlan, Snapshot
 from tpuslice.render.kuberay import render_rayjob
 from tpuslice.spec.job import SliceJobSpec, parse_job
 from tpuslice.status.conditions import ClusterSlices, Stall, elastic_slices
@@ -47,8 +52,9 @@ from tpuslice.status.groups import (
     groups_ready,
 )
 from tpuslice.status.job import JobObserved, compute_job_status, job_ended
+from tpuslice.status.kueue import kueue_view
 
-__all__ = ["JobKind", "grouped_job_status", "job_observed"]
+__all__ = ["JobKind", "grouped_job_status", "job_kueue", "job_observed"]
 
 
 def _current_cluster(
@@ -120,10 +126,21 @@ def job_observed(
         gated=spec.cluster.gated,
         applied=applied,
         stall=stall,
+        kueue=job_kueue(spec, snap.owned, snap.workload),
         disruption_reason=reason,
         disrupted_at=at,
         now=now,
     )
+
+
+def job_kueue(
+    spec: SliceJobSpec, rayjob: Mapping[str, Any] | None, workload: KueueWorkload | None = None
+) -> KueueView | None:
+    """Kueue's hold on the TPUSliceJob's RayJob (``status.kueue.kueue_view``): Kueue admits
+    the RayJob, and KubeRay makes no RayCluster while it is suspended."""
+    kueue = spec.cluster.kueue
+    queue = kueue.queue_name if kueue else ""
+    return kueue_view(queue, c.RAY_KIND_JOB, spec.name, rayjob, workload)
 
 
 def grouped_job_status(
@@ -201,7 +218,10 @@ class JobKind(OwnsKubeRayObject):
     ) -> list[SliceSet]:
         ray_status = (snap.owned or {}).get("status") or {}
         ended = job_ended(ray_status) if snap.owned is not None else False
-        wants = not ended and not parsed.job.suspend
+        kueue = job_kueue(parsed, snap.owned)
+        held = kueue is not None and not kueue.admitted  # Kueue's: no slices until admitted
+        wants = not ended and not parsed.job.suspend and not held
+        snap = admitted_snapshot(snap, held)
         name = str(ray_status.get("rayClusterName") or "")
         current = snap.rayclusters.get(name) if name else None
         if parsed.cluster.grouped:  # a slice set per TPU group, each seeing its group's pods

@@ -36,13 +36,15 @@ from tpuslice.controller.actuator import (
     shape_of,
 )
 from tpuslice.controller.adapter import ActedSet, KindAdapter, SliceSet
-from tpuslice.controller.applier import Applied, KubeRayApplier, TemplateSchema
+from tpuslice.controller.applier import Applied, KubeRayApplier, TemplateSchema, kueue_managed
 from tpuslice.controller.capacity import Provisioner
 from tpuslice.controller.cluster import ClusterKind
 from tpuslice.controller.expectations import Expectations
+from tpuslice.controller.kueue import provisioning_checks, read_workload
 from tpuslice.controller.queue import Backoff, Failure, KickQueue
 from tpuslice.controller.recorder import Recorder
 from tpuslice.controller.statuswriter import StatusWriter, generation
+from tpuslice.model import constants as c
 from tpuslice.model import events
 from tpuslice.model.records import (
     CapacityUnit,
@@ -75,6 +77,7 @@ from tpuslice.spec.limits import check_limits, controller_errors
 from tpuslice.spec.parts import SliceClusterSpec, SpecError
 from tpuslice.spec.slices import parse_slice_parts
 from tpuslice.status.conditions import MAX_MESSAGE, Stall, truncate
+from tpuslice.status.kueue import provisioning_conflict
 
 __all__ = [
     "Reconciler",
@@ -352,8 +355,12 @@ class Reconciler:
             self._count_creation(key, body, owned, applied)
         self.pending.expire(time.monotonic())
         now = self.actuator.clock()
+        snap, kueue_stall = await self._kueue(snap, kind.cluster_spec(parsed), rendered, owned)
+        sets = kind.slice_sets(ref, parsed, snap, previous)
+        if kueue_stall is not None:  # never two requests for one slice: Kueue's, ours
+            sets = [replace(s, spec=replace(s.spec, provisioning=None)) for s in sets]
         acted, plan_stall = await self._act(
-            kind.slice_sets(ref, parsed, snap, previous),
+            sets,
             snap.policies,
             snap.namespace_labels,
             avoid=avoided_nodes(previous, now),
@@ -367,7 +374,7 @@ class Reconciler:
         self._track_waiting(key, waits)
         states = (str(s.state) for each in acted for s in each.plan.slices)
         self.metrics.cluster_slices(key, states)
-        stall = applied.stall or plan_stall
+        stall = applied.stall or kueue_stall or plan_stall
         out = kind.status(parsed, body, snap, acted, applied, stall, previous, self.status.now())
         moved = [m.pool for each in acted for m in each.plan.moves]
         busy = busy_nodes_status(previous, moved, now)
@@ -395,6 +402,33 @@ class Reconciler:
                 condition,
             ]
         await self.status.write_status(body, previous, status, out.slices)
+
+    async def _kueue(
+        self,
+        snap: Snapshot,
+        spec: SliceClusterSpec,
+        rendered: Mapping[str, Any],
+        owned: Mapping[str, Any] | None,
+    ) -> tuple[Snapshot, Stall | None]:
+        """For an object Kueue admits: the snapshot with the Workload of its KubeRay
+        object, and with capacity on demand, a stall when a ProvisioningRequest admission
+        check of its ClusterQueue would ask for the same TPU capacity (controller/kueue.py).
+        Nothing is read for any other object."""
+        if not kueue_managed(rendered, owned):
+            return snap, None
+        live = owned or {}
+        workload = await read_workload(self.kube, spec.namespace, str(live.get("uid") or ""))
+        stall = None
+        if spec.provisions:
+            queue = (
+                spec.kueue.queue_name
+                if spec.kueue is not None
+                else str((live.get("labels") or {}).get(c.KUEUE_QUEUE_LABEL) or "")
+            )
+            checks = await provisioning_checks(self.kube, spec.namespace, queue)
+            if problem := provisioning_conflict(checks):
+                stall = Stall(events.KUEUE_PROVISIONING_CHECK, problem)
+        return replace(snap, workload=workload), stall
 
     async def _refused(
         self,

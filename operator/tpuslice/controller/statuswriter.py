@@ -29,6 +29,7 @@ from tpuslice.model import events
 from tpuslice.model.records import ClusterRef, ObjectKey, SliceStatus
 from tpuslice.runtime.kube import ClusterApi
 from tpuslice.status.conditions import (
+    KUEUE_ADMITTED,
     failure_status,
     may_fold,
     removal_events,
@@ -147,6 +148,15 @@ class StatusWriter:
                 x["message"] for x in status["conditions"] if x["type"] == events.SCALE_UP_TIMED_OUT
             )
             await self.recorder.warning(ref, events.SCALE_UP_TIMED_OUT, message)
+        admitted = _condition(status, KUEUE_ADMITTED)
+        if (
+            admitted == ("False", "Evicted")
+            and _condition(previous, KUEUE_ADMITTED)[1] != "Evicted"
+        ):
+            message = next(
+                x["message"] for x in status["conditions"] if x["type"] == KUEUE_ADMITTED
+            )
+            await self.recorder.warning(ref, events.KUEUE_EVICTED, message)
         stalled = _condition(status, "Stalled")
         if stalled[0] == "True" and stalled != _condition(previous, "Stalled"):
             message = next(x["message"] for x in status["conditions"] if x["type"] == "Stalled")

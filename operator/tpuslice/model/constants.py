@@ -282,3 +282,24 @@ IDENTITY_WEBHOOK: Final = "tpuslice-identity"
 NODE_TAINT_IMPENDING_TERMINATION: Final = "cloud.google.com/impending-node-termination"
 NODE_TAINT_MAINTENANCE_STARTED: Final = "cloud.google.com/maintenance-window-started"
 DISRUPTION_TAINT_KEYS: Final = (NODE_TAINT_IMPENDING_TERMINATION, NODE_TAINT_MAINTENANCE_STARTED)
+
+# Kueue (kubernetes-sigs/kueue v0.17.0): the labels a job names its LocalQueue and
+# WorkloadPriorityClass with (pkg/constants: QueueLabel, WorkloadPriorityClassLabel), the
+# prefix of its scheduling gates on pods (kueue.x-k8s.io/topology for TAS,
+# kueue.x-k8s.io/elastic-job for workload slices; apis/kueue/v1beta2), and the
+# topology-aware-scheduling annotations of a pod template (PodSetRequiredTopologyAnnotation,
+# PodSetPreferredTopologyAnnotation, in apis/kueue/v1beta2/topology_types.go).
+KUEUE_GROUP: Final = "kueue.x-k8s.io"
+KUEUE_QUEUE_LABEL: Final = f"{KUEUE_GROUP}/queue-name"
+KUEUE_PRIORITY_LABEL: Final = f"{KUEUE_GROUP}/priority-class"
+KUEUE_GATE_PREFIX: Final = f"{KUEUE_GROUP}/"
+KUEUE_REQUIRED_TOPOLOGY: Final = f"{KUEUE_GROUP}/podset-required-topology"
+KUEUE_PREFERRED_TOPOLOGY: Final = f"{KUEUE_GROUP}/podset-preferred-topology"
+KUEUE_TAS_PREFIX: Final = f"{KUEUE_GROUP}/podset-"
+#: The API versions of Kueue's objects the operator reads, newest first.
+KUEUE_VERSIONS: Final = ("v1beta2", "v1beta1")
+#: Kueue labels a job's Workload with the job's uid (pkg/controller/constants, JobUIDLabel).
+KUEUE_JOB_UID_LABEL: Final = f"{KUEUE_GROUP}/job-uid"
+#: The controllerName of Kueue's ProvisioningRequest admission check
+#: (pkg/controller/admissionchecks/provisioning, ControllerName).
+KUEUE_PROVREQ_CHECK: Final = f"{KUEUE_GROUP}/provisioning-request"

@@ -16,6 +16,7 @@ from tpuslice.model.records import (
     CapacityType,
     GkeSliceInfo,
     Holder,
+    KueueWorkload,
     NodeInfo,
     ObjectKey,
     OwnedRequest,
@@ -45,6 +46,7 @@ __all__ = [
     "reservation_info",
     "rfc3339",
     "worker_replicas",
+    "workload_info",
 ]
 
 
@@ -125,6 +127,7 @@ def pod_info(pod: Mapping[str, Any]) -> PodInfo:
         released_at=str((meta.get("annotations") or {}).get(c.ANNOTATION_RELEASED_AT) or ""),
         deletion_deadline=str(meta.get("deletionTimestamp") or ""),
         group=labels.get(c.KUBERAY_LABEL_GROUP, ""),
+        kueue_gated=any(str(g).startswith(c.KUEUE_GATE_PREFIX) for g in gates),
     )
 
 
@@ -362,6 +365,46 @@ def worker_replicas(
                 return replicas
             return None
     return None
+
+
+def workload_info(obj: Mapping[str, Any]) -> KueueWorkload:
+    """A Kueue Workload as the status needs it (``records.KueueWorkload``)."""
+    status = obj.get("status") or {}
+    conditions = {
+        str(cond.get("type")): cond
+        for cond in status.get("conditions") or []
+        if isinstance(cond, Mapping)
+    }
+
+    def true(kind: str) -> bool:
+        return (conditions.get(kind) or {}).get("status") == "True"
+
+    reserved = conditions.get("QuotaReserved") or {}
+    evicted = conditions.get("Evicted") or {}
+    ready = conditions.get("PodsReady") or {}
+    checks = tuple(
+        (
+            str(check.get("name") or ""),
+            str(check.get("state") or ""),
+            str(check.get("message") or ""),
+        )
+        for check in status.get("admissionChecks") or []
+        if isinstance(check, Mapping) and check.get("state") != "Ready"
+    )
+    return KueueWorkload(
+        name=str((obj.get("metadata") or {}).get("name") or ""),
+        admitted=true("Admitted"),
+        pending="" if true("QuotaReserved") else str(reserved.get("message") or ""),
+        evicted_reason=str(evicted.get("reason") or "") if true("Evicted") else "",
+        evicted_message=str(evicted.get("message") or "") if true("Evicted") else "",
+        cluster_queue=str((status.get("admission") or {}).get("clusterQueue") or ""),
+        checks=checks,
+        pods_not_ready_since=(
+            str(ready.get("lastTransitionTime") or "")
+            if true("Admitted") and ready.get("status") == "False"
+            else ""
+        ),
+    )
 
 
 def ray_owner_info(obj: Mapping[str, Any]) -> dict[str, Any]:

@@ -38,6 +38,11 @@ INVALID_SPEC: Final = "InvalidSpec"
 APPLY_REJECTED: Final = "RayClusterRejected"
 # A RayCluster of the TPUSliceCluster's name exists and is not controlled by it.
 RAYCLUSTER_NAME_TAKEN: Final = "RayClusterNameTaken"
+# A ProvisioningRequest admission check of Kueue on the object's ClusterQueue would ask for
+# the TPU capacity the operator's per-slice requests ask for (status/kueue.py).
+KUEUE_PROVISIONING_CHECK: Final = "KueueProvisioningCheck"
+# Kueue evicted the object's RayCluster or RayJob (the message has Kueue's reason).
+KUEUE_EVICTED: Final = "KueueEvicted"
 # More slices than node pools of the shape exist (SlicePlan.stalled / Admission.stalled).
 NOT_ENOUGH_POOLS: Final = "NotEnoughPools"
 # reservation.policy None with a worker nodeSelector naming a unit a reservation holds.

@@ -35,6 +35,8 @@ __all__ = [
     "GkeSliceInfo",
     "Handover",
     "Holder",
+    "KueueView",
+    "KueueWorkload",
     "Move",
     "NodeInfo",
     "ObjectKey",
@@ -145,6 +147,49 @@ class SliceState(StrEnum):
     # a slice above an elastic set's minimum that the Ray autoscaler asked for and that
     # waits for capacity (shown in status; the planner says WaitingForCapacity)
     REQUESTED = "Requested"
+    # the KubeRay object is Kueue's and Kueue has not admitted it (it is suspended): no
+    # pool is claimed for the slice (status.kueue)
+    AWAITING_ADMISSION = "AwaitingAdmission"
+
+
+@dataclass(frozen=True)
+class KueueWorkload:
+    """The few fields of Kueue's Workload of a RayCluster or RayJob the status needs
+    (``convert.workload_info``; kubernetes-sigs/kueue v0.17.0 apis/kueue/v1beta2
+    workload_types.go: the QuotaReserved, Admitted and Evicted conditions,
+    ``status.admission.clusterQueue``, ``status.admissionChecks``)."""
+
+    name: str
+    admitted: bool = False
+    #: why Kueue has not reserved quota (QuotaReserved False), e.g. "insufficient unused
+    #: quota for google.com/tpu in flavor tpu, 16 more needed"
+    pending: str = ""
+    #: Kueue's eviction (Evicted True): its reason (PodsReadyTimeout, Preempted,
+    #: InactiveWorkload, AdmissionCheck, ClusterQueueStopped, ...) and message
+    evicted_reason: str = ""
+    evicted_message: str = ""
+    cluster_queue: str = ""
+    #: admission checks not Ready yet: (name, state, message)
+    checks: tuple[tuple[str, str, str], ...] = ()
+    #: admitted, and the PodsReady condition False since this time (RFC 3339): what
+    #: Kueue's WaitForPodsReady timeout counts from
+    pods_not_ready_since: str = ""
+
+
+@dataclass(frozen=True)
+class KueueView:
+    """What the pass knows of Kueue's hold on the object's RayCluster or RayJob."""
+
+    queue: str  # the LocalQueue (spec.kueue, the object's label, or the live object's)
+    admitted: bool  # the live object exists and is not suspended
+    #: the queue came from Kueue's webhook (a LocalQueue named ``default`` in the
+    #: namespace), not from the TPUSlice object
+    defaulted: bool
+    kind: str  # RayCluster or RayJob
+    name: str
+    #: its Workload as this pass read it; None when none was read (none yet, or Kueue's
+    #: API not served)
+    workload: KueueWorkload | None = None
 
 
 @dataclass(frozen=True)
@@ -235,6 +280,9 @@ class PodInfo:
     deletion_deadline: str = ""
     #: ray.io/group: the worker group (one slice set per TPU group of spec.workerGroups)
     group: str = ""
+    #: carries a scheduling gate of Kueue's (``kueue.x-k8s.io/...``: topology-aware
+    #: scheduling, an elastic job's scale-up): Kueue has not admitted it yet
+    kueue_gated: bool = False
 
     @property
     def owner(self) -> ObjectKey:
@@ -565,6 +613,9 @@ class Snapshot:
     policies: Sequence[Any] = ()
     namespace_labels: Mapping[str, str] = field(default_factory=dict)
     namespace_usage: Usage = field(default_factory=Usage)
+    # Kueue's Workload of the object's RayCluster or RayJob, read by the pass for an
+    # object Kueue admits (``controller.kueue``); None otherwise.
+    workload: KueueWorkload | None = None
 
 
 # ------------------------------------------------------------------ the queue per shape

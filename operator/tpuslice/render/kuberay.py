@@ -28,6 +28,7 @@ from tpuslice.spec.service import SliceServiceSpec, parse_service
 
 __all__ = [
     "DEFAULT_HEAD_RESOURCES",
+    "kueue_labels",
     "ray_node_labels",
     "render",
     "render_cluster",
@@ -81,9 +82,25 @@ def _metadata(spec: SliceClusterSpec, owner_label: str) -> dict[str, Any]:
     if spec.namespace:
         metadata["namespace"] = spec.namespace
     metadata["labels"] = {owner_label: spec.name, c.LABEL_MANAGED_BY: c.MANAGED_BY}
+    metadata["labels"].update(kueue_labels(spec))
     if owners := _owner_reference(spec):
         metadata["ownerReferences"] = owners
     return metadata
+
+
+def kueue_labels(spec: SliceClusterSpec) -> dict[str, str]:
+    """Kueue's labels of the KubeRay object (``spec.kueue``): the LocalQueue and the
+    WorkloadPriorityClass. Kueue's webhook suspends a labelled RayCluster or RayJob at
+    create and its controller unsuspends it at admission (kubernetes-sigs/kueue v0.17.0
+    pkg/controller/jobframework: ``ApplyDefaultForSuspend``, reconciler ``startJob``);
+    the applier sends ``suspend: true`` at create too, never false
+    (``applier.with_admission_hold``)."""
+    if spec.kueue is None:
+        return {}
+    labels = {c.KUEUE_QUEUE_LABEL: spec.kueue.queue_name}
+    if spec.kueue.priority_class:
+        labels[c.KUEUE_PRIORITY_LABEL] = spec.kueue.priority_class
+    return labels
 
 
 def worker_labels(spec: SliceClusterSpec) -> dict[str, str]:

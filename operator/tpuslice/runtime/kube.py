@@ -75,6 +75,10 @@ class ClusterApi(Protocol):
 
     async def get_crd(self, name: str) -> Any: ...
 
+    async def read_kueue(
+        self, plural: str, *, namespace: str = "", name: str = "", label_selector: str = ""
+    ) -> Any: ...
+
     async def create_reservation(self, body: Mapping[str, Any]) -> Any: ...
 
     async def get_reservation(self, name: str) -> Any: ...
@@ -407,6 +411,26 @@ class Kube:
             api_path("apiextensions.k8s.io", "v1", "customresourcedefinitions", name),
             resource="customresourcedefinitions",
         )
+
+    # ------------------------------------------------------------ Kueue's objects (read only)
+    async def read_kueue(
+        self, plural: str, *, namespace: str = "", name: str = "", label_selector: str = ""
+    ) -> Any:
+        """One of Kueue's objects (``name``) or the items of a LIST (none named), read at
+        the first of Kueue's API versions this cluster serves (v1beta2 from Kueue 0.15,
+        v1beta1 before); None, or [] for a LIST, when Kueue or the object is not there."""
+        kueue_plural = plural
+        for version in c.KUEUE_VERSIONS:
+            path = api_path(c.KUEUE_GROUP, version, kueue_plural, name, namespace)
+            query = {"labelSelector": label_selector} if label_selector and not name else None
+            try:
+                found = await self.call("GET", path, resource=kueue_plural, query=query)
+            except ApiError as exc:
+                if exc.not_found:
+                    continue
+                raise
+            return found if name else list((found or {}).get("items") or [])
+        return None if name else []
 
     async def crd_exists(self, name: str) -> bool:
         try:

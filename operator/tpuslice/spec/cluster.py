@@ -14,6 +14,7 @@ from tpuslice.spec.parts import (
     _cluster_parts,
     _metadata,
     as_object,
+    object_labels,
 )
 from tpuslice.spec.values import described
 
@@ -47,7 +48,16 @@ def parse_cluster(obj: Mapping[str, Any]) -> SliceClusterSpec:
         uid=uid,
         owner_kind=constants.KIND_CLUSTER,
         suspend=bool(suspend),
+        labels=object_labels(obj),
     )
+    if cluster is not None and cluster.kueue is not None and suspend is True:
+        errors.append(
+            FieldError(
+                "spec.suspend",
+                "cannot be true for an object Kueue admits (spec.kueue or the queue-name "
+                "label): Kueue owns the RayCluster's suspend; stop its LocalQueue instead",
+            )
+        )
     if errors or cluster is None:
         raise SpecError(errors)
     return cluster

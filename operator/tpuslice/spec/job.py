@@ -28,6 +28,7 @@ from tpuslice.spec.parts import (
     _string,
     _yaml_map,
     as_object,
+    object_labels,
 )
 from tpuslice.spec.values import described
 
@@ -226,9 +227,23 @@ def parse_job(obj: Mapping[str, Any]) -> SliceJobSpec:
     )
     spec = as_object(raw, "spec", errors, _JOB_SPEC_FIELDS)
     cluster = _cluster_parts(
-        spec, errors, name=name, namespace=namespace, uid=uid, owner_kind=constants.KIND_JOB
+        spec,
+        errors,
+        name=name,
+        namespace=namespace,
+        uid=uid,
+        owner_kind=constants.KIND_JOB,
+        labels=object_labels(obj),
     )
     job = _job(spec.get("job"), cluster.head if cluster else None, errors)
+    if cluster is not None and cluster.kueue is not None and job is not None and job.suspend:
+        errors.append(
+            FieldError(
+                "spec.job.suspend",
+                "cannot be true for an object Kueue admits (spec.kueue or the queue-name "
+                "label): Kueue owns the RayJob's suspend; stop its LocalQueue instead",
+            )
+        )
     if errors or cluster is None or job is None:
         raise SpecError(errors)
     return SliceJobSpec(cluster=cluster, job=job)

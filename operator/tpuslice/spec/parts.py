@@ -36,6 +36,7 @@ __all__ = [
     "ElasticSpec",
     "FieldError",
     "GroupSpec",
+    "KueueSpec",
     "OwnedClusterSpec",
     "ProvisioningSpec",
     "RetryPolicy",
@@ -45,6 +46,7 @@ __all__ = [
     "WorkerGroupSpec",
     "as_object",
     "default_image",
+    "object_labels",
 ]
 
 ReservationPolicy = Literal["NodePool", "DynamicSlice", "None"]
@@ -227,6 +229,15 @@ class ElasticSpec:
 
 
 @dataclass(frozen=True)
+class KueueSpec:
+    """spec.kueue: the LocalQueue Kueue admits the KubeRay object through and its
+    WorkloadPriorityClass; rendered as Kueue's labels on the RayCluster or RayJob."""
+
+    queue_name: str
+    priority_class: str = ""
+
+
+@dataclass(frozen=True)
 class SliceClusterSpec:
     """A validated TPUSliceCluster with every default applied."""
 
@@ -260,6 +271,9 @@ class SliceClusterSpec:
     provisioning: ProvisioningSpec | None = None
     #: spec.elastic; None for a fixed count (spec.tpu.slices).
     elastic: ElasticSpec | None = None
+    #: spec.kueue, or the object's ``kueue.x-k8s.io/queue-name`` label copied; None when
+    #: the object names no LocalQueue.
+    kueue: KueueSpec | None = None
 
     @property
     def min_slices(self) -> int:
@@ -524,6 +538,32 @@ def _refuse_sub_slicing(template: Mapping[str, Any], path: str, errors: list[Fie
         )
 
 
+def _refuse_kueue_topology(
+    template: Mapping[str, Any], path: str, errors: list[FieldError]
+) -> None:
+    """Kueue's topology-aware scheduling annotations (``kueue.x-k8s.io/podset-*``: required,
+    preferred, unconstrained and slice topology; kubernetes-sigs/kueue v0.17.0
+    apis/kueue/v1beta2/topology_types.go) make Kueue choose the nodes of a TPU worker
+    pod set, gate its pods with ``kueue.x-k8s.io/topology`` and add its own node
+    selector when it lifts the gate; the operator chooses a node pool per slice and pins
+    the pods to it. Two placements of one pod would collide (a pod's node selector can
+    only be added to while gated, never changed), so every level is refused, the node
+    pool's included: adopting Kueue's assignment as the pool choice is not built."""
+    metadata = template.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    if not isinstance(annotations, Mapping):
+        return
+    for key in sorted(k for k in annotations if str(k).startswith(constants.KUEUE_TAS_PREFIX)):
+        errors.append(
+            FieldError(
+                f"{path}.metadata.annotations[{key}]",
+                "asks Kueue's topology-aware scheduling to place the TPU workers, which the "
+                "operator places on a reserved node pool per slice; remove it (Kueue still "
+                "admits the object by quota)",
+            )
+        )
+
+
 def _group(
     raw: Any,
     path: str,
@@ -545,6 +585,7 @@ def _group(
         _template_size(template, f"{path}.template", errors)
     if tpu_owned:
         _refuse_sub_slicing(template, f"{path}.template", errors)
+        _refuse_kueue_topology(template, f"{path}.template", errors)
     ray_start_params = _string_map(raw.get("rayStartParams"), f"{path}.rayStartParams", errors)
     if "labels" in ray_start_params:
         errors.append(
@@ -563,8 +604,21 @@ def _group(
 
 
 _CLUSTER_PARTS = frozenset(
-    {"tpu", "elastic", "ray", "head", "worker", "workerGroups", "reservation", "disruption"}
+    {
+        "tpu",
+        "elastic",
+        "ray",
+        "head",
+        "worker",
+        "workerGroups",
+        "reservation",
+        "disruption",
+        "kueue",
+    }
 )
+_KUEUE_FIELDS = frozenset({"queueName", "priorityClassName"})
+#: Kueue's names (a LocalQueue, a WorkloadPriorityClass) are label values of its labels.
+MAX_KUEUE_NAME = 63
 _WORKER_GROUP_FIELDS = frozenset(
     {"name", "tpu", "cpu", "elastic", "resources", "rayStartParams", "template"}
 )
@@ -872,6 +926,7 @@ def _cluster_parts(
     uid: str,
     owner_kind: str,
     suspend: bool = False,
+    labels: Mapping[str, Any] | None = None,
 ) -> SliceClusterSpec | None:
     """The shared parts (tpu, ray, head, worker, reservation) as a SliceClusterSpec
     for the object named; None when something is wrong (reported in ``errors``)."""
@@ -945,6 +1000,16 @@ def _cluster_parts(
                 "slice like any other); remove provisioning or set the policy NodePool",
             )
         )
+    kueue = _kueue(spec.get("kueue"), labels or {}, errors)
+    if kueue is not None and elastic is not None:
+        errors.append(
+            FieldError(
+                "spec.kueue",
+                "cannot be combined with spec.elastic: Kueue refuses an autoscaling RayCluster "
+                "unless it is one of its elastic jobs (workload slices), which the operator "
+                "does not render yet; remove one of them",
+            )
+        )
     if shape is None:
         return None
     return SliceClusterSpec(
@@ -968,7 +1033,51 @@ def _cluster_parts(
         elastic=elastic,
         disruption=_disruption(spec.get("disruption"), errors),
         worker_groups=groups,
+        kueue=kueue,
     )
+
+
+def object_labels(obj: Any) -> Mapping[str, Any]:
+    """The labels of an object as given (empty when absent or not a map)."""
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    labels = metadata.get("labels") if isinstance(metadata, Mapping) else None
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def _kueue_name(value: Any, path: str, errors: list[FieldError]) -> str:
+    name = _string(value, path, errors, max_length=MAX_KUEUE_NAME)
+    if name and not _CLASS_NAME.match(name):
+        errors.append(
+            FieldError(path, f"{name!r} is not a Kueue object name (lowercase DNS subdomain)")
+        )
+        return ""
+    return name
+
+
+def _kueue(raw: Any, labels: Mapping[str, Any], errors: list[FieldError]) -> KueueSpec | None:
+    """spec.kueue; when absent, the object's own ``kueue.x-k8s.io/queue-name`` (and
+    ``priority-class``) labels, as a user of Kueue labels any job."""
+    if raw is None:
+        queue = labels.get(constants.KUEUE_QUEUE_LABEL)
+        if not queue:
+            return None
+        path = f"metadata.labels[{constants.KUEUE_QUEUE_LABEL}]"
+        name = _kueue_name(queue, path, errors)
+        priority = _kueue_name(
+            labels.get(constants.KUEUE_PRIORITY_LABEL, ""),
+            f"metadata.labels[{constants.KUEUE_PRIORITY_LABEL}]",
+            errors,
+        )
+        return KueueSpec(name, priority) if name else None
+    kueue = as_object(raw, "spec.kueue", errors, _KUEUE_FIELDS)
+    if kueue.get("queueName") in (None, ""):
+        errors.append(FieldError("spec.kueue.queueName", "is required (the LocalQueue's name)"))
+        return None
+    name = _kueue_name(kueue.get("queueName"), "spec.kueue.queueName", errors)
+    priority = _kueue_name(
+        kueue.get("priorityClassName", ""), "spec.kueue.priorityClassName", errors
+    )
+    return KueueSpec(name, priority) if name else None
 
 
 def _disruption(raw: Any, errors: list[FieldError]) -> DisruptionSpec:

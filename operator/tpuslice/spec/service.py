@@ -24,6 +24,7 @@ from tpuslice.spec.parts import (
     _string,
     _yaml_map,
     as_object,
+    object_labels,
 )
 from tpuslice.spec.values import described
 
@@ -168,9 +169,26 @@ def parse_service(obj: Mapping[str, Any]) -> SliceServiceSpec:
     )
     spec = as_object(raw, "spec", errors, _SERVICE_SPEC_FIELDS)
     cluster = _cluster_parts(
-        spec, errors, name=name, namespace=namespace, uid=uid, owner_kind=constants.KIND_SERVICE
+        spec,
+        errors,
+        name=name,
+        namespace=namespace,
+        uid=uid,
+        owner_kind=constants.KIND_SERVICE,
+        labels=object_labels(obj),
     )
     serve = _serve(spec.get("serve"), errors, elastic=spec.get("elastic") is not None)
+    if cluster is not None and cluster.kueue is not None:
+        where = (
+            "spec.kueue" if "kueue" in spec else f"metadata.labels[{constants.KUEUE_QUEUE_LABEL}]"
+        )
+        errors.append(
+            FieldError(
+                where,
+                "is not supported on a TPUSliceService yet: Kueue would admit each RayCluster "
+                "of an upgrade on its own; remove it",
+            )
+        )
     if errors or cluster is None or serve is None:
         raise SpecError(errors)
     return SliceServiceSpec(cluster=cluster, serve=serve)

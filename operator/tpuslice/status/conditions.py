@@ -17,9 +17,10 @@ from typing import Any
 
 from tpuslice.model import constants as c
 from tpuslice.model import events
-from tpuslice.model.records import SliceState, SliceStatus
+from tpuslice.model.records import KueueView, SliceState, SliceStatus
 
 __all__ = [
+    "KUEUE_ADMITTED",
     "MAX_MESSAGE",
     "MAX_SLICE_MESSAGE",
     "ElasticCount",
@@ -30,6 +31,7 @@ __all__ = [
     "elastic_status",
     "failure_status",
     "index_ranges",
+    "kueue_condition",
     "may_fold",
     "merge_conditions",
     "readiness",
@@ -40,12 +42,15 @@ __all__ = [
     "status_head",
     "timeout_condition",
     "truncate",
+    "waiting_message",
 ]
 
 READY = "Ready"
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
 SLICES_RESERVED = "SlicesReserved"
+#: The condition each kind's status carries for an object Kueue admits (status/kueue.py).
+KUEUE_ADMITTED = "KueueAdmitted"
 #: An elastic set's: slices the Ray autoscaler asked for are not all Ready yet.
 SCALING_UP = "ScalingUp"
 #: An elastic set's: a slice it asked for waited past the autoscaler's allocate timeout.
@@ -65,6 +70,7 @@ SLICE_MESSAGES_BUDGET = 65536
 
 # The order in which a not-ready slice explains the cluster's Ready=False.
 _BLOCKING_ORDER = (
+    SliceState.AWAITING_ADMISSION,
     SliceState.WAITING_FOR_CAPACITY,
     SliceState.REQUESTED,
     SliceState.PROVISIONING,
@@ -148,6 +154,8 @@ class ObservedObject:
     stall: Stall | None = None
     #: spec.elastic's range and the live target; None for a fixed count.
     elastic: ElasticCount | None = None
+    #: Kueue's hold on the KubeRay object (status/kueue.py); None when Kueue has no part.
+    kueue: KueueView | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -485,6 +493,8 @@ def desired_conditions(observed: Observed) -> list[dict[str, Any]]:
     timeout = timeout_condition(observed)
     if timeout is not None and observed.stall is None and not observed.suspended:
         conditions.append(timeout)
+    if observed.kueue is not None:
+        conditions.append(kueue_condition(observed.kueue, gen))
     return conditions
 
 
@@ -728,6 +738,60 @@ def condition(
     """One condition without lastTransitionTime (``merge_conditions`` adds it), message
     bounded to MAX_MESSAGE."""
     return _condition(kind, status, reason, message, generation)
+
+
+def waiting_message(view: KueueView) -> str:
+    """Why a slice waits for Kueue, naming the queue and where it came from, and what
+    Kueue's Workload says: an eviction and its reason, why quota is not reserved, the
+    admission checks not Ready."""
+    where = (
+        f"the namespace's default LocalQueue {view.queue} (Kueue's webhook labelled it; set "
+        f"spec.kueue to choose another)"
+        if view.defaulted
+        else f"LocalQueue {view.queue}"
+    )
+    said = (
+        f"Kueue has not admitted {view.kind} {view.name} ({where}); no node pool is "
+        f"claimed until it does"
+    )
+    workload = view.workload
+    if workload is None:
+        return said
+    if workload.evicted_reason:
+        said = (
+            f"Kueue evicted {view.kind} {view.name} ({workload.evicted_reason}: "
+            f"{workload.evicted_message}); its node pools are given back once its pods are "
+            f"gone, and it waits in {where} again"
+        )
+    if workload.pending:
+        said += f"; Kueue: {workload.pending}"
+    for name, state, message in workload.checks:
+        said += f"; admission check {name} {state}" + (f": {message}" if message else "")
+    return said
+
+
+def kueue_condition(view: KueueView, generation: int) -> dict[str, Any]:
+    """``KueueAdmitted``: True once Kueue has unsuspended the object, False while it holds
+    it: reason ``Evicted`` after Kueue evicted it (Kueue's own reason in the message),
+    ``DefaultLocalQueue`` when Kueue chose the queue, else ``AwaitingAdmission``."""
+    if view.admitted:
+        default = " (the namespace's default LocalQueue)" if view.defaulted else ""
+        message = f"Kueue admitted {view.kind} {view.name} through LocalQueue {view.queue}"
+        since = view.workload.pods_not_ready_since if view.workload is not None else ""
+        if since:
+            default += (
+                f"; its pods are not all ready since {since}: if Kueue's WaitForPodsReady "
+                f"is on, Kueue evicts it once its timeout (waitForPodsReady.timeout in "
+                f"Kueue's configuration) has passed since then"
+            )
+        return condition(KUEUE_ADMITTED, True, "Admitted", message + default, generation)
+    if view.workload is not None and view.workload.evicted_reason:
+        reason = "Evicted"
+    elif view.defaulted:
+        reason = "DefaultLocalQueue"
+    else:
+        reason = "AwaitingAdmission"
+    return condition(KUEUE_ADMITTED, False, reason, waiting_message(view), generation)
 
 
 def slices_reserved_condition(slices: Sequence[SliceStatus], generation: int) -> dict[str, Any]:

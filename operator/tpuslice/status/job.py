@@ -43,9 +43,11 @@ from tpuslice.status.conditions import (
     ClusterSlices,
     ObservedObject,
     condition,
+    kueue_condition,
     merge_conditions,
     slices_reserved_condition,
     status_head,
+    waiting_message,
 )
 
 __all__ = [
@@ -192,6 +194,10 @@ def _verdict(observed: JobObserved) -> _Verdict:
     if observed.stall is not None:
         return _Verdict(observed.stall.reason, observed.stall.message, stalled=True)
     status = observed.ray_job_status
+    kueue = observed.kueue
+    ended = (status or {}).get("jobDeploymentStatus") in _ENDED
+    if kueue is not None and not kueue.admitted and not observed.suspend and not ended:
+        return _Verdict("AwaitingAdmission", waiting_message(kueue), True)
     if status is None:
         return _Verdict("Pending", f"RayJob {observed.ray_job} is not created yet", True)
     deployment = status.get("jobDeploymentStatus") or ""
@@ -289,6 +295,8 @@ def job_conditions(observed: JobObserved) -> list[dict[str, Any]]:
         conditions.append(slices_reserved_condition(cluster.slices, gen))
     if cluster is not None and not verdict.terminal and not verdict.stalled:
         conditions += cluster.elastic_conditions(gen)
+    if observed.kueue is not None:
+        conditions.append(kueue_condition(observed.kueue, gen))
     return conditions
 
 

@@ -1,0 +1,354 @@
+"""The operator with a real Kueue: Kueue admits, the operator places.
+
+One cluster with ``ClusterSettings(kueue=True)`` and one operator for the module (it
+runs right after test_kueue_harness.py, before the session cluster starts; conftest
+orders it). The ClusterQueue ``tpu`` has the chips of one v6e 4x4 slice; there are
+two such pools, so a second queued object waits for Kueue's quota, never for a pool.
+
+What it shows, in order: a queued TPUSliceCluster is admitted and claims a pool; a
+second one is created suspended with Kueue's label, claims nothing and says
+AwaitingAdmission; an edit of it is applied and it stays suspended; once the quota
+is free Kueue admits it, Kueue's field manager owns ``spec.suspend`` and an edit never
+suspends it again; in a namespace with a LocalQueue named ``default`` an object that
+names no queue is held by Kueue and says so; a Kueue topology annotation on the TPU
+workers is refused naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.helpers import E2ECluster
+from tests.e2e.operator_support import (
+    apply,
+    condition,
+    describe,
+    event_reasons,
+    get_tsc,
+    held_by,
+    kubectl,
+    slice_pods,
+    tsc,
+    wait_condition,
+)
+from tpusim import ClusterSettings, CPUPool, LocalCluster, ToolPaths, TPUPool, kube
+from tpusim.kueue import QUEUE_LABEL, KueueConfig, create_queues, local_queue
+from tpusim.operator_process import OperatorProcess
+
+REPO = Path(__file__).resolve().parents[2]
+POOLS = (
+    TPUPool("v6e-4x4-kq-a", "v6e", "4x4", nodes=4),
+    TPUPool("v6e-4x4-kq-b", "v6e", "4x4", nodes=4),
+    CPUPool("cpu-kq", nodes=1),
+)
+QUEUED = "kueue-op"  # a LocalQueue tpu
+DEFAULTED = "kueue-default"  # a LocalQueue named default
+ONE_SLICE_CHIPS = 16
+#: Kueue's WaitForPodsReady timeout: short, so the eviction test sees one; long enough for
+#: an admitted object whose pools are free to be Ready well within it.
+PODS_READY_TIMEOUT_S = 45
+MANAGER = "tpuslice-operator"
+HASH = "tpuslice.dev/applied-hash"
+
+
+@pytest.fixture(scope="module")
+def kueue_operator() -> Iterator[E2ECluster]:
+    run_dir = REPO / ".e2e-runs" / datetime.now().strftime("kueue-op-%Y%m%d-%H%M%S-%f")
+    local = LocalCluster(
+        ClusterSettings(
+            tools=ToolPaths.for_repo(REPO),
+            run_dir=run_dir,
+            kueue=True,
+            kueue_config=KueueConfig(pods_ready_timeout_s=PODS_READY_TIMEOUT_S),
+        )
+    )
+    proc: OperatorProcess | None = None
+    try:
+        local.start()
+        local.add_pools(POOLS)
+        core = kube.core_v1(local.api)
+        for name in (QUEUED, DEFAULTED):
+            core.create_namespace({"metadata": {"name": name}})
+        create_queues(local.api, namespaces=[QUEUED], tpu_chips=ONE_SLICE_CHIPS)
+        create_queues(local.api, namespaces=[QUEUED], tpu_chips=2 * ONE_SLICE_CHIPS, name="big")
+        cluster = E2ECluster(kubeconfig=local.kubeconfig, api=local.api, run_dir=run_dir)
+        cluster.custom.create_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta2", DEFAULTED, "localqueues",
+            local_queue(DEFAULTED, "default", "tpu"),
+        )  # fmt: skip
+        _install_crds(cluster)
+        proc = OperatorProcess(
+            local.kubeconfig,
+            run_dir / "logs" / "operator.log",
+            extra_args=("--resync-seconds=10",),
+            cwd=REPO,
+        )
+        proc.start()
+        yield cluster
+    finally:
+        if proc is not None:
+            proc.stop()
+        local.stop()
+
+
+def _install_crds(cluster: E2ECluster) -> None:
+    crds = sorted(str(p) for p in (REPO / "crds").glob("*.yaml"))
+    files = [arg for path in crds for arg in ("-f", path)]
+    kubectl(cluster, "apply", "--server-side", "--force-conflicts", *files)
+    kubectl(cluster, "wait", "--for=condition=Established", "--timeout=60s", *files)
+
+
+def _raycluster(cluster: E2ECluster, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        found: dict[str, Any] = cluster.custom.get_namespaced_custom_object(
+            "ray.io", "v1", namespace, "rayclusters", name
+        )
+    except Exception:  # not there yet
+        return None
+    return found
+
+
+def _suspend_owners(raycluster: dict[str, Any]) -> list[str]:
+    """The field managers (manager/operation) owning the RayCluster's spec.suspend."""
+    return [
+        f"{entry['manager']}/{entry['operation']}"
+        for entry in raycluster["metadata"].get("managedFields") or []
+        if "f:suspend" in ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+    ]
+
+
+def _edit_head(cluster: E2ECluster, namespace: str, name: str, cpus: str) -> str:
+    """Change the head's rayStartParams (a field Kueue's pod sets do not include) and wait
+    for the RayCluster applied from it; return its applied hash."""
+    before = (_raycluster(cluster, namespace, name) or {})["metadata"]["annotations"][HASH]
+    patch = json.dumps({"spec": {"head": {"rayStartParams": {"num-cpus": cpus}}}})
+    kubectl(cluster, "patch", "tsc", "-n", namespace, name, "--type=merge", "-p", patch)
+
+    def applied() -> str | None:
+        rc = _raycluster(cluster, namespace, name) or {}
+        digest = str(rc["metadata"]["annotations"][HASH])
+        params = rc["spec"]["headGroupSpec"].get("rayStartParams") or {}
+        return digest if digest != before and params.get("num-cpus") == cpus else None
+
+    return kube.wait_for(applied, timeout_s=60, what=f"{namespace}/{name} edit applied")
+
+
+def _no_claim_for(cluster: E2ECluster, namespace: str, name: str, seconds: float) -> None:
+    """For ``seconds``: no reservation names the object and none of its pods is released."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        assert held_by(cluster, namespace, name) == {}, describe(cluster, namespace, name)
+        for pod in slice_pods(cluster, namespace, name):
+            gates = [g.name for g in pod.spec.scheduling_gates or []]
+            assert "tpuslice.dev/slice-reservation" in gates, pod.metadata.name
+        time.sleep(1)
+
+
+def test_kueue_admits_and_the_operator_places(kueue_operator: E2ECluster) -> None:
+    cluster = kueue_operator
+    record: dict[str, Any] = {}
+    began = time.monotonic()
+
+    # b: admitted (the quota is free) and placed
+    apply(cluster, QUEUED, tsc("b", kueue={"queueName": "tpu"}))
+    wait_condition(cluster, QUEUED, "b", "KueueAdmitted", "True", "Admitted", timeout_s=120)
+    wait_condition(cluster, QUEUED, "b", "Ready", "True", timeout_s=180)
+    assert len(held_by(cluster, QUEUED, "b")) == 1
+    record["b_ready_s"] = round(time.monotonic() - began, 2)
+
+    # a: the quota is b's; created suspended with Kueue's label, claims nothing
+    apply(cluster, QUEUED, tsc("a", kueue={"queueName": "tpu"}))
+    held = wait_condition(
+        cluster, QUEUED, "a", "KueueAdmitted", "False", "AwaitingAdmission", timeout_s=60
+    )
+    rc = _raycluster(cluster, QUEUED, "a")
+    assert rc is not None and rc["spec"]["suspend"] is True
+    assert rc["metadata"]["labels"][QUEUE_LABEL] == "tpu"
+    assert [s["state"] for s in held["status"]["slices"]] == ["AwaitingAdmission"]
+    assert condition(held, "Ready")["reason"] == "AwaitingAdmission"
+    record["a_suspend_owners_at_create"] = _suspend_owners(rc)
+    _no_claim_for(cluster, QUEUED, "a", seconds=5)
+
+    # an edit of a while Kueue holds it is applied and leaves it suspended
+    _edit_head(cluster, QUEUED, "a", "1")
+    time.sleep(3)  # any later apply (or KubeRay acting on an unsuspended cluster) shows
+    rc = _raycluster(cluster, QUEUED, "a")
+    assert rc is not None and rc["spec"]["suspend"] is True
+    record["a_suspend_owners_after_edit"] = _suspend_owners(rc)
+    _no_claim_for(cluster, QUEUED, "a", seconds=3)
+
+    # the quota comes free: Kueue admits a, the operator claims for it
+    kubectl(cluster, "delete", "tsc", "-n", QUEUED, "b", "--wait=true", "--timeout=90s")
+    mark = time.monotonic()
+    wait_condition(cluster, QUEUED, "a", "KueueAdmitted", "True", "Admitted", timeout_s=120)
+    wait_condition(cluster, QUEUED, "a", "Ready", "True", timeout_s=180)
+    assert len(held_by(cluster, QUEUED, "a")) == 1
+    record["a_ready_after_b_deleted_s"] = round(time.monotonic() - mark, 2)
+    rc = _raycluster(cluster, QUEUED, "a")
+    assert rc is not None and rc["spec"]["suspend"] is False
+    owners = _suspend_owners(rc)
+    record["a_suspend_owners_admitted"] = owners
+    assert owners and not any(o.startswith(f"{MANAGER}/") for o in owners), owners
+
+    # an edit of the admitted object never suspends it again
+    _edit_head(cluster, QUEUED, "a", "2")
+    time.sleep(3)
+    rc = _raycluster(cluster, QUEUED, "a")
+    assert rc is not None and rc["spec"]["suspend"] is False
+    assert not any(o.startswith(f"{MANAGER}/") for o in _suspend_owners(rc))
+    assert condition(get_tsc(cluster, QUEUED, "a"), "Ready")["status"] == "True"
+
+    # the namespace's default LocalQueue: Kueue takes an object that names no queue
+    apply(cluster, DEFAULTED, tsc("c"))
+    defaulted = wait_condition(
+        cluster, DEFAULTED, "c", "KueueAdmitted", "False", "DefaultLocalQueue", timeout_s=60
+    )
+    assert "default LocalQueue default" in condition(defaulted, "KueueAdmitted")["message"]
+    rc = _raycluster(cluster, DEFAULTED, "c")
+    assert rc is not None and rc["metadata"]["labels"][QUEUE_LABEL] == "default"
+    record["c_suspend_owners_defaulted"] = _suspend_owners(rc)
+    _no_claim_for(cluster, DEFAULTED, "c", seconds=5)
+    rc = _raycluster(cluster, DEFAULTED, "c")
+    assert rc is not None and rc["spec"]["suspend"] is True  # the operator never resumed it
+    kubectl(cluster, "delete", "tsc", "-n", QUEUED, "a", "--wait=true", "--timeout=90s")
+    wait_condition(cluster, DEFAULTED, "c", "KueueAdmitted", "True", "Admitted", timeout_s=120)
+    wait_condition(cluster, DEFAULTED, "c", "Ready", "True", timeout_s=180)
+
+    # a Kueue topology annotation on the TPU workers is refused, naming the field
+    annotated = tsc(
+        "d",
+        kueue={"queueName": "tpu"},
+        worker={
+            "resources": {"cpu": "4", "memory": "16Gi"},
+            "template": {
+                "metadata": {
+                    "annotations": {
+                        "kueue.x-k8s.io/podset-required-topology": "cloud.google.com/gke-nodepool"
+                    }
+                }
+            },
+        },
+    )
+    apply(cluster, QUEUED, annotated)
+    stalled = wait_condition(cluster, QUEUED, "d", "Stalled", "True", "InvalidSpec", timeout_s=60)
+    assert "kueue.x-k8s.io/podset-required-topology" in condition(stalled, "Stalled")["message"]
+    assert _raycluster(cluster, QUEUED, "d") is None
+
+    assert cluster.run_dir is not None
+    (cluster.run_dir / "kueue-operator.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(json.dumps(record, indent=2))
+
+
+def test_a_wait_for_pods_ready_eviction_gives_the_pools_back(kueue_operator: E2ECluster) -> None:
+    """After the test above c (the default LocalQueue's) holds one pool. e asks for two
+    slices, each on its own (PerSlice), through a ClusterQueue with quota for both: Kueue
+    admits it, one slice claims the free pool and runs, the other finds none, so e's pods
+    are not all ready within Kueue's timeout. Kueue evicts e: its pool is given back, and
+    its status and an event carry Kueue's reason."""
+    cluster = kueue_operator
+    assert len(held_by(cluster, DEFAULTED, "c")) == 1
+    apply(
+        cluster,
+        QUEUED,
+        tsc("e", slices=2, kueue={"queueName": "big"}, reservation={"gang": "PerSlice"}),
+    )
+    wait_condition(cluster, QUEUED, "e", "KueueAdmitted", "True", "Admitted", timeout_s=60)
+    kube.wait_for(
+        lambda: len(held_by(cluster, QUEUED, "e")) == 1,
+        timeout_s=60,
+        what="e holds the free pool for one slice",
+        describe=lambda: describe(cluster, QUEUED, "e"),
+    )
+    mark = time.monotonic()
+    evicted = wait_condition(
+        cluster,
+        QUEUED,
+        "e",
+        "KueueAdmitted",
+        "False",
+        "Evicted",
+        timeout_s=PODS_READY_TIMEOUT_S + 90,
+    )
+    message = condition(evicted, "KueueAdmitted")["message"]
+    assert "PodsReadyTimeout" in message, message
+    kube.wait_for(
+        lambda: held_by(cluster, QUEUED, "e") == {},
+        timeout_s=90,
+        what="e's pool given back after Kueue's eviction",
+        describe=lambda: describe(cluster, QUEUED, "e"),
+    )
+    assert "KueueEvicted" in event_reasons(cluster, QUEUED)
+    assert cluster.run_dir is not None
+    (cluster.run_dir / "kueue-eviction.json").write_text(
+        json.dumps({"evicted_after_s": round(time.monotonic() - mark, 2), "message": message})
+        + "\n"
+    )
+
+
+def test_a_job_kueue_admits_is_placed_and_its_cluster_is_not_queued_twice(
+    kueue_operator: E2ECluster,
+) -> None:
+    """A TPUSliceJob through ClusterQueue big: Kueue admits the RayJob; the RayCluster
+    KubeRay makes for it carries the copied queue label but is not a second Workload
+    (Kueue skips a job whose ancestor it manages), and the operator claims its pool."""
+    cluster = kueue_operator
+    kubectl(cluster, "delete", "tsc", "-n", QUEUED, "e", "--ignore-not-found", "--wait=true")
+    kube.wait_for(
+        lambda: held_by(cluster, QUEUED, "e") == {},
+        timeout_s=90,
+        what="e's pools given back",
+    )
+    body = tsc("j", kueue={"queueName": "big"})
+    body["kind"] = "TPUSliceJob"
+    body["spec"]["job"] = {"entrypoint": "python -c 'print(1)'", "backoffLimit": 0}
+    apply(cluster, QUEUED, body)
+
+    def job() -> dict[str, Any]:
+        found: dict[str, Any] = cluster.custom.get_namespaced_custom_object(
+            "tpuslice.dev", "v1alpha1", QUEUED, "tpuslicejobs", "j"
+        )
+        return found
+
+    def admitted_and_held() -> str | None:
+        obj = job()
+        admitted = condition(obj, "KueueAdmitted").get("status") == "True"
+        held = [
+            r
+            for r in cluster.custom.list_cluster_custom_object(
+                "tpuslice.dev", "v1alpha1", "slicereservations"
+            )["items"]
+            if r["spec"]["holder"].get("kind") == "TPUSliceJob"
+            and r["spec"]["holder"]["name"] == "j"
+        ]
+        name = (obj.get("status") or {}).get("rayCluster")
+        return name if admitted and held and name else None
+
+    ray_cluster = kube.wait_for(
+        admitted_and_held,
+        timeout_s=120,
+        what="j admitted by Kueue and its slice holding a pool",
+        describe=lambda: job().get("status"),
+    )
+    rayjob = cluster.custom.get_namespaced_custom_object("ray.io", "v1", QUEUED, "rayjobs", "j")
+    assert rayjob["metadata"]["labels"][QUEUE_LABEL] == "big"
+    # KubeRay's RayJob spec.suspend is a plain bool with omitempty: Kueue's false is absent
+    assert not rayjob["spec"].get("suspend")
+    rc = _raycluster(cluster, QUEUED, ray_cluster)
+    assert rc is not None and rc["spec"].get("suspend") is not True
+    workloads = cluster.custom.list_namespaced_custom_object(
+        "kueue.x-k8s.io", "v1beta2", QUEUED, "workloads"
+    )["items"]
+    owners = [
+        ref["kind"]
+        for w in workloads
+        for ref in w["metadata"].get("ownerReferences") or []
+        if ref["name"] in ("j", ray_cluster)
+    ]
+    assert owners == ["RayJob"], owners
