@@ -441,7 +441,7 @@ def test_job_defaults_are_applied() -> None:
         (tpuslice_job(preRunningDeadlineSeconds=5), "Additional properties are not allowed"),
         (
             tpuslice_service(upgradeStrategy={"type": "NewClusterWithIncrementalUpgrade"}),
-            "NewClusterWithIncrementalUpgrade needs spec.elastic",
+            "NewClusterWithIncrementalUpgrade needs the Ray autoscaler",
         ),
         (
             tpuslice_service(upgradeStrategy={"clusterUpgradeOptions": {"maxSurgePercent": 50}}),

@@ -541,13 +541,31 @@ def test_an_elastic_service_may_upgrade_incrementally() -> None:
 def test_a_fixed_service_may_not_upgrade_incrementally() -> None:
     obj = _service(INCREMENTAL, elastic=False)
     messages = validate(CRDS[c.KIND_SERVICE], obj)
-    assert any("NewClusterWithIncrementalUpgrade needs spec.elastic" in m for m in messages)
-    assert any("clusterUpgradeOptions only applies to" in m for m in messages)
+    assert any("NewClusterWithIncrementalUpgrade needs the Ray autoscaler" in m for m in messages)
     with pytest.raises(SpecError) as err:
         render(obj)
     assert "spec.serve.upgradeStrategy.type: NewClusterWithIncrementalUpgrade needs" in str(
         err.value
     )
+
+
+def test_a_grouped_service_with_an_elastic_group_may_upgrade_incrementally() -> None:
+    """An elastic TPU group runs the Ray autoscaler as spec.elastic does, so KubeRay
+    accepts the incremental strategy; options without that type are refused."""
+    obj = _service(copy.deepcopy(INCREMENTAL), elastic=False)
+    del obj["spec"]["tpu"]
+    obj["spec"].pop("worker", None)
+    obj["spec"]["workerGroups"] = [
+        {"name": "serve", "tpu": {"type": "v6e", "topology": "4x4"},
+         "elastic": {"minSlices": 1, "maxSlices": 3}},
+    ]  # fmt: skip
+    assert validate(CRDS[c.KIND_SERVICE], obj) == []
+    rendered = render(obj)
+    assert rendered["spec"]["upgradeStrategy"]["type"] == "NewClusterWithIncrementalUpgrade"
+    assert rendered["spec"]["rayClusterConfig"]["enableInTreeAutoscaling"] is True
+    obj["spec"]["serve"]["upgradeStrategy"]["type"] = "NewCluster"
+    messages = validate(CRDS[c.KIND_SERVICE], obj)
+    assert any("clusterUpgradeOptions only applies to" in m for m in messages), messages
 
 
 def test_upgrade_options_are_bounded() -> None:

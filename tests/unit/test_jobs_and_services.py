@@ -139,7 +139,8 @@ def test_sidecar_mode_needs_a_never_restarting_head() -> None:
     [
         (
             {"upgradeStrategy": {"type": "NewClusterWithIncrementalUpgrade"}},
-            "spec.serve.upgradeStrategy.type: NewClusterWithIncrementalUpgrade needs spec.elastic",
+            "spec.serve.upgradeStrategy.type: NewClusterWithIncrementalUpgrade needs the Ray"
+            " autoscaler",
         ),
         ({"upgradeStrategy": {"type": "Rolling"}}, "'Rolling' is not one of NewCluster, None"),
         (

@@ -74,8 +74,9 @@ class SliceServiceSpec(OwnedClusterSpec):
 
 def _upgrade_strategy(value: Any, errors: list[FieldError], *, elastic: bool) -> None:
     """KubeRay's incremental upgrade needs the Ray autoscaler (KubeRay's RayService
-    validation), which only an elastic service runs; its options are bounded here (a
-    free-form object the CRD cannot bound)."""
+    validation), which runs in an autoscaled cluster (``elastic``: spec.elastic, an
+    elastic TPU group or a CPU group's range); its options are bounded here (a free-form
+    object the CRD cannot bound)."""
     path = "spec.serve.upgradeStrategy"
     strategy = as_object(value, path, errors)
     kind = strategy.get("type")
@@ -83,12 +84,12 @@ def _upgrade_strategy(value: Any, errors: list[FieldError], *, elastic: bool) ->
     for key in strategy:
         if key == "clusterUpgradeOptions":
             options = f"{path}.clusterUpgradeOptions"
-            if not (incremental and elastic):
+            if not incremental:
                 errors.append(
                     FieldError(
                         options,
-                        "only applies to NewClusterWithIncrementalUpgrade of an elastic "
-                        "TPUSliceService; remove it or set that type and spec.elastic",
+                        "only applies to NewClusterWithIncrementalUpgrade; remove it or set "
+                        "that type",
                     )
                 )
             elif not isinstance(strategy[key], Mapping):
@@ -108,9 +109,9 @@ def _upgrade_strategy(value: Any, errors: list[FieldError], *, elastic: bool) ->
         errors.append(
             FieldError(
                 f"{path}.type",
-                "NewClusterWithIncrementalUpgrade needs spec.elastic: KubeRay requires the Ray "
-                "autoscaler for it, which only an elastic TPUSliceService runs; set "
-                "spec.elastic or use NewCluster (the default) or None",
+                "NewClusterWithIncrementalUpgrade needs the Ray autoscaler (KubeRay requires "
+                "it), which runs with spec.elastic or, in spec.workerGroups, an elastic TPU "
+                "group or a CPU group's range; set one or use NewCluster (the default) or None",
             )
         )
     elif kind is not None and kind not in UPGRADE_TYPES:
@@ -177,7 +178,8 @@ def parse_service(obj: Mapping[str, Any]) -> SliceServiceSpec:
         owner_kind=constants.KIND_SERVICE,
         labels=object_labels(obj),
     )
-    serve = _serve(spec.get("serve"), errors, elastic=spec.get("elastic") is not None)
+    autoscaled = cluster.autoscaled if cluster is not None else spec.get("elastic") is not None
+    serve = _serve(spec.get("serve"), errors, elastic=autoscaled)
     if cluster is not None and cluster.kueue is not None:
         where = (
             "spec.kueue" if "kueue" in spec else f"metadata.labels[{constants.KUEUE_QUEUE_LABEL}]"
