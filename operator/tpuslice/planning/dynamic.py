@@ -67,7 +67,7 @@ from tpuslice.planning.partitions import (
     partitions_needed,
     slice_stage,
 )
-from tpuslice.planning.pools import _group_replicas, _live_state, _Replica
+from tpuslice.planning.pools import _group_replicas, _live_state, _Replica, missing_slices
 
 __all__ = [
     "ACTIVE_RECHECK_SECONDS",
@@ -406,16 +406,7 @@ def plan_dynamic_slices(
         if r.index is not None:
             statuses[r.index] = SliceStatus(index, state, r.name, None, ready, message)
 
-    live_count = sum(1 for s in statuses.values() if s.state != SliceState.RELEASING)
-    free_indices = (i for i in range(desired_slices + len(statuses)) if i not in statuses)
-    missing = [
-        SliceStatus(
-            next(free_indices),
-            SliceState.PENDING,
-            message="waiting for KubeRay to create the slice's pods",
-        )
-        for _ in range(max(0, desired_slices - live_count))
-    ]
+    missing = missing_slices(statuses, desired_slices)
     return SlicePlan(
         claims=tuple(claims),
         releases=tuple(releases),

@@ -521,6 +521,23 @@ def _live_state(replica: _Replica, pool: str | None, hosts: int) -> tuple[SliceS
     return SliceState.RESERVED, ready
 
 
+def missing_slices(by_index: Mapping[int, SliceStatus], desired_slices: int) -> list[SliceStatus]:
+    """A Pending entry per slice KubeRay has not made yet, on the indices no live slice
+    holds. KubeRay picks which replica to remove on scale-down, so the live replicas need
+    not hold indices 0..n-1: they are reported as they are, and the missing ones fill
+    the free indices."""
+    live_count = sum(1 for s in by_index.values() if s.state != SliceState.RELEASING)
+    free_indices = (i for i in range(desired_slices + len(by_index)) if i not in by_index)
+    return [
+        SliceStatus(
+            next(free_indices),
+            SliceState.PENDING,
+            message="waiting for KubeRay to create the slice's pods",
+        )
+        for _ in range(max(0, desired_slices - live_count))
+    ]
+
+
 def plan_slices(
     cluster: ClusterRef,
     *,
@@ -900,18 +917,7 @@ def plan_slices(
             SliceStatus(index, state, replica.name, pool, ready, message, capacity_of(pool)),
         )
 
-    # KubeRay picks which replica to remove on scale-down, so the live replicas need
-    # not hold indices 0..n-1: report them all, plus a Pending entry per missing one.
-    live_count = sum(1 for s in by_index.values() if s.state != SliceState.RELEASING)
-    free_indices = (i for i in range(desired_slices + len(by_index)) if i not in by_index)
-    missing = [
-        SliceStatus(
-            next(free_indices),
-            SliceState.PENDING,
-            message="waiting for KubeRay to create the slice's pods",
-        )
-        for _ in range(max(0, desired_slices - live_count))
-    ]
+    missing = missing_slices(by_index, desired_slices)
     slices = tuple(sorted([*by_index.values(), *missing], key=lambda s: s.index))
     if inventory.unit is CapacityUnit.NODE:  # status names the node and its pool
         slices = tuple(
