@@ -221,6 +221,7 @@ EXPECTED_RULES = {
     },
     ("", "podtemplates"): {"list", "watch", "create", "patch", "delete"},
     ("", "nodes"): {"list", "watch"},
+    ("accelerator.gke.io", "slices"): {"list", "create", "delete"},
     **{
         ("kueue.x-k8s.io", kind): {"get", "list"}
         for kind in (
