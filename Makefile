@@ -168,7 +168,7 @@ endif
 demo-capacity: tools $(STAMP) ## The same from zero TPU nodes: the fake GKE provisioner makes a pool per slice
 	bash hack/demo.sh capacity
 
-demo-slices: tools $(STAMP) ## TPU7x dynamic slicing, no operator: two sub-block pools of one block, the simulated GKE slice controller, a 4x4x8 Slice becoming ACTIVE
+demo-slices: tools $(STAMP) ## TPU7x dynamic slicing: four sub-block pools of one block, the simulated GKE slice controller, a 4x4x8 Slice by hand, then the operator forming a 4x4x8 TPUSliceCluster slice
 	bash hack/demo-slices.sh
 
 demo-down: $(STAMP) ## Stop the demo's operator and local cluster

@@ -41,22 +41,9 @@ if [[ $variant == capacity ]]; then
   fi
 fi
 
-step "installing the TPUSliceCluster and SliceReservation CRDs from crds/"
-k apply --server-side --force-conflicts -f crds/
-k wait --for=condition=Established --timeout=60s $(printf -- "-f %s " crds/*.yaml) >/dev/null  # not -f crds/: wait reads crds/parts too
-
-step "starting the operator (log: $state/operator.log)"
-if [[ -f $state/operator.pid ]] && kill -0 "$(cat $state/operator.pid)" 2>/dev/null; then
-  echo "already running (pid $(cat $state/operator.pid))"
-else
-  # the identity webhook listens on loopback, where the local API server can call it
-  port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  nohup .venv/bin/tpuslice run --kubeconfig "$KUBECONFIG" --liveness-port 0 \
-    --webhook-port "$port" --webhook-addr 127.0.0.1 --webhook-url "https://127.0.0.1:$port" \
-    --webhook-cert-dir "$state/webhook" >"$state/operator.log" 2>&1 &
-  echo $! >"$state/operator.pid"
-  echo "pid $(cat $state/operator.pid)"
-fi
+# shellcheck source=hack/demo-operator.sh
+source hack/demo-operator.sh
+start_operator
 
 if [[ $variant == capacity ]]; then
   example=examples/v6e-4x4-queued-provisioning.yaml name=llm-dws

@@ -628,9 +628,10 @@ PRESETS: Mapping[str, TPUPool] = {
     "tpu7x-4x4x4-dynamic": TPUPool(
         "tpu7x-4x4x4-dynamic", "tpu7x", PARTITION_TOPOLOGY, nodes=16, dynamic_slicing=True
     ),
-    # Two TPU7x sub-blocks of one topology block, free and HEALTHY: the partitions of a
-    # 4x4x8 Slice (tpusim.slicectl forms it; docs/local-cluster.md). Fixed partition ids,
-    # so a Slice manifest can name them.
+    # Four TPU7x sub-blocks of one topology block, free and HEALTHY: a and b are the
+    # partitions of a 4x4x8 Slice (tpusim.slicectl forms it; docs/local-cluster.md), c
+    # and d the ones `make demo-slices` leaves to the operator. Fixed partition ids, so
+    # a Slice manifest can name them.
     **{
         f"tpu7x-4x4x4-block1-{sub}": TPUPool(
             f"tpu7x-4x4x4-block1-{sub}",
@@ -642,7 +643,7 @@ PRESETS: Mapping[str, TPUPool] = {
             topology_block="tpusim-block1",
             topology_subblock=f"tpusim-block1-{sub}",
         )
-        for sub in ("a", "b")
+        for sub in ("a", "b", "c", "d")
     },
 }
 
