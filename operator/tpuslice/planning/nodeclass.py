@@ -21,8 +21,10 @@ Where the facts come from:
   ``cloud.google.com/gke-tpu-slice=<Slice name>`` and sets their
   ``cloud.google.com/gke-tpu-topology`` to the Slice's topology (same page). Such nodes
   then look like an ordinary pool of that topology, but they belong to whoever created
-  the Slice. ``owned_slices`` names the Slices whose nodes we may claim (none yet: the
-  operator creates no Slice today).
+  the Slice. For a node pool they are never claimable: a Slice's nodes are reached only
+  through ``reservation.policy: DynamicSlice``, which reserves the partitions and forms
+  the Slice itself (planning/partitions.py, planning/dynamic.py); ``owned_slices``
+  names the Slices a caller may treat as its own.
 - A node with GKE's impending-termination taint, in host maintenance, or in an
   UNHEALTHY tpu7x partition (planning.disruption) is about to lose its slice: its unit
   is not claimed until the signal clears.
