@@ -325,14 +325,18 @@ def test_helm_install_runs_the_operator_in_a_real_pod(
     assert all(p.spec.security_context.run_as_user == 65532 for p in pods)
     # The kubelet serves their logs: the leader's start-up listed through the API server
     # with its token; the other one stands by.
+    # (read until each says so: a replica logs its election outcome after its first
+    # try, which may come after both pods are Ready)
     lead = leader(cluster, release_ns, pods)
     for pod in pods:
-        logs = kubectl(cluster, "logs", "-n", release_ns, pod.metadata.name).stdout
+        name, expected = pod.metadata.name, "listed" if pod is lead else "standby"
+
+        def says(name: str = name, expected: str = expected) -> str | None:
+            text = str(kubectl(cluster, "logs", "-n", release_ns, name).stdout)
+            return text if expected in text.lower() else None
+
+        logs = kube.wait_for(says, timeout_s=60, what=f"{name}'s log saying {expected!r}")
         assert "Traceback" not in logs, logs[-3000:]
-        if pod is lead:
-            assert "listed" in logs, logs[-3000:]
-        else:
-            assert "standby" in logs.lower(), logs[-3000:]
     ca_bundle, service = webhook_ca_and_service(cluster)
     assert ca_bundle and service == {
         "name": f"{FULLNAME}-webhook",
