@@ -67,7 +67,7 @@ from tpuslice.planning.partitions import (
     partitions_needed,
     slice_stage,
 )
-from tpuslice.planning.pools import _group_replicas, _live_state, _Replica, missing_slices
+from tpuslice.planning.pools import ReplicaPods, group_replicas, live_state, missing_slices
 
 __all__ = [
     "ACTIVE_RECHECK_SECONDS",
@@ -88,7 +88,7 @@ RETRY_AFTER_FAILURE_SECONDS = 30.0
 _NOUN = "partition"
 
 
-def _holder(cluster: ClusterRef, replica: _Replica) -> Holder:
+def _holder(cluster: ClusterRef, replica: ReplicaPods) -> Holder:
     return Holder(
         cluster.namespace,
         cluster.name,
@@ -124,7 +124,7 @@ def plan_dynamic_slices(
 ) -> SlicePlan:
     """Decide one object's dynamic slices from a snapshot (the module's docstring)."""
     need = partitions_needed(chips)
-    replicas, unindexed = _group_replicas(pods, hosts)
+    replicas, unindexed = group_replicas(pods, hosts)
     inventory = partition_inventory(nodes)
     by_pool: dict[str, Partition] = {p.pool: p for p in inventory.values()}
     all_reservations = list(reservations)
@@ -279,7 +279,7 @@ def plan_dynamic_slices(
         elif s.replica_index in stuck and age is not None:
             recheck = _sooner(recheck, RETRY_AFTER_FAILURE_SECONDS - age)
 
-    def whole(r: _Replica) -> bool:
+    def whole(r: ReplicaPods) -> bool:
         """Holds all its partitions now (not counting this pass's claims)."""
         return short[r.name] == 0
 
@@ -396,7 +396,7 @@ def plan_dynamic_slices(
                     for p in r.live
                     if p.gated
                 ]
-                state, ready = _live_state(r, slice_now.name, hosts)
+                state, ready = live_state(r, slice_now.name, hosts)
                 if state in (SliceState.SCHEDULED, SliceState.READY):
                     binds += [x.pool for x in ours.get(r.name, []) if x.phase != "Bound"]
                 message = message or (

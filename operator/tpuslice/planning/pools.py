@@ -59,10 +59,14 @@ from tpuslice.planning.nodeclass import (
 
 __all__ = [
     "PoolIndex",
+    "ReplicaPods",
     "eligible_pools",
+    "group_replicas",
     "handovers",
     "held_pin",
     "kept_frees",
+    "live_state",
+    "missing_slices",
     "plan_slices",
     "pool_facts",
     "pool_index",
@@ -79,7 +83,10 @@ _Wanted = WantedShape
 
 
 @dataclass
-class _Replica:
+class ReplicaPods:
+    """One slice's pods as KubeRay made them (a replica of the TPU group), by the replica
+    name they share: the unit every per-slice plan (pools and dynamic slices) reads."""
+
     name: str
     index: int | None
     pods: list[PodInfo] = field(default_factory=list)
@@ -493,10 +500,10 @@ def _unfit_pools(
     return "not eligible: " + ", ".join(shown) + more + (f"; {blocks}" if blocks else "")
 
 
-def _group_replicas(pods: Iterable[PodInfo], hosts: int) -> tuple[dict[str, _Replica], list[str]]:
+def group_replicas(pods: Iterable[PodInfo], hosts: int) -> tuple[dict[str, ReplicaPods], list[str]]:
     """Pods by slice. KubeRay labels replica name and host index only for multi-host
     groups; a single-host slice is one pod, so the pod's own name names the slice."""
-    replicas: dict[str, _Replica] = {}
+    replicas: dict[str, ReplicaPods] = {}
     unindexed: list[str] = []
     for pod in pods:
         name = pod.slice_name(hosts)
@@ -504,14 +511,16 @@ def _group_replicas(pods: Iterable[PodInfo], hosts: int) -> tuple[dict[str, _Rep
             if not pod.deleting:
                 unindexed.append(pod.name)
             continue
-        replica = replicas.setdefault(name, _Replica(name, None))
+        replica = replicas.setdefault(name, ReplicaPods(name, None))
         if pod.replica_index is not None:
             replica.index = pod.replica_index
         replica.pods.append(pod)
     return replicas, unindexed
 
 
-def _live_state(replica: _Replica, pool: str | None, hosts: int) -> tuple[SliceState, int]:
+def live_state(replica: ReplicaPods, pool: str | None, hosts: int) -> tuple[SliceState, int]:
+    """Where a held slice stands from its pods alone (Ready, Scheduled or Reserved) and
+    how many of its hosts are ready on ``pool`` (any pool when None)."""
     live = replica.live
     ready = sum(1 for p in live if p.running_ready and (pool is None or p.pinned_pool == pool))
     if len(live) == hosts and ready == hosts:
@@ -600,7 +609,7 @@ def plan_slices(
     (``SlicePlan.moves``); without it nothing moves.
     """
     wanted = _Wanted(accelerator, topology, hosts, chips_per_host)
-    replicas, unindexed = _group_replicas(pods, hosts)
+    replicas, unindexed = group_replicas(pods, hosts)
     all_reservations = list(reservations)
     ours = {r.holder.replica_name: r for r in all_reservations if cluster.holds(r.holder)}
     held_by_others = {r.pool: r.holder for r in all_reservations if not cluster.holds(r.holder)}
@@ -639,7 +648,7 @@ def plan_slices(
         nodes_of = pools.get(pool or "")
         return min(nodes_of, key=lambda n: n.name).capacity_type if nodes_of else None
 
-    def status_for(replica: _Replica, status: SliceStatus) -> None:
+    def status_for(replica: ReplicaPods, status: SliceStatus) -> None:
         if replica.index is None:
             return
         current = by_index.get(replica.index)
@@ -774,7 +783,7 @@ def plan_slices(
             )
             continue
         if not gated and reservation is None:
-            state, ready = _live_state(replica, None, hosts)
+            state, ready = live_state(replica, None, hosts)
             if len(live_pods) < hosts:
                 state = SliceState.PENDING
             status_for(replica, SliceStatus(index, state, replica.name, None, ready))
@@ -879,7 +888,7 @@ def plan_slices(
                 for p in live_pods
                 if p.gated
             ]
-        state, ready = _live_state(replica, pool, hosts)
+        state, ready = live_state(replica, pool, hosts)
         message = ""
         terminating = len(replica.pods) - len(live_pods)
         if replica.name in give_back:
@@ -941,7 +950,7 @@ def plan_slices(
 
 
 def _assign(
-    replicas: Sequence[_Replica],
+    replicas: Sequence[ReplicaPods],
     free: Sequence[str],
     *,
     facts: Callable[[str], ShapePool],
@@ -958,7 +967,7 @@ def _assign(
     the pool its index held before."""
     out: dict[str, str] = {}
     left = list(free)
-    rest: list[_Replica] = []
+    rest: list[ReplicaPods] = []
     for replica in replicas:
         released = sorted({p.pinned_pool for p in replica.live if p.pinned_pool and not p.gated})
         if released:
@@ -1035,7 +1044,7 @@ def pool_request(
     namespace's quota admitted it). The shell builds one per gated TSC of the shape,
     from its pods and reservations (the same snapshot)."""
     pods = list(pods)
-    replicas, _ = _group_replicas(pods, hosts)
+    replicas, _ = group_replicas(pods, hosts)
     ours = {r.holder.replica_name: r for r in reservations if cluster.holds(r.holder)}
     live = [r for r in replicas.values() if r.live]
     holding = [r for r in live if r.name in ours]
@@ -1079,7 +1088,7 @@ def handovers(
     pools of an index the new attempt has no slice for (or none recorded) go to the
     rest, in index order. What no slice takes now stays held for the next
     (``kept_frees``): a retry never waits in the queue for capacity it had."""
-    replicas, _ = _group_replicas(pods, hosts)
+    replicas, _ = group_replicas(pods, hosts)
     ours = [r for r in reservations if cluster.holds_in_group(r.holder)]
     holding = {r.holder.replica_name for r in ours}
     idle = sorted(
@@ -1099,7 +1108,7 @@ def handovers(
         ),
         key=lambda rep: (rep.index if rep.index is not None else 1 << 30, rep.name),
     )
-    given: dict[str, _Replica] = {}
+    given: dict[str, ReplicaPods] = {}
     for rep in wanting:  # the same replica index first
         same = next(
             (r for r in idle if r.pool not in given and r.holder.replica_index == rep.index), None
