@@ -282,9 +282,11 @@ def test_check_capacity_finds_existing_nodes_and_creates_none(
 def test_a_missing_template_stalls_every_request(
     cluster: E2ECluster, namespace: str, fake: FakeProvisioner
 ) -> None:
+    # the orphan first: a pass of the provisioner between the two creates must already
+    # see it, or it would rightly accept "ok" on its own
     make_template(cluster, namespace, "t")
-    make_request(cluster, namespace, "ok", BEST_EFFORT_CLASS, ["t"])
     make_request(cluster, namespace, "orphan", BEST_EFFORT_CLASS, ["missing"])
+    make_request(cluster, namespace, "ok", BEST_EFFORT_CLASS, ["t"])
     fake.wait_idle(passes=6)
     assert conditions(cluster, namespace, "ok") == {}
     assert any("while fetching pod templates" in e and "orphan" in e for e in fake.events)
