@@ -166,7 +166,14 @@ def test_the_autoscaler_grows_and_shrinks_a_cluster_by_whole_reserved_slices(
     after = wait_status(cluster, namespace, "grow", ready=2, target=2, held=2)
     assert held[victim] not in held_by(cluster, namespace, "grow").values()
     assert condition(after, "ScalingUp")["reason"] == "AtTarget"
-    assert "SliceRemovedByAutoscaler" in event_reasons(cluster, namespace)
+    # the Event is posted by the pass that saw the slice named, apart from the status
+    # write: read until it is there (it still fails if it never comes)
+    kube.wait_for(
+        lambda: "SliceRemovedByAutoscaler" in event_reasons(cluster, namespace),
+        timeout_s=30,
+        what="Event SliceRemovedByAutoscaler",
+        describe=lambda: sorted(event_reasons(cluster, namespace)),
+    )
     assert "removing" not in after["status"]["elastic"]  # its pods are gone
 
 
