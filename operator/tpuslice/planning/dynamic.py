@@ -47,7 +47,6 @@ from tpuslice.model.records import (
     GangMode,
     GkeSliceCreate,
     GkeSliceInfo,
-    Holder,
     NodeInfo,
     PodInfo,
     PodRelease,
@@ -67,7 +66,13 @@ from tpuslice.planning.partitions import (
     partitions_needed,
     slice_stage,
 )
-from tpuslice.planning.pools import ReplicaPods, group_replicas, live_state, missing_slices
+from tpuslice.planning.pools import (
+    ReplicaPods,
+    group_replicas,
+    live_state,
+    missing_slices,
+    slice_holder,
+)
 
 __all__ = [
     "ACTIVE_RECHECK_SECONDS",
@@ -86,19 +91,6 @@ ACTIVE_RECHECK_SECONDS = 15.0
 #: would fail it again at once if the partitions are still bad).
 RETRY_AFTER_FAILURE_SECONDS = 30.0
 _NOUN = "partition"
-
-
-def _holder(cluster: ClusterRef, replica: ReplicaPods) -> Holder:
-    return Holder(
-        cluster.namespace,
-        cluster.name,
-        cluster.uid,
-        replica.name,
-        replica.index,
-        kind=cluster.kind,
-        ray_cluster=cluster.ray_cluster,
-        group=cluster.group,
-    )
 
 
 def _age(info: GkeSliceInfo, now: datetime | None) -> float | None:
@@ -265,7 +257,7 @@ def plan_dynamic_slices(
                         short[r.name] = need
                 continue
             for r, ids in zip(group, chosen, strict=True):
-                claims += [Claim(inventory[pid].pool, _holder(cluster, r)) for pid in ids]
+                claims += [Claim(inventory[pid].pool, slice_holder(cluster, r)) for pid in ids]
                 claimed_now.update(ids)
 
     # a kept failed Slice goes after the backoff when the slice of its index could claim
@@ -345,8 +337,8 @@ def plan_dynamic_slices(
         elif slice_now is None and whole(r):
             if gang_held and complete:
                 ids = tuple(held_ids[r.name])
-                name = gke_slice_name(_holder(cluster, r), ids)
-                creates.append(GkeSliceCreate(name, _holder(cluster, r), topology, ids))
+                name = gke_slice_name(slice_holder(cluster, r), ids)
+                creates.append(GkeSliceCreate(name, slice_holder(cluster, r), topology, ids))
                 message = message or f"forming GKE Slice {name} over partitions {', '.join(ids)}"
                 recheck = _sooner(recheck, FORMING_RECHECK_SECONDS)
             elif not complete:

@@ -75,6 +75,7 @@ __all__ = [
     "prefer_pools",
     "quarantined_units",
     "shape_pools",
+    "slice_holder",
 ]
 
 
@@ -518,6 +519,21 @@ def group_replicas(pods: Iterable[PodInfo], hosts: int) -> tuple[dict[str, Repli
     return replicas, unindexed
 
 
+def slice_holder(cluster: ClusterRef, replica: ReplicaPods) -> Holder:
+    """The holder a claim for ``replica``'s slice names: the object, the slice and, for a
+    service, its RayCluster and the TPU group."""
+    return Holder(
+        cluster.namespace,
+        cluster.name,
+        cluster.uid,
+        replica.name,
+        replica.index,
+        kind=cluster.kind,
+        ray_cluster=cluster.ray_cluster,
+        group=cluster.group,
+    )
+
+
 def live_state(replica: ReplicaPods, pool: str | None, hosts: int) -> tuple[SliceState, int]:
     """Where a held slice stands from its pods alone (Ready, Scheduled or Reserved) and
     how many of its hosts are ready on ``pool`` (any pool when None)."""
@@ -804,21 +820,7 @@ def plan_slices(
                 )
                 continue
             taken_now.add(pool)
-            claims.append(
-                Claim(
-                    pool,
-                    Holder(
-                        cluster.namespace,
-                        cluster.name,
-                        cluster.uid,
-                        replica.name,
-                        replica.index,
-                        kind=cluster.kind,
-                        ray_cluster=cluster.ray_cluster,
-                        group=cluster.group,
-                    ),
-                )
-            )
+            claims.append(Claim(pool, slice_holder(cluster, replica)))
         assert pool is not None
         signal = drain_signal(pools[pool]) if reservation is not None and pool in pools else None
         if signal is not None and all(p.gated for p in live_pods):
