@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
-from tpuslice.controller.queue import Backoff, KickQueue, backoff_seconds
+from tpuslice.controller.queue import Backoff, KickQueue, PassSlots, backoff_seconds
 
 KEY = ("TPUSliceCluster", "ml", "llm")
 
@@ -151,3 +152,115 @@ def test_kicks_soon_before_the_pass_starts_fold_into_that_pass() -> None:
 
     asyncio.run(scenario())
     assert sorted(runs) == [KEY, KEY, ("TPUSliceCluster", "ml", "other")]
+
+
+def _key(name: str) -> tuple[str, str, str]:
+    return ("TPUSliceCluster", "ml", name)
+
+
+def test_a_first_pass_goes_ahead_of_waiting_re_passes() -> None:
+    """With every slot taken, an object that never had a pass is served before objects
+    kicked again by their pods' events, even those that asked first."""
+    runs: list[str] = []
+
+    async def scenario() -> None:
+        hold = asyncio.Event()
+
+        async def run(key: tuple[str, str, str]) -> None:
+            runs.append(key[2])
+            if key[2] == "busy":
+                await hold.wait()
+
+        queue = KickQueue(run, PassSlots(1))
+        await queue.kick(_key("old-a"))
+        await queue.kick(_key("old-b"))
+        busy = asyncio.create_task(queue.kick(_key("busy")))
+        await asyncio.sleep(0)
+        queue.kick_soon([_key("old-a"), _key("old-b")])  # re-passes, asked first
+        queue.kick_soon([_key("new")])  # a first pass
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert runs == ["old-a", "old-b", "busy"]  # everyone waits for the one slot
+        hold.set()
+        await busy
+        await queue.drain()
+
+    asyncio.run(scenario())
+    assert runs == ["old-a", "old-b", "busy", "new", "old-a", "old-b"]
+
+
+def test_no_more_passes_run_at_once_than_there_are_slots() -> None:
+    running: list[int] = [0]
+    most: list[int] = [0]
+
+    async def scenario() -> None:
+        async def run(key: tuple[str, str, str]) -> None:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            for _ in range(3):
+                await asyncio.sleep(0)
+            running[0] -= 1
+
+        slots = PassSlots(2)
+        kinds = [KickQueue(run, slots), KickQueue(run, slots)]  # two kinds, one bound
+        for i in range(6):
+            kinds[i % 2].kick_soon([_key(f"c{i}")])
+        for queue in kinds:
+            await queue.drain()
+        assert slots.waiting == 0
+
+    asyncio.run(scenario())
+    assert most == [2]
+
+
+def test_a_waiter_cancelled_after_its_slot_was_handed_over_gives_the_slot_back() -> None:
+    async def scenario() -> None:
+        slots = PassSlots(1)
+        await slots.acquire(_key("a"))
+        waiter = asyncio.create_task(slots.acquire(_key("b")))
+        await asyncio.sleep(0)
+        slots.release()  # handed to b's waiter ...
+        waiter.cancel()  # ... which is cancelled before it runs
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiter
+        await asyncio.wait_for(slots.acquire(_key("c")), timeout=1)  # the slot is free
+
+        cancelled = asyncio.create_task(slots.acquire(_key("d")))  # waits behind c
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await cancelled
+        assert slots.waiting == 0
+        slots.release()
+        await asyncio.wait_for(slots.acquire(_key("e")), timeout=1)
+
+    asyncio.run(scenario())
+
+
+def test_a_forgotten_object_has_its_first_pass_ahead_again() -> None:
+    runs: list[str] = []
+
+    async def scenario() -> None:
+        hold = asyncio.Event()
+
+        async def run(key: tuple[str, str, str]) -> None:
+            runs.append(key[2])
+            if key[2] == "busy":
+                await hold.wait()
+
+        slots = PassSlots(1)
+        queue = KickQueue(run, slots)
+        await queue.kick(_key("old"))
+        await queue.kick(_key("again"))
+        slots.forget(_key("again"))  # deleted, and made again under that name
+        busy = asyncio.create_task(queue.kick(_key("busy")))
+        await asyncio.sleep(0)
+        queue.kick_soon([_key("old"), _key("again")])
+        for _ in range(3):
+            await asyncio.sleep(0)
+        hold.set()
+        await busy
+        await queue.drain()
+
+    asyncio.run(scenario())
+    assert runs == ["old", "again", "busy", "again", "old"]

@@ -29,6 +29,7 @@ from tpuslice.controller.applier import TemplateSchema, controlled_by
 from tpuslice.controller.capacity import provisioning_view
 from tpuslice.controller.expectations import Expectations
 from tpuslice.controller.kinds import KINDS
+from tpuslice.controller.queue import PassSlots
 from tpuslice.controller.reconciler import Reconciler, SnapshotReader, spec_shapes
 from tpuslice.model import constants as c
 from tpuslice.model.convert import (
@@ -280,6 +281,7 @@ async def configure(
     # One record of our writes, one index of the pools and one template schema for every
     # kind: a pass of one kind sees the claims a pass of another made a moment ago.
     pending, pool_indexes, templates = Expectations(), PoolIndexCache(), TemplateSchema(kube)
+    slots = PassSlots(config.concurrent_passes)
     reconcilers = {
         kind: Reconciler(
             kube,
@@ -290,6 +292,7 @@ async def configure(
             schema=templates,
             adapter=adapter,
             limits=SpecLimits(config.max_slices_per_object, config.max_hosts_per_object),
+            slots=slots,
         )
         for kind, adapter in KINDS.items()
     }

@@ -7,6 +7,13 @@ few passes, not 200. Kicks are held at start-up until kopf has filled its
 indexes (a pass without the cluster's reservations would claim pools it
 already holds).
 
+``PassSlots`` bounds how many passes run at once, for every kind together, and
+lets an object that has had no pass since start-up go ahead of the re-passes
+that pod and node events keep kicking for objects already in flight: passes
+share one event loop and one pool of API threads, so with every pass let in at
+once a new object's first pass (the one that applies its RayCluster) took its
+turn behind all of them, and each pass's wall time grew with their number.
+
 ``Backoff`` is pure (the caller passes the clock): a cluster whose passes fail
 waits 5 s, then twice as long each time, up to 5 minutes; a success or a new
 generation (the user changed the spec) ends the wait.
@@ -16,18 +23,23 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from tpuslice.model.records import ObjectKey
 
-__all__ = ["Backoff", "Failure", "KickQueue", "backoff_seconds"]
+__all__ = ["PASS_SLOTS", "Backoff", "Failure", "KickQueue", "PassSlots", "backoff_seconds"]
 
 #: A failed pass is retried after RETRY_SECONDS, then twice as long each time it fails
 #: again, up to MAX_BACKOFF_SECONDS; a success forgets the count.
 RETRY_SECONDS = 5.0
 MAX_BACKOFF_SECONDS = 300.0
+#: Passes running at once (every kind together): enough to keep the API threads busy
+#: (a pass makes its requests one after another), few enough that a pass is not spread
+#: thin over hundreds of others on the one event loop.
+PASS_SLOTS = 16
 #: While passes keep failing, a Warning event is posted at most this often per cluster.
 FAILURE_EVENT_SECONDS = 300.0
 
@@ -94,11 +106,68 @@ class Backoff:
 
 
 @dataclass
+class PassSlots:
+    """At most ``size`` passes at once; when a slot frees, a waiting first pass (an object
+    with no pass since start-up) gets it before any waiting re-pass, each lane in the
+    order it came. A slot is handed from the pass that ends to the one that waits, so a
+    pass arriving meanwhile cannot jump the lanes."""
+
+    size: int = PASS_SLOTS
+    _busy: int = 0
+    _first: deque[asyncio.Future[None]] = field(default_factory=deque)
+    _again: deque[asyncio.Future[None]] = field(default_factory=deque)
+    _passed: set[ObjectKey] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError("PassSlots needs at least one slot")
+
+    @property
+    def waiting(self) -> int:
+        return sum(not f.done() for f in (*self._first, *self._again))
+
+    async def acquire(self, key: ObjectKey) -> None:
+        """Wait for a slot for ``key``'s pass (release it with ``release``)."""
+        first = key not in self._passed
+        self._passed.add(key)
+        if self._busy < self.size and not self.waiting:
+            self._busy += 1
+            return
+        lane = self._first if first else self._again
+        turn = asyncio.get_running_loop().create_future()
+        lane.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.release()  # the slot was handed over as the waiter was cancelled
+            else:
+                lane.remove(turn)
+            raise
+
+    def release(self) -> None:
+        """A pass ended: its slot goes to the next waiter, first passes first."""
+        for lane in (self._first, self._again):
+            while lane:
+                turn = lane.popleft()
+                if not turn.done():
+                    turn.set_result(None)
+                    return
+        self._busy -= 1
+
+    def forget(self, key: ObjectKey) -> None:
+        """The object is gone: one of that name made later has its first pass ahead."""
+        self._passed.discard(key)
+
+
+@dataclass
 class KickQueue:
     """Runs ``run(key)`` for kicked clusters: one pass at a time per cluster, kicks during
     a pass folded into one more."""
 
     run: Callable[[ObjectKey], Awaitable[None]]
+    #: shared by the kinds' queues: the bound is on passes of every kind together
+    slots: PassSlots = field(default_factory=PassSlots)
     _running: set[ObjectKey] = field(default_factory=set)
     _dirty: set[ObjectKey] = field(default_factory=set)
     _later: dict[ObjectKey, asyncio.TimerHandle] = field(default_factory=dict)
@@ -132,8 +201,14 @@ class KickQueue:
         self._running.add(key)
         try:
             while True:
-                self._dirty.discard(key)
-                await self.run(key)
+                await self.slots.acquire(key)
+                try:
+                    # kicks while the pass waited for its slot are folded into it: it
+                    # reads the stores when it starts
+                    self._dirty.discard(key)
+                    await self.run(key)
+                finally:
+                    self.slots.release()
                 if key not in self._dirty:
                     return
         finally:

@@ -41,7 +41,7 @@ from tpuslice.controller.capacity import Provisioner
 from tpuslice.controller.cluster import ClusterKind
 from tpuslice.controller.expectations import Expectations
 from tpuslice.controller.kueue import provisioning_checks, read_workload
-from tpuslice.controller.queue import Backoff, Failure, KickQueue
+from tpuslice.controller.queue import Backoff, Failure, KickQueue, PassSlots
 from tpuslice.controller.recorder import Recorder
 from tpuslice.controller.statuswriter import StatusWriter, generation
 from tpuslice.model import constants as c
@@ -225,12 +225,14 @@ class Reconciler:
     adapter: KindAdapter = field(default_factory=ClusterKind)
     #: The slices and hosts one object may ask for (the operator's setting).
     limits: SpecLimits = field(default_factory=SpecLimits)
+    #: the bound on passes at once, shared by every kind's reconciler
+    slots: PassSlots = field(default_factory=PassSlots)
     _waiting: dict[Shape, set[ObjectKey]] = field(default_factory=dict)
     _waiting_since: dict[ObjectKey, float] = field(default_factory=dict)  # the queue metric
     _applied_once: set[ObjectKey] = field(default_factory=set)  # for the creation metric
 
     def __post_init__(self) -> None:
-        self.queue = KickQueue(self.run_pass)
+        self.queue = KickQueue(self.run_pass, self.slots)
         self.recorder = Recorder(self.kube)
         if self.schema is None:
             self.schema = TemplateSchema(self.kube)
@@ -284,6 +286,7 @@ class Reconciler:
         """A cluster is gone: drop what is kept of it (``uid`` also drops its parsed specs,
         kept for the shape's queue)."""
         self.status.forget(key)
+        self.slots.forget(key)
         if uid:
             self.actuator.specs.forget(uid)
         self._applied_once.discard(key)

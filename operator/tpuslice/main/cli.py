@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from tpuslice.controller.queue import PASS_SLOTS
 from tpuslice.model import constants
 from tpuslice.model.topology import TopologyError, slice_shape
 from tpuslice.render.kuberay import RENDERERS, render
@@ -218,6 +219,7 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
             metrics_addr=args.metrics_addr,
             max_slices_per_object=args.max_slices_per_object,
             max_hosts_per_object=args.max_hosts_per_object,
+            concurrent_passes=args.concurrent_passes,
         )
     )
 
@@ -346,6 +348,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve Prometheus /metrics on this port (0 disables; see docs/metrics.md)",
     )
     run.add_argument("--metrics-addr", default="0.0.0.0", help="listen address of /metrics")
+    run.add_argument(
+        "--concurrent-passes",
+        type=_count_from_1_to(1024),
+        default=PASS_SLOTS,
+        help="passes running at once, every kind together; an object's first pass goes "
+        "ahead of waiting re-passes (default %(default)s)",
+    )
     limits = run.add_argument_group("limits (README.md, Limits)")
     limits.add_argument(
         "--max-slices-per-object",

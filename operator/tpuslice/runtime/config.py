@@ -30,6 +30,8 @@ class OperatorConfig:
     liveness_port: int | None = 8080
     log_level: str = "INFO"
     api_threads: int = 32
+    #: passes running at once, every kind together (``controller.queue.PassSlots``)
+    concurrent_passes: int = 16
     finalizer: str = "tpuslice.dev/finalizer"
     # TPU identity webhook (see docs/tpu-identity.md); port None disables it.
     webhook_port: int | None = 9443
