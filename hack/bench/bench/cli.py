@@ -41,6 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
         "takes CPU from the same cores: a profiled run's timings are not comparable)",
     )
     parser.add_argument(
+        "--memtrace",
+        action="store_true",
+        help="run the operator under tracemalloc and split the heap it grew by between the "
+        "first create and the end of the steady window, per cluster, by the code that "
+        "allocated it (memtrace-operator.txt in the run's folder; results-<scale>-memtraced"
+        ".json, not plotted: tracemalloc slows the operator and grows its RSS)",
+    )
+    parser.add_argument(
         "--ungated",
         action="store_true",
         help="the operator run's TSCs with reservation.policy None (rendering and the identity "
@@ -77,4 +85,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         ungated=args.ungated,
         skip_direct=args.skip_direct,
         skip_gangs=args.skip_gangs,
+        memtrace=args.memtrace,
     )

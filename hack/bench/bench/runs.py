@@ -38,6 +38,7 @@ from bench.measure import (
     webhook_buckets,
     webhook_figures,
 )
+from bench.memtrace import MemTrace, memtrace_env
 from bench.plot import redraw
 from bench.report import print_report
 from bench.scenario import (
@@ -165,6 +166,7 @@ def operator_run(
     result: dict[str, Any],
     profile_rate: int = 0,
     gated: bool = True,
+    memtrace: bool = False,
 ) -> None:
     """Fill ``result`` as figures come in, so an interrupted run still reports them.
     With ``profile_rate`` (Hz) py-spy samples the operator from the first create until
@@ -179,6 +181,7 @@ def operator_run(
         run_dir / "logs" / "operator.log",
         extra_args=("--log-level=WARNING",),
         cwd=REPO,
+        env=memtrace_env(run_dir / "memtrace") if memtrace else {},
     )
     operator.start()
     result["canary_seconds"] = round(wait_watching(core, custom), 2)
@@ -192,6 +195,11 @@ def operator_run(
             assert operator.proc is not None
             profiler = Profiler(operator.proc.pid, run_dir / "profile-operator.txt", profile_rate)
             profiler.start()
+        traced = None
+        if memtrace:
+            assert operator.proc is not None
+            traced = MemTrace(operator.proc.pid, run_dir / "memtrace")
+            traced.snap()
         print(f"  creating {len(items)} TPUSliceClusters", flush=True)
         began = create_all(
             lambda n: custom.create_namespaced_custom_object(
@@ -241,6 +249,9 @@ def operator_run(
         }
         result["proc"] = operator.proc_stats()
         result["operator_metrics"] = after
+        if traced is not None:
+            traced.snap()
+            result["memtrace"] = traced.report(len(items))
         result["restart"] = restart(operator, scale, len(items), min(steady_s, 30.0))
         for w in watches:
             w.stop()
@@ -423,6 +434,7 @@ def run_all(
     ungated: bool = False,
     skip_direct: bool = False,
     skip_gangs: bool = False,
+    memtrace: bool = False,
 ) -> int:
     """One run of every phase on a fresh local cluster; the results go to
     ``out_dir``/results-<scale>[-profiled][-ungated].json, a table to stdout. Exit status
@@ -437,6 +449,7 @@ def run_all(
         "run_dir": str(run_dir),
         "profiled": bool(profile_rate),
         "ungated": bool(ungated),
+        "memtraced": bool(memtrace),
     }
     began = time.monotonic()
     cluster = LocalCluster(ClusterSettings(tools=ToolPaths.for_repo(REPO), run_dir=run_dir))
@@ -471,6 +484,7 @@ def run_all(
             result.setdefault("operator", {}),
             profile_rate=profile_rate,
             gated=not ungated,
+            memtrace=memtrace,
         )
         if not skip_direct:
             print("direct run (no operator)", flush=True)
@@ -495,7 +509,11 @@ def run_all(
         result.setdefault("nodes", scale.clusters * HOSTS)
         out_dir.mkdir(exist_ok=True)
         # a profiled run's timings are not comparable: it keeps out of the plot's file
-        suffix = ("-profiled" if profile_rate else "") + ("-ungated" if ungated else "")
+        suffix = (
+            ("-profiled" if profile_rate else "")
+            + ("-memtraced" if memtrace else "")
+            + ("-ungated" if ungated else "")
+        )
         path = out_dir / f"results-{scale_name}{suffix}.json"
         path.write_text(json.dumps(result, indent=2, default=str) + "\n")
         print_report(result, path)
