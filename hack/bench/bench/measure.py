@@ -163,11 +163,18 @@ def status_patch_figures(
     with rec.lock:
         changes = [float(rec.status_changes[n]) for n in items if "tsc/" + n in rec.ready]
         modified = [float(rec.tsc_modified[n]) for n in items if "tsc/" + n in rec.ready]
+    passes = sum(v for k, v in metrics.items() if k.startswith("tpuslice_reconciles_total{"))
+    pass_seconds = sum(
+        v for k, v in metrics.items() if k.startswith("tpuslice_reconcile_duration_seconds_sum{")
+    )
     return {
         "status_patches": patches,
         "status_patches_per_cluster": round(patches / len(items), 2) if items else None,
         "status_changes_seen_per_cluster": summary(changes),
         "tsc_modified_seen_per_cluster": summary(modified),
+        # every pass since start, of any kind: the TSCs are the only objects of the run
+        "passes_per_cluster": round(passes / len(items), 2) if items else None,
+        "pass_mean_seconds": round(pass_seconds / passes, 4) if passes else None,
     }
 
 

@@ -88,6 +88,10 @@ def table(r: Mapping[str, Any]) -> str:
             f"{fmt(md.get('p50'), '')}/{fmt(md.get('max'), '')}",
         ),
         (
+            "   passes per TSC to Ready; mean wall time of a pass",
+            f"{fmt(op.get('passes_per_cluster'), '')}; {fmt_ms(op.get('pass_mean_seconds'))}",
+        ),
+        (
             "   claims: SliceReservation creates sent / lost to another claimant",
             f"{fmt(om.get('requests', {}).get('POST slicereservations'), '')} / "
             f"{fmt(om.get('tpuslice_claims_lost_total'), '')}",

@@ -123,10 +123,16 @@ def test_the_recorder_builds_one_clusters_timeline() -> None:
     times = rec.timelines(["c1"], pods=1 + hosts, workers=hosts)["c1"]
     assert (times["pods_ready"], times["rc_ready"], times["tsc_ready"]) == (14, 15, 16.0)
     # on the way to Ready: 2 status changes (False, then True), 3 MODIFIED events
-    figures = status_patch_figures(
-        rec, ["c1"], {"requests": {"PATCH tpusliceclusters/status": 3.0}}
-    )
+    metrics = {
+        "requests": {"PATCH tpusliceclusters/status": 3.0},
+        "tpuslice_reconciles_total{result=success}": 5.0,
+        "tpuslice_reconciles_total{result=error}": 1.0,
+        "tpuslice_reconcile_duration_seconds_sum{result=success}": 0.5,
+        "tpuslice_reconcile_duration_seconds_sum{result=error}": 0.1,
+    }
+    figures = status_patch_figures(rec, ["c1"], metrics)
     assert figures["status_patches_per_cluster"] == 3.0
+    assert (figures["passes_per_cluster"], figures["pass_mean_seconds"]) == (6.0, 0.1)
     assert figures["status_changes_seen_per_cluster"]["max"] == 2.0
     assert figures["tsc_modified_seen_per_cluster"]["max"] == 3.0
     rows = {r["key"]: r for r in timeline(rec, ["c1"])}
