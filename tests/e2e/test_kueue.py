@@ -87,7 +87,10 @@ def kueue_operator() -> Iterator[E2ECluster]:
         proc = OperatorProcess(
             local.kubeconfig,
             run_dir / "logs" / "operator.log",
-            extra_args=("--resync-seconds=10",),
+            extra_args=(
+                "--resync-seconds=10",
+                f"--kueue-pods-ready-timeout={PODS_READY_TIMEOUT_S}",
+            ),
             cwd=REPO,
         )
         proc.start()
@@ -266,6 +269,23 @@ def test_a_wait_for_pods_ready_eviction_gives_the_pools_back(kueue_operator: E2E
         what="e holds the free pool for one slice",
         describe=lambda: describe(cluster, QUEUED, "e"),
     )
+    # admitted with a slice waiting: the status says when Kueue evicts it
+    deadline = kube.wait_for(
+        lambda: (
+            "Kueue evicts at"
+            in condition(get_tsc(cluster, QUEUED, "e"), "KueueAdmitted").get("message", "")
+        ),
+        timeout_s=30,
+        what="e's KueueAdmitted says when Kueue evicts it",
+        describe=lambda: describe(cluster, QUEUED, "e"),
+    )
+    assert deadline
+    admitted = condition(get_tsc(cluster, QUEUED, "e"), "KueueAdmitted")["message"]
+    assert f"waitForPodsReady timeout {PODS_READY_TIMEOUT_S}s" in admitted, admitted
+    waiting = [
+        s for s in get_tsc(cluster, QUEUED, "e")["status"]["slices"] if not s.get("nodePool")
+    ]
+    assert waiting and all("Kueue evicts at" in s["message"] for s in waiting), waiting
     mark = time.monotonic()
     evicted = wait_condition(
         cluster,

@@ -21,13 +21,14 @@ from tpuslice.controller.applier import (
 from tpuslice.controller.job import JobKind
 from tpuslice.controller.reconciler import Reconciler
 from tpuslice.model import constants as c
-from tpuslice.model.convert import ray_owner_info, raycluster_info
-from tpuslice.model.records import Holder, ReservationInfo, Snapshot
+from tpuslice.model.convert import ray_owner_info, raycluster_info, workload_info
+from tpuslice.model.records import Holder, KueueWorkload, ReservationInfo, Snapshot
 from tpuslice.render.kuberay import render_cluster, render_job
 from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.job import parse_job
 from tpuslice.spec.parts import KueueSpec, SpecError
 from tpuslice.spec.service import parse_service
+from tpuslice.status.kueue import PodsReadyTimeouts, pods_ready_deadline
 
 QUEUE = "kueue.x-k8s.io/queue-name"
 
@@ -440,20 +441,80 @@ def test_the_first_pass_after_admission_claims_though_the_last_status_said_held(
     assert {("claim", "pool-a"), ("claim", "pool-b")} <= set(kube.calls)
 
 
-def test_an_admitted_object_whose_pods_wait_says_since_when_kueue_counts() -> None:
-    body = queued_body()
-    live = {**live_rc(body, False), "uid": "rc-uid"}
-    admitted = workload(
+def _admitted_waiting(pods_ready: tuple[str, str, str], ready_at: str) -> dict[str, Any]:
+    found = workload(
         "rc-uid",
         QuotaReserved=("True", "QuotaReserved", ""),
         Admitted=("True", "Admitted", ""),
-        PodsReady=("False", "WaitForStart", "Not all pods are ready or succeeded"),
+        PodsReady=pods_ready,
     )
-    admitted["status"]["conditions"][-1]["lastTransitionTime"] = "2026-12-05T10:00:00Z"
+    found["status"]["conditions"][1]["lastTransitionTime"] = "2026-12-05T10:00:00Z"
+    found["status"]["conditions"][2]["lastTransitionTime"] = ready_at
+    return found
+
+
+def _admitted_message(found: dict[str, Any], timeouts: PodsReadyTimeouts) -> str:
+    body = queued_body()
+    live = {**live_rc(body, False), "uid": "rc-uid"}
     kube = FakeKube()
-    kube.kueue = {("workloads", "ml", "raycluster-llm-1a2b3"): admitted}
+    kube.kueue = {("workloads", "ml", "raycluster-llm-1a2b3"): found}
     snap = Snapshot(body, [], [], [], live)
-    asyncio.run(Reconciler(kube, lambda key: snap).kick(KEY))
-    message = condition_of(kube.status, "KueueAdmitted")["message"]
-    assert "not all ready since 2026-12-05T10:00:00Z" in message
-    assert "waitForPodsReady.timeout" in message
+    asyncio.run(Reconciler(kube, lambda key: snap, pods_ready=timeouts).kick(KEY))
+    slices = [s for s in kube.status["slices"] if s["state"] != "Ready"]
+    assert slices and all(
+        ("Kueue evicts at" in s["message"]) == bool(timeouts.timeout_s) for s in slices
+    ), slices
+    return str(condition_of(kube.status, "KueueAdmitted")["message"])
+
+
+def test_an_admitted_object_whose_pods_wait_says_since_when_kueue_counts() -> None:
+    """Not told Kueue's timeout: the message names the time it counts from, the
+    Admitted condition's (Kueue's WaitForStart), not PodsReady's, which Kueue may have
+    set False before admission."""
+    found = _admitted_waiting(("False", "WaitForStart", "not ready"), "2026-12-05T09:00:00Z")
+    message = _admitted_message(found, PodsReadyTimeouts())
+    assert "waitForPodsReady.timeout has passed since 2026-12-05T10:00:00Z" in message
+    assert "--kueue-pods-ready-timeout" in message
+
+
+def test_told_kueues_timeout_the_status_says_when_kueue_evicts() -> None:
+    found = _admitted_waiting(("False", "WaitForStart", "not ready"), "2026-12-05T09:00:00Z")
+    found["status"]["requeueState"] = {"count": 2}
+    message = _admitted_message(found, PodsReadyTimeouts(300))
+    assert (
+        "Kueue evicts at 2026-12-05T10:05:00Z unless every pod is ready: waitForPodsReady "
+        "timeout 300s (evicted 2 times before)"
+    ) in message
+
+
+def test_the_eviction_deadline_follows_kueues_rules() -> None:
+    """kubernetes-sigs/kueue v0.17.0 workload_controller.go admittedNotReadyWorkload."""
+
+    def info(pods_ready: tuple[str, str, str] | None) -> KueueWorkload:
+        conds: dict[str, tuple[str, str, str]] = {"Admitted": ("True", "Admitted", "")}
+        if pods_ready is not None:
+            conds["PodsReady"] = pods_ready
+        found = workload("rc-uid", **conds)
+        for cond in found["status"]["conditions"]:
+            cond["lastTransitionTime"] = (
+                "2026-12-05T10:00:00Z" if cond["type"] == "Admitted" else "2026-12-05T11:00:00Z"
+            )
+        return workload_info(found)
+
+    told = PodsReadyTimeouts(600)
+    start = pods_ready_deadline(info(None), told)  # PodsReady not written yet: WaitForStart
+    assert start is not None and (start.evicts_at, start.evict_timeout_s) == (
+        "2026-12-05T10:10:00Z",
+        600,
+    )
+    recovering = pods_ready_deadline(info(("False", "WaitForRecovery", "")), told)
+    assert recovering is not None and recovering.evicts_at == "2026-12-05T11:10:00Z"
+    own = pods_ready_deadline(info(("False", "WaitForRecovery", "")), PodsReadyTimeouts(600, 60))
+    assert own is not None and own.evicts_at == "2026-12-05T11:01:00Z"
+    off = pods_ready_deadline(info(("False", "WaitForRecovery", "")), PodsReadyTimeouts(600, 0))
+    assert off is not None and off.evicts_at == ""
+    ready = pods_ready_deadline(info(("True", "Started", "")), told)
+    assert ready is not None and ready.evicts_at == ""
+    untold = pods_ready_deadline(info(None), PodsReadyTimeouts())
+    assert untold is not None and untold.evicts_at == ""
+    assert pods_ready_deadline(None, told) is None

@@ -39,7 +39,7 @@ from tpuslice.status.conditions import (
     compute_status,
 )
 from tpuslice.status.groups import CpuGroupObserved, TpuGroupObserved, grouped_status
-from tpuslice.status.kueue import kueue_view, with_admission
+from tpuslice.status.kueue import kueue_view, with_admission, with_eviction_deadline
 
 __all__ = [
     "ClusterKind",
@@ -120,6 +120,8 @@ def observed_of(
     kueue = kueue_of(spec, snap.raycluster, snap.workload)
     if kueue is not None and not kueue.admitted and not spec.suspend:
         slices = with_admission(kueue, slices, desired)
+    elif kueue is not None and kueue.admitted:
+        slices = with_eviction_deadline(kueue, slices)
     return Observed(
         generation=generation(body),
         accelerator_type=spec.shape.accelerator_type,

@@ -77,7 +77,7 @@ from tpuslice.spec.limits import check_limits, controller_errors
 from tpuslice.spec.parts import SliceClusterSpec, SpecError
 from tpuslice.spec.slices import parse_slice_parts
 from tpuslice.status.conditions import MAX_MESSAGE, Stall, truncate
-from tpuslice.status.kueue import provisioning_conflict
+from tpuslice.status.kueue import PodsReadyTimeouts, pods_ready_deadline, provisioning_conflict
 
 __all__ = [
     "Reconciler",
@@ -225,6 +225,9 @@ class Reconciler:
     adapter: KindAdapter = field(default_factory=ClusterKind)
     #: The slices and hosts one object may ask for (the operator's setting).
     limits: SpecLimits = field(default_factory=SpecLimits)
+    #: Kueue's waitForPodsReady timeouts as the operator is told them (the status says
+    #: when Kueue evicts an admitted object whose pods are not all ready).
+    pods_ready: PodsReadyTimeouts = field(default_factory=PodsReadyTimeouts)
     _waiting: dict[Shape, set[ObjectKey]] = field(default_factory=dict)
     _waiting_since: dict[ObjectKey, float] = field(default_factory=dict)  # the queue metric
     _applied_once: set[ObjectKey] = field(default_factory=set)  # for the creation metric
@@ -417,7 +420,10 @@ class Reconciler:
         if not kueue_managed(rendered, owned):
             return snap, None
         live = owned or {}
-        workload = await read_workload(self.kube, spec.namespace, str(live.get("uid") or ""))
+        workload = pods_ready_deadline(
+            await read_workload(self.kube, spec.namespace, str(live.get("uid") or "")),
+            self.pods_ready,
+        )
         stall = None
         if spec.provisions:
             queue = (

@@ -171,9 +171,21 @@ class KueueWorkload:
     cluster_queue: str = ""
     #: admission checks not Ready yet: (name, state, message)
     checks: tuple[tuple[str, str, str], ...] = ()
-    #: admitted, and the PodsReady condition False since this time (RFC 3339): what
-    #: Kueue's WaitForPodsReady timeout counts from
+    #: admitted, and the PodsReady condition False since this time (RFC 3339)
     pods_not_ready_since: str = ""
+    #: the Admitted condition's lastTransitionTime (RFC 3339) while it is True
+    admitted_since: str = ""
+    #: the PodsReady condition is True (every pod ready or succeeded)
+    pods_ready: bool = False
+    #: the PodsReady condition's reason while it is False (WaitForStart, WaitForRecovery)
+    pods_ready_reason: str = ""
+    #: when Kueue's WaitForPodsReady evicts it unless every pod is ready (RFC 3339), and
+    #: the timeout that gives it (``status.kueue.pods_ready_deadline``; "" / 0 when the
+    #: operator is not told Kueue's timeout or nothing counts)
+    evicts_at: str = ""
+    evict_timeout_s: int = 0
+    #: its WaitForPodsReady evictions so far (``status.requeueState.count``)
+    requeue_count: int = 0
 
 
 @dataclass(frozen=True)

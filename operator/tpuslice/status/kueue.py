@@ -16,13 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any
 
 from tpuslice.model import constants as c
+from tpuslice.model.convert import rfc3339, timestamp
 from tpuslice.model.records import KueueView, KueueWorkload, SliceState, SliceStatus
 from tpuslice.status.conditions import (
     KUEUE_ADMITTED,
     MAX_SLICE_MESSAGE,
+    eviction_note,
     kueue_condition,
     truncate,
     waiting_message,
@@ -30,13 +33,16 @@ from tpuslice.status.conditions import (
 
 __all__ = [
     "KUEUE_ADMITTED",
+    "PodsReadyTimeouts",
     "ProvisioningCheck",
     "held_in_status",
     "kueue_condition",
     "kueue_view",
+    "pods_ready_deadline",
     "provisioning_conflict",
     "waiting_message",
     "with_admission",
+    "with_eviction_deadline",
 ]
 
 
@@ -135,3 +141,62 @@ def provisioning_conflict(checks: Sequence[ProvisioningCheck]) -> str:
             f"spec.reservation.provisioning"
         )
     return ""
+
+
+@dataclass(frozen=True)
+class PodsReadyTimeouts:
+    """Kueue's ``waitForPodsReady`` timeouts, as the operator is told them (an operator
+    setting mirroring Kueue's Configuration: Kueue writes neither on the Workload, and
+    its Configuration is a file of its manager, kubernetes-sigs/kueue v0.17.0
+    apis/config/v1beta2/configuration_types.go ``WaitForPodsReady``). 0: not told, the
+    status names no time. ``recovery_s`` None: Kueue's default, the timeout
+    (apis/config/v1beta2/defaults.go); 0: Kueue's recovery check is off."""
+
+    timeout_s: int = 0
+    recovery_s: int | None = None
+
+
+def pods_ready_deadline(
+    workload: KueueWorkload | None, timeouts: PodsReadyTimeouts
+) -> KueueWorkload | None:
+    """The Workload with when Kueue evicts it unless every pod is ready, as Kueue's
+    workload controller computes it (kubernetes-sigs/kueue v0.17.0
+    pkg/controller/core/workload_controller.go ``admittedNotReadyWorkload``): while
+    admitted and PodsReady is not True, with PodsReady absent or reason ``WaitForStart``,
+    the Admitted condition's lastTransitionTime plus ``timeout``; with reason
+    ``WaitForRecovery`` (a pod failed after all were ready), PodsReady's
+    lastTransitionTime plus ``recoveryTimeout``. Kueue then evicts it with reason
+    ``PodsReadyTimeout`` and requeues it after a backoff (``status.requeueState``)."""
+    if workload is None or not timeouts.timeout_s or not workload.admitted_since:
+        return workload
+    if workload.pods_ready or workload.evicted_reason:
+        return workload
+    if workload.pods_ready_reason == "WaitForRecovery":
+        recovery = timeouts.timeout_s if timeouts.recovery_s is None else timeouts.recovery_s
+        since, seconds = workload.pods_not_ready_since, recovery
+    elif workload.pods_ready_reason in ("", "WaitForStart", "PodsReady"):
+        since, seconds = workload.admitted_since, timeouts.timeout_s
+    else:
+        return workload
+    start = timestamp(since)
+    if start is None or not seconds:
+        return workload
+    at = rfc3339(start + timedelta(seconds=seconds))
+    return replace(workload, evicts_at=at, evict_timeout_s=seconds)
+
+
+def with_eviction_deadline(
+    view: KueueView, slices: Sequence[SliceStatus]
+) -> tuple[SliceStatus, ...]:
+    """An admitted object's slices that are not Ready say when Kueue evicts the object
+    unless every pod is ready (``pods_ready_deadline``)."""
+    workload = view.workload
+    if workload is None or not workload.evicts_at:
+        return tuple(slices)
+    note = eviction_note(workload)
+    return tuple(
+        s
+        if s.state == SliceState.READY
+        else replace(s, message=truncate(f"{s.message}; {note}".lstrip("; "), MAX_SLICE_MESSAGE))
+        for s in slices
+    )
