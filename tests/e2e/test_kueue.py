@@ -66,7 +66,10 @@ def kueue_operator() -> Iterator[E2ECluster]:
             tools=ToolPaths.for_repo(REPO),
             run_dir=run_dir,
             kueue=True,
-            kueue_config=KueueConfig(pods_ready_timeout_s=PODS_READY_TIMEOUT_S),
+            kueue_config=KueueConfig(
+                pods_ready_timeout_s=PODS_READY_TIMEOUT_S,
+                feature_gates={"AdmissionGatedBy": True},
+            ),
         )
     )
     proc: OperatorProcess | None = None
@@ -372,3 +375,71 @@ def test_a_job_kueue_admits_is_placed_and_its_cluster_is_not_queued_twice(
         if ref["name"] in ("j", ray_cluster)
     ]
     assert owners == ["RayJob"], owners
+
+
+def test_an_admission_gate_holds_kueue_until_the_pools_are_free(
+    kueue_operator: E2ECluster,
+) -> None:
+    """g asks for two slices with spec.kueue.admissionGate UntilPoolsFree through big
+    (quota for both) while c holds one of the two pools: its RayCluster is created with
+    the operator's gate in Kueue's admission-gated-by annotation, Kueue's Workload says
+    AdmissionGated, nothing is claimed. Once c is gone both pools are free: the gate is
+    lifted, Kueue admits g and the operator places it."""
+    cluster = kueue_operator
+    kubectl(cluster, "delete", "tsj", "-n", QUEUED, "j", "--ignore-not-found", "--wait=true")
+    kube.wait_for(
+        lambda: (
+            not [
+                r
+                for r in cluster.custom.list_cluster_custom_object(
+                    "tpuslice.dev", "v1alpha1", "slicereservations"
+                )["items"]
+                if r["spec"]["holder"]["namespace"] == QUEUED
+            ]
+        ),
+        timeout_s=90,
+        what="no pool held in the queued namespace",
+    )
+    assert len(held_by(cluster, DEFAULTED, "c")) == 1
+    gate = {"queueName": "big", "admissionGate": "UntilPoolsFree"}
+    apply(cluster, QUEUED, tsc("g", slices=2, kueue=gate))
+    held = wait_condition(
+        cluster, QUEUED, "g", "KueueAdmitted", "False", "AdmissionGated", timeout_s=60
+    )
+    assert (
+        "1 free v6e 4x4 node pools for the 2 slices" in condition(held, "KueueAdmitted")["message"]
+    )
+    rc = _raycluster(cluster, QUEUED, "g")
+    assert rc is not None
+    assert rc["metadata"]["annotations"]["kueue.x-k8s.io/admission-gated-by"] == (
+        "tpuslice.dev/pools-free"
+    )
+
+    def gated_workload() -> dict[str, Any] | None:
+        for w in cluster.custom.list_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta2", QUEUED, "workloads"
+        )["items"]:
+            refs = w["metadata"].get("ownerReferences") or []
+            reserved = [
+                x for x in (w.get("status") or {}).get("conditions") or []
+                if x["type"] == "QuotaReserved"
+            ]  # fmt: skip
+            if any(r["name"] == "g" for r in refs) and reserved:
+                found: dict[str, Any] = w
+                return found if reserved[0]["reason"] == "AdmissionGated" else None
+        return None
+
+    kube.wait_for(gated_workload, timeout_s=60, what="g's Workload gated by the operator")
+    _no_claim_for(cluster, QUEUED, "g", seconds=3)
+    mark = time.monotonic()
+    kubectl(cluster, "delete", "tsc", "-n", DEFAULTED, "c", "--wait=true", "--timeout=90s")
+    wait_condition(cluster, QUEUED, "g", "KueueAdmitted", "True", "Admitted", timeout_s=120)
+    wait_condition(cluster, QUEUED, "g", "Ready", "True", timeout_s=180)
+    assert len(held_by(cluster, QUEUED, "g")) == 2
+    rc = _raycluster(cluster, QUEUED, "g")
+    assert rc is not None
+    assert "kueue.x-k8s.io/admission-gated-by" not in rc["metadata"].get("annotations", {})
+    assert cluster.run_dir is not None
+    (cluster.run_dir / "kueue-admission-gate.json").write_text(
+        json.dumps({"ready_after_pools_free_s": round(time.monotonic() - mark, 2)}) + "\n"
+    )

@@ -518,3 +518,83 @@ def test_the_eviction_deadline_follows_kueues_rules() -> None:
     untold = pods_ready_deadline(info(None), PodsReadyTimeouts())
     assert untold is not None and untold.evicts_at == ""
     assert pods_ready_deadline(None, told) is None
+
+
+GATED_BY = c.KUEUE_ADMISSION_GATED_BY
+
+
+def gated_body(slices: int = 1) -> dict[str, Any]:
+    return tpuslice(
+        uid=UID,
+        generation=1,
+        tpu=tpu_spec(slices=slices),
+        kueue={"queueName": "tpu", "admissionGate": "UntilPoolsFree"},
+    )
+
+
+def test_admission_gate_is_parsed_and_refused_where_it_cannot_be_judged() -> None:
+    spec = parse_cluster(tsc(kueue={"queueName": "tpu", "admissionGate": "UntilPoolsFree"}))
+    assert spec.kueue == KueueSpec("tpu", "", "UntilPoolsFree")
+    assert "spec.kueue.admissionGate" in errors_of(
+        parse_cluster, tsc(kueue={"queueName": "tpu", "admissionGate": "Always"})
+    )
+    dynamic = tsc(
+        kueue={"queueName": "tpu", "admissionGate": "UntilPoolsFree"},
+        reservation={"policy": "DynamicSlice"},
+    )
+    dynamic["spec"]["tpu"] = {"type": "tpu7x", "topology": "4x4x4"}
+    assert "spec.kueue.admissionGate" in errors_of(parse_cluster, dynamic)
+
+
+def test_without_free_pools_the_object_is_created_with_the_admission_gate() -> None:
+    """Pool-a is another's: the RayCluster is created suspended and gated by the operator
+    in Kueue's admission-gated-by annotation; nothing is claimed; the status says why."""
+    other = ReservationInfo("pool-a", Holder("ml", "other", "uid-o", "tpu-zzzzz", 0), "Bound")
+    kube = one_pass(Snapshot(gated_body(), [], nodes_of("pool-a"), [other], None))
+    (applied,) = kube.applied
+    assert applied["metadata"]["annotations"][GATED_BY] == c.POOLS_FREE_GATE
+    assert applied["spec"]["suspend"] is True
+    assert not [call for call in kube.calls if call[0] == "claim"]
+    admitted = condition_of(kube.status, "KueueAdmitted")
+    assert (admitted["status"], admitted["reason"]) == ("False", "AdmissionGated")
+    assert "0 free v6e 4x4 node pools for the 1 slices" in admitted["message"]
+
+
+def test_the_gate_stays_while_pools_are_short_and_is_lifted_once_they_are_free() -> None:
+    body = gated_body(slices=2)
+    live = live_rc(body, True)
+    live["annotations"][GATED_BY] = c.POOLS_FREE_GATE
+    # one free pool of two: the gate is kept (no apply needed: the live object has it)
+    short = one_pass(Snapshot(body, [], nodes_of("pool-a"), [], live))
+    assert short.applied == []
+    assert condition_of(short.status, "KueueAdmitted")["reason"] == "AdmissionGated"
+    # two free pools: an apply without the annotation (our field manager owns it, so the
+    # apply removes it); still suspended, nothing claimed before Kueue admits
+    free = one_pass(Snapshot(body, [], nodes_of("pool-a", "pool-b"), [], live))
+    (applied,) = free.applied
+    assert GATED_BY not in applied["metadata"]["annotations"]
+    assert applied["spec"]["suspend"] is True
+    assert not [call for call in free.calls if call[0] == "claim"]
+    assert condition_of(free.status, "KueueAdmitted")["reason"] == "AwaitingAdmission"
+
+
+def test_a_lifted_gate_is_never_put_back() -> None:
+    """Once the live object lacks the gate (lifted, or the object made before the field
+    was set) the operator never adds it: Kueue refuses adding one after creation."""
+    body = gated_body()
+    other = ReservationInfo("pool-a", Holder("ml", "other", "uid-o", "tpu-zzzzz", 0), "Bound")
+    kube = one_pass(Snapshot(body, [], nodes_of("pool-a"), [other], live_rc(body, True)))
+    assert kube.applied == []
+    assert condition_of(kube.status, "KueueAdmitted")["reason"] == "AwaitingAdmission"
+
+
+def test_an_admitted_object_drops_a_gate_kueue_ignored() -> None:
+    """Kueue's AdmissionGatedBy feature gate off: Kueue admits despite the annotation; the
+    operator lifts its gate rather than keep it on a running object."""
+    body = gated_body()
+    live = live_rc(body, False)
+    live["annotations"][GATED_BY] = c.POOLS_FREE_GATE
+    other = ReservationInfo("pool-a", Holder("ml", "other", "uid-o", "tpu-zzzzz", 0), "Bound")
+    kube = one_pass(Snapshot(body, [], nodes_of("pool-a"), [other], live))
+    (applied,) = kube.applied
+    assert GATED_BY not in applied["metadata"]["annotations"]

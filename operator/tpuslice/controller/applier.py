@@ -41,6 +41,7 @@ __all__ = [
     "TemplateSchema",
     "applied_hash",
     "controlled_by",
+    "gate_held",
     "is_subset",
     "kueue_managed",
     "name_taken_message",
@@ -133,6 +134,17 @@ def kueue_managed(rendered: Mapping[str, Any], actual: Mapping[str, Any] | None)
     labels = (rendered.get("metadata") or {}).get("labels") or {}
     live = (actual or {}).get("labels") or {}
     return c.KUEUE_QUEUE_LABEL in labels or c.KUEUE_QUEUE_LABEL in live
+
+
+def gate_held(actual: Mapping[str, Any] | None) -> bool:
+    """Whether the live KubeRay object carries the operator's gate in Kueue's
+    admission-gated-by annotation (spec.kueue.admissionGate). The gate can only be there
+    from the create (Kueue's webhook refuses adding one later) and the operator's field
+    manager owns the annotation: an apply without it removes it, and Kueue then admits
+    the Workload (kubernetes-sigs/kueue v0.17.0 pkg/controller/jobframework/reconciler.go
+    ``UpdateAdmissionGatedBy``, pkg/controller/core/workload_controller.go)."""
+    value = str(((actual or {}).get("annotations") or {}).get(c.KUEUE_ADMISSION_GATED_BY) or "")
+    return c.POOLS_FREE_GATE in (g.strip() for g in value.split(","))
 
 
 def with_resume(rendered: Mapping[str, Any], actual: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -322,18 +334,25 @@ class KubeRayApplier:
     pending: Expectations
     schema: TemplateSchema
 
-    async def apply(self, rendered: Mapping[str, Any], actual: Mapping[str, Any] | None) -> Applied:
+    async def apply(
+        self,
+        rendered: Mapping[str, Any],
+        actual: Mapping[str, Any] | None,
+        *,
+        admission_gate: bool = False,
+    ) -> Applied:
         """Make the RayCluster, RayJob or RayService what ``rendered`` says, if it is ours
         to make. ``actual``: what the watch shows of it (``convert.raycluster_info`` or
-        ``ray_owner_info``), None when the watch shows none."""
+        ``ray_owner_info``), None when the watch shows none. ``admission_gate``: carry
+        the operator's gate in Kueue's admission-gated-by annotation (``gate_held``)."""
         rendered = with_resume(rendered, actual)
         digest = applied_hash(rendered)
+        annotations = {c.ANNOTATION_APPLIED_HASH: digest}
+        if admission_gate:
+            annotations[c.KUEUE_ADMISSION_GATED_BY] = c.POOLS_FREE_GATE
         rendered = {
             **rendered,
-            "metadata": {
-                **rendered["metadata"],
-                "annotations": {c.ANNOTATION_APPLIED_HASH: digest},
-            },
+            "metadata": {**rendered["metadata"], "annotations": annotations},
         }
         kind = str(rendered["kind"])
         key = (kind, rendered["metadata"].get("namespace", ""), rendered["metadata"]["name"])
@@ -351,6 +370,7 @@ class KubeRayApplier:
             and actual["annotations"].get(c.ANNOTATION_APPLIED_HASH) == digest
             and is_subset(wanted, actual)
             and controlled_by(actual["ownerReferences"], owner_uid)
+            and gate_held(actual) == admission_gate
         ):
             return Applied(ok=True)
         # Our watch follows only labelled RayClusters: before the first apply, make sure

@@ -66,10 +66,11 @@ def kueue_of(
     spec: SliceClusterSpec,
     raycluster: Mapping[str, Any] | None,
     workload: KueueWorkload | None = None,
+    gate: str = "",
 ) -> KueueView | None:
     """Kueue's hold on the TPUSliceCluster's RayCluster (``status.kueue.kueue_view``)."""
     queue = spec.kueue.queue_name if spec.kueue is not None else ""
-    return kueue_view(queue, c.RAY_KIND_CLUSTER, spec.name, raycluster, workload)
+    return kueue_view(queue, c.RAY_KIND_CLUSTER, spec.name, raycluster, workload, gate)
 
 
 def admitted_snapshot(snap: Snapshot, held: bool) -> Snapshot:
@@ -117,7 +118,7 @@ def observed_of(
         elastic = elastic_count(
             spec.elastic, desired, slices, snap.raycluster, snap.pods, now, spec.group_name
         )
-    kueue = kueue_of(spec, snap.raycluster, snap.workload)
+    kueue = kueue_of(spec, snap.raycluster, snap.workload, snap.admission_gate)
     if kueue is not None and not kueue.admitted and not spec.suspend:
         slices = with_admission(kueue, slices, desired)
     elif kueue is not None and kueue.admitted:

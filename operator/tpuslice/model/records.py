@@ -202,6 +202,8 @@ class KueueView:
     #: its Workload as this pass read it; None when none was read (none yet, or Kueue's
     #: API not served)
     workload: KueueWorkload | None = None
+    #: the operator holds Kueue's admission (spec.kueue.admissionGate): why ("" when not)
+    gate: str = ""
 
 
 @dataclass(frozen=True)
@@ -628,6 +630,9 @@ class Snapshot:
     # Kueue's Workload of the object's RayCluster or RayJob, read by the pass for an
     # object Kueue admits (``controller.kueue``); None otherwise.
     workload: KueueWorkload | None = None
+    # why the operator holds Kueue's admission of the object (spec.kueue.admissionGate:
+    # too few free pools); "" when it does not.
+    admission_gate: str = ""
 
 
 # ------------------------------------------------------------------ the queue per shape

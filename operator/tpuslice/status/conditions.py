@@ -755,6 +755,11 @@ def waiting_message(view: KueueView) -> str:
         f"Kueue has not admitted {view.kind} {view.name} ({where}); no node pool is "
         f"claimed until it does"
     )
+    if view.gate:
+        said += (
+            f"; the operator holds Kueue's admission (spec.kueue.admissionGate "
+            f"UntilPoolsFree) until free node pools could hold every slice: {view.gate}"
+        )
     workload = view.workload
     if workload is None:
         return said
@@ -785,7 +790,9 @@ def eviction_note(workload: KueueWorkload) -> str:
 def kueue_condition(view: KueueView, generation: int) -> dict[str, Any]:
     """``KueueAdmitted``: True once Kueue has unsuspended the object, False while it holds
     it: reason ``Evicted`` after Kueue evicted it (Kueue's own reason in the message),
-    ``DefaultLocalQueue`` when Kueue chose the queue, else ``AwaitingAdmission``."""
+    ``AdmissionGated`` while the operator holds Kueue's admission for free pools
+    (spec.kueue.admissionGate), ``DefaultLocalQueue`` when Kueue chose the queue, else
+    ``AwaitingAdmission``."""
     if view.admitted:
         default = " (the namespace's default LocalQueue)" if view.defaulted else ""
         message = f"Kueue admitted {view.kind} {view.name} through LocalQueue {view.queue}"
@@ -804,6 +811,8 @@ def kueue_condition(view: KueueView, generation: int) -> dict[str, Any]:
         return condition(KUEUE_ADMITTED, True, "Admitted", message + default, generation)
     if view.workload is not None and view.workload.evicted_reason:
         reason = "Evicted"
+    elif view.gate:
+        reason = "AdmissionGated"
     elif view.defaulted:
         reason = "DefaultLocalQueue"
     else:

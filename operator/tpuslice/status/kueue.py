@@ -52,18 +52,20 @@ def kueue_view(
     name: str,
     live: Mapping[str, Any] | None,
     workload: KueueWorkload | None = None,
+    gate: str = "",
 ) -> KueueView | None:
     """Kueue's hold on the KubeRay object ``kind``/``name`` (``live``: as the watch shows
     it, ``convert.raycluster_info`` or ``ray_owner_info``; None before it exists, when the
     applier creates it suspended). None when neither the spec (``spec_queue``) nor the
-    live object names a LocalQueue."""
+    live object names a LocalQueue. ``gate``: why the operator holds Kueue's admission
+    (spec.kueue.admissionGate)."""
     live_labels = (live or {}).get("labels") or {}
     live_queue = str(live_labels.get(c.KUEUE_QUEUE_LABEL) or "")
     queue = spec_queue or live_queue
     if not queue:
         return None
     suspended = live is None or (live.get("spec") or {}).get("suspend") is True
-    return KueueView(queue, not suspended, not spec_queue, kind, name, workload)
+    return KueueView(queue, not suspended, not spec_queue, kind, name, workload, gate)
 
 
 def with_admission(
