@@ -220,6 +220,11 @@ def test_kueue_admits_and_the_operator_places(kueue_operator: E2ECluster) -> Non
     rc = _raycluster(cluster, DEFAULTED, "c")
     assert rc is not None and rc["metadata"]["labels"][QUEUE_LABEL] == "default"
     record["c_suspend_owners_defaulted"] = _suspend_owners(rc)
+    kube.wait_for(
+        lambda: "KueueDefaultLocalQueue" in event_reasons(cluster, DEFAULTED),
+        timeout_s=30,
+        what="the KueueDefaultLocalQueue event",
+    )
     _no_claim_for(cluster, DEFAULTED, "c", seconds=5)
     rc = _raycluster(cluster, DEFAULTED, "c")
     assert rc is not None and rc["spec"]["suspend"] is True  # the operator never resumed it

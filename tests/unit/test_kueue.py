@@ -268,8 +268,12 @@ def test_default_local_queue_is_announced_and_held() -> None:
     admitted = condition_of(kube.status, "KueueAdmitted")
     assert (admitted["status"], admitted["reason"]) == ("False", "DefaultLocalQueue")
     assert "default LocalQueue default" in admitted["message"]
+    assert ("event", "KueueDefaultLocalQueue") in kube.calls  # announced once
     # nothing to apply: the rendering is as live, and the suspension is Kueue's
     assert not kube.applied
+    body["status"] = kube.status
+    again = one_pass(Snapshot(body, slice_pods(), nodes_of("pool-a"), [], live))
+    assert ("event", "KueueDefaultLocalQueue") not in again.calls
 
 
 # ------------------------------------------------------------ Kueue's Workload and checks
