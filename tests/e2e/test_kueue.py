@@ -38,7 +38,7 @@ from tests.e2e.operator_support import (
     tsc,
     wait_condition,
 )
-from tpusim import ClusterSettings, CPUPool, LocalCluster, ToolPaths, TPUPool, kube
+from tpusim import ClusterSettings, CPUPool, LocalCluster, ToolPaths, TPUPool, autoscaler, kube
 from tpusim.kueue import QUEUE_LABEL, KueueConfig, create_queues, local_queue
 from tpusim.operator_process import OperatorProcess
 
@@ -68,7 +68,7 @@ def kueue_operator() -> Iterator[E2ECluster]:
             kueue=True,
             kueue_config=KueueConfig(
                 pods_ready_timeout_s=PODS_READY_TIMEOUT_S,
-                feature_gates={"AdmissionGatedBy": True},
+                feature_gates={"AdmissionGatedBy": True, "ElasticJobsViaWorkloadSlices": True},
             ),
         )
     )
@@ -447,4 +447,96 @@ def test_an_admission_gate_holds_kueue_until_the_pools_are_free(
     assert cluster.run_dir is not None
     (cluster.run_dir / "kueue-admission-gate.json").write_text(
         json.dumps({"ready_after_pools_free_s": round(time.monotonic() - mark, 2)}) + "\n"
+    )
+
+
+def test_an_elastic_scale_up_waits_for_kueues_gate(kueue_operator: E2ECluster) -> None:
+    """x is elastic (1 to 2 slices) through ClusterQueue tpu (quota for one slice): Kueue
+    admits it as an elastic job at one slice, which the operator places. The autoscaler
+    asks for a second slice; Kueue cannot admit that workload slice, so the new pods keep
+    Kueue's elastic-job gate and the operator claims nothing for them though a pool is
+    free. Once the quota is raised Kueue admits the scale-up and ungates them, and the
+    second slice gets its pool."""
+    cluster = kueue_operator
+    kubectl(cluster, "delete", "tsc", "-n", QUEUED, "g", "--ignore-not-found", "--wait=true")
+    kube.wait_for(
+        lambda: held_by(cluster, QUEUED, "g") == {},
+        timeout_s=90,
+        what="g's pools given back",
+    )
+    body = tsc("x", kueue={"queueName": "tpu"}, elastic={"minSlices": 1, "maxSlices": 2})
+    apply(cluster, QUEUED, body)
+    wait_condition(cluster, QUEUED, "x", "KueueAdmitted", "True", "Admitted", timeout_s=120)
+    wait_condition(cluster, QUEUED, "x", "Ready", "True", timeout_s=180)
+    assert len(held_by(cluster, QUEUED, "x")) == 1
+    rc = _raycluster(cluster, QUEUED, "x")
+    assert rc is not None and rc["metadata"]["annotations"]["kueue.x-k8s.io/elastic-job"] == "true"
+
+    autoscaler.scale(cluster.api, QUEUED, "x", None, 2)
+
+    def gated_pods() -> list[str] | None:
+        pods = [
+            p.metadata.name
+            for p in slice_pods(cluster, QUEUED, "x")
+            if "kueue.x-k8s.io/elastic-job" in [g.name for g in p.spec.scheduling_gates or []]
+        ]
+        return pods if len(pods) >= 4 else None
+
+    kube.wait_for(
+        gated_pods,
+        timeout_s=60,
+        what="the scale-up's 4 pods, gated by Kueue",
+        describe=lambda: describe(cluster, QUEUED, "x"),
+    )
+    end = time.monotonic() + 5
+    while time.monotonic() < end:  # the free pool is not claimed for the gated slice
+        assert len(held_by(cluster, QUEUED, "x")) == 1, describe(cluster, QUEUED, "x")
+        time.sleep(1)
+    waiting = [s for s in get_tsc(cluster, QUEUED, "x")["status"]["slices"] if s["index"] == 1]
+    assert waiting and "Kueue has not admitted the scale-up" in waiting[0]["message"], waiting
+
+    mark = time.monotonic()
+    cluster.custom.patch_cluster_custom_object(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "clusterqueues",
+        "tpu",
+        {
+            "spec": {
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory", "google.com/tpu"],
+                        "flavors": [
+                            {
+                                "name": "tpu",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": 1000},
+                                    {"name": "memory", "nominalQuota": "4Ti"},
+                                    {"name": "google.com/tpu", "nominalQuota": 2 * ONE_SLICE_CHIPS},
+                                ],
+                            }
+                        ],
+                    }
+                ]
+            }
+        },
+    )
+    kube.wait_for(
+        lambda: len(held_by(cluster, QUEUED, "x")) == 2,
+        timeout_s=120,
+        what="x's second slice holds a pool once Kueue admits the scale-up",
+        describe=lambda: describe(cluster, QUEUED, "x"),
+    )
+    kube.wait_for(
+        lambda: (
+            [s["state"] for s in get_tsc(cluster, QUEUED, "x")["status"]["slices"]]
+            == ["Ready", "Ready"]
+        ),
+        timeout_s=180,
+        what="both of x's slices Ready",
+        describe=lambda: describe(cluster, QUEUED, "x"),
+    )
+    assert cluster.run_dir is not None
+    (cluster.run_dir / "kueue-elastic.json").write_text(
+        json.dumps({"scale_up_ready_after_quota_s": round(time.monotonic() - mark, 2)}) + "\n"
     )

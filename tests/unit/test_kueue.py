@@ -4,6 +4,7 @@ both decide, Kueue's labels rendered, and the applier never unsuspending what Ku
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -71,10 +72,6 @@ def test_spec_kueue_is_parsed_and_the_queue_label_is_copied_when_absent() -> Non
         (tsc(kueue={"queueName": "Not_A_Name"}), "spec.kueue.queueName: 'Not_A_Name' is not"),
         (tsc(kueue={"queueName": "q", "extra": 1}), "spec.kueue.extra: is not a field"),
         (tsc(kueue={"queueName": "q"}, suspend=True), "spec.suspend: cannot be true"),
-        (
-            tsc(kueue={"queueName": "q"}, elastic={"minSlices": 1, "maxSlices": 2}),
-            "spec.kueue: cannot be combined with spec.elastic",
-        ),
         (
             tsc(
                 worker={
@@ -602,3 +599,74 @@ def test_an_admitted_object_drops_a_gate_kueue_ignored() -> None:
     kube = one_pass(Snapshot(body, [], nodes_of("pool-a"), [other], live))
     (applied,) = kube.applied
     assert GATED_BY not in applied["metadata"]["annotations"]
+
+
+# ------------------------------------------------------------ Kueue's elastic jobs
+
+
+def elastic_body() -> dict[str, Any]:
+    return tpuslice(
+        uid=UID,
+        generation=1,
+        tpu=tpu_spec(slices=1),
+        kueue={"queueName": "tpu"},
+        elastic={"minSlices": 1, "maxSlices": 2},
+    )
+
+
+def test_an_elastic_cluster_kueue_admits_is_one_of_kueues_elastic_jobs() -> None:
+    """Kueue v0.17 admits an autoscaled RayCluster only as an elastic job: annotated, and
+    every template gated kueue.x-k8s.io/elastic-job (its webhook's validateElasticJob)."""
+    rc = render_cluster(elastic_body())
+    assert rc["metadata"]["annotations"] == {c.KUEUE_ELASTIC_JOB: "true"}
+    assert rc["spec"]["enableInTreeAutoscaling"] is True
+    templates = [rc["spec"]["headGroupSpec"]["template"]]
+    templates += [g["template"] for g in rc["spec"]["workerGroupSpecs"]]
+    for template in templates:
+        names = [g["name"] for g in template["spec"]["schedulingGates"]]
+        assert c.KUEUE_ELASTIC_JOB in names
+    (worker,) = rc["spec"]["workerGroupSpecs"]
+    names = [g["name"] for g in worker["template"]["spec"]["schedulingGates"]]
+    assert names == [c.SCHEDULING_GATE, c.KUEUE_ELASTIC_JOB]  # ours stays
+    # not elastic, or not Kueue's: nothing of it
+    plain = render_cluster(queued_body())
+    assert "annotations" not in plain["metadata"]
+    body = elastic_body()
+    del body["spec"]["kueue"]
+    assert "annotations" not in render_cluster(body)["metadata"]
+
+
+def test_the_elastic_job_annotation_is_applied_with_the_digest() -> None:
+    kube = one_pass(Snapshot(elastic_body(), [], nodes_of("pool-a"), [], None))
+    (applied,) = kube.applied
+    annotations = applied["metadata"]["annotations"]
+    assert annotations[c.KUEUE_ELASTIC_JOB] == "true"
+    assert c.ANNOTATION_APPLIED_HASH in annotations
+    # created at the minimum count, so Kueue's Workload asks quota for those slices
+    assert applied["spec"]["workerGroupSpecs"][0]["replicas"] == 1
+
+
+def test_a_tpuslicejob_keeps_kueue_and_elastic_apart() -> None:
+    body = tsj(kueue={"queueName": "q"}, elastic={"minSlices": 1, "maxSlices": 2})
+    assert "rayjob_webhook.go" in errors_of(parse_job, body)
+
+
+def test_an_elastic_scale_up_waits_for_kueues_gate_then_claims() -> None:
+    """Admitted at one slice (held on pool-a); the autoscaler asks for a second; its pods
+    carry Kueue's elastic-job gate, one already ungated: nothing is claimed for it though
+    pool-b is free. Once Kueue ungates them all, the reservation applies."""
+    body = elastic_body()
+    live = live_rc(body, False)
+    live["spec"]["workerGroupSpecs"][0]["replicas"] = 2
+    held = ReservationInfo("pool-a", Holder("ml", "llm", UID, "tpu-aaaaa", 0), "Bound")
+    first = slice_pods(gated=False, pool="pool-a")
+    second = slice_pods("tpu-bbbbb", 1)
+    partly = [replace(p, kueue_gated=i > 0) for i, p in enumerate(second)]
+    nodes = nodes_of("pool-a", "pool-b")
+    waiting = one_pass(Snapshot(body, first + partly, nodes, [held], live))
+    assert not [call for call in waiting.calls if call[0] == "claim"]
+    assert waiting.status is not None
+    second_state = next(s for s in waiting.status["slices"] if s["index"] == 1)
+    assert "Kueue has not admitted the scale-up" in second_state["message"], second_state
+    admitted = one_pass(Snapshot(body, first + second, nodes, [held], live))
+    assert ("claim", "pool-b") in admitted.calls

@@ -47,6 +47,7 @@ __all__ = [
     "name_taken_message",
     "rejection_message",
     "with_admission_hold",
+    "with_kueue_count",
     "with_live_autoscaling",
 ]
 
@@ -202,6 +203,30 @@ def with_admission_hold(
     return out
 
 
+def with_kueue_count(
+    rendered: Mapping[str, Any], actual: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The create of one of Kueue's elastic RayClusters with each autoscaled group's count
+    at its minimum. The render leaves ``replicas`` to the autoscaler, so a new RayCluster
+    takes KubeRay's CRD default, 0, which KubeRay reads as the minimum; but Kueue's
+    webhook builds the Workload from ``replicas`` as it stands (kubernetes-sigs/kueue
+    v0.17.0 pkg/controller/jobs/raycluster/common.go ``BuildPodSets``), and would ask no
+    quota for the slices the cluster starts with. Later applies carry the live count."""
+    out = dict(rendered)
+    annotations = (rendered.get("metadata") or {}).get("annotations") or {}
+    if actual is not None or annotations.get(c.KUEUE_ELASTIC_JOB) != "true":
+        return out
+    spec = rendered["spec"]
+    groups = [
+        {**g, "replicas": g["minReplicas"]}
+        if "replicas" not in g and isinstance(g.get("minReplicas"), int)
+        else g
+        for g in spec.get("workerGroupSpecs") or []
+    ]
+    out["spec"] = {**spec, "workerGroupSpecs": groups}
+    return out
+
+
 def with_live_autoscaling(
     rendered: Mapping[str, Any], actual: Mapping[str, Any] | None
 ) -> dict[str, Any]:
@@ -347,7 +372,9 @@ class KubeRayApplier:
         the operator's gate in Kueue's admission-gated-by annotation (``gate_held``)."""
         rendered = with_resume(rendered, actual)
         digest = applied_hash(rendered)
-        annotations = {c.ANNOTATION_APPLIED_HASH: digest}
+        # the rendering's own annotations (Kueue's elastic-job opt-in) and the digest
+        annotations = dict(rendered["metadata"].get("annotations") or {})
+        annotations[c.ANNOTATION_APPLIED_HASH] = digest
         if admission_gate:
             annotations[c.KUEUE_ADMISSION_GATED_BY] = c.POOLS_FREE_GATE
         rendered = {
@@ -383,7 +410,9 @@ class KubeRayApplier:
         if existing is not None and not controlled_by(existing["ownerReferences"], owner_uid):
             stall = Stall(events.RAYCLUSTER_NAME_TAKEN, name_taken_message(key, existing))
             return Applied(ok=False, stall=stall)
-        body = with_admission_hold(with_live_autoscaling(rendered, existing), existing)
+        body = with_admission_hold(
+            with_kueue_count(with_live_autoscaling(rendered, existing), existing), existing
+        )
         try:
             await self.kube.apply_ray(body)
         except ApiError as exc:

@@ -1004,15 +1004,6 @@ def _cluster_parts(
             )
         )
     kueue = _kueue(spec.get("kueue"), labels or {}, errors)
-    if kueue is not None and elastic is not None:
-        errors.append(
-            FieldError(
-                "spec.kueue",
-                "cannot be combined with spec.elastic: Kueue refuses an autoscaling RayCluster "
-                "unless it is one of its elastic jobs (workload slices), which the operator "
-                "does not render yet; remove one of them",
-            )
-        )
     if kueue is not None and kueue.admission_gate and policy == "DynamicSlice":
         errors.append(
             FieldError(

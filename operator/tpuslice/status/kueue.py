@@ -43,6 +43,7 @@ __all__ = [
     "waiting_message",
     "with_admission",
     "with_eviction_deadline",
+    "with_scale_up_wait",
 ]
 
 
@@ -200,5 +201,21 @@ def with_eviction_deadline(
         s
         if s.state == SliceState.READY
         else replace(s, message=truncate(f"{s.message}; {note}".lstrip("; "), MAX_SLICE_MESSAGE))
+        for s in slices
+    )
+
+
+def with_scale_up_wait(slices: Sequence[SliceStatus]) -> tuple[SliceStatus, ...]:
+    """An elastic object Kueue admitted whose scale-up pods still carry Kueue's
+    ``kueue.x-k8s.io/elastic-job`` gate: its slices without a pool say they wait for
+    Kueue to admit the scale-up (a new workload slice), not for a pool."""
+    note = (
+        f"Kueue has not admitted the scale-up yet (its pods carry the {c.KUEUE_ELASTIC_JOB} "
+        f"gate); no pool is claimed for it until Kueue removes the gate"
+    )
+    return tuple(
+        replace(s, message=truncate(f"{note}; {s.message}".rstrip("; "), MAX_SLICE_MESSAGE))
+        if not s.node_pool and s.state != SliceState.READY
+        else s
         for s in slices
     )
