@@ -304,6 +304,7 @@ def test_an_eviction_says_kueues_reason_gives_the_pool_back_and_posts_an_event()
         Evicted=("True", "PodsReadyTimeout", "Exceeded the PodsReady timeout ml/llm"),
         QuotaReserved=("False", "Pending", "couldn't assign flavors"),
     )
+    evicted["status"]["requeueState"] = {"count": 1, "requeueAt": "2026-12-05T10:01:00Z"}
     reservation = ReservationInfo("pool-a", Holder("ml", "llm", UID, "tpu-aaaaa", 0), "Bound")
     pods = slice_pods(gated=False, pool="pool-a", deleting=True)
     kube = FakeKube()
@@ -314,6 +315,7 @@ def test_an_eviction_says_kueues_reason_gives_the_pool_back_and_posts_an_event()
     assert (admitted["status"], admitted["reason"]) == ("False", "Evicted")
     assert "PodsReadyTimeout: Exceeded the PodsReady timeout" in admitted["message"]
     assert "Kueue: couldn't assign flavors" in admitted["message"]
+    assert "again from 2026-12-05T10:01:00Z (Kueue's requeue backoff)" in admitted["message"]
     assert ("event", "KueueEvicted") in kube.calls
     assert kube.status is not None
     assert "(evicted: PodsReadyTimeout)" in kube.status["slices"][0]["message"]

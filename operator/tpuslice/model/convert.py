@@ -412,6 +412,7 @@ def workload_info(obj: Mapping[str, Any]) -> KueueWorkload:
         pods_ready=true("PodsReady"),
         pods_ready_reason=str(ready.get("reason") or "") if ready.get("status") == "False" else "",
         requeue_count=_count((status.get("requeueState") or {}).get("count")),
+        requeue_at=str((status.get("requeueState") or {}).get("requeueAt") or ""),
     )
 
 

@@ -184,8 +184,10 @@ class KueueWorkload:
     #: operator is not told Kueue's timeout or nothing counts)
     evicts_at: str = ""
     evict_timeout_s: int = 0
-    #: its WaitForPodsReady evictions so far (``status.requeueState.count``)
+    #: its WaitForPodsReady evictions so far (``status.requeueState.count``) and when
+    #: Kueue queues it again after the last one's backoff (``requeueAt``, RFC 3339)
     requeue_count: int = 0
+    requeue_at: str = ""
 
 
 @dataclass(frozen=True)

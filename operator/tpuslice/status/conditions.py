@@ -769,6 +769,8 @@ def waiting_message(view: KueueView) -> str:
             f"{workload.evicted_message}); its node pools are given back once its pods are "
             f"gone, and it waits in {where} again"
         )
+        if workload.requeue_at:
+            said += f" from {workload.requeue_at} (Kueue's requeue backoff)"
     if workload.pending:
         said += f"; Kueue: {workload.pending}"
     for name, state, message in workload.checks:
