@@ -11,7 +11,10 @@ AwaitingAdmission; an edit of it is applied and it stays suspended; once the quo
 is free Kueue admits it, Kueue's field manager owns ``spec.suspend`` and an edit never
 suspends it again; in a namespace with a LocalQueue named ``default`` an object that
 names no queue is held by Kueue and says so; a Kueue topology annotation on the TPU
-workers is refused naming the field.
+workers is refused naming the field. Then: the status says when Kueue's
+WaitForPodsReady evicts, and the eviction gives the pool back; a job is placed; an
+admission gate holds Kueue until the pools are free; an elastic scale-up waits for
+Kueue's gate.
 """
 
 from __future__ import annotations
