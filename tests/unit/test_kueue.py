@@ -672,3 +672,28 @@ def test_an_elastic_scale_up_waits_for_kueues_gate_then_claims() -> None:
     assert "Kueue has not admitted the scale-up" in second_state["message"], second_state
     admitted = one_pass(Snapshot(body, first + second, nodes, [held], live))
     assert ("claim", "pool-b") in admitted.calls
+
+
+def test_the_admission_gate_judges_every_tpu_group() -> None:
+    """Group a's v6e 4x4 pool is free, group b's v6e 2x4 has none: the gate holds and
+    names the group short of pools."""
+    groups = [
+        {"name": "a", "tpu": {"type": "v6e", "topology": "4x4", "slices": 1}},
+        {"name": "b", "tpu": {"type": "v6e", "topology": "2x4", "slices": 1}},
+    ]
+    body = {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND_CLUSTER,
+        "metadata": {"name": "llm", "namespace": "ml", "uid": UID, "generation": 1},
+        "spec": {
+            "workerGroups": groups,
+            "ray": {"version": "2.54.0"},
+            "kueue": {"queueName": "q", "admissionGate": "UntilPoolsFree"},
+        },
+    }
+    kube = one_pass(Snapshot(body, [], nodes_of("pool-a"), [], None))
+    (applied,) = kube.applied
+    assert applied["metadata"]["annotations"][GATED_BY] == c.POOLS_FREE_GATE
+    admitted = condition_of(kube.status, "KueueAdmitted")
+    assert admitted["reason"] == "AdmissionGated"
+    assert "0 free v6e 2x4 node pools for the 1 slices of group b" in admitted["message"]
