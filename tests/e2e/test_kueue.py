@@ -11,7 +11,10 @@ AwaitingAdmission; an edit of it is applied and it stays suspended; once the quo
 is free Kueue admits it, Kueue's field manager owns ``spec.suspend`` and an edit never
 suspends it again; in a namespace with a LocalQueue named ``default`` an object that
 names no queue is held by Kueue and says so; a Kueue topology annotation on the TPU
-workers is refused naming the field.
+workers is refused naming the field. Then: the status says when Kueue's
+WaitForPodsReady evicts, and the eviction gives the pool back; a job is placed; an
+admission gate holds Kueue until the pools are free; an elastic scale-up waits for
+Kueue's gate.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from tests.e2e.operator_support import (
     tsc,
     wait_condition,
 )
-from tpusim import ClusterSettings, CPUPool, LocalCluster, ToolPaths, TPUPool, kube
+from tpusim import ClusterSettings, CPUPool, LocalCluster, ToolPaths, TPUPool, autoscaler, kube
 from tpusim.kueue import QUEUE_LABEL, KueueConfig, create_queues, local_queue
 from tpusim.operator_process import OperatorProcess
 
@@ -66,7 +69,10 @@ def kueue_operator() -> Iterator[E2ECluster]:
             tools=ToolPaths.for_repo(REPO),
             run_dir=run_dir,
             kueue=True,
-            kueue_config=KueueConfig(pods_ready_timeout_s=PODS_READY_TIMEOUT_S),
+            kueue_config=KueueConfig(
+                pods_ready_timeout_s=PODS_READY_TIMEOUT_S,
+                feature_gates={"AdmissionGatedBy": True, "ElasticJobsViaWorkloadSlices": True},
+            ),
         )
     )
     proc: OperatorProcess | None = None
@@ -87,7 +93,10 @@ def kueue_operator() -> Iterator[E2ECluster]:
         proc = OperatorProcess(
             local.kubeconfig,
             run_dir / "logs" / "operator.log",
-            extra_args=("--resync-seconds=10",),
+            extra_args=(
+                "--resync-seconds=10",
+                f"--kueue-pods-ready-timeout={PODS_READY_TIMEOUT_S}",
+            ),
             cwd=REPO,
         )
         proc.start()
@@ -214,6 +223,11 @@ def test_kueue_admits_and_the_operator_places(kueue_operator: E2ECluster) -> Non
     rc = _raycluster(cluster, DEFAULTED, "c")
     assert rc is not None and rc["metadata"]["labels"][QUEUE_LABEL] == "default"
     record["c_suspend_owners_defaulted"] = _suspend_owners(rc)
+    kube.wait_for(
+        lambda: "KueueDefaultLocalQueue" in event_reasons(cluster, DEFAULTED),
+        timeout_s=30,
+        what="the KueueDefaultLocalQueue event",
+    )
     _no_claim_for(cluster, DEFAULTED, "c", seconds=5)
     rc = _raycluster(cluster, DEFAULTED, "c")
     assert rc is not None and rc["spec"]["suspend"] is True  # the operator never resumed it
@@ -266,6 +280,23 @@ def test_a_wait_for_pods_ready_eviction_gives_the_pools_back(kueue_operator: E2E
         what="e holds the free pool for one slice",
         describe=lambda: describe(cluster, QUEUED, "e"),
     )
+    # admitted with a slice waiting: the status says when Kueue evicts it
+    deadline = kube.wait_for(
+        lambda: (
+            "Kueue evicts at"
+            in condition(get_tsc(cluster, QUEUED, "e"), "KueueAdmitted").get("message", "")
+        ),
+        timeout_s=30,
+        what="e's KueueAdmitted says when Kueue evicts it",
+        describe=lambda: describe(cluster, QUEUED, "e"),
+    )
+    assert deadline
+    admitted = condition(get_tsc(cluster, QUEUED, "e"), "KueueAdmitted")["message"]
+    assert f"waitForPodsReady timeout {PODS_READY_TIMEOUT_S}s" in admitted, admitted
+    waiting = [
+        s for s in get_tsc(cluster, QUEUED, "e")["status"]["slices"] if not s.get("nodePool")
+    ]
+    assert waiting and all("Kueue evicts at" in s["message"] for s in waiting), waiting
     mark = time.monotonic()
     evicted = wait_condition(
         cluster,
@@ -352,3 +383,163 @@ def test_a_job_kueue_admits_is_placed_and_its_cluster_is_not_queued_twice(
         if ref["name"] in ("j", ray_cluster)
     ]
     assert owners == ["RayJob"], owners
+
+
+def test_an_admission_gate_holds_kueue_until_the_pools_are_free(
+    kueue_operator: E2ECluster,
+) -> None:
+    """g asks for two slices with spec.kueue.admissionGate UntilPoolsFree through big
+    (quota for both) while c holds one of the two pools: its RayCluster is created with
+    the operator's gate in Kueue's admission-gated-by annotation, Kueue's Workload says
+    AdmissionGated, nothing is claimed. Once c is gone both pools are free: the gate is
+    lifted, Kueue admits g and the operator places it."""
+    cluster = kueue_operator
+    kubectl(cluster, "delete", "tsj", "-n", QUEUED, "j", "--ignore-not-found", "--wait=true")
+    kube.wait_for(
+        lambda: (
+            not [
+                r
+                for r in cluster.custom.list_cluster_custom_object(
+                    "tpuslice.dev", "v1alpha1", "slicereservations"
+                )["items"]
+                if r["spec"]["holder"]["namespace"] == QUEUED
+            ]
+        ),
+        timeout_s=90,
+        what="no pool held in the queued namespace",
+    )
+    assert len(held_by(cluster, DEFAULTED, "c")) == 1
+    gate = {"queueName": "big", "admissionGate": "UntilPoolsFree"}
+    apply(cluster, QUEUED, tsc("g", slices=2, kueue=gate))
+    held = wait_condition(
+        cluster, QUEUED, "g", "KueueAdmitted", "False", "AdmissionGated", timeout_s=60
+    )
+    assert (
+        "1 free v6e 4x4 node pools for the 2 slices" in condition(held, "KueueAdmitted")["message"]
+    )
+    rc = _raycluster(cluster, QUEUED, "g")
+    assert rc is not None
+    assert rc["metadata"]["annotations"]["kueue.x-k8s.io/admission-gated-by"] == (
+        "tpuslice.dev/pools-free"
+    )
+
+    def gated_workload() -> dict[str, Any] | None:
+        for w in cluster.custom.list_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta2", QUEUED, "workloads"
+        )["items"]:
+            refs = w["metadata"].get("ownerReferences") or []
+            reserved = [
+                x for x in (w.get("status") or {}).get("conditions") or []
+                if x["type"] == "QuotaReserved"
+            ]  # fmt: skip
+            if any(r["name"] == "g" for r in refs) and reserved:
+                found: dict[str, Any] = w
+                return found if reserved[0]["reason"] == "AdmissionGated" else None
+        return None
+
+    kube.wait_for(gated_workload, timeout_s=60, what="g's Workload gated by the operator")
+    _no_claim_for(cluster, QUEUED, "g", seconds=3)
+    mark = time.monotonic()
+    kubectl(cluster, "delete", "tsc", "-n", DEFAULTED, "c", "--wait=true", "--timeout=90s")
+    wait_condition(cluster, QUEUED, "g", "KueueAdmitted", "True", "Admitted", timeout_s=120)
+    wait_condition(cluster, QUEUED, "g", "Ready", "True", timeout_s=180)
+    assert len(held_by(cluster, QUEUED, "g")) == 2
+    rc = _raycluster(cluster, QUEUED, "g")
+    assert rc is not None
+    assert "kueue.x-k8s.io/admission-gated-by" not in rc["metadata"].get("annotations", {})
+    assert cluster.run_dir is not None
+    (cluster.run_dir / "kueue-admission-gate.json").write_text(
+        json.dumps({"ready_after_pools_free_s": round(time.monotonic() - mark, 2)}) + "\n"
+    )
+
+
+def test_an_elastic_scale_up_waits_for_kueues_gate(kueue_operator: E2ECluster) -> None:
+    """x is elastic (1 to 2 slices) through ClusterQueue tpu (quota for one slice): Kueue
+    admits it as an elastic job at one slice, which the operator places. The autoscaler
+    asks for a second slice; Kueue cannot admit that workload slice, so the new pods keep
+    Kueue's elastic-job gate and the operator claims nothing for them though a pool is
+    free. Once the quota is raised Kueue admits the scale-up and ungates them, and the
+    second slice gets its pool."""
+    cluster = kueue_operator
+    kubectl(cluster, "delete", "tsc", "-n", QUEUED, "g", "--ignore-not-found", "--wait=true")
+    kube.wait_for(
+        lambda: held_by(cluster, QUEUED, "g") == {},
+        timeout_s=90,
+        what="g's pools given back",
+    )
+    body = tsc("x", kueue={"queueName": "tpu"}, elastic={"minSlices": 1, "maxSlices": 2})
+    apply(cluster, QUEUED, body)
+    wait_condition(cluster, QUEUED, "x", "KueueAdmitted", "True", "Admitted", timeout_s=120)
+    wait_condition(cluster, QUEUED, "x", "Ready", "True", timeout_s=180)
+    assert len(held_by(cluster, QUEUED, "x")) == 1
+    rc = _raycluster(cluster, QUEUED, "x")
+    assert rc is not None and rc["metadata"]["annotations"]["kueue.x-k8s.io/elastic-job"] == "true"
+
+    autoscaler.scale(cluster.api, QUEUED, "x", None, 2)
+
+    def gated_pods() -> list[str] | None:
+        pods = [
+            p.metadata.name
+            for p in slice_pods(cluster, QUEUED, "x")
+            if "kueue.x-k8s.io/elastic-job" in [g.name for g in p.spec.scheduling_gates or []]
+        ]
+        return pods if len(pods) >= 4 else None
+
+    kube.wait_for(
+        gated_pods,
+        timeout_s=60,
+        what="the scale-up's 4 pods, gated by Kueue",
+        describe=lambda: describe(cluster, QUEUED, "x"),
+    )
+    end = time.monotonic() + 5
+    while time.monotonic() < end:  # the free pool is not claimed for the gated slice
+        assert len(held_by(cluster, QUEUED, "x")) == 1, describe(cluster, QUEUED, "x")
+        time.sleep(1)
+    waiting = [s for s in get_tsc(cluster, QUEUED, "x")["status"]["slices"] if s["index"] == 1]
+    assert waiting and "Kueue has not admitted the scale-up" in waiting[0]["message"], waiting
+
+    mark = time.monotonic()
+    cluster.custom.patch_cluster_custom_object(
+        "kueue.x-k8s.io",
+        "v1beta2",
+        "clusterqueues",
+        "tpu",
+        {
+            "spec": {
+                "resourceGroups": [
+                    {
+                        "coveredResources": ["cpu", "memory", "google.com/tpu"],
+                        "flavors": [
+                            {
+                                "name": "tpu",
+                                "resources": [
+                                    {"name": "cpu", "nominalQuota": 1000},
+                                    {"name": "memory", "nominalQuota": "4Ti"},
+                                    {"name": "google.com/tpu", "nominalQuota": 2 * ONE_SLICE_CHIPS},
+                                ],
+                            }
+                        ],
+                    }
+                ]
+            }
+        },
+    )
+    kube.wait_for(
+        lambda: len(held_by(cluster, QUEUED, "x")) == 2,
+        timeout_s=120,
+        what="x's second slice holds a pool once Kueue admits the scale-up",
+        describe=lambda: describe(cluster, QUEUED, "x"),
+    )
+    kube.wait_for(
+        lambda: (
+            [s["state"] for s in get_tsc(cluster, QUEUED, "x")["status"]["slices"]]
+            == ["Ready", "Ready"]
+        ),
+        timeout_s=180,
+        what="both of x's slices Ready",
+        describe=lambda: describe(cluster, QUEUED, "x"),
+    )
+    assert cluster.run_dir is not None
+    (cluster.run_dir / "kueue-elastic.json").write_text(
+        json.dumps({"scale_up_ready_after_quota_s": round(time.monotonic() - mark, 2)}) + "\n"
+    )

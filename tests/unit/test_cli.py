@@ -228,3 +228,27 @@ def test_run_flags_reach_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
     seen.clear()
     main(["run", "--no-leader-elect", "--leader-elect-lease-name=other"])
     assert seen[0].leader_elect is False and seen[0].lease_name == "other"
+
+
+def test_kueue_pods_ready_flags_reach_the_config(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tpuslice.main.app
+
+    seen: list[Any] = []
+    monkeypatch.setattr(tpuslice.main.app, "run_operator", seen.append)
+    assert main(["run"]) == 0
+    assert (seen[0].kueue_pods_ready_timeout_s, seen[0].kueue_pods_ready_recovery_timeout_s) == (
+        0,
+        None,
+    )
+    seen.clear()
+    argv = ["run", "--kueue-pods-ready-timeout=600", "--kueue-pods-ready-recovery-timeout=0"]
+    assert main(argv) == 0
+    assert (seen[0].kueue_pods_ready_timeout_s, seen[0].kueue_pods_ready_recovery_timeout_s) == (
+        600,
+        0,
+    )
+    with pytest.raises(SystemExit):
+        main(["run", "--kueue-pods-ready-timeout=-1"])
+    assert "must be from 0 to" in capsys.readouterr().err

@@ -4,6 +4,7 @@ both decide, Kueue's labels rendered, and the applier never unsuspending what Ku
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -21,13 +22,14 @@ from tpuslice.controller.applier import (
 from tpuslice.controller.job import JobKind
 from tpuslice.controller.reconciler import Reconciler
 from tpuslice.model import constants as c
-from tpuslice.model.convert import ray_owner_info, raycluster_info
-from tpuslice.model.records import Holder, ReservationInfo, Snapshot
+from tpuslice.model.convert import ray_owner_info, raycluster_info, workload_info
+from tpuslice.model.records import Holder, KueueWorkload, ReservationInfo, Snapshot
 from tpuslice.render.kuberay import render_cluster, render_job
 from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.job import parse_job
 from tpuslice.spec.parts import KueueSpec, SpecError
 from tpuslice.spec.service import parse_service
+from tpuslice.status.kueue import PodsReadyTimeouts, pods_ready_deadline
 
 QUEUE = "kueue.x-k8s.io/queue-name"
 
@@ -70,10 +72,6 @@ def test_spec_kueue_is_parsed_and_the_queue_label_is_copied_when_absent() -> Non
         (tsc(kueue={"queueName": "Not_A_Name"}), "spec.kueue.queueName: 'Not_A_Name' is not"),
         (tsc(kueue={"queueName": "q", "extra": 1}), "spec.kueue.extra: is not a field"),
         (tsc(kueue={"queueName": "q"}, suspend=True), "spec.suspend: cannot be true"),
-        (
-            tsc(kueue={"queueName": "q"}, elastic={"minSlices": 1, "maxSlices": 2}),
-            "spec.kueue: cannot be combined with spec.elastic",
-        ),
         (
             tsc(
                 worker={
@@ -267,8 +265,12 @@ def test_default_local_queue_is_announced_and_held() -> None:
     admitted = condition_of(kube.status, "KueueAdmitted")
     assert (admitted["status"], admitted["reason"]) == ("False", "DefaultLocalQueue")
     assert "default LocalQueue default" in admitted["message"]
+    assert ("event", "KueueDefaultLocalQueue") in kube.calls  # announced once
     # nothing to apply: the rendering is as live, and the suspension is Kueue's
     assert not kube.applied
+    body["status"] = kube.status
+    again = one_pass(Snapshot(body, slice_pods(), nodes_of("pool-a"), [], live))
+    assert ("event", "KueueDefaultLocalQueue") not in again.calls
 
 
 # ------------------------------------------------------------ Kueue's Workload and checks
@@ -302,6 +304,7 @@ def test_an_eviction_says_kueues_reason_gives_the_pool_back_and_posts_an_event()
         Evicted=("True", "PodsReadyTimeout", "Exceeded the PodsReady timeout ml/llm"),
         QuotaReserved=("False", "Pending", "couldn't assign flavors"),
     )
+    evicted["status"]["requeueState"] = {"count": 1, "requeueAt": "2026-12-05T10:01:00Z"}
     reservation = ReservationInfo("pool-a", Holder("ml", "llm", UID, "tpu-aaaaa", 0), "Bound")
     pods = slice_pods(gated=False, pool="pool-a", deleting=True)
     kube = FakeKube()
@@ -312,6 +315,7 @@ def test_an_eviction_says_kueues_reason_gives_the_pool_back_and_posts_an_event()
     assert (admitted["status"], admitted["reason"]) == ("False", "Evicted")
     assert "PodsReadyTimeout: Exceeded the PodsReady timeout" in admitted["message"]
     assert "Kueue: couldn't assign flavors" in admitted["message"]
+    assert "again from 2026-12-05T10:01:00Z (Kueue's requeue backoff)" in admitted["message"]
     assert ("event", "KueueEvicted") in kube.calls
     assert kube.status is not None
     assert "(evicted: PodsReadyTimeout)" in kube.status["slices"][0]["message"]
@@ -440,20 +444,256 @@ def test_the_first_pass_after_admission_claims_though_the_last_status_said_held(
     assert {("claim", "pool-a"), ("claim", "pool-b")} <= set(kube.calls)
 
 
-def test_an_admitted_object_whose_pods_wait_says_since_when_kueue_counts() -> None:
-    body = queued_body()
-    live = {**live_rc(body, False), "uid": "rc-uid"}
-    admitted = workload(
+def _admitted_waiting(pods_ready: tuple[str, str, str], ready_at: str) -> dict[str, Any]:
+    found = workload(
         "rc-uid",
         QuotaReserved=("True", "QuotaReserved", ""),
         Admitted=("True", "Admitted", ""),
-        PodsReady=("False", "WaitForStart", "Not all pods are ready or succeeded"),
+        PodsReady=pods_ready,
     )
-    admitted["status"]["conditions"][-1]["lastTransitionTime"] = "2026-12-05T10:00:00Z"
+    found["status"]["conditions"][1]["lastTransitionTime"] = "2026-12-05T10:00:00Z"
+    found["status"]["conditions"][2]["lastTransitionTime"] = ready_at
+    return found
+
+
+def _admitted_message(found: dict[str, Any], timeouts: PodsReadyTimeouts) -> str:
+    body = queued_body()
+    live = {**live_rc(body, False), "uid": "rc-uid"}
     kube = FakeKube()
-    kube.kueue = {("workloads", "ml", "raycluster-llm-1a2b3"): admitted}
+    kube.kueue = {("workloads", "ml", "raycluster-llm-1a2b3"): found}
     snap = Snapshot(body, [], [], [], live)
-    asyncio.run(Reconciler(kube, lambda key: snap).kick(KEY))
-    message = condition_of(kube.status, "KueueAdmitted")["message"]
-    assert "not all ready since 2026-12-05T10:00:00Z" in message
-    assert "waitForPodsReady.timeout" in message
+    asyncio.run(Reconciler(kube, lambda key: snap, pods_ready=timeouts).kick(KEY))
+    slices = [s for s in kube.status["slices"] if s["state"] != "Ready"]
+    assert slices and all(
+        ("Kueue evicts at" in s["message"]) == bool(timeouts.timeout_s) for s in slices
+    ), slices
+    return str(condition_of(kube.status, "KueueAdmitted")["message"])
+
+
+def test_an_admitted_object_whose_pods_wait_says_since_when_kueue_counts() -> None:
+    """Not told Kueue's timeout: the message names the time it counts from, the
+    Admitted condition's (Kueue's WaitForStart), not PodsReady's, which Kueue may have
+    set False before admission."""
+    found = _admitted_waiting(("False", "WaitForStart", "not ready"), "2026-12-05T09:00:00Z")
+    message = _admitted_message(found, PodsReadyTimeouts())
+    assert "waitForPodsReady.timeout has passed since 2026-12-05T10:00:00Z" in message
+    assert "--kueue-pods-ready-timeout" in message
+
+
+def test_told_kueues_timeout_the_status_says_when_kueue_evicts() -> None:
+    found = _admitted_waiting(("False", "WaitForStart", "not ready"), "2026-12-05T09:00:00Z")
+    found["status"]["requeueState"] = {"count": 2}
+    message = _admitted_message(found, PodsReadyTimeouts(300))
+    assert (
+        "Kueue evicts at 2026-12-05T10:05:00Z unless every pod is ready: waitForPodsReady "
+        "timeout 300s (evicted 2 times before)"
+    ) in message
+
+
+def test_the_eviction_deadline_follows_kueues_rules() -> None:
+    """kubernetes-sigs/kueue v0.17.0 workload_controller.go admittedNotReadyWorkload."""
+
+    def info(pods_ready: tuple[str, str, str] | None) -> KueueWorkload:
+        conds: dict[str, tuple[str, str, str]] = {"Admitted": ("True", "Admitted", "")}
+        if pods_ready is not None:
+            conds["PodsReady"] = pods_ready
+        found = workload("rc-uid", **conds)
+        for cond in found["status"]["conditions"]:
+            cond["lastTransitionTime"] = (
+                "2026-12-05T10:00:00Z" if cond["type"] == "Admitted" else "2026-12-05T11:00:00Z"
+            )
+        return workload_info(found)
+
+    told = PodsReadyTimeouts(600)
+    start = pods_ready_deadline(info(None), told)  # PodsReady not written yet: WaitForStart
+    assert start is not None and (start.evicts_at, start.evict_timeout_s) == (
+        "2026-12-05T10:10:00Z",
+        600,
+    )
+    recovering = pods_ready_deadline(info(("False", "WaitForRecovery", "")), told)
+    assert recovering is not None and recovering.evicts_at == "2026-12-05T11:10:00Z"
+    own = pods_ready_deadline(info(("False", "WaitForRecovery", "")), PodsReadyTimeouts(600, 60))
+    assert own is not None and own.evicts_at == "2026-12-05T11:01:00Z"
+    off = pods_ready_deadline(info(("False", "WaitForRecovery", "")), PodsReadyTimeouts(600, 0))
+    assert off is not None and off.evicts_at == ""
+    ready = pods_ready_deadline(info(("True", "Started", "")), told)
+    assert ready is not None and ready.evicts_at == ""
+    untold = pods_ready_deadline(info(None), PodsReadyTimeouts())
+    assert untold is not None and untold.evicts_at == ""
+    assert pods_ready_deadline(None, told) is None
+
+
+GATED_BY = c.KUEUE_ADMISSION_GATED_BY
+
+
+def gated_body(slices: int = 1) -> dict[str, Any]:
+    return tpuslice(
+        uid=UID,
+        generation=1,
+        tpu=tpu_spec(slices=slices),
+        kueue={"queueName": "tpu", "admissionGate": "UntilPoolsFree"},
+    )
+
+
+def test_admission_gate_is_parsed_and_refused_where_it_cannot_be_judged() -> None:
+    spec = parse_cluster(tsc(kueue={"queueName": "tpu", "admissionGate": "UntilPoolsFree"}))
+    assert spec.kueue == KueueSpec("tpu", "", "UntilPoolsFree")
+    assert "spec.kueue.admissionGate" in errors_of(
+        parse_cluster, tsc(kueue={"queueName": "tpu", "admissionGate": "Always"})
+    )
+    dynamic = tsc(
+        kueue={"queueName": "tpu", "admissionGate": "UntilPoolsFree"},
+        reservation={"policy": "DynamicSlice"},
+    )
+    dynamic["spec"]["tpu"] = {"type": "tpu7x", "topology": "4x4x4"}
+    assert "spec.kueue.admissionGate" in errors_of(parse_cluster, dynamic)
+
+
+def test_without_free_pools_the_object_is_created_with_the_admission_gate() -> None:
+    """Pool-a is another's: the RayCluster is created suspended and gated by the operator
+    in Kueue's admission-gated-by annotation; nothing is claimed; the status says why."""
+    other = ReservationInfo("pool-a", Holder("ml", "other", "uid-o", "tpu-zzzzz", 0), "Bound")
+    kube = one_pass(Snapshot(gated_body(), [], nodes_of("pool-a"), [other], None))
+    (applied,) = kube.applied
+    assert applied["metadata"]["annotations"][GATED_BY] == c.POOLS_FREE_GATE
+    assert applied["spec"]["suspend"] is True
+    assert not [call for call in kube.calls if call[0] == "claim"]
+    admitted = condition_of(kube.status, "KueueAdmitted")
+    assert (admitted["status"], admitted["reason"]) == ("False", "AdmissionGated")
+    assert "0 free v6e 4x4 node pools for the 1 slices" in admitted["message"]
+
+
+def test_the_gate_stays_while_pools_are_short_and_is_lifted_once_they_are_free() -> None:
+    body = gated_body(slices=2)
+    live = live_rc(body, True)
+    live["annotations"][GATED_BY] = c.POOLS_FREE_GATE
+    # one free pool of two: the gate is kept (no apply needed: the live object has it)
+    short = one_pass(Snapshot(body, [], nodes_of("pool-a"), [], live))
+    assert short.applied == []
+    assert condition_of(short.status, "KueueAdmitted")["reason"] == "AdmissionGated"
+    # two free pools: an apply without the annotation (our field manager owns it, so the
+    # apply removes it); still suspended, nothing claimed before Kueue admits
+    free = one_pass(Snapshot(body, [], nodes_of("pool-a", "pool-b"), [], live))
+    (applied,) = free.applied
+    assert GATED_BY not in applied["metadata"]["annotations"]
+    assert applied["spec"]["suspend"] is True
+    assert not [call for call in free.calls if call[0] == "claim"]
+    assert condition_of(free.status, "KueueAdmitted")["reason"] == "AwaitingAdmission"
+
+
+def test_a_lifted_gate_is_never_put_back() -> None:
+    """Once the live object lacks the gate (lifted, or the object made before the field
+    was set) the operator never adds it: Kueue refuses adding one after creation."""
+    body = gated_body()
+    other = ReservationInfo("pool-a", Holder("ml", "other", "uid-o", "tpu-zzzzz", 0), "Bound")
+    kube = one_pass(Snapshot(body, [], nodes_of("pool-a"), [other], live_rc(body, True)))
+    assert kube.applied == []
+    assert condition_of(kube.status, "KueueAdmitted")["reason"] == "AwaitingAdmission"
+
+
+def test_an_admitted_object_drops_a_gate_kueue_ignored() -> None:
+    """Kueue's AdmissionGatedBy feature gate off: Kueue admits despite the annotation; the
+    operator lifts its gate rather than keep it on a running object."""
+    body = gated_body()
+    live = live_rc(body, False)
+    live["annotations"][GATED_BY] = c.POOLS_FREE_GATE
+    other = ReservationInfo("pool-a", Holder("ml", "other", "uid-o", "tpu-zzzzz", 0), "Bound")
+    kube = one_pass(Snapshot(body, [], nodes_of("pool-a"), [other], live))
+    (applied,) = kube.applied
+    assert GATED_BY not in applied["metadata"]["annotations"]
+
+
+# ------------------------------------------------------------ Kueue's elastic jobs
+
+
+def elastic_body() -> dict[str, Any]:
+    return tpuslice(
+        uid=UID,
+        generation=1,
+        tpu=tpu_spec(slices=1),
+        kueue={"queueName": "tpu"},
+        elastic={"minSlices": 1, "maxSlices": 2},
+    )
+
+
+def test_an_elastic_cluster_kueue_admits_is_one_of_kueues_elastic_jobs() -> None:
+    """Kueue v0.17 admits an autoscaled RayCluster only as an elastic job: annotated, and
+    every template gated kueue.x-k8s.io/elastic-job (its webhook's validateElasticJob)."""
+    rc = render_cluster(elastic_body())
+    assert rc["metadata"]["annotations"] == {c.KUEUE_ELASTIC_JOB: "true"}
+    assert rc["spec"]["enableInTreeAutoscaling"] is True
+    templates = [rc["spec"]["headGroupSpec"]["template"]]
+    templates += [g["template"] for g in rc["spec"]["workerGroupSpecs"]]
+    for template in templates:
+        names = [g["name"] for g in template["spec"]["schedulingGates"]]
+        assert c.KUEUE_ELASTIC_JOB in names
+    (worker,) = rc["spec"]["workerGroupSpecs"]
+    names = [g["name"] for g in worker["template"]["spec"]["schedulingGates"]]
+    assert names == [c.SCHEDULING_GATE, c.KUEUE_ELASTIC_JOB]  # ours stays
+    # not elastic, or not Kueue's: nothing of it
+    plain = render_cluster(queued_body())
+    assert "annotations" not in plain["metadata"]
+    body = elastic_body()
+    del body["spec"]["kueue"]
+    assert "annotations" not in render_cluster(body)["metadata"]
+
+
+def test_the_elastic_job_annotation_is_applied_with_the_digest() -> None:
+    kube = one_pass(Snapshot(elastic_body(), [], nodes_of("pool-a"), [], None))
+    (applied,) = kube.applied
+    annotations = applied["metadata"]["annotations"]
+    assert annotations[c.KUEUE_ELASTIC_JOB] == "true"
+    assert c.ANNOTATION_APPLIED_HASH in annotations
+    # created at the minimum count, so Kueue's Workload asks quota for those slices
+    assert applied["spec"]["workerGroupSpecs"][0]["replicas"] == 1
+
+
+def test_a_tpuslicejob_keeps_kueue_and_elastic_apart() -> None:
+    body = tsj(kueue={"queueName": "q"}, elastic={"minSlices": 1, "maxSlices": 2})
+    assert "rayjob_webhook.go" in errors_of(parse_job, body)
+
+
+def test_an_elastic_scale_up_waits_for_kueues_gate_then_claims() -> None:
+    """Admitted at one slice (held on pool-a); the autoscaler asks for a second; its pods
+    carry Kueue's elastic-job gate, one already ungated: nothing is claimed for it though
+    pool-b is free. Once Kueue ungates them all, the reservation applies."""
+    body = elastic_body()
+    live = live_rc(body, False)
+    live["spec"]["workerGroupSpecs"][0]["replicas"] = 2
+    held = ReservationInfo("pool-a", Holder("ml", "llm", UID, "tpu-aaaaa", 0), "Bound")
+    first = slice_pods(gated=False, pool="pool-a")
+    second = slice_pods("tpu-bbbbb", 1)
+    partly = [replace(p, kueue_gated=i > 0) for i, p in enumerate(second)]
+    nodes = nodes_of("pool-a", "pool-b")
+    waiting = one_pass(Snapshot(body, first + partly, nodes, [held], live))
+    assert not [call for call in waiting.calls if call[0] == "claim"]
+    assert waiting.status is not None
+    second_state = next(s for s in waiting.status["slices"] if s["index"] == 1)
+    assert "Kueue has not admitted the scale-up" in second_state["message"], second_state
+    admitted = one_pass(Snapshot(body, first + second, nodes, [held], live))
+    assert ("claim", "pool-b") in admitted.calls
+
+
+def test_the_admission_gate_judges_every_tpu_group() -> None:
+    """Group a's v6e 4x4 pool is free, group b's v6e 2x4 has none: the gate holds and
+    names the group short of pools."""
+    groups = [
+        {"name": "a", "tpu": {"type": "v6e", "topology": "4x4", "slices": 1}},
+        {"name": "b", "tpu": {"type": "v6e", "topology": "2x4", "slices": 1}},
+    ]
+    body = {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND_CLUSTER,
+        "metadata": {"name": "llm", "namespace": "ml", "uid": UID, "generation": 1},
+        "spec": {
+            "workerGroups": groups,
+            "ray": {"version": "2.54.0"},
+            "kueue": {"queueName": "q", "admissionGate": "UntilPoolsFree"},
+        },
+    }
+    kube = one_pass(Snapshot(body, [], nodes_of("pool-a"), [], None))
+    (applied,) = kube.applied
+    assert applied["metadata"]["annotations"][GATED_BY] == c.POOLS_FREE_GATE
+    admitted = condition_of(kube.status, "KueueAdmitted")
+    assert admitted["reason"] == "AdmissionGated"
+    assert "0 free v6e 2x4 node pools for the 1 slices of group b" in admitted["message"]

@@ -64,6 +64,7 @@ from tpuslice.planning.groups import GroupHold, claims_wait_on
 from tpuslice.planning.pools import (
     PoolIndex,
     eligible_pools,
+    free_pools,
     handovers,
     kept_frees,
     plan_slices,
@@ -516,6 +517,32 @@ class SliceActuator:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     #: asks for a pass of an object later (when a released pod will have waited enough)
     kick_later: Callable[[ObjectKey, float], None] | None = None
+
+    def pools_short(self, spec: SliceClusterSpec, snap: Snapshot) -> str:
+        """Why free node pools could not hold every slice of ``spec`` now ("" when they
+        could), for spec.kueue.admissionGate: each TPU group's eligible pools that nobody
+        holds (our unconfirmed claims counted), less those a governing policy or an
+        untolerated taint keeps from it, against its slice count."""
+        reservations = self.pending.reservations(snap.reservations)
+        for group in spec.tpu_groups():
+            shape = shape_of(group)
+            unit = CapacityUnit.for_hosts(group.shape.hosts)
+            index = self.pool_indexes.index(shape, snap, unit) or pool_index(
+                snap.nodes, *shape, unit=unit
+            )
+            free = free_pools(
+                placed(index, group, snap),
+                reservations,
+                hosts=group.shape.hosts,
+                chips_per_host=group.shape.chips_per_host,
+            )
+            if len(free) < group.slices:
+                where = f" of group {group.group_name}" if spec.grouped else ""
+                return (
+                    f"{len(free)} free {shape_name(shape)} node pools for the "
+                    f"{group.slices} slices{where}"
+                )
+        return ""
 
     async def act(
         self,

@@ -41,11 +41,13 @@ __all__ = [
     "TemplateSchema",
     "applied_hash",
     "controlled_by",
+    "gate_held",
     "is_subset",
     "kueue_managed",
     "name_taken_message",
     "rejection_message",
     "with_admission_hold",
+    "with_kueue_count",
     "with_live_autoscaling",
 ]
 
@@ -135,6 +137,17 @@ def kueue_managed(rendered: Mapping[str, Any], actual: Mapping[str, Any] | None)
     return c.KUEUE_QUEUE_LABEL in labels or c.KUEUE_QUEUE_LABEL in live
 
 
+def gate_held(actual: Mapping[str, Any] | None) -> bool:
+    """Whether the live KubeRay object carries the operator's gate in Kueue's
+    admission-gated-by annotation (spec.kueue.admissionGate). The gate can only be there
+    from the create (Kueue's webhook refuses adding one later) and the operator's field
+    manager owns the annotation: an apply without it removes it, and Kueue then admits
+    the Workload (kubernetes-sigs/kueue v0.17.0 pkg/controller/jobframework/reconciler.go
+    ``UpdateAdmissionGatedBy``, pkg/controller/core/workload_controller.go)."""
+    value = str(((actual or {}).get("annotations") or {}).get(c.KUEUE_ADMISSION_GATED_BY) or "")
+    return c.POOLS_FREE_GATE in (g.strip() for g in value.split(","))
+
+
 def with_resume(rendered: Mapping[str, Any], actual: Mapping[str, Any] | None) -> dict[str, Any]:
     """KubeRay 1.5 resumes only on an explicit ``suspend: false``; removing the field leaves
     the cluster suspended. Send false once, for a suspension we made, never for an object
@@ -187,6 +200,30 @@ def with_admission_hold(
             metadata["resourceVersion"] = actual["resourceVersion"]
     out["metadata"] = metadata
     out["spec"] = spec
+    return out
+
+
+def with_kueue_count(
+    rendered: Mapping[str, Any], actual: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The create of one of Kueue's elastic RayClusters with each autoscaled group's count
+    at its minimum. The render leaves ``replicas`` to the autoscaler, so a new RayCluster
+    takes KubeRay's CRD default, 0, which KubeRay reads as the minimum; but Kueue's
+    webhook builds the Workload from ``replicas`` as it stands (kubernetes-sigs/kueue
+    v0.17.0 pkg/controller/jobs/raycluster/common.go ``BuildPodSets``), and would ask no
+    quota for the slices the cluster starts with. Later applies carry the live count."""
+    out = dict(rendered)
+    annotations = (rendered.get("metadata") or {}).get("annotations") or {}
+    if actual is not None or annotations.get(c.KUEUE_ELASTIC_JOB) != "true":
+        return out
+    spec = rendered["spec"]
+    groups = [
+        {**g, "replicas": g["minReplicas"]}
+        if "replicas" not in g and isinstance(g.get("minReplicas"), int)
+        else g
+        for g in spec.get("workerGroupSpecs") or []
+    ]
+    out["spec"] = {**spec, "workerGroupSpecs": groups}
     return out
 
 
@@ -322,18 +359,27 @@ class KubeRayApplier:
     pending: Expectations
     schema: TemplateSchema
 
-    async def apply(self, rendered: Mapping[str, Any], actual: Mapping[str, Any] | None) -> Applied:
+    async def apply(
+        self,
+        rendered: Mapping[str, Any],
+        actual: Mapping[str, Any] | None,
+        *,
+        admission_gate: bool = False,
+    ) -> Applied:
         """Make the RayCluster, RayJob or RayService what ``rendered`` says, if it is ours
         to make. ``actual``: what the watch shows of it (``convert.raycluster_info`` or
-        ``ray_owner_info``), None when the watch shows none."""
+        ``ray_owner_info``), None when the watch shows none. ``admission_gate``: carry
+        the operator's gate in Kueue's admission-gated-by annotation (``gate_held``)."""
         rendered = with_resume(rendered, actual)
         digest = applied_hash(rendered)
+        # the rendering's own annotations (Kueue's elastic-job opt-in) and the digest
+        annotations = dict(rendered["metadata"].get("annotations") or {})
+        annotations[c.ANNOTATION_APPLIED_HASH] = digest
+        if admission_gate:
+            annotations[c.KUEUE_ADMISSION_GATED_BY] = c.POOLS_FREE_GATE
         rendered = {
             **rendered,
-            "metadata": {
-                **rendered["metadata"],
-                "annotations": {c.ANNOTATION_APPLIED_HASH: digest},
-            },
+            "metadata": {**rendered["metadata"], "annotations": annotations},
         }
         kind = str(rendered["kind"])
         key = (kind, rendered["metadata"].get("namespace", ""), rendered["metadata"]["name"])
@@ -351,6 +397,7 @@ class KubeRayApplier:
             and actual["annotations"].get(c.ANNOTATION_APPLIED_HASH) == digest
             and is_subset(wanted, actual)
             and controlled_by(actual["ownerReferences"], owner_uid)
+            and gate_held(actual) == admission_gate
         ):
             return Applied(ok=True)
         # Our watch follows only labelled RayClusters: before the first apply, make sure
@@ -363,7 +410,9 @@ class KubeRayApplier:
         if existing is not None and not controlled_by(existing["ownerReferences"], owner_uid):
             stall = Stall(events.RAYCLUSTER_NAME_TAKEN, name_taken_message(key, existing))
             return Applied(ok=False, stall=stall)
-        body = with_admission_hold(with_live_autoscaling(rendered, existing), existing)
+        body = with_admission_hold(
+            with_kueue_count(with_live_autoscaling(rendered, existing), existing), existing
+        )
         try:
             await self.kube.apply_ray(body)
         except ApiError as exc:

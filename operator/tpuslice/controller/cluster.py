@@ -39,7 +39,12 @@ from tpuslice.status.conditions import (
     compute_status,
 )
 from tpuslice.status.groups import CpuGroupObserved, TpuGroupObserved, grouped_status
-from tpuslice.status.kueue import kueue_view, with_admission
+from tpuslice.status.kueue import (
+    kueue_view,
+    with_admission,
+    with_eviction_deadline,
+    with_scale_up_wait,
+)
 
 __all__ = [
     "ClusterKind",
@@ -66,10 +71,11 @@ def kueue_of(
     spec: SliceClusterSpec,
     raycluster: Mapping[str, Any] | None,
     workload: KueueWorkload | None = None,
+    gate: str = "",
 ) -> KueueView | None:
     """Kueue's hold on the TPUSliceCluster's RayCluster (``status.kueue.kueue_view``)."""
     queue = spec.kueue.queue_name if spec.kueue is not None else ""
-    return kueue_view(queue, c.RAY_KIND_CLUSTER, spec.name, raycluster, workload)
+    return kueue_view(queue, c.RAY_KIND_CLUSTER, spec.name, raycluster, workload, gate)
 
 
 def admitted_snapshot(snap: Snapshot, held: bool) -> Snapshot:
@@ -78,12 +84,23 @@ def admitted_snapshot(snap: Snapshot, held: bool) -> Snapshot:
     so nothing is claimed or released for it (the planner claims for every slice whose
     pods exist). Pods already released stay: their pools are kept until they are gone."""
 
+    # a slice any of whose pods Kueue still gates (an elastic scale-up Kueue has not
+    # admitted; Kueue ungates them one by one) is left out whole, so no claim is made
+    # for it on the pods Kueue ungated first
+    gated = {_replica_key(p) for p in snap.pods if p.kueue_gated}
+
     def waits(pod: PodInfo) -> bool:
-        return pod.kueue_gated or (held and pod.gated)
+        return pod.kueue_gated or _replica_key(pod) in gated or (held and pod.gated)
 
     if not any(waits(p) for p in snap.pods):
         return snap
     return replace(snap, pods=[p for p in snap.pods if not waits(p)])
+
+
+def _replica_key(pod: PodInfo) -> tuple[str, str, str]:
+    """The slice a pod belongs to: its RayCluster, group and replica (its own name when
+    it has no replica, so an unindexed pod stands alone)."""
+    return (pod.ray_cluster or pod.cluster, pod.group, pod.replica_name or f"pod:{pod.name}")
 
 
 def admitted_desired(
@@ -117,9 +134,13 @@ def observed_of(
         elastic = elastic_count(
             spec.elastic, desired, slices, snap.raycluster, snap.pods, now, spec.group_name
         )
-    kueue = kueue_of(spec, snap.raycluster, snap.workload)
+    kueue = kueue_of(spec, snap.raycluster, snap.workload, snap.admission_gate)
     if kueue is not None and not kueue.admitted and not spec.suspend:
         slices = with_admission(kueue, slices, desired)
+    elif kueue is not None and kueue.admitted:
+        slices = with_eviction_deadline(kueue, slices)
+        if any(p.kueue_gated for p in snap.pods):
+            slices = with_scale_up_wait(slices)
     return Observed(
         generation=generation(body),
         accelerator_type=spec.shape.accelerator_type,

@@ -58,6 +58,7 @@ from tpuslice.runtime.kube import ClusterApi, Kube
 from tpuslice.runtime.kube import credentials as kube_credentials
 from tpuslice.runtime.metrics import Metrics
 from tpuslice.spec.bounds import SpecLimits
+from tpuslice.status.kueue import PodsReadyTimeouts
 
 __all__ = [
     "make_reader",
@@ -293,6 +294,9 @@ async def configure(
             adapter=adapter,
             limits=SpecLimits(config.max_slices_per_object, config.max_hosts_per_object),
             slots=slots,
+            pods_ready=PodsReadyTimeouts(
+                config.kueue_pods_ready_timeout_s, config.kueue_pods_ready_recovery_timeout_s
+            ),
         )
         for kind, adapter in KINDS.items()
     }

@@ -126,7 +126,7 @@ def job_observed(
         gated=spec.cluster.gated,
         applied=applied,
         stall=stall,
-        kueue=job_kueue(spec, snap.owned, snap.workload),
+        kueue=job_kueue(spec, snap.owned, snap.workload, snap.admission_gate),
         disruption_reason=reason,
         disrupted_at=at,
         now=now,
@@ -134,13 +134,16 @@ def job_observed(
 
 
 def job_kueue(
-    spec: SliceJobSpec, rayjob: Mapping[str, Any] | None, workload: KueueWorkload | None = None
+    spec: SliceJobSpec,
+    rayjob: Mapping[str, Any] | None,
+    workload: KueueWorkload | None = None,
+    gate: str = "",
 ) -> KueueView | None:
     """Kueue's hold on the TPUSliceJob's RayJob (``status.kueue.kueue_view``): Kueue admits
     the RayJob, and KubeRay makes no RayCluster while it is suspended."""
     kueue = spec.cluster.kueue
     queue = kueue.queue_name if kueue else ""
-    return kueue_view(queue, c.RAY_KIND_JOB, spec.name, rayjob, workload)
+    return kueue_view(queue, c.RAY_KIND_JOB, spec.name, rayjob, workload, gate)
 
 
 def grouped_job_status(

@@ -36,7 +36,13 @@ from tpuslice.controller.actuator import (
     shape_of,
 )
 from tpuslice.controller.adapter import ActedSet, KindAdapter, SliceSet
-from tpuslice.controller.applier import Applied, KubeRayApplier, TemplateSchema, kueue_managed
+from tpuslice.controller.applier import (
+    Applied,
+    KubeRayApplier,
+    TemplateSchema,
+    gate_held,
+    kueue_managed,
+)
 from tpuslice.controller.capacity import Provisioner
 from tpuslice.controller.cluster import ClusterKind
 from tpuslice.controller.expectations import Expectations
@@ -77,7 +83,7 @@ from tpuslice.spec.limits import check_limits, controller_errors
 from tpuslice.spec.parts import SliceClusterSpec, SpecError
 from tpuslice.spec.slices import parse_slice_parts
 from tpuslice.status.conditions import MAX_MESSAGE, Stall, truncate
-from tpuslice.status.kueue import provisioning_conflict
+from tpuslice.status.kueue import PodsReadyTimeouts, pods_ready_deadline, provisioning_conflict
 
 __all__ = [
     "Reconciler",
@@ -227,6 +233,9 @@ class Reconciler:
     limits: SpecLimits = field(default_factory=SpecLimits)
     #: the bound on passes at once, shared by every kind's reconciler
     slots: PassSlots = field(default_factory=PassSlots)
+    #: Kueue's waitForPodsReady timeouts as the operator is told them (the status says
+    #: when Kueue evicts an admitted object whose pods are not all ready).
+    pods_ready: PodsReadyTimeouts = field(default_factory=PodsReadyTimeouts)
     _waiting: dict[Shape, set[ObjectKey]] = field(default_factory=dict)
     _waiting_since: dict[ObjectKey, float] = field(default_factory=dict)  # the queue metric
     _applied_once: set[ObjectKey] = field(default_factory=set)  # for the creation metric
@@ -353,12 +362,14 @@ class Reconciler:
             await self._refused(key, ref, body, snap, kind.cluster_spec(parsed), why, previous)
             return
         owned = kind.owned(snap)
-        applied = await self.applier.apply(rendered, owned)
+        gate = self._admission_gate(kind.cluster_spec(parsed), snap, owned)
+        applied = await self.applier.apply(rendered, owned, admission_gate=bool(gate))
         if kind.counts_creation:
             self._count_creation(key, body, owned, applied)
         self.pending.expire(time.monotonic())
         now = self.actuator.clock()
         snap, kueue_stall = await self._kueue(snap, kind.cluster_spec(parsed), rendered, owned)
+        snap = replace(snap, admission_gate=gate)
         sets = kind.slice_sets(ref, parsed, snap, previous)
         if kueue_stall is not None:  # never two requests for one slice: Kueue's, ours
             sets = [replace(s, spec=replace(s.spec, provisioning=None)) for s in sets]
@@ -374,6 +385,8 @@ class Reconciler:
         for each in acted:
             shape = shape_of(each.slices.spec)
             waits[shape] = waits.get(shape, False) or waiting_for_capacity(each.plan)
+        if gate:  # held for free pools: passed again when the shape's pools change
+            waits = dict.fromkeys(waits, True)
         self._track_waiting(key, waits)
         states = (str(s.state) for each in acted for s in each.plan.slices)
         self.metrics.cluster_slices(key, states)
@@ -406,6 +419,23 @@ class Reconciler:
             ]
         await self.status.write_status(body, previous, status, out.slices)
 
+    def _admission_gate(
+        self, spec: SliceClusterSpec, snap: Snapshot, owned: Mapping[str, Any] | None
+    ) -> str:
+        """spec.kueue.admissionGate UntilPoolsFree: why the KubeRay object keeps the
+        operator's gate in Kueue's admission-gated-by annotation ("" once it need not).
+        Only at create or while the live object still carries it (the gate is never put
+        back, and Kueue refuses adding it later); lifted once free node pools could hold
+        every slice (``SliceActuator.pools_short``). Pools are not claimed before Kueue
+        admits, so another object may take them between the lift and the claim."""
+        if spec.kueue is None or spec.kueue.admission_gate != c.ADMISSION_GATE_POOLS_FREE:
+            return ""
+        if owned is not None and not gate_held(owned):
+            return ""
+        if owned is not None and (owned.get("spec") or {}).get("suspend") is not True:
+            return ""  # admitted all the same (Kueue's AdmissionGatedBy gate is off)
+        return self.actuator.pools_short(spec, snap)
+
     async def _kueue(
         self,
         snap: Snapshot,
@@ -420,7 +450,10 @@ class Reconciler:
         if not kueue_managed(rendered, owned):
             return snap, None
         live = owned or {}
-        workload = await read_workload(self.kube, spec.namespace, str(live.get("uid") or ""))
+        workload = pods_ready_deadline(
+            await read_workload(self.kube, spec.namespace, str(live.get("uid") or "")),
+            self.pods_ready,
+        )
         stall = None
         if spec.provisions:
             queue = (

@@ -157,6 +157,11 @@ class StatusWriter:
                 x["message"] for x in status["conditions"] if x["type"] == KUEUE_ADMITTED
             )
             await self.recorder.warning(ref, events.KUEUE_EVICTED, message)
+        if admitted[1] == "DefaultLocalQueue" and _condition(previous, KUEUE_ADMITTED)[0] == "":
+            message = next(
+                x["message"] for x in status["conditions"] if x["type"] == KUEUE_ADMITTED
+            )
+            await self.recorder.normal(ref, events.KUEUE_DEFAULT_LOCAL_QUEUE, message)
         stalled = _condition(status, "Stalled")
         if stalled[0] == "True" and stalled != _condition(previous, "Stalled"):
             message = next(x["message"] for x in status["conditions"] if x["type"] == "Stalled")

@@ -220,8 +220,29 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
             max_slices_per_object=args.max_slices_per_object,
             max_hosts_per_object=args.max_hosts_per_object,
             concurrent_passes=args.concurrent_passes,
+            kueue_pods_ready_timeout_s=args.kueue_pods_ready_timeout,
+            kueue_pods_ready_recovery_timeout_s=args.kueue_pods_ready_recovery_timeout,
         )
     )
+
+
+#: The longest waitForPodsReady timeout the flags take (Kueue's own has no bound).
+_A_WEEK = 7 * 24 * 3600
+
+
+def _seconds_up_to(ceiling: int) -> Any:
+    """An argparse type: whole seconds from 0 to ``ceiling``, else a usage error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
+        if not 0 <= value <= ceiling:
+            raise argparse.ArgumentTypeError(f"must be from 0 to {ceiling}, got {value}")
+        return value
+
+    return parse
 
 
 def _count_from_1_to(ceiling: int) -> Any:
@@ -369,6 +390,24 @@ def build_parser() -> argparse.ArgumentParser:
         default=SpecLimits().max_hosts,
         help="most TPU hosts (worker pods: slices x hosts per slice) one TPUSlice object "
         f"may ask for (default %(default)s, at most {MAX_HOSTS_CEILING})",
+    )
+    kueue = run.add_argument_group("Kueue (README.md, Kueue)")
+    kueue.add_argument(
+        "--kueue-pods-ready-timeout",
+        type=_seconds_up_to(_A_WEEK),
+        default=0,
+        metavar="SECONDS",
+        help="Kueue's waitForPodsReady.timeout, as Kueue's Configuration sets it: the "
+        "status of an admitted object whose pods are not all ready says when Kueue "
+        "evicts it (default 0: not told, the status names no time)",
+    )
+    kueue.add_argument(
+        "--kueue-pods-ready-recovery-timeout",
+        type=_seconds_up_to(_A_WEEK),
+        default=None,
+        metavar="SECONDS",
+        help="Kueue's waitForPodsReady.recoveryTimeout (default: the timeout, as Kueue's; "
+        "0: Kueue's recovery check is off)",
     )
     hook = run.add_argument_group("TPU identity webhook")
     hook.add_argument(

@@ -296,6 +296,21 @@ KUEUE_GATE_PREFIX: Final = f"{KUEUE_GROUP}/"
 KUEUE_REQUIRED_TOPOLOGY: Final = f"{KUEUE_GROUP}/podset-required-topology"
 KUEUE_PREFERRED_TOPOLOGY: Final = f"{KUEUE_GROUP}/podset-preferred-topology"
 KUEUE_TAS_PREFIX: Final = f"{KUEUE_GROUP}/podset-"
+#: Kueue's annotation holding a job's Workload from admission while it names any gate
+#: (a comma-separated list; only at create, gates only removed later; feature gate
+#: AdmissionGatedBy, alpha and off by default: pkg/constants/constants.go,
+#: pkg/util/webhook/validation_admissiongatedby.go), and the operator's gate in it.
+KUEUE_ADMISSION_GATED_BY: Final = f"{KUEUE_GROUP}/admission-gated-by"
+POOLS_FREE_GATE: Final = "tpuslice.dev/pools-free"
+#: Kueue's elastic jobs (workload slices; feature gate ElasticJobsViaWorkloadSlices,
+#: alpha and off by default in v0.17): the annotation a job opts in with and the
+#: scheduling gate Kueue's RayCluster webhook requires on the head and every worker
+#: template, removed from a scale-up's pods once Kueue admits the new workload slice
+#: (pkg/workloadslicing/workloadslicing.go, apis/kueue/v1beta2/constants.go,
+#: pkg/controller/jobs/raycluster/raycluster_webhook.go).
+KUEUE_ELASTIC_JOB: Final = f"{KUEUE_GROUP}/elastic-job"
+#: spec.kueue.admissionGate's one value.
+ADMISSION_GATE_POOLS_FREE: Final = "UntilPoolsFree"
 #: The API versions of Kueue's objects the operator reads, newest first.
 KUEUE_VERSIONS: Final = ("v1beta2", "v1beta1")
 #: Kueue labels a job's Workload with the job's uid (pkg/controller/constants, JobUIDLabel).

@@ -404,7 +404,20 @@ def workload_info(obj: Mapping[str, Any]) -> KueueWorkload:
             if true("Admitted") and ready.get("status") == "False"
             else ""
         ),
+        admitted_since=(
+            str((conditions.get("Admitted") or {}).get("lastTransitionTime") or "")
+            if true("Admitted")
+            else ""
+        ),
+        pods_ready=true("PodsReady"),
+        pods_ready_reason=str(ready.get("reason") or "") if ready.get("status") == "False" else "",
+        requeue_count=_count((status.get("requeueState") or {}).get("count")),
+        requeue_at=str((status.get("requeueState") or {}).get("requeueAt") or ""),
     )
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def ray_owner_info(obj: Mapping[str, Any]) -> dict[str, Any]:

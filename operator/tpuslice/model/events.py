@@ -43,6 +43,9 @@ RAYCLUSTER_NAME_TAKEN: Final = "RayClusterNameTaken"
 KUEUE_PROVISIONING_CHECK: Final = "KueueProvisioningCheck"
 # Kueue evicted the object's RayCluster or RayJob (the message has Kueue's reason).
 KUEUE_EVICTED: Final = "KueueEvicted"
+# Kueue's webhook took the object's RayCluster or RayJob into the namespace's LocalQueue
+# named default (the object names no queue): posted once, when Kueue first holds it.
+KUEUE_DEFAULT_LOCAL_QUEUE: Final = "KueueDefaultLocalQueue"
 # More slices than node pools of the shape exist (SlicePlan.stalled / Admission.stalled).
 NOT_ENOUGH_POOLS: Final = "NotEnoughPools"
 # reservation.policy None with a worker nodeSelector naming a unit a reservation holds.

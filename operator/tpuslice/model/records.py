@@ -171,9 +171,23 @@ class KueueWorkload:
     cluster_queue: str = ""
     #: admission checks not Ready yet: (name, state, message)
     checks: tuple[tuple[str, str, str], ...] = ()
-    #: admitted, and the PodsReady condition False since this time (RFC 3339): what
-    #: Kueue's WaitForPodsReady timeout counts from
+    #: admitted, and the PodsReady condition False since this time (RFC 3339)
     pods_not_ready_since: str = ""
+    #: the Admitted condition's lastTransitionTime (RFC 3339) while it is True
+    admitted_since: str = ""
+    #: the PodsReady condition is True (every pod ready or succeeded)
+    pods_ready: bool = False
+    #: the PodsReady condition's reason while it is False (WaitForStart, WaitForRecovery)
+    pods_ready_reason: str = ""
+    #: when Kueue's WaitForPodsReady evicts it unless every pod is ready (RFC 3339), and
+    #: the timeout that gives it (``status.kueue.pods_ready_deadline``; "" / 0 when the
+    #: operator is not told Kueue's timeout or nothing counts)
+    evicts_at: str = ""
+    evict_timeout_s: int = 0
+    #: its WaitForPodsReady evictions so far (``status.requeueState.count``) and when
+    #: Kueue queues it again after the last one's backoff (``requeueAt``, RFC 3339)
+    requeue_count: int = 0
+    requeue_at: str = ""
 
 
 @dataclass(frozen=True)
@@ -190,6 +204,8 @@ class KueueView:
     #: its Workload as this pass read it; None when none was read (none yet, or Kueue's
     #: API not served)
     workload: KueueWorkload | None = None
+    #: the operator holds Kueue's admission (spec.kueue.admissionGate): why ("" when not)
+    gate: str = ""
 
 
 @dataclass(frozen=True)
@@ -616,6 +632,9 @@ class Snapshot:
     # Kueue's Workload of the object's RayCluster or RayJob, read by the pass for an
     # object Kueue admits (``controller.kueue``); None otherwise.
     workload: KueueWorkload | None = None
+    # why the operator holds Kueue's admission of the object (spec.kueue.admissionGate:
+    # too few free pools); "" when it does not.
+    admission_gate: str = ""
 
 
 # ------------------------------------------------------------------ the queue per shape

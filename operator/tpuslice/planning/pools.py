@@ -61,6 +61,7 @@ __all__ = [
     "PoolIndex",
     "ReplicaPods",
     "eligible_pools",
+    "free_pools",
     "group_replicas",
     "handovers",
     "held_pin",
@@ -238,6 +239,19 @@ def eligible_pools(inventory: PoolIndex, *, hosts: int, chips_per_host: int) -> 
         facts = shape_pools(inventory, (), hosts=hosts, chips_per_host=chips_per_host)
         names = inventory.eligible[key] = frozenset(f.name for f in facts if f.eligible)
     return names
+
+
+def free_pools(
+    inventory: PoolIndex,
+    reservations: Iterable[ReservationInfo],
+    *,
+    hosts: int,
+    chips_per_host: int,
+) -> frozenset[str]:
+    """The shape's pools a slice could take now: eligible and held by nobody (no queue
+    order applied: what an object Kueue has not admitted yet may be told)."""
+    held = {r.pool for r in reservations}
+    return eligible_pools(inventory, hosts=hosts, chips_per_host=chips_per_host) - held
 
 
 def shape_pools(

@@ -408,12 +408,36 @@ def render_raycluster(
 ) -> dict[str, Any]:
     """Build the RayCluster of a TPUSliceCluster; raise SpecError on override problems."""
     ray_spec = render_ray_cluster_spec(spec, template_schema)
+    metadata = _metadata(spec, c.LABEL_CLUSTER)
+    if spec.kueue is not None and spec.autoscaled:
+        kueue_elastic(metadata, ray_spec)
     return {
         "apiVersion": c.RAY_API_VERSION,
         "kind": c.RAY_KIND_CLUSTER,
-        "metadata": _metadata(spec, c.LABEL_CLUSTER),
+        "metadata": metadata,
         "spec": ray_spec,
     }
+
+
+def kueue_elastic(metadata: dict[str, Any], ray_spec: dict[str, Any]) -> None:
+    """An autoscaled RayCluster Kueue admits is one of Kueue's elastic jobs: annotated
+    ``kueue.x-k8s.io/elastic-job: "true"`` and its head and every worker template gated
+    ``kueue.x-k8s.io/elastic-job``. Kueue refuses an autoscaled RayCluster otherwise, and
+    its webhook requires the gate on every template (kubernetes-sigs/kueue v0.17.0
+    pkg/controller/jobs/raycluster/raycluster_webhook.go ``validateElasticJob``); it is
+    rendered rather than left to Kueue's create-time defaulting so that our applies,
+    which own the templates, keep it. Kueue removes it from a scale-up's pods once it
+    admits the new workload slice (pkg/workloadslicing ``StartWorkloadSlicePods``); the
+    operator claims nothing for a slice while any of its pods carries it."""
+    metadata["annotations"] = {**(metadata.get("annotations") or {}), c.KUEUE_ELASTIC_JOB: "true"}
+    templates = [ray_spec["headGroupSpec"]["template"]]
+    templates += [group["template"] for group in ray_spec["workerGroupSpecs"]]
+    for template in templates:
+        pod_spec = template.setdefault("spec", {})
+        gates = list(pod_spec.get("schedulingGates") or [])
+        if not any(g.get("name") == c.KUEUE_ELASTIC_JOB for g in gates):
+            gates.append({"name": c.KUEUE_ELASTIC_JOB})
+        pod_spec["schedulingGates"] = gates
 
 
 def render_rayjob(

@@ -58,3 +58,9 @@ class OperatorConfig:
     #: ends its pass InvalidSpec. Defaults and reasons: ``spec.bounds.SpecLimits``.
     max_slices_per_object: int = SpecLimits.max_slices
     max_hosts_per_object: int = SpecLimits.max_hosts
+    #: Kueue's waitForPodsReady timeout and recoveryTimeout in seconds, mirrored from
+    #: Kueue's Configuration (it publishes neither): the status says when Kueue evicts an
+    #: admitted object whose pods are not all ready. 0: not told; recovery None: the
+    #: timeout (Kueue's default).
+    kueue_pods_ready_timeout_s: int = 0
+    kueue_pods_ready_recovery_timeout_s: int | None = None

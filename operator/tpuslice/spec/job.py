@@ -244,6 +244,17 @@ def parse_job(obj: Mapping[str, Any]) -> SliceJobSpec:
                 "label): Kueue owns the RayJob's suspend; stop its LocalQueue instead",
             )
         )
+    if cluster is not None and cluster.kueue is not None and cluster.elastic is not None:
+        errors.append(
+            FieldError(
+                "spec.kueue",
+                "cannot be combined with spec.elastic on a TPUSliceJob: Kueue's elastic jobs "
+                "gate a scale-up's pods through the RayCluster's webhook, and the RayJob's "
+                "(kubernetes-sigs/kueue v0.17.0 pkg/controller/jobs/rayjob/rayjob_webhook.go) "
+                "gates none, so a scale-up would run before Kueue admits it; use a "
+                "TPUSliceCluster, or remove one of them",
+            )
+        )
     if errors or cluster is None or job is None:
         raise SpecError(errors)
     return SliceJobSpec(cluster=cluster, job=job)

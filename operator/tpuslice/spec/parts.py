@@ -235,6 +235,9 @@ class KueueSpec:
 
     queue_name: str
     priority_class: str = ""
+    #: spec.kueue.admissionGate: "UntilPoolsFree" (hold Kueue's admission through its
+    #: admission-gated-by annotation until free pools could hold every slice) or ""
+    admission_gate: str = ""
 
 
 @dataclass(frozen=True)
@@ -616,7 +619,7 @@ _CLUSTER_PARTS = frozenset(
         "kueue",
     }
 )
-_KUEUE_FIELDS = frozenset({"queueName", "priorityClassName"})
+_KUEUE_FIELDS = frozenset({"queueName", "priorityClassName", "admissionGate"})
 #: Kueue's names (a LocalQueue, a WorkloadPriorityClass) are label values of its labels.
 MAX_KUEUE_NAME = 63
 _WORKER_GROUP_FIELDS = frozenset(
@@ -1001,13 +1004,12 @@ def _cluster_parts(
             )
         )
     kueue = _kueue(spec.get("kueue"), labels or {}, errors)
-    if kueue is not None and elastic is not None:
+    if kueue is not None and kueue.admission_gate and policy == "DynamicSlice":
         errors.append(
             FieldError(
-                "spec.kueue",
-                "cannot be combined with spec.elastic: Kueue refuses an autoscaling RayCluster "
-                "unless it is one of its elastic jobs (workload slices), which the operator "
-                "does not render yet; remove one of them",
+                "spec.kueue.admissionGate",
+                "is not supported with spec.reservation.policy DynamicSlice (whether free "
+                "partitions could form every slice is not judged before admission); remove it",
             )
         )
     if shape is None:
@@ -1077,7 +1079,16 @@ def _kueue(raw: Any, labels: Mapping[str, Any], errors: list[FieldError]) -> Kue
     priority = _kueue_name(
         kueue.get("priorityClassName", ""), "spec.kueue.priorityClassName", errors
     )
-    return KueueSpec(name, priority) if name else None
+    gate = kueue.get("admissionGate", "")
+    if gate not in ("", constants.ADMISSION_GATE_POOLS_FREE):
+        errors.append(
+            FieldError(
+                "spec.kueue.admissionGate",
+                f"must be {constants.ADMISSION_GATE_POOLS_FREE} or absent, not {described(gate)}",
+            )
+        )
+        gate = ""
+    return KueueSpec(name, priority, str(gate)) if name else None
 
 
 def _disruption(raw: Any, errors: list[FieldError]) -> DisruptionSpec:

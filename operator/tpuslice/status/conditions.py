@@ -17,7 +17,7 @@ from typing import Any
 
 from tpuslice.model import constants as c
 from tpuslice.model import events
-from tpuslice.model.records import KueueView, SliceState, SliceStatus
+from tpuslice.model.records import KueueView, KueueWorkload, SliceState, SliceStatus
 
 __all__ = [
     "KUEUE_ADMITTED",
@@ -29,6 +29,7 @@ __all__ = [
     "compute_status",
     "elastic_slices",
     "elastic_status",
+    "eviction_note",
     "failure_status",
     "index_ranges",
     "kueue_condition",
@@ -754,6 +755,11 @@ def waiting_message(view: KueueView) -> str:
         f"Kueue has not admitted {view.kind} {view.name} ({where}); no node pool is "
         f"claimed until it does"
     )
+    if view.gate:
+        said += (
+            f"; the operator holds Kueue's admission (spec.kueue.admissionGate "
+            f"UntilPoolsFree) until free node pools could hold every slice: {view.gate}"
+        )
     workload = view.workload
     if workload is None:
         return said
@@ -763,6 +769,8 @@ def waiting_message(view: KueueView) -> str:
             f"{workload.evicted_message}); its node pools are given back once its pods are "
             f"gone, and it waits in {where} again"
         )
+        if workload.requeue_at:
+            said += f" from {workload.requeue_at} (Kueue's requeue backoff)"
     if workload.pending:
         said += f"; Kueue: {workload.pending}"
     for name, state, message in workload.checks:
@@ -770,23 +778,43 @@ def waiting_message(view: KueueView) -> str:
     return said
 
 
+def eviction_note(workload: KueueWorkload) -> str:
+    """When Kueue's WaitForPodsReady evicts an admitted object whose pods are not all
+    ready (``status.kueue.pods_ready_deadline``)."""
+    setting = "recoveryTimeout" if workload.pods_ready_reason == "WaitForRecovery" else "timeout"
+    again = f" (evicted {workload.requeue_count} times before)" if workload.requeue_count else ""
+    return (
+        f"Kueue evicts at {workload.evicts_at} unless every pod is ready: waitForPodsReady "
+        f"{setting} {workload.evict_timeout_s}s{again}"
+    )
+
+
 def kueue_condition(view: KueueView, generation: int) -> dict[str, Any]:
     """``KueueAdmitted``: True once Kueue has unsuspended the object, False while it holds
     it: reason ``Evicted`` after Kueue evicted it (Kueue's own reason in the message),
-    ``DefaultLocalQueue`` when Kueue chose the queue, else ``AwaitingAdmission``."""
+    ``AdmissionGated`` while the operator holds Kueue's admission for free pools
+    (spec.kueue.admissionGate), ``DefaultLocalQueue`` when Kueue chose the queue, else
+    ``AwaitingAdmission``."""
     if view.admitted:
         default = " (the namespace's default LocalQueue)" if view.defaulted else ""
         message = f"Kueue admitted {view.kind} {view.name} through LocalQueue {view.queue}"
-        since = view.workload.pods_not_ready_since if view.workload is not None else ""
-        if since:
+        workload = view.workload
+        if workload is not None and workload.evicts_at:
+            default += f"; {eviction_note(workload)}"
+        elif workload is not None and workload.admitted_since and not workload.pods_ready:
+            recovering = workload.pods_ready_reason == "WaitForRecovery"
+            since = workload.pods_not_ready_since if recovering else workload.admitted_since
+            setting = "recoveryTimeout" if recovering else "timeout"
             default += (
-                f"; its pods are not all ready since {since}: if Kueue's WaitForPodsReady "
-                f"is on, Kueue evicts it once its timeout (waitForPodsReady.timeout in "
-                f"Kueue's configuration) has passed since then"
+                f"; its pods are not all ready: if Kueue's waitForPodsReady is on, Kueue "
+                f"evicts it once waitForPodsReady.{setting} has passed since {since} (tell "
+                f"the operator the timeout, --kueue-pods-ready-timeout, to see when)"
             )
         return condition(KUEUE_ADMITTED, True, "Admitted", message + default, generation)
     if view.workload is not None and view.workload.evicted_reason:
         reason = "Evicted"
+    elif view.gate:
+        reason = "AdmissionGated"
     elif view.defaulted:
         reason = "DefaultLocalQueue"
     else:

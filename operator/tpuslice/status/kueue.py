@@ -16,13 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any
 
 from tpuslice.model import constants as c
+from tpuslice.model.convert import rfc3339, timestamp
 from tpuslice.model.records import KueueView, KueueWorkload, SliceState, SliceStatus
 from tpuslice.status.conditions import (
     KUEUE_ADMITTED,
     MAX_SLICE_MESSAGE,
+    eviction_note,
     kueue_condition,
     truncate,
     waiting_message,
@@ -30,13 +33,17 @@ from tpuslice.status.conditions import (
 
 __all__ = [
     "KUEUE_ADMITTED",
+    "PodsReadyTimeouts",
     "ProvisioningCheck",
     "held_in_status",
     "kueue_condition",
     "kueue_view",
+    "pods_ready_deadline",
     "provisioning_conflict",
     "waiting_message",
     "with_admission",
+    "with_eviction_deadline",
+    "with_scale_up_wait",
 ]
 
 
@@ -46,18 +53,20 @@ def kueue_view(
     name: str,
     live: Mapping[str, Any] | None,
     workload: KueueWorkload | None = None,
+    gate: str = "",
 ) -> KueueView | None:
     """Kueue's hold on the KubeRay object ``kind``/``name`` (``live``: as the watch shows
     it, ``convert.raycluster_info`` or ``ray_owner_info``; None before it exists, when the
     applier creates it suspended). None when neither the spec (``spec_queue``) nor the
-    live object names a LocalQueue."""
+    live object names a LocalQueue. ``gate``: why the operator holds Kueue's admission
+    (spec.kueue.admissionGate)."""
     live_labels = (live or {}).get("labels") or {}
     live_queue = str(live_labels.get(c.KUEUE_QUEUE_LABEL) or "")
     queue = spec_queue or live_queue
     if not queue:
         return None
     suspended = live is None or (live.get("spec") or {}).get("suspend") is True
-    return KueueView(queue, not suspended, not spec_queue, kind, name, workload)
+    return KueueView(queue, not suspended, not spec_queue, kind, name, workload, gate)
 
 
 def with_admission(
@@ -135,3 +144,78 @@ def provisioning_conflict(checks: Sequence[ProvisioningCheck]) -> str:
             f"spec.reservation.provisioning"
         )
     return ""
+
+
+@dataclass(frozen=True)
+class PodsReadyTimeouts:
+    """Kueue's ``waitForPodsReady`` timeouts, as the operator is told them (an operator
+    setting mirroring Kueue's Configuration: Kueue writes neither on the Workload, and
+    its Configuration is a file of its manager, kubernetes-sigs/kueue v0.17.0
+    apis/config/v1beta2/configuration_types.go ``WaitForPodsReady``). 0: not told, the
+    status names no time. ``recovery_s`` None: Kueue's default, the timeout
+    (apis/config/v1beta2/defaults.go); 0: Kueue's recovery check is off."""
+
+    timeout_s: int = 0
+    recovery_s: int | None = None
+
+
+def pods_ready_deadline(
+    workload: KueueWorkload | None, timeouts: PodsReadyTimeouts
+) -> KueueWorkload | None:
+    """The Workload with when Kueue evicts it unless every pod is ready, as Kueue's
+    workload controller computes it (kubernetes-sigs/kueue v0.17.0
+    pkg/controller/core/workload_controller.go ``admittedNotReadyWorkload``): while
+    admitted and PodsReady is not True, with PodsReady absent or reason ``WaitForStart``,
+    the Admitted condition's lastTransitionTime plus ``timeout``; with reason
+    ``WaitForRecovery`` (a pod failed after all were ready), PodsReady's
+    lastTransitionTime plus ``recoveryTimeout``. Kueue then evicts it with reason
+    ``PodsReadyTimeout`` and requeues it after a backoff (``status.requeueState``)."""
+    if workload is None or not timeouts.timeout_s or not workload.admitted_since:
+        return workload
+    if workload.pods_ready or workload.evicted_reason:
+        return workload
+    if workload.pods_ready_reason == "WaitForRecovery":
+        recovery = timeouts.timeout_s if timeouts.recovery_s is None else timeouts.recovery_s
+        since, seconds = workload.pods_not_ready_since, recovery
+    elif workload.pods_ready_reason in ("", "WaitForStart", "PodsReady"):
+        since, seconds = workload.admitted_since, timeouts.timeout_s
+    else:
+        return workload
+    start = timestamp(since)
+    if start is None or not seconds:
+        return workload
+    at = rfc3339(start + timedelta(seconds=seconds))
+    return replace(workload, evicts_at=at, evict_timeout_s=seconds)
+
+
+def with_eviction_deadline(
+    view: KueueView, slices: Sequence[SliceStatus]
+) -> tuple[SliceStatus, ...]:
+    """An admitted object's slices that are not Ready say when Kueue evicts the object
+    unless every pod is ready (``pods_ready_deadline``)."""
+    workload = view.workload
+    if workload is None or not workload.evicts_at:
+        return tuple(slices)
+    note = eviction_note(workload)
+    return tuple(
+        s
+        if s.state == SliceState.READY
+        else replace(s, message=truncate(f"{s.message}; {note}".lstrip("; "), MAX_SLICE_MESSAGE))
+        for s in slices
+    )
+
+
+def with_scale_up_wait(slices: Sequence[SliceStatus]) -> tuple[SliceStatus, ...]:
+    """An elastic object Kueue admitted whose scale-up pods still carry Kueue's
+    ``kueue.x-k8s.io/elastic-job`` gate: its slices without a pool say they wait for
+    Kueue to admit the scale-up (a new workload slice), not for a pool."""
+    note = (
+        f"Kueue has not admitted the scale-up yet (its pods carry the {c.KUEUE_ELASTIC_JOB} "
+        f"gate); no pool is claimed for it until Kueue removes the gate"
+    )
+    return tuple(
+        replace(s, message=truncate(f"{note}; {s.message}".rstrip("; "), MAX_SLICE_MESSAGE))
+        if not s.node_pool and s.state != SliceState.READY
+        else s
+        for s in slices
+    )
