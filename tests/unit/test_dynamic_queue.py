@@ -246,3 +246,7 @@ def test_of_two_objects_the_higher_priority_one_takes_the_partitions() -> None:
     kube = FakeKube()
     run(kube, LOW, HIGH, taken)
     assert not kube.claimed
+    assert kube.status is not None
+    (entry,) = kube.status["slices"]
+    assert entry["message"].startswith("1st of 1 waiting for tpu7x 4x4x4: needs 2 more")
+    assert "held by ml/high (sb-p1, sb-p2)" in entry["message"]

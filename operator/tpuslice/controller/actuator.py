@@ -414,8 +414,8 @@ def partition_admission(
     now: the pool queue's rules (planning/queue.py) over partitions, every member a
     DynamicSlice group of the same accelerator, whatever its topology; decided from the
     snapshot alone, as ``queue_admission``. None when no other member misses a partition
-    and its own fit in what exists: the order cannot matter, the planner takes any free
-    partition."""
+    and as many are free as it misses: the order cannot matter, the planner takes any
+    free one (short of them it waits with the queue's message, naming the holders)."""
     assert snap.cluster is not None
     shape = shape_of(spec)
     own = partition_request(
@@ -477,7 +477,10 @@ def partition_admission(
                 )
             )
     pools = partition_pools(partition_inventory(snap.nodes), reservations, gke_slices)
-    if len(requests) == 1 and own.desired <= len(pools):
+    free = sum(1 for p in pools if p.eligible and p.holder is None)
+    if len(requests) == 1 and own.desired <= len(pools) and own.missing <= free:
+        # Alone, and as many partitions are free as it misses: the order cannot matter.
+        # Short, it waits with the queue's word (who holds them), as a pool slice does.
         return None
     decision = decide_queue(shape, requests, pools, noun=CapacityUnit.PARTITION.noun)
     return admission_for(decision, ref.queue_key)

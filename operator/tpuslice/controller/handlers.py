@@ -309,8 +309,12 @@ async def configure(
 
     def holders_of(shape: Shape, pool: str) -> set[ObjectKey]:
         """The pool's holder, and the owner of a revoked request kept for the pool (it
-        deletes the request once the pool has no nodes)."""
-        held = {r.holder.owner for r in shape_index.get(shape, ()) if r.pool == pool}
+        deletes the request once the pool has no nodes). A node of the dynamic
+        generation may be a partition's, whose claim is of the partition queue's shape."""
+        shapes = [shape]
+        if shape[0] == DYNAMIC_GENERATION:
+            shapes.append(partition_shape(DYNAMIC_GENERATION))
+        held = {r.holder.owner for s in shapes for r in shape_index.get(s, ()) if r.pool == pool}
         return held | {r.owner for r in watches.every_request() if r.info.lost_pool == pool}
 
     def waiters(shape: Shape) -> set[ObjectKey]:
