@@ -250,3 +250,19 @@ def test_of_two_objects_the_higher_priority_one_takes_the_partitions() -> None:
     (entry,) = kube.status["slices"]
     assert entry["message"].startswith("1st of 1 waiting for tpu7x 4x4x4: needs 2 more")
     assert "held by ml/high (sb-p1, sb-p2)" in entry["message"]
+
+
+def test_partitions_a_policy_keeps_the_object_from_are_never_claimed() -> None:
+    plan = plan_dynamic_slices(
+        REF,
+        topology="4x4x8",
+        chips=128,
+        hosts=HOSTS,
+        desired_slices=1,
+        pods=slice_pods(hosts=HOSTS),
+        nodes=nodes("p1", "p2", "p3", "p4"),
+        reservations=[],
+        gke_slices=[],
+        excluded={"sb-p1"},
+    )
+    assert sorted(c.pool for c in plan.claims) == ["sb-p2", "sb-p3"]

@@ -409,6 +409,8 @@ def partition_admission(
     gke_slices: Sequence[GkeSliceInfo],
     specs: SpecCache,
     desired: int,
+    *,
+    excluded: Collection[str] = (),
 ) -> Admission | None:
     """What the accelerator's partition queue lets this object's dynamic slices claim
     now: the pool queue's rules (planning/queue.py) over partitions, every member a
@@ -476,7 +478,11 @@ def partition_admission(
                     created=str(meta.get("creationTimestamp") or ""),
                 )
             )
-    pools = partition_pools(partition_inventory(snap.nodes), reservations, gke_slices)
+    pools = [
+        p
+        for p in partition_pools(partition_inventory(snap.nodes), reservations, gke_slices)
+        if p.name not in excluded
+    ]
     free = sum(1 for p in pools if p.eligible and p.holder is None)
     if len(requests) == 1 and own.desired <= len(pools) and own.missing <= free:
         # Alone, and as many partitions are free as it misses: the order cannot matter.
@@ -552,6 +558,15 @@ def placed(index: PoolIndex, spec: SliceClusterSpec, snap: Snapshot) -> PoolInde
     governed = governing(snap.policies, snap.namespace_labels) if snap.policies else ()
     out = excluded_pools(index.matching, governed, worker_tolerations(spec))
     return index.narrowed(lambda name, _nodes: name not in out) if out else index
+
+
+def placed_partitions(spec: SliceClusterSpec, snap: Snapshot) -> frozenset[str]:
+    """The partitions (by pool) this object's dynamic slices may not use, as ``placed``
+    for pools: a governing TPUSlicePolicy's pool labels missing, or a taint its workers
+    do not tolerate. Those it holds stay its own until its slice is gone."""
+    governed = governing(snap.policies, snap.namespace_labels) if snap.policies else ()
+    units = {p.pool: p.nodes for p in partition_inventory(snap.nodes).values()}
+    return excluded_pools(units, governed, worker_tolerations(spec))
 
 
 def avoiding(index: PoolIndex, nodes: Collection[str]) -> PoolIndex:
@@ -699,6 +714,7 @@ class SliceActuator:
         index = avoiding(placed(constrained(index, limits), spec, snap), avoid)
         preferred = limits.prefer(previous_pools(previous))
         now = self.clock()
+        off_limits = placed_partitions(spec, snap) if spec.dynamic else frozenset()
 
         def plan() -> SlicePlan:
             pods = self.pending.pods(snap.pods)
@@ -707,7 +723,15 @@ class SliceActuator:
                 waits = claims_wait or waits_on_namespace
                 queued = (
                     partition_admission(
-                        ref, spec, snap, pods, reservations, gke_slices, self.specs, desired
+                        ref,
+                        spec,
+                        snap,
+                        pods,
+                        reservations,
+                        gke_slices,
+                        self.specs,
+                        desired,
+                        excluded=off_limits,
                     )
                     if spec.gated and not waits
                     else None
@@ -727,6 +751,7 @@ class SliceActuator:
                     now=now,
                     grace_seconds=spec.disruption.grace_period_s,
                     admission=queued,
+                    excluded=off_limits,
                 )
             held = sum(1 for r in reservations if ref.holds_in_group(r.holder))
             if keep_pools and held >= desired:

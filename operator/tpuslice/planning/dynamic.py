@@ -35,7 +35,7 @@ One slice, from its pods and what the API server shows:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 
 from tpuslice.model.convert import timestamp
@@ -163,6 +163,7 @@ def plan_dynamic_slices(
     now: datetime | None = None,
     grace_seconds: int = 30,
     admission: Admission | None = None,
+    excluded: Collection[str] = (),
 ) -> SlicePlan:
     """Decide one object's dynamic slices from a snapshot (the module's docstring).
 
@@ -170,7 +171,9 @@ def plan_dynamic_slices(
     partitions (by pool) it may claim now, its place in the queue, or NotEnoughPools;
     None when no queue governs it (nobody else wants partitions): any free one. A
     DEGRADED partition is outside the queue (``partitions.partition_pools``): an object
-    allowing them may take one that is free whatever the queue says."""
+    allowing them may take one that is free whatever the queue says. ``excluded``: the
+    partitions (by pool) its TPUSlicePolicies or untolerated taints keep it from
+    claiming (``controller.actuator.placed_partitions``)."""
     need = partitions_needed(chips)
     replicas, unindexed = group_replicas(pods, hosts)
     inventory = partition_inventory(nodes)
@@ -198,6 +201,8 @@ def plan_dynamic_slices(
         ours=owned_names,
         allow_degraded=allow_degraded,
     )
+    if excluded:
+        free = [p for p in free if p.pool not in excluded]
     stalled = admission.stalled if admission is not None else None
     if admission is not None and admission.pools is not None:
         allowed = set(admission.pools)
