@@ -288,3 +288,13 @@ def test_a_dynamic_group_of_a_gang_across_groups_counts_partitions() -> None:
     stalled = [c for c in kube.status["conditions"] if c["type"] == "Stalled"]
     assert all(c["status"] == "False" for c in stalled), stalled
     assert len(kube.claimed) in (1, 3)  # the first group's, or both
+
+
+def test_a_partitions_claim_is_of_the_partition_shape() -> None:
+    kube = FakeKube()
+    snap = Snapshot(LOW, slice_pods(hosts=HOSTS, cluster="low"), nodes("p1", "p2"), [], None)
+    asyncio.run(Reconciler(kube, lambda _: snap).kick(("TPUSliceCluster", "ml", "low")))
+    assert sorted(kube.claimed) == ["sb-p1", "sb-p2"]
+    spec = kube.claimed["sb-p1"]["spec"]
+    assert (spec["gkeAccelerator"], spec["topology"], spec["hosts"]) == ("tpu7x", "4x4x4", 16)
+    assert spec["acceleratorType"] == "tpu7x-128"

@@ -63,10 +63,10 @@ from tpuslice.planning.dynamic import partition_request, plan_dynamic_slices
 from tpuslice.planning.elastic import next_timeout_in
 from tpuslice.planning.groups import GroupHold, claims_wait_on
 from tpuslice.planning.partitions import (
-    PARTITION_HOSTS,
     partition_inventory,
     partition_pools,
     partition_shape,
+    partition_slice_shape,
 )
 from tpuslice.planning.pools import (
     PoolIndex,
@@ -1076,16 +1076,17 @@ class SliceActuator:
         another holder had claimed first (their reservation is recorded as pending)."""
         held: list[str] = []
         lost: list[str] = []
+        unit_shape = partition_slice_shape() if spec.dynamic else spec.shape
         for claim in plan.claims:
             body = reservation_body(
                 claim.pool,
                 claim.holder,
                 gke_accelerator=spec.shape.generation.gke_accelerator,
-                accelerator_type=spec.shape.accelerator_type,
                 # a partition's claim is of the partition queue's shape (one 4x4x4
                 # partition, 16 hosts), whatever the slice's topology
-                topology=shape_of(spec)[1],
-                hosts=PARTITION_HOSTS if spec.dynamic else spec.shape.hosts,
+                accelerator_type=unit_shape.accelerator_type,
+                topology=unit_shape.topology,
+                hosts=unit_shape.hosts,
                 node_pool=index.node_pool(claim.pool),
             )
             try:

@@ -58,8 +58,11 @@ from tpuslice.model.records import (
 )
 from tpuslice.model.topology import (
     CHIPS_PER_PARTITION,
+    DYNAMIC_GENERATION,
     MULTI_HOST_CHIPS_PER_HOST,
     PARTITION_TOPOLOGY,
+    SliceShape,
+    dynamic_slice_shape,
 )
 from tpuslice.planning.disruption import blocking_signal
 from tpuslice.planning.nodeclass import QUARANTINED
@@ -76,6 +79,7 @@ __all__ = [
     "partition_pools",
     "partition_problem",
     "partition_shape",
+    "partition_slice_shape",
     "partitions_needed",
     "retry_delay",
     "slice_stage",
@@ -125,6 +129,12 @@ def partition_shape(accelerator: str) -> Shape:
     object reads every partition's reservation and the namespace usage counts its
     chips (64) per partition."""
     return accelerator, PARTITION_TOPOLOGY
+
+
+def partition_slice_shape() -> SliceShape:
+    """One partition as a slice shape (tpu7x 4x4x4, 16 hosts): what its SliceReservation
+    says it holds."""
+    return dynamic_slice_shape(DYNAMIC_GENERATION, PARTITION_TOPOLOGY)
 
 
 def partitions_needed(chips: int) -> int:
