@@ -69,8 +69,8 @@ k get -n demo tsc "$tsc"
 k get slicereservations
 k get slices
 k get pods -n demo -l "tpuslice.dev/cluster=$tsc" \
-  -o custom-columns=POD:.metadata.name,SLICE:.spec.nodeSelector.cloud\.google\.com/gke-tpu-slice,NODE:.spec.nodeName \
-  | head -5
+  -o 'custom-columns=POD:.metadata.name,SLICE:.spec.nodeSelector.cloud\.google\.com/gke-tpu-slice,NODE:.spec.nodeName' \
+  | sed -n '1,5p'  # not head: under pipefail, kubectl writing on after head exits fails the demo
 
 cat <<MSG
 

@@ -7,7 +7,9 @@ Five sub-block pools (one 4x4x4 partition each): two in block A, two in block B,
 one in block A inside a Slice another owner formed. Under a watch sampled throughout:
 no pod released unless pinned to a Slice of its own slice whose every partition its
 slice holds, no pod of a gang released before every Slice of the gang was ACTIVE, no
-partition of the other owner's Slice ever held, and that Slice never touched."""
+partition of the other owner's Slice ever held, and that Slice never touched; in the
+queue scenario, no partition held by the lower-priority object while the higher one
+exists."""
 
 from __future__ import annotations
 
@@ -80,6 +82,9 @@ class DynamicSliceWatch(Watch):
     """The invariants of dynamic slices (the module's docstring); partition id = pool."""
 
     gangs: dict[str, int] = field(default_factory=dict)  # object name -> its slices
+    #: object name -> the object ahead of it in the partition queue: it may hold no
+    #: partition while that one exists (not being deleted)
+    behind: dict[str, str] = field(default_factory=dict)
     _seen_gated: set[str] = field(default_factory=set)
     _checked: set[str] = field(default_factory=set)
 
@@ -95,6 +100,10 @@ class DynamicSliceWatch(Watch):
             instant.append(f"partition {THEIRS} of the other owner's Slice held by {held[THEIRS]}")
         if FOREIGN not in gke or gke[FOREIGN]["metadata"].get("deletionTimestamp"):
             instant.append(f"the other owner's Slice {FOREIGN} was deleted")
+        for name, ahead in self.behind.items():
+            mine = held_by(self.cluster, self.namespace, name)
+            if mine and _exists(self.cluster, self.namespace, ahead):
+                instant.append(f"{name} holds {', '.join(mine)} while {ahead} is ahead of it")
         pods = client.CoreV1Api(self.cluster.api).list_namespaced_pod(
             self.namespace, label_selector="tpuslice.dev/cluster"
         )
@@ -128,6 +137,16 @@ class DynamicSliceWatch(Watch):
                         f"{len(active)} of {self.gangs[owner]} Slices ACTIVE"
                     )
         return instant, findings
+
+
+def _exists(cluster: E2ECluster, namespace: str, name: str) -> bool:
+    """Whether the TSC exists and is not being deleted."""
+    try:
+        return not get_tsc(cluster, namespace, name)["metadata"].get("deletionTimestamp")
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
 
 
 @pytest.fixture
@@ -284,4 +303,74 @@ def test_dynamic_slices_form_pin_retry_and_leave_nothing(
             what="big's Slices and reservations gone",
         )
         assert set(slices(cluster)) == {FOREIGN}
+    watch.check()
+
+
+def slice_message(cluster: E2ECluster, namespace: str, name: str) -> str:
+    entries = (get_tsc(cluster, namespace, name).get("status") or {}).get("slices") or []
+    return " | ".join(str(e.get("message", "")) for e in entries)
+
+
+def test_dynamic_slices_wait_in_the_partition_queue_by_priority(
+    cluster: E2ECluster, namespace: str, slice_controller: SliceController
+) -> None:
+    """Two 4x4x8 objects competing for the two partitions of block A (block B has one
+    UNHEALTHY partition, so only A can ever hold a 4x4x8): the one created second with
+    the higher priority forms first; the other waits holding nothing with its place in
+    the queue, and forms once the first is deleted."""
+    with DynamicSliceWatch(cluster, namespace, behind={"low": "high"}) as watch:
+        # nothing can form until a partition of A is healthy again: both queue up
+        slice_controller.set_partition_state("ds-a1", "UNHEALTHY")
+        slice_controller.set_partition_state("ds-b1", "UNHEALTHY")
+        apply(cluster, namespace, dynamic("low", "4x4x8"))
+        kube.wait_for(
+            lambda: (
+                "needs 2 free partitions of one topology block"
+                in slice_message(cluster, namespace, "low")
+            ),
+            timeout_s=TIMEOUT_S,
+            what="low waiting for two partitions of one block",
+            describe=lambda: get_tsc(cluster, namespace, "low").get("status"),
+        )
+        apply(cluster, namespace, dynamic("high", "4x4x8", priority=100))
+        kube.wait_for(
+            lambda: (
+                slice_message(cluster, namespace, "low").startswith("2nd of 2 waiting")
+                and slice_message(cluster, namespace, "high").startswith("1st of 2 waiting")
+            ),
+            timeout_s=TIMEOUT_S,
+            what="high ahead of low in the partition queue",
+            describe=lambda: (
+                slice_message(cluster, namespace, "low"),
+                slice_message(cluster, namespace, "high"),
+            ),
+        )
+        assert held_by(cluster, namespace, "low") == held_by(cluster, namespace, "high") == []
+
+        # block A whole again: the higher priority object takes it, the other keeps waiting
+        slice_controller.set_partition_state("ds-a1", "HEALTHY")
+        wait_condition(cluster, namespace, "high", "Ready", "True", timeout_s=TIMEOUT_S)
+        assert held_by(cluster, namespace, "high") == ["ds-a1", "ds-a2"]
+        kube.wait_for(
+            lambda: "held by " in slice_message(cluster, namespace, "low"),
+            timeout_s=TIMEOUT_S,
+            what="low waiting, naming who holds the partitions",
+            describe=lambda: slice_message(cluster, namespace, "low"),
+        )
+        message = slice_message(cluster, namespace, "low")
+        assert message.startswith("1st of 1 waiting for tpu7x 4x4x4"), message
+        assert f"{namespace}/high" in message, message
+        assert held_by(cluster, namespace, "low") == []
+
+        # the first deleted: the waiting one forms on the partitions it gave back
+        delete_tsc(cluster, namespace, "high")
+        wait_condition(cluster, namespace, "low", "Ready", "True", timeout_s=TIMEOUT_S)
+        assert held_by(cluster, namespace, "low") == ["ds-a1", "ds-a2"]
+        delete_tsc(cluster, namespace, "low")
+        kube.wait_for(
+            lambda: gone(cluster, namespace, "low"),
+            timeout_s=TIMEOUT_S,
+            what="low's Slice and reservations gone",
+        )
+        slice_controller.set_partition_state("ds-b1", "HEALTHY")
     watch.check()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -43,6 +43,7 @@ from tpuslice.model.records import (
     ClusterRef,
     Drain,
     ForceDelete,
+    GkeSliceInfo,
     Move,
     ObjectKey,
     PodInfo,
@@ -58,9 +59,15 @@ from tpuslice.model.records import (
 )
 from tpuslice.planning.busy import move_message, with_moves
 from tpuslice.planning.disruption import maintenance_before, revoked_drains
-from tpuslice.planning.dynamic import plan_dynamic_slices
+from tpuslice.planning.dynamic import partition_request, plan_dynamic_slices
 from tpuslice.planning.elastic import next_timeout_in
 from tpuslice.planning.groups import GroupHold, claims_wait_on
+from tpuslice.planning.partitions import (
+    partition_inventory,
+    partition_pools,
+    partition_shape,
+    partition_slice_shape,
+)
 from tpuslice.planning.pools import (
     PoolIndex,
     eligible_pools,
@@ -101,6 +108,8 @@ __all__ = [
     "desired_of",
     "gang_need",
     "held_for_gang",
+    "held_slices",
+    "partition_admission",
     "placed",
     "queue_admission",
     "refused_by_policy",
@@ -128,7 +137,18 @@ KEPT_MESSAGE = (
 
 
 def shape_of(spec: SliceClusterSpec) -> Shape:
+    """The shape whose queue the slices wait in: the slice's (accelerator, topology), or
+    for dynamic slices the accelerator's partition queue (``partitions.partition_shape``:
+    every topology competes for the same partitions)."""
+    if spec.dynamic:
+        return partition_shape(spec.shape.generation.gke_accelerator)
     return spec.shape.generation.gke_accelerator, spec.shape.topology
+
+
+def held_slices(reservations: Iterable[ReservationInfo], ref: ClusterRef) -> int:
+    """The slices of ``ref``'s group that hold a unit: one per slice, however many units
+    (a dynamic slice's partitions) it holds."""
+    return len({r.holder.replica_name for r in reservations if ref.holds_in_group(r.holder)})
 
 
 def previous_pools(status: Mapping[str, Any]) -> dict[int, str]:
@@ -333,7 +353,7 @@ def decide_admission(
         uid = str(meta.get("uid") or "")
         waiting_turn = _not_at_turn(member.cluster, parsed, uid, by_holder)
         for other in parsed.tpu_groups():
-            if shape_of(other) != shape or other.group_name in waiting_turn:
+            if shape_of(other) != shape or other.group_name in waiting_turn or other.dynamic:
                 continue  # another shape, or a gang group whose earlier shape is not whole
             if CapacityUnit.for_hosts(other.shape.hosts) is not index.unit:
                 continue  # a 2x4 of one 8-chip host takes nodes, of two 4-chip hosts pools
@@ -378,6 +398,98 @@ def decide_admission(
     ]
     pools = shape_pools(index, reservations, hosts=hosts, chips_per_host=chips)
     decision = decide_queue(shape, requests, pools, noun=index.unit.noun)
+    return admission_for(decision, ref.queue_key)
+
+
+def partition_admission(
+    ref: ClusterRef,
+    spec: SliceClusterSpec,
+    snap: Snapshot,
+    pods: Sequence[PodInfo],
+    reservations: Sequence[ReservationInfo],
+    gke_slices: Sequence[GkeSliceInfo],
+    specs: SpecCache,
+    desired: int,
+    *,
+    excluded: Collection[str] = (),
+) -> Admission | None:
+    """What the accelerator's partition queue lets this object's dynamic slices claim
+    now: the pool queue's rules (planning/queue.py) over partitions, every member a
+    DynamicSlice group of the same accelerator, whatever its topology; decided from the
+    snapshot alone, as ``queue_admission``. None when no other member misses a partition
+    and as many are free as it misses: the order cannot matter, the planner takes any
+    free one (short of them it waits with the queue's message, naming the holders)."""
+    assert snap.cluster is not None
+    shape = shape_of(spec)
+    own = partition_request(
+        ref,
+        chips=spec.shape.chips,
+        hosts=spec.shape.hosts,
+        desired_slices=desired,
+        pods=pods,
+        reservations=[r for r in reservations if ref.holds(r.holder)],
+        gang=spec.gang,
+        priority=spec.priority,
+        created=str((snap.cluster.get("metadata") or {}).get("creationTimestamp") or ""),
+    )
+    if own.missing == 0 and not own.claimable:
+        return None
+    by_holder: dict[tuple[str, str], list[ReservationInfo]] = {}
+    for r in reservations:
+        by_holder.setdefault((r.holder.uid, r.holder.group), []).append(r)
+    requests = [own]
+    for member in snap.shape_members:
+        meta = member.cluster.get("metadata") or {}
+        parsed = specs.parse(member.cluster)
+        if parsed is None or not parsed.gated or meta.get("deletionTimestamp"):
+            continue
+        uid = str((meta.get("uid")) or "")
+        for other in parsed.tpu_groups():
+            if not other.dynamic or shape_of(other) != shape:
+                continue
+            group = other.group_name if parsed.grouped else ""
+            other_desired = desired_of(member.cluster, other)
+            held = by_holder.get((uid, group), [])
+            if len({r.holder.replica_name for r in held}) >= other_desired:
+                continue  # wants nothing, counted from its reservations alone
+            if snap.policies:
+                slices_held = len({r.holder.replica_name for r in held})
+                missing = other_desired - slices_held
+                priority = _member_priority(snap.policies, member, other, missing)
+                if priority is None:
+                    continue  # refused, denied or at its namespace's limits
+                other = replace(other, priority=priority)
+            other_ref = ClusterRef(
+                meta.get("namespace", ""),
+                meta.get("name", ""),
+                uid,
+                kind=member.cluster.get("kind") or c.KIND_CLUSTER,
+                group=group,
+            )
+            requests.append(
+                partition_request(
+                    other_ref,
+                    chips=other.shape.chips,
+                    hosts=other.shape.hosts,
+                    desired_slices=other_desired,
+                    pods=[p for p in member.pods if p.group == group] if group else member.pods,
+                    reservations=held,
+                    gang=other.gang,
+                    priority=other.priority,
+                    created=str(meta.get("creationTimestamp") or ""),
+                )
+            )
+    pools = [
+        p
+        for p in partition_pools(partition_inventory(snap.nodes), reservations, gke_slices)
+        if p.name not in excluded
+    ]
+    free = sum(1 for p in pools if p.eligible and p.holder is None)
+    if len(requests) == 1 and own.desired <= len(pools) and own.missing <= free:
+        # Alone, and as many partitions are free as it misses: the order cannot matter.
+        # Short, it waits with the queue's word (who holds them), as a pool slice does.
+        return None
+    decision = decide_queue(shape, requests, pools, noun=CapacityUnit.PARTITION.noun)
     return admission_for(decision, ref.queue_key)
 
 
@@ -447,6 +559,15 @@ def placed(index: PoolIndex, spec: SliceClusterSpec, snap: Snapshot) -> PoolInde
     governed = governing(snap.policies, snap.namespace_labels) if snap.policies else ()
     out = excluded_pools(index.matching, governed, worker_tolerations(spec))
     return index.narrowed(lambda name, _nodes: name not in out) if out else index
+
+
+def placed_partitions(spec: SliceClusterSpec, snap: Snapshot) -> frozenset[str]:
+    """The partitions (by pool) this object's dynamic slices may not use, as ``placed``
+    for pools: a governing TPUSlicePolicy's pool labels missing, or a taint its workers
+    do not tolerate. Those it holds stay its own until its slice is gone."""
+    governed = governing(snap.policies, snap.namespace_labels) if snap.policies else ()
+    units = {p.pool: p.nodes for p in partition_inventory(snap.nodes).values()}
+    return excluded_pools(units, governed, worker_tolerations(spec))
 
 
 def avoiding(index: PoolIndex, nodes: Collection[str]) -> PoolIndex:
@@ -599,9 +720,7 @@ class SliceActuator:
             await self._hand_over(ref, spec, snap, desired)
         if give_back:
             await self._give_back(ref, snap, claims_wait)
-        held_now = sum(
-            1 for r in self.pending.reservations(snap.reservations) if ref.holds_in_group(r.holder)
-        )
+        held_now = held_slices(self.pending.reservations(snap.reservations), ref)
         # At its namespace's TPUSlicePolicy limits: claims nothing, asks for no capacity.
         waits_on_namespace = namespace_wait(
             snap.policies,
@@ -622,11 +741,28 @@ class SliceActuator:
         index = avoiding(placed(constrained(index, limits), spec, snap), avoid)
         preferred = limits.prefer(previous_pools(previous))
         now = self.clock()
+        off_limits = placed_partitions(spec, snap) if spec.dynamic else frozenset()
 
         def plan() -> SlicePlan:
             pods = self.pending.pods(snap.pods)
             reservations = self.pending.reservations(snap.reservations)
             if spec.dynamic:
+                waits = claims_wait or waits_on_namespace
+                queued = (
+                    partition_admission(
+                        ref,
+                        spec,
+                        snap,
+                        pods,
+                        reservations,
+                        gke_slices,
+                        self.specs,
+                        desired,
+                        excluded=off_limits,
+                    )
+                    if spec.gated and not waits
+                    else None
+                )
                 return plan_dynamic_slices(
                     ref,
                     topology=spec.shape.topology,
@@ -641,6 +777,8 @@ class SliceActuator:
                     allow_degraded=spec.allow_degraded,
                     now=now,
                     grace_seconds=spec.disruption.grace_period_s,
+                    admission=queued,
+                    excluded=off_limits,
                 )
             held = sum(1 for r in reservations if ref.holds_in_group(r.holder))
             if keep_pools and held >= desired:
@@ -965,14 +1103,17 @@ class SliceActuator:
         another holder had claimed first (their reservation is recorded as pending)."""
         held: list[str] = []
         lost: list[str] = []
+        unit_shape = partition_slice_shape() if spec.dynamic else spec.shape
         for claim in plan.claims:
             body = reservation_body(
                 claim.pool,
                 claim.holder,
                 gke_accelerator=spec.shape.generation.gke_accelerator,
-                accelerator_type=spec.shape.accelerator_type,
-                topology=spec.shape.topology,
-                hosts=spec.shape.hosts,
+                # a partition's claim is of the partition queue's shape (one 4x4x4
+                # partition, 16 hosts), whatever the slice's topology
+                accelerator_type=unit_shape.accelerator_type,
+                topology=unit_shape.topology,
+                hosts=unit_shape.hosts,
                 node_pool=index.node_pool(claim.pool),
             )
             try:

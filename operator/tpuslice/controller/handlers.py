@@ -49,6 +49,8 @@ from tpuslice.model.records import (
     Snapshot,
     Usage,
 )
+from tpuslice.model.topology import DYNAMIC_GENERATION
+from tpuslice.planning.partitions import partition_shape
 from tpuslice.planning.sweep import orphans, watches_namespace
 from tpuslice.policy.placement import limits_apply, usage_by_namespace
 from tpuslice.runtime.config import OperatorConfig
@@ -126,9 +128,13 @@ class _Lazy(Sequence[T]):
 def _nodes_for(watches: Watches, shape: Shape | None) -> list[NodeInfo]:
     """The nodes of ``shape``, and its accelerator's nodes without a topology label: a
     TPU7x dynamic-slicing sub-block has none until a GKE Slice forms on it, and is read
-    only so that status can say why it is not used."""
+    only so that status can say why it is not used. For a partition queue's shape
+    (``partitions.partition_shape``) every node of the accelerator: its partitions'
+    nodes carry the topology of the Slice formed over them, whatever it is."""
     if not shape:
         return []
+    if shape == partition_shape(DYNAMIC_GENERATION):
+        return watches.nodes_of_accelerator(shape[0])
     nodes = watches.nodes_of(shape)
     return nodes + watches.nodes_of((shape[0], "")) if shape[1] else nodes
 
@@ -310,12 +316,26 @@ async def configure(
 
     def holders_of(shape: Shape, pool: str) -> set[ObjectKey]:
         """The pool's holder, and the owner of a revoked request kept for the pool (it
-        deletes the request once the pool has no nodes)."""
-        held = {r.holder.owner for r in shape_index.get(shape, ()) if r.pool == pool}
+        deletes the request once the pool has no nodes). A node of the dynamic
+        generation may be a partition's, whose claim is of the partition queue's shape."""
+        shapes = [shape]
+        if shape[0] == DYNAMIC_GENERATION:
+            shapes.append(partition_shape(DYNAMIC_GENERATION))
+        held = {r.holder.owner for s in shapes for r in shape_index.get(s, ()) if r.pool == pool}
         return held | {r.owner for r in watches.every_request() if r.info.lost_pool == pool}
 
+    def waiters(shape: Shape) -> set[ObjectKey]:
+        """Those waiting for ``shape``; for a node of the dynamic generation, of any
+        topology or none, also those waiting in its partition queue."""
+        keys = waiting_for(memo, shape)
+        if shape[0] == DYNAMIC_GENERATION:
+            keys |= waiting_for(memo, partition_shape(DYNAMIC_GENERATION))
+        return keys
+
     def on_nodes(changes: list[Any]) -> None:
-        shapes, keys = node_kicks(changes, lambda shape: waiting_for(memo, shape), holders_of)
+        shapes, keys = node_kicks(changes, waiters, holders_of)
+        if any(shape[0] == DYNAMIC_GENERATION for shape in shapes):
+            shapes.add(partition_shape(DYNAMIC_GENERATION))  # its index reads them all
         for shape in shapes:
             reconciler.nodes_changed(shape)
         kick_owners(memo, keys)

@@ -71,6 +71,7 @@ from tpuslice.planning.accounting import (
 )
 from tpuslice.planning.busy import avoided_nodes, busy_nodes_status
 from tpuslice.planning.groups import GroupHold, claims_wait_on, gang_whole
+from tpuslice.planning.partitions import partition_inventory, partitions_needed
 from tpuslice.planning.pools import held_pin, pool_index
 from tpuslice.planning.queue import not_enough_message, shape_name
 from tpuslice.policy.rules import check_object, effective_priority, facts_of
@@ -618,11 +619,17 @@ class Reconciler:
         the NotEnoughPools of queue rule 2), or ""."""
         spec = each.spec
         shape = shape_of(spec)
-        unit = CapacityUnit.for_hosts(spec.shape.hosts)
-        index = self.pool_indexes.index(shape, each.snap, unit) or pool_index(
-            each.snap.nodes, *shape, unit=unit
-        )
-        desired, exist = self._gang_need(each), len(index.matching)
+        if spec.dynamic:
+            # in partitions: every partition of the accelerator, its need per slice
+            unit = CapacityUnit.PARTITION
+            exist = len(partition_inventory(each.snap.nodes))
+            desired = self._gang_need(each) * partitions_needed(spec.shape.chips)
+        else:
+            unit = CapacityUnit.for_hosts(spec.shape.hosts)
+            index = self.pool_indexes.index(shape, each.snap, unit) or pool_index(
+                each.snap.nodes, *shape, unit=unit
+            )
+            desired, exist = self._gang_need(each), len(index.matching)
         if desired <= exist:
             return ""
         return (

@@ -663,6 +663,10 @@ class PoolRequest:
     extra: bool = False
     #: Unix time before which a pool's scheduled maintenance ranks it last (None: ignored)
     maintenance_before: int | None = None
+    #: Units one slice holds: 1 for a node pool or node; a dynamic slice's partitions
+    #: (``partitions.partitions_needed``), all of one topology block. Every count above is
+    #: in units, so the queue's rules read the same for both.
+    per_slice: int = 1
 
     @property
     def missing(self) -> int:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "CHIPS_PER_PARTITION",
+    "DYNAMIC_GENERATION",
     "GENERATIONS",
     "MAX_DYNAMIC_SLICE_CHIPS",
     "PARTITION_TOPOLOGY",
@@ -304,7 +305,8 @@ PARTITION_TOPOLOGY = "4x4x4"
 CHIPS_PER_PARTITION = 64
 #: The most chips one GKE Slice may link.
 MAX_DYNAMIC_SLICE_CHIPS = 9216
-_DYNAMIC_GENERATION = "tpu7x"
+#: The generation (and GKE accelerator) with dynamic slicing.
+DYNAMIC_GENERATION = "tpu7x"
 
 
 def dynamic_slice_shape(
@@ -317,11 +319,11 @@ def dynamic_slice_shape(
     GKE offers as node pools (``4x4x12`` is a Slice of three partitions, never a pool).
     """
     generation = resolve_generation(tpu_type)
-    if generation.name != _DYNAMIC_GENERATION:
+    if generation.name != DYNAMIC_GENERATION:
         raise TopologyError(
             "type",
             f"{generation.name} has no dynamic slicing; spec.reservation.policy "
-            f"DynamicSlice is for {_DYNAMIC_GENERATION} (use the policy NodePool)",
+            f"DynamicSlice is for {DYNAMIC_GENERATION} (use the policy NodePool)",
         )
     dims = parse_topology(topology, generation)
     canonical = "x".join(str(d) for d in dims)

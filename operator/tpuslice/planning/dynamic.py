@@ -35,12 +35,12 @@ One slice, from its pods and what the API server shows:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 
 from tpuslice.model.convert import timestamp
-from tpuslice.model.records import CapacityUnit as Unit
 from tpuslice.model.records import (
+    Admission,
     Claim,
     ClusterRef,
     Drain,
@@ -50,12 +50,15 @@ from tpuslice.model.records import (
     NodeInfo,
     PodInfo,
     PodRelease,
+    PoolRequest,
     ReservationInfo,
     SlicePlan,
     SliceState,
     SliceStatus,
 )
+from tpuslice.model.records import CapacityUnit as Unit
 from tpuslice.planning.partitions import (
+    DEGRADED,
     Partition,
     SliceStage,
     choose_partitions,
@@ -78,6 +81,7 @@ __all__ = [
     "ACTIVE_RECHECK_SECONDS",
     "FORMING_RECHECK_SECONDS",
     "RETRY_AFTER_FAILURE_SECONDS",
+    "partition_request",
     "plan_dynamic_slices",
 ]
 
@@ -98,6 +102,51 @@ def _age(info: GkeSliceInfo, now: datetime | None) -> float | None:
     return None if created is None or now is None else (now - created).total_seconds()
 
 
+def partition_request(
+    cluster: ClusterRef,
+    *,
+    chips: int,
+    hosts: int,
+    desired_slices: int,
+    pods: Iterable[PodInfo],
+    reservations: Iterable[ReservationInfo],
+    gang: GangMode = GangMode.PER_SLICE,
+    priority: int = 0,
+    created: str = "",
+) -> PoolRequest:
+    """The object's entry in its accelerator's partition queue, in partitions, counted
+    the way ``plan_dynamic_slices`` counts: ``held`` = the partitions its live slices
+    hold (at most each slice's need), ``claimable`` = those its live slices still miss
+    (a gang's only once the pods of every slice exist, as it claims all at once),
+    ``idle`` = held by slices none of whose pods is released."""
+    need = partitions_needed(chips)
+    pods = list(pods)
+    replicas, _ = group_replicas(pods, hosts)
+    count: dict[str, int] = {}
+    for x in reservations:
+        if cluster.holds(x.holder):
+            count[x.holder.replica_name] = count.get(x.holder.replica_name, 0) + 1
+    live = [r for r in replicas.values() if r.live]
+    held = {r.name: min(need, count.get(r.name, 0)) for r in live}
+    short = sum(need - n for n in held.values())
+    ready = gang != GangMode.ALL_SLICES or (
+        len(live) >= desired_slices and all(len(r.live) == hosts for r in live)
+    )
+    return PoolRequest(
+        key=cluster.queue_key,
+        uid=cluster.uid,
+        desired=desired_slices * need,
+        held=sum(held.values()),
+        claimable=short if ready else 0,
+        gang=gang,
+        priority=priority,
+        created=created,
+        idle=sum(held[r.name] for r in live if all(p.gated for p in r.live)),
+        live_pods=sum(1 for p in pods if not p.deleting),
+        per_slice=need,
+    )
+
+
 def plan_dynamic_slices(
     cluster: ClusterRef,
     *,
@@ -113,8 +162,18 @@ def plan_dynamic_slices(
     allow_degraded: bool = False,
     now: datetime | None = None,
     grace_seconds: int = 30,
+    admission: Admission | None = None,
+    excluded: Collection[str] = (),
 ) -> SlicePlan:
-    """Decide one object's dynamic slices from a snapshot (the module's docstring)."""
+    """Decide one object's dynamic slices from a snapshot (the module's docstring).
+
+    ``admission`` is the accelerator's partition queue's word (planning/queue.py): the
+    partitions (by pool) it may claim now, its place in the queue, or NotEnoughPools;
+    None when no queue governs it (nobody else wants partitions): any free one. A
+    DEGRADED partition is outside the queue (``partitions.partition_pools``): an object
+    allowing them may take one that is free whatever the queue says. ``excluded``: the
+    partitions (by pool) its TPUSlicePolicies or untolerated taints keep it from
+    claiming (``controller.actuator.placed_partitions``)."""
     need = partitions_needed(chips)
     replicas, unindexed = group_replicas(pods, hosts)
     inventory = partition_inventory(nodes)
@@ -142,6 +201,16 @@ def plan_dynamic_slices(
         ours=owned_names,
         allow_degraded=allow_degraded,
     )
+    if excluded:
+        free = [p for p in free if p.pool not in excluded]
+    stalled = admission.stalled if admission is not None else None
+    if admission is not None and admission.pools is not None:
+        allowed = set(admission.pools)
+        queued_free = [p for p in free if p.pool in allowed or p.state == DEGRADED]
+    else:
+        queued_free = free
+    if stalled:
+        queued_free = []
 
     def usable(pid: str) -> bool:
         p = inventory.get(pid)
@@ -241,7 +310,7 @@ def plan_dynamic_slices(
             # a slice that holds some partitions takes the rest from their block; a gang
             # prefers the blocks it holds partitions in
             anchor = {inventory[pid].block for r in group for pid in held_ids[r.name]}
-            left = [p for p in free if p.id not in claimed_now]
+            left = [p for p in queued_free if p.id not in claimed_now]
             if len(group) == 1 and held_ids[group[0].name]:
                 left = [p for p in left if p.block in anchor]
             chosen = choose_partitions(left, [short[r.name] for r in group], anchor_blocks=anchor)
@@ -360,7 +429,11 @@ def plan_dynamic_slices(
                     f"needs {need} free partitions of one topology block for {topology} "
                     f"({len(held_ids[r.name])} held, {len(free)} free)"
                 )
-                if all_slices and not gang_pods:
+                if stalled:
+                    detail = stalled
+                elif admission is not None and admission.message:
+                    detail = admission.message
+                elif all_slices and not gang_pods:
                     detail = (
                         f"waiting for the pods of every slice before claiming partitions "
                         f"for all {desired_slices} at once"
@@ -411,6 +484,7 @@ def plan_dynamic_slices(
         drains=tuple(drains),
         gke_slice_creates=tuple(creates),
         gke_slice_deletes=tuple(_unique(deletes)),
+        stalled=stalled or None,
     )
 
 

@@ -48,8 +48,22 @@ from tpuslice.model.constants import (
     NODE_LABEL_TPU_PARTITION_STATE,
     SLICE_MAX_NAME,
 )
-from tpuslice.model.records import GkeSliceInfo, Holder, NodeInfo
-from tpuslice.model.topology import CHIPS_PER_PARTITION, MULTI_HOST_CHIPS_PER_HOST
+from tpuslice.model.records import (
+    GkeSliceInfo,
+    Holder,
+    NodeInfo,
+    ReservationInfo,
+    Shape,
+    ShapePool,
+)
+from tpuslice.model.topology import (
+    CHIPS_PER_PARTITION,
+    DYNAMIC_GENERATION,
+    MULTI_HOST_CHIPS_PER_HOST,
+    PARTITION_TOPOLOGY,
+    SliceShape,
+    dynamic_slice_shape,
+)
 from tpuslice.planning.disruption import blocking_signal
 from tpuslice.planning.nodeclass import QUARANTINED
 
@@ -62,7 +76,10 @@ __all__ = [
     "free_partitions",
     "gke_slice_name",
     "partition_inventory",
+    "partition_pools",
     "partition_problem",
+    "partition_shape",
+    "partition_slice_shape",
     "partitions_needed",
     "retry_delay",
     "slice_stage",
@@ -100,6 +117,24 @@ class Partition:
     gke_slices: frozenset[str]
     #: how many node pools its nodes are in (1 for a partition GKE made)
     pools: int = 1
+
+
+def partition_shape(accelerator: str) -> Shape:
+    """The queue every dynamic slice of ``accelerator`` waits in: (accelerator, 4x4x4).
+
+    Dynamic slices of every topology (4x4x4, 4x4x8, 8x8x8, ...) compete for the same
+    4x4x4 partitions, so the shape of their queue is the partition's, not the slice's:
+    one queue per accelerator, its units partitions. A partition's SliceReservation is
+    of this shape too (it holds one 4x4x4 partition of 16 hosts), so every dynamic
+    object reads every partition's reservation and the namespace usage counts its
+    chips (64) per partition."""
+    return accelerator, PARTITION_TOPOLOGY
+
+
+def partition_slice_shape() -> SliceShape:
+    """One partition as a slice shape (tpu7x 4x4x4, 16 hosts): what its SliceReservation
+    says it holds."""
+    return dynamic_slice_shape(DYNAMIC_GENERATION, PARTITION_TOPOLOGY)
 
 
 def partitions_needed(chips: int) -> int:
@@ -193,6 +228,32 @@ def free_partitions(
         if pid not in taken
         and p.pool not in held_pools
         and partition_problem(p, owned_slices=ours, allow_degraded=allow_degraded) is None
+    ]
+
+
+def partition_pools(
+    inventory: Mapping[str, Partition],
+    reservations: Iterable[ReservationInfo],
+    slices: Iterable[GkeSliceInfo],
+) -> list[ShapePool]:
+    """Every partition as the shape's queue counts units (by its pool's name): eligible
+    when a slice could link it now (``partition_problem`` over HEALTHY partitions, the
+    operator's own Slices not held against it) and it is in no Slice the operator did not
+    make; its holder its SliceReservation's. The same for every object that reads it, so
+    every member of the queue takes the same decision: a DEGRADED partition, which only
+    objects allowing it take, is outside the queue (``plan_dynamic_slices``)."""
+    slices = list(slices)
+    ours = {s.name for s in slices if s.owner is not None}
+    foreign = taken_by_slices(slices, ours)
+    held = {r.pool: r.holder for r in reservations}
+    return [
+        ShapePool(
+            name=p.pool,
+            eligible=p.id not in foreign and partition_problem(p, owned_slices=ours) is None,
+            holder=held.get(p.pool),
+            block=p.block,
+        )
+        for p in sorted(inventory.values(), key=lambda p: p.pool)
     ]
 
 

@@ -60,6 +60,13 @@ The rules (``decide_queue``):
    slices hold when contended, so it never keeps a partial set beyond a pass while
    another request could use it. (Under strict order the head gains nothing by
    keeping them: the freed pools are set aside for it again in the next pass.)
+8. **Units of a slice**: a request whose slice takes several units
+   (``PoolRequest.per_slice``: a TPU7x dynamic slice's 4x4x4 partitions, all of one
+   topology block; its queue is the accelerator's ``partitions.partition_shape``) counts
+   every number above in units. What is set aside for it is as many of its slices, in
+   order, as fit whole in the blocks, then free units of the blocks it uses (so a later
+   request cannot split what it waits to complete); it is granted whole slices only (a
+   gang: all of them), never a part of a slice.
 """
 
 from __future__ import annotations
@@ -76,6 +83,7 @@ from tpuslice.model.records import (
     ShapePool,
 )
 from tpuslice.model.topology import TopologyError, resolve_generation
+from tpuslice.planning.partitions import Partition, choose_partitions
 from tpuslice.planning.pools import prefer_pools
 from tpuslice.status.conditions import MAX_SLICE_MESSAGE, truncate
 
@@ -290,14 +298,15 @@ def decide_queue(
         take = min(avail, r.missing)
         avail -= take
         set_aside[r.key] = take
-        if r.gang == GangMode.ALL_SLICES or passed_over:
-            count = r.missing if take == r.missing and r.claimable >= r.missing else 0
-        else:
-            count = min(take, r.claimable)
         # the pools set aside are concrete, so a later request never takes the ones an
         # earlier (not yet ready, or still short) request would prefer
         picks: tuple[ShapePool, ...] = ()
-        if take:
+        whole = take  # of the picks, those that make up whole slices
+        if take and r.per_slice > 1:
+            picks, whole = _block_picks(remaining, r, take, holding.get(r.uid, ()))
+            taken = {p.name for p in picks}
+            remaining = [p for p in remaining if p.name not in taken]
+        elif take:
             picks = tuple(
                 prefer_pools(
                     remaining,
@@ -312,6 +321,10 @@ def decide_queue(
             )
             taken = {p.name for p in picks}
             remaining = [p for p in remaining if p.name not in taken]
+        if r.gang == GangMode.ALL_SLICES or passed_over:
+            count = r.missing if whole == r.missing and r.claimable >= r.missing else 0
+        else:
+            count = _whole_slices(r, min(whole, r.claimable))
         picks = picks[:count]
         granted[r.key] = picks
 
@@ -358,6 +371,62 @@ def decide_queue(
         waiting=tuple(r.key for r in waiting),
         not_enough=tuple(r.key for r in queue_order(stalled)),
     )
+
+
+def _needs(r: PoolRequest) -> list[int]:
+    """The units each slice ``r`` misses takes, whole slices first: a slice that holds
+    some of its units already takes the rest (the last, smaller need)."""
+    full, rest = divmod(r.missing, r.per_slice)
+    return [r.per_slice] * full + ([rest] if rest else [])
+
+
+def _whole_slices(r: PoolRequest, units: int) -> int:
+    """The most of ``units`` that make up whole slices of ``r``'s needs, in order."""
+    if r.per_slice == 1:
+        return units
+    out = 0
+    for need in _needs(r):
+        if out + need > units:
+            break
+        out += need
+    return out
+
+
+def _block_picks(
+    free: Sequence[ShapePool], r: PoolRequest, take: int, held: Sequence[ShapePool]
+) -> tuple[tuple[ShapePool, ...], int]:
+    """``take`` of ``free`` set aside for ``r``, whose slices each take ``per_slice`` units
+    of one topology block (a dynamic slice's partitions): as many of its slices, in
+    order, as fit whole (``partitions.choose_partitions``, preferring the blocks it holds
+    units in), then the rest from the blocks it uses, then the fullest of free units
+    (so a later request does not split what the head waits to complete). Also how many
+    of the picks make up whole slices."""
+    by_name = {p.name: p for p in free}
+    stand_ins = [
+        Partition(p.name, p.name, (), p.block, "HEALTHY", frozenset())
+        for p in sorted(free, key=lambda p: p.name)
+    ]
+    needs = _needs(r)
+    anchor = {p.block for p in held}
+    chosen: tuple[tuple[str, ...], ...] = ()
+    for k in range(len(needs), 0, -1):
+        fit = choose_partitions(stand_ins, needs[:k], anchor_blocks=anchor)
+        if fit is not None:
+            chosen = fit
+            break
+    names = [name for ids in chosen for name in ids]
+    whole = len(names)
+    used = {by_name[n].block for n in names} | anchor
+    counts: dict[str | None, int] = {}
+    for p in free:
+        counts[p.block] = counts.get(p.block, 0) + 1
+    picked = set(names)
+    rest = sorted(
+        (p for p in free if p.name not in picked),
+        key=lambda p: (p.block not in used, -counts[p.block], p.block or "", p.name),
+    )
+    names += [p.name for p in rest[: max(0, take - whole)]]
+    return tuple(by_name[n] for n in names[:take]), min(whole, take)
 
 
 def admission_for(decision: QueueDecision, key: ObjectKey) -> Admission:

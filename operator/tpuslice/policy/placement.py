@@ -31,6 +31,7 @@ from typing import Any
 
 from tpuslice.model import constants as c
 from tpuslice.model.records import NodeInfo, ReservationInfo, Shape, Taint, Usage
+from tpuslice.model.topology import DYNAMIC_GENERATION, PARTITION_TOPOLOGY
 from tpuslice.policy.records import Policy
 from tpuslice.policy.rules import effective_priority, namespace_usage_allowed, pools_allowed
 from tpuslice.policy.selection import governing
@@ -172,17 +173,24 @@ def slice_chips(shape: Shape) -> int:
 def usage_by_namespace(
     by_shape: Mapping[Shape, Iterable[ReservationInfo]],
 ) -> dict[str, Usage]:
-    """Slices and chips each namespace's objects hold now: one per SliceReservation whose
-    holder is in the namespace, its chips its shape's."""
-    slices: dict[str, int] = {}
+    """Slices and chips each namespace's objects hold now, from the SliceReservations
+    whose holder is in the namespace: one slice per holding slice (a TPU7x dynamic
+    slice holds a reservation per 4x4x4 partition, yet is one slice), and each
+    reservation's chips its shape's (a partition's shape is 4x4x4, 64 chips: a 4x4x8
+    dynamic slice counts 128)."""
+    held: dict[str, set[tuple[str, ...]]] = {}
     chips: dict[str, int] = {}
     for shape, reservations in list(by_shape.items()):
-        per_slice = slice_chips(shape)
+        per_unit = slice_chips(shape)
+        partitions = shape == (DYNAMIC_GENERATION, PARTITION_TOPOLOGY)
         for r in list(reservations):
-            ns = r.holder.namespace
-            slices[ns] = slices.get(ns, 0) + 1
-            chips[ns] = chips.get(ns, 0) + per_slice
-    return {ns: Usage(slices[ns], chips[ns]) for ns in slices}
+            h = r.holder
+            ns = h.namespace
+            # a pool or node is one slice's; partitions count once per holding slice
+            one = (h.uid, h.group, h.ray_cluster, h.replica_name) if partitions else (r.pool,)
+            held.setdefault(ns, set()).add(one)
+            chips[ns] = chips.get(ns, 0) + per_unit
+    return {ns: Usage(len(held[ns]), chips[ns]) for ns in held}
 
 
 def limits_apply(policies: Sequence[Policy], namespace_labels: Mapping[str, str]) -> bool:

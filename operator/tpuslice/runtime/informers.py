@@ -116,6 +116,12 @@ class RecordStore(Generic[R]):
     def group(self, group: Hashable) -> list[R]:
         return list(self._groups.get(group, {}).values())
 
+    def groups_where(self, wanted: Callable[[Hashable], bool]) -> list[R]:
+        """The records of every group whose key ``wanted`` accepts."""
+        return [
+            r for g, members in list(self._groups.items()) if wanted(g) for r in members.values()
+        ]
+
     def put(self, key: NamespacedName, record: R) -> Change[R]:
         old = self._records.get(key)
         if old is not None:
@@ -400,6 +406,13 @@ class Watches:
 
     def nodes_of(self, shape: Shape) -> list[NodeInfo]:
         return self.nodes.group(shape)
+
+    def nodes_of_accelerator(self, accelerator: str) -> list[NodeInfo]:
+        """Every node of ``accelerator``, of any topology (a TPU7x partition queue's:
+        the nodes of every Slice formed over its partitions carry that Slice's)."""
+        return self.nodes.groups_where(
+            lambda g: isinstance(g, tuple) and bool(g) and g[0] == accelerator
+        )
 
     def policies(self) -> list[Policy]:
         """Every TPUSlicePolicy the operator enforces (those without a readable
