@@ -240,6 +240,7 @@ def operator_run(
             "changes_seen_by_watches": seen,
         }
         result["proc"] = operator.proc_stats()
+        result["proc_webhook"] = operator.proc_stats(webhook=True)  # `tpuslice webhook`
         result["operator_metrics"] = after
         result["restart"] = restart(operator, scale, len(items), min(steady_s, 30.0))
         for w in watches:
