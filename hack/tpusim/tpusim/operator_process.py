@@ -73,6 +73,8 @@ class OperatorProcess:
     webhook: bool = True
     #: Flags for `tpuslice webhook` only (e.g. --webhook-secret).
     webhook_args: Sequence[str] = ()
+    #: The webhook process's kubeconfig (its own ServiceAccount's); default: ``kubeconfig``.
+    webhook_kubeconfig: Path | None = None
     webhook_proc: subprocess.Popen[bytes] | None = None
     webhook_health_port: int = 0
     webhook_metrics_port: int = 0
@@ -90,7 +92,7 @@ class OperatorProcess:
             self.log_path,
             [
                 "run",
-                *self._process_flags(self.health_port, self.metrics_port),
+                *self._process_flags(self.health_port, self.metrics_port, self.kubeconfig),
                 "--webhook-port=0",  # served by the webhook process
                 *self.extra_args,
             ],
@@ -113,7 +115,11 @@ class OperatorProcess:
             self.webhook_log_path,
             [
                 "webhook",
-                *self._process_flags(self.webhook_health_port, self.webhook_metrics_port),
+                *self._process_flags(
+                    self.webhook_health_port,
+                    self.webhook_metrics_port,
+                    self.webhook_kubeconfig or self.kubeconfig,
+                ),
                 f"--webhook-port={self.webhook_port}",
                 "--webhook-addr=127.0.0.1",
                 f"--webhook-url={url}",
@@ -131,9 +137,10 @@ class OperatorProcess:
             describe=lambda: self.tail(path=self.webhook_log_path),
         )
 
-    def _process_flags(self, health_port: int, metrics_port: int) -> list[str]:
+    @staticmethod
+    def _process_flags(health_port: int, metrics_port: int, kubeconfig: Path) -> list[str]:
         return [
-            f"--kubeconfig={self.kubeconfig}",
+            f"--kubeconfig={kubeconfig}",
             f"--liveness-port={health_port}",
             f"--metrics-port={metrics_port}",
             "--metrics-addr=127.0.0.1",
