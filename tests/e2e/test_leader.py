@@ -78,7 +78,7 @@ def logs_dir(cluster: E2ECluster) -> Path:
 
 def wait_leading(proc: OperatorProcess, timeout_s: float = 30) -> None:
     kube.wait_for(
-        lambda: leading(proc) and proc._healthy(),
+        lambda: leading(proc) and proc.healthy(),
         timeout_s=timeout_s,
         interval_s=0.1,
         what=f"{proc.log_path.stem} leading and ready",

@@ -100,7 +100,7 @@ class OperatorProcess:
         )
         self.starts += 1
         wait_for(
-            lambda: self._healthy(self.proc, self.health_port, self.log_path),
+            lambda: self._ready(self.proc, self.health_port, self.log_path),
             timeout_s=timeout_s,
             what="operator /readyz",
             describe=lambda: self.tail(),
@@ -129,7 +129,7 @@ class OperatorProcess:
             {**env, "POD_NAME": f"{env['POD_NAME']}-webhook"},
         )
         wait_for(
-            lambda: self._healthy(
+            lambda: self._ready(
                 self.webhook_proc, self.webhook_health_port, self.webhook_log_path
             ),
             timeout_s=timeout_s,
@@ -170,8 +170,12 @@ class OperatorProcess:
         """This instance's own webhook certificates (two instances never share files)."""
         return self.log_path.parent / f"{self.log_path.stem}-webhook-certs"
 
+    def healthy(self) -> bool:
+        """The operator answers /readyz with 200 (raises if it exited)."""
+        return self._ready(self.proc, self.health_port, self.log_path)
+
     @staticmethod
-    def _healthy(proc: subprocess.Popen[bytes] | None, port: int, log: Path) -> bool:
+    def _ready(proc: subprocess.Popen[bytes] | None, port: int, log: Path) -> bool:
         if proc is None or proc.poll() is not None:
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
             raise AssertionError(f"{log.stem} exited; log {log}:\n{tail}")
