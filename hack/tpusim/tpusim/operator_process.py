@@ -129,9 +129,7 @@ class OperatorProcess:
             {**env, "POD_NAME": f"{env['POD_NAME']}-webhook"},
         )
         wait_for(
-            lambda: self._ready(
-                self.webhook_proc, self.webhook_health_port, self.webhook_log_path
-            ),
+            lambda: self._ready(self.webhook_proc, self.webhook_health_port, self.webhook_log_path),
             timeout_s=timeout_s,
             what="webhook /readyz",
             describe=lambda: self.tail(path=self.webhook_log_path),
