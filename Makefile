@@ -173,6 +173,7 @@ demo-slices: tools $(STAMP) ## TPU7x dynamic slicing: four sub-block pools of on
 
 demo-down: $(STAMP) ## Stop the demo's operator and local cluster
 	-@test -f $(DEV_CLUSTER)/operator.pid && kill "$$(cat $(DEV_CLUSTER)/operator.pid)" 2>/dev/null; rm -f $(DEV_CLUSTER)/operator.pid
+	-@test -f $(DEV_CLUSTER)/webhook.pid && kill "$$(cat $(DEV_CLUSTER)/webhook.pid)" 2>/dev/null; rm -f $(DEV_CLUSTER)/webhook.pid
 	-@test -f $(DEV_CLUSTER)/provisioner.pid && kill "$$(cat $(DEV_CLUSTER)/provisioner.pid)" 2>/dev/null; rm -f $(DEV_CLUSTER)/provisioner.pid
 	-@test -f $(DEV_CLUSTER)/slicectl.pid && kill "$$(cat $(DEV_CLUSTER)/slicectl.pid)" 2>/dev/null; rm -f $(DEV_CLUSTER)/slicectl.pid
 	$(PY) -m tpusim --dir $(DEV_CLUSTER) down

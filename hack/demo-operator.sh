@@ -13,10 +13,14 @@ start_operator() {
   else
     local port
     port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    nohup .venv/bin/tpuslice run --kubeconfig "$KUBECONFIG" --liveness-port 0 \
+    # The admission webhooks in a process of their own, as the chart runs them.
+    nohup .venv/bin/tpuslice webhook --kubeconfig "$KUBECONFIG" --liveness-port 0 --metrics-port 0 \
       --webhook-port "$port" --webhook-addr 127.0.0.1 --webhook-url "https://127.0.0.1:$port" \
-      --webhook-cert-dir "$state/webhook" >"$state/operator.log" 2>&1 &
+      --webhook-cert-dir "$state/webhook" >"$state/webhook.log" 2>&1 &
+    echo $! >"$state/webhook.pid"
+    nohup .venv/bin/tpuslice run --kubeconfig "$KUBECONFIG" --liveness-port 0 \
+      --webhook-port 0 >"$state/operator.log" 2>&1 &
     echo $! >"$state/operator.pid"
-    echo "pid $(cat $state/operator.pid)"
+    echo "pid $(cat $state/operator.pid), webhook pid $(cat $state/webhook.pid) (log: $state/webhook.log)"
   fi
 }

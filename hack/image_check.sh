@@ -49,10 +49,11 @@ step "final stage: install those wheels only (--no-index) into a fresh venv"
 step "entrypoint and imports"
 cd "$work"   # not the repository: the installed package must stand alone
 "$work/venv/bin/tpuslice" run --help >/dev/null
+"$work/venv/bin/tpuslice" webhook --help >/dev/null   # the chart's webhook Deployment
 "$work/venv/bin/tpuslice" topology --type v6e --topology 4x4 >/dev/null
 LOCK="$src/requirements.lock" "$work/venv/bin/python" - <<'PY'
 import importlib.metadata as md
-import tpuslice.main.app, tpuslice.controller.handlers, tpuslice.webhook.admission, tpuslice.runtime.metrics  # noqa: F401
+import tpuslice.main.app, tpuslice.main.webhook_process, tpuslice.controller.handlers, tpuslice.webhook.admission, tpuslice.runtime.metrics  # noqa: F401
 
 import os
 import re

@@ -49,15 +49,35 @@ def render(*args: str, namespace: str = "ops") -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
-#: The operator's own ClusterRole (the chart also renders the aggregated user roles).
+#: The operator's own ClusterRole, Deployment, Role... (the chart also renders the
+#: aggregated user roles, and the webhook Deployment's own objects).
 OPERATOR_ROLE = "rel-tpuslice-operator"
+#: The webhook Deployment's objects (`tpuslice webhook`): Deployment, ServiceAccount,
+#: ClusterRole, Role, PodDisruptionBudget, NetworkPolicy, and its Service.
+WEBHOOK = "rel-tpuslice-operator-webhook"
+#: Kinds both the operator and the webhook have one of: unnamed, the operator's.
+SPLIT_KINDS = (
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Deployment",
+    "Role",
+    "RoleBinding",
+    "PodDisruptionBudget",
+    "NetworkPolicy",
+    "ServiceAccount",
+)
 
 
 def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
-    if name is None and kind == "ClusterRole":
+    if name is None and kind in SPLIT_KINDS:
         name = OPERATOR_ROLE
     (found,) = [d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"])]
     return found
+
+
+def args_of(docs: list[dict[str, Any]], name: str = OPERATOR_ROLE) -> list[str]:
+    """The first container's args of the operator's (or the webhook's) Deployment."""
+    return list(one(docs, "Deployment", name)["spec"]["template"]["spec"]["containers"][0]["args"])
 
 
 def test_cert_manager_webhook_configuration_is_the_operators() -> None:
@@ -77,9 +97,17 @@ def test_cert_manager_webhook_configuration_is_the_operators() -> None:
     cert = one(docs, "Certificate")
     assert cert["spec"]["dnsNames"] == webhookcerts.service_hosts(service, "ops")
     assert cert["spec"]["secretName"] == "rel-tpuslice-operator-webhook"
-    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = args_of(docs, WEBHOOK)
     assert "--no-manage-webhook-configuration" in args
     assert "--webhook-cert-dir=/etc/tpuslice/webhook-certs" in args
+    # the certificate is mounted into the webhook pods, not the operator's
+    volumes = one(docs, "Deployment", WEBHOOK)["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "webhook-certs", "secret": {"secretName": "rel-tpuslice-operator-webhook"}} in (
+        volumes
+    )
+    assert "webhook-certs" not in {
+        v["name"] for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    }
 
 
 def test_cert_manager_policy_webhook_configuration_is_the_operators() -> None:
@@ -110,11 +138,11 @@ def test_default_install_lets_the_operator_manage_its_configuration() -> None:
     docs = render()
     assert not [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
     assert not [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
-    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = args_of(docs, WEBHOOK)
     assert "--webhook-service=rel-tpuslice-operator-webhook" in args
     assert "--webhook-namespace=ops" in args
     assert "--no-manage-webhook-configuration" not in args
-    rules = one(docs, "ClusterRole")["rules"]
+    rules = one(docs, "ClusterRole", WEBHOOK)["rules"]
     hook = [r for r in rules if "mutatingwebhookconfigurations" in r["resources"]]
     assert hook == [
         {
@@ -155,8 +183,8 @@ def test_webhook_values_give_the_operator_and_cert_manager_one_configuration(
     variant renders from the same values: whichever applies it, it is the same body."""
     from tpuslice.main.cli import _webhook_settings, build_parser
 
-    args = one(render(*values), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
-    settings = _webhook_settings(build_parser().parse_args(["run", *args]))
+    args = args_of(render(*values), WEBHOOK)
+    settings = _webhook_settings(build_parser().parse_args(["webhook", *args]))
     service = webhook_config.ServiceRef("rel-tpuslice-operator-webhook", "ops")
     built = webhook_config.webhook_configuration(
         ca_bundle=b"x",
@@ -232,10 +260,16 @@ EXPECTED_RULES = {
             "provisioningrequestconfigs",
         )
     },
-    ("tpuslice.dev", "tpuslicepolicies"): {"get", "list", "watch"},
-    ("", "namespaces"): {"get", "list", "watch"},
+    ("tpuslice.dev", "tpuslicepolicies"): {"list", "watch"},
+    ("", "namespaces"): {"list", "watch"},
     ("", "events"): {"create"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+}
+
+#: The webhook pods' ClusterRole: the policy cache's reads and the configurations.
+EXPECTED_WEBHOOK_RULES = {
+    ("tpuslice.dev", "tpuslicepolicies"): {"list"},
+    ("", "namespaces"): {"get"},
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): {"create", "patch"},
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"): {"create", "patch"},
 }
@@ -252,7 +286,8 @@ def granted(
     return out
 
 
-def test_role_names_one_lease_and_one_secret_in_the_release_namespace() -> None:
+def test_roles_name_one_lease_and_one_secret_in_the_release_namespace() -> None:
+    """The operator's Role: its Lease. The webhook's: the certificates' Secret."""
     docs = render()
     role = one(docs, "Role")
     assert role["metadata"]["namespace"] == "ops"
@@ -263,6 +298,9 @@ def test_role_names_one_lease_and_one_secret_in_the_release_namespace() -> None:
             "resourceNames": ["rel-tpuslice-operator"],
             "verbs": ["get", "update", "patch", "create"],
         },
+    ]
+    hook_role = one(docs, "Role", WEBHOOK)
+    assert hook_role["rules"] == [
         {
             "apiGroups": [""],
             "resources": ["secrets"],
@@ -270,16 +308,24 @@ def test_role_names_one_lease_and_one_secret_in_the_release_namespace() -> None:
             "verbs": ["get", "update"],
         },
     ]
-    binding = one(docs, "RoleBinding")
-    assert binding["roleRef"]["name"] == role["metadata"]["name"]
-    assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": "rel-tpuslice-operator", "namespace": "ops"}
-    ]
+    for name, account in ((OPERATOR_ROLE, OPERATOR_ROLE), (WEBHOOK, WEBHOOK)):
+        binding = one(docs, "RoleBinding", name)
+        assert binding["roleRef"]["name"] == name
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account, "namespace": "ops"}
+        ]
+        pod = one(docs, "Deployment", name)["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == account
+        cluster_binding = one(docs, "ClusterRoleBinding", name)
+        assert cluster_binding["roleRef"]["name"] == name
+        assert cluster_binding["subjects"] == binding["subjects"]
     # the flags name the same objects
-    args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = args_of(docs)
     assert "--leader-elect-lease-name=rel-tpuslice-operator" in args
     assert "--leader-elect-namespace=ops" in args and "--leader-elect" in args
-    assert "--webhook-secret=rel-tpuslice-operator-webhook-certs" in args
+    assert "--webhook-port=0" in args  # the webhook pods serve the webhooks
+    assert not [a for a in args if a.startswith("--webhook-secret")]
+    assert "--webhook-secret=rel-tpuslice-operator-webhook-certs" in args_of(docs, WEBHOOK)
     # the Secret is rendered empty (the first replica fills it; uninstall deletes it)
     secret = one(docs, "Secret")
     assert secret["metadata"]["name"] == "rel-tpuslice-operator-webhook-certs"
@@ -287,14 +333,12 @@ def test_role_names_one_lease_and_one_secret_in_the_release_namespace() -> None:
     # cert-manager: no Secret of ours, no Secret access; the Lease stays
     with_cm = render("--set", "webhook.certManager.enabled=true")
     assert not [d for d in with_cm if d["kind"] == "Secret"]
-    assert granted(with_cm, "Role") == {
-        ("coordination.k8s.io", "leases"): {"get", "update", "patch", "create"}
-    }
+    assert [d["metadata"]["name"] for d in with_cm if d["kind"] == "Role"] == [OPERATOR_ROLE]
     # without leader election (one replica): --no-leader-elect, no Lease access
     alone = render("--set", "leaderElection.enabled=false", "--set", "replicaCount=1")
-    args = one(alone, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = args_of(alone)
     assert "--no-leader-elect" in args and "--leader-elect" not in args
-    assert granted(alone, "Role") == {("", "secrets"): {"get", "update"}}
+    assert [d["metadata"]["name"] for d in alone if d["kind"] == "Role"] == [WEBHOOK]
     assert not [
         d
         for d in render(
@@ -309,11 +353,18 @@ def test_cluster_role_is_the_reviewed_least_privilege() -> None:
     rules = one(docs, "ClusterRole")["rules"]
     assert all("*" not in r["verbs"] + r["resources"] + r["apiGroups"] for r in rules)
     assert granted(docs) == EXPECTED_RULES
-    assert not any(resource == "secrets" for _, resource in granted(docs))  # cluster-wide
-    # with cert-manager the operator never touches webhook configurations
-    with_cm = granted(render("--set", "webhook.certManager.enabled=true"))
-    assert ("admissionregistration.k8s.io", "mutatingwebhookconfigurations") not in with_cm
-    assert ("admissionregistration.k8s.io", "validatingwebhookconfigurations") not in with_cm
+    assert granted(docs, "ClusterRole", WEBHOOK) == EXPECTED_WEBHOOK_RULES
+    for name in (OPERATOR_ROLE, WEBHOOK):  # never cluster-wide
+        assert not any(r == "secrets" for _, r in granted(docs, "ClusterRole", name))
+    # with cert-manager the webhook never touches webhook configurations
+    with_cm = granted(render("--set", "webhook.certManager.enabled=true"), "ClusterRole", WEBHOOK)
+    assert with_cm == {
+        ("tpuslice.dev", "tpuslicepolicies"): {"list"},
+        ("", "namespaces"): {"get"},
+    }
+    # no webhook, no webhook ServiceAccount, roles or pods
+    off = render("--set", "webhook.enabled=false")
+    assert not [d for d in off if WEBHOOK in d["metadata"]["name"]]
 
 
 VERB = {
@@ -363,8 +414,15 @@ def test_cluster_role_covers_every_call_in_kube_py() -> None:
     assert len(calls) >= 15, calls
     assert ("PUT", "leases") in calls and ("PUT", "secrets") in calls
     docs = render()
-    rules = {**granted(docs), **granted(docs, "Role")}
-    by_resource = {resource: verbs for (_, resource), verbs in rules.items()}
+    by_resource: dict[str, set[str]] = {}
+    for kind, name in (
+        ("ClusterRole", OPERATOR_ROLE),
+        ("Role", OPERATOR_ROLE),
+        ("ClusterRole", WEBHOOK),
+        ("Role", WEBHOOK),
+    ):
+        for (_, resource), verbs in granted(docs, kind, name).items():
+            by_resource.setdefault(resource, set()).update(verbs)
     for method, resource in calls:
         assert resource in by_resource, f"{method} {resource} not in the ClusterRole"
         assert VERB[method] & by_resource[resource], f"{method} {resource}: {by_resource[resource]}"
@@ -374,9 +432,10 @@ def test_cluster_role_covers_every_call_in_kube_py() -> None:
         assert {"list", "watch"} <= verbs, f"list+watch {kind.plural}: {verbs}"
 
 
-def test_deployment_is_restricted_two_replicas_rolling_without_unavailability() -> None:
+@pytest.mark.parametrize("name", [OPERATOR_ROLE, WEBHOOK], ids=["operator", "webhook"])
+def test_deployment_is_restricted_two_replicas_rolling_without_unavailability(name: str) -> None:
     docs = render()
-    deployment = one(docs, "Deployment")
+    deployment = one(docs, "Deployment", name)
     spec = deployment["spec"]
     assert spec["replicas"] == 2
     assert spec["strategy"] == {
@@ -388,13 +447,19 @@ def test_deployment_is_restricted_two_replicas_rolling_without_unavailability() 
     assert spread["topologyKey"] == "kubernetes.io/hostname"
     assert spread["whenUnsatisfiable"] == "ScheduleAnyway"
     assert spread["labelSelector"]["matchLabels"] == spec["selector"]["matchLabels"]
-    pdb = one(docs, "PodDisruptionBudget")
+    pdb = one(docs, "PodDisruptionBudget", name)
     assert pdb["spec"]["minAvailable"] == 1
     assert pdb["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
     assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
-    single = render("--set", "replicaCount=1", "--set", "spreadAcrossNodes=false")
-    assert not [d for d in single if d["kind"] == "PodDisruptionBudget"]
-    assert "topologySpreadConstraints" not in one(single, "Deployment")["spec"]["template"]["spec"]
+    replicas = "replicaCount" if name == OPERATOR_ROLE else "webhook.replicaCount"
+    single = render("--set", f"{replicas}=1", "--set", "spreadAcrossNodes=false")
+    assert [d["metadata"]["name"] for d in single if d["kind"] == "PodDisruptionBudget"] == [
+        OPERATOR_ROLE if name == WEBHOOK else WEBHOOK  # each Deployment's replicas its own
+    ]
+    assert (
+        "topologySpreadConstraints"
+        not in one(single, "Deployment", name)["spec"]["template"]["spec"]
+    )
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     (container,) = pod["containers"]
@@ -411,19 +476,37 @@ def test_deployment_is_restricted_two_replicas_rolling_without_unavailability() 
     }
     assert env["POD_NAME"] == "metadata.name"
     assert container["resources"]["limits"]["memory"]
-    # the cert dir (/tmp/tpuslice-webhook, the CLI default) is on a writable emptyDir
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
-    assert "--webhook-cert-dir=/tmp/tpuslice-webhook" in container["args"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"health": 8080, "webhook": 9443, "metrics": 8000}
     assert "--metrics-port=8000" in container["args"]
+    if name == OPERATOR_ROLE:
+        assert "command" not in container  # the image's entry point, `tpuslice run`
+        assert ports == {"health": 8080, "metrics": 8000}
+        return
+    assert container["command"] == ["tpuslice", "webhook"]
+    # the cert dir (/tmp/tpuslice-webhook, the CLI default) is on a writable emptyDir
+    assert "--webhook-cert-dir=/tmp/tpuslice-webhook" in container["args"]
+    assert ports == {"health": 8080, "webhook": 9443, "metrics": 8000}
+    # a memory limit of its own: a flood OOM-kills a webhook pod, never the leader
+    assert container["resources"] != container_of(docs)["resources"]
+    # the pods of each Deployment are selected by the other's selector never
+    operator_pods = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    webhook_pods = spec["template"]["metadata"]["labels"]
+    operator_selector = one(docs, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert not operator_selector.items() <= webhook_pods.items()
+    assert not spec["selector"]["matchLabels"].items() <= operator_pods.items()
+    service = one(docs, "Service", WEBHOOK)
+    assert service["spec"]["selector"] == spec["selector"]["matchLabels"]
 
 
 def test_every_flag_the_chart_passes_exists_in_the_cli() -> None:
     from tpuslice.main.cli import build_parser
 
-    run = build_parser()._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
-    known = {opt for action in run._actions for opt in action.option_strings}
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    known = {
+        name: {opt for action in commands[command]._actions for opt in action.option_strings}
+        for name, command in ((OPERATOR_ROLE, "run"), (WEBHOOK, "webhook"))
+    }
     for variant in (
         (),
         ("--set", "webhook.certManager.enabled=true"),
@@ -431,11 +514,10 @@ def test_every_flag_the_chart_passes_exists_in_the_cli() -> None:
         ("--set", "leaderElection.enabled=false"),
         ("--set", "metrics.bindAddress=127.0.0.1"),
     ):
-        args = one(render(*variant), "Deployment")["spec"]["template"]["spec"]["containers"][0][
-            "args"
-        ]
-        for arg in args:
-            assert arg.split("=", 1)[0] in known, arg
+        docs = render(*variant)
+        for name, flags in known.items():
+            for arg in args_of(docs, name):
+                assert arg.split("=", 1)[0] in flags, arg
 
 
 def test_service_monitor_is_optional() -> None:
@@ -494,8 +576,8 @@ def test_manifests_are_the_chart_rendered() -> None:
 
 
 # ---------------------------------------------------------------- a shared cluster
-def container_of(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+def container_of(docs: list[dict[str, Any]], name: str = OPERATOR_ROLE) -> dict[str, Any]:
+    (container,) = one(docs, "Deployment", name)["spec"]["template"]["spec"]["containers"]
     return container
 
 
@@ -524,12 +606,12 @@ def test_network_policy_admits_the_control_plane_to_the_webhook_and_monitoring_t
         "--set-json",
         'networkPolicy.apiServerTo=[{"ipBlock":{"cidr":"10.0.0.2/32"}}]',
     )
-    policy = one(docs, "NetworkPolicy")
+    policy = one(docs, "NetworkPolicy", WEBHOOK)
     spec = policy["spec"]
     assert policy["metadata"]["namespace"] == "ops"
-    assert spec["podSelector"] == one(docs, "Deployment")["spec"]["selector"]
+    assert spec["podSelector"] == one(docs, "Deployment", WEBHOOK)["spec"]["selector"]
     assert spec["policyTypes"] == ["Ingress", "Egress"]
-    ports = {p["name"]: p["containerPort"] for p in container_of(docs)["ports"]}
+    ports = {p["name"]: p["containerPort"] for p in container_of(docs, WEBHOOK)["ports"]}
     webhook, metrics = spec["ingress"]
     assert webhook == {
         "ports": [{"port": ports["webhook"], "protocol": "TCP"}],
@@ -549,8 +631,12 @@ def test_network_policy_admits_the_control_plane_to_the_webhook_and_monitoring_t
         "to": [{"ipBlock": {"cidr": "10.0.0.2/32"}}],
     }
     assert dns == {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}
+    # the operator pods: only metrics in, the same egress
+    operator = one(docs, "NetworkPolicy")["spec"]
+    assert operator["podSelector"] == one(docs, "Deployment")["spec"]["selector"]
+    assert operator["ingress"] == [metrics] and operator["egress"] == spec["egress"]
     # without peers the webhook and API-server rules name only ports
-    bare = one(render("--set", "networkPolicy.enabled=true"), "NetworkPolicy")["spec"]
+    bare = one(render("--set", "networkPolicy.enabled=true"), "NetworkPolicy", WEBHOOK)["spec"]
     assert "from" not in bare["ingress"][0] and "to" not in bare["egress"][0]
     # no webhook, no metrics: no ingress rule at all (nothing may connect)
     closed = one(
@@ -610,7 +696,7 @@ def test_metrics_served_on_the_pod_ip_or_on_loopback_for_a_proxy() -> None:
 
 
 def test_probes_have_a_port_of_their_own() -> None:
-    container = container_of(render())
+    container = container_of(render(), WEBHOOK)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert container["livenessProbe"]["httpGet"]["port"] == "health"
     assert container["readinessProbe"]["httpGet"]["port"] == "health"
@@ -739,12 +825,15 @@ def test_reservations_are_written_only_by_the_operator() -> None:
             "serviceAccount.create=false",
             "--set",
             "serviceAccount.name=ops-sa",
+            "--set",
+            "serviceAccount.webhookName=ops-hook-sa",
             "--set-json",
             'reservationGuard.extraWriters=["alice@example.com"]',
         ),
         "ValidatingAdmissionPolicy",
     )
     assert admitted(own, "system:serviceaccount:ops:ops-sa")
+    assert not admitted(own, "system:serviceaccount:ops:ops-hook-sa")  # the webhook's
     assert admitted(own, "alice@example.com")
     assert not admitted(own, operator)
     assert "alice@example.com" in own["spec"]["validations"][0]["message"]

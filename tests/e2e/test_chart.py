@@ -52,6 +52,7 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "tpuslice-operator"
 RELEASE = "e2e-chart"
 FULLNAME = f"{RELEASE}-tpuslice-operator"
+WEBHOOK = f"{FULLNAME}-webhook"
 
 
 def test_manifests_match_the_chart() -> None:
@@ -117,10 +118,11 @@ def dry_run(cluster: E2ECluster, namespace: str, text: str) -> None:
     )
 
 
-def sa_kubeconfig(cluster: E2ECluster, namespace: str, path: Path) -> Path:
-    """A kubeconfig that authenticates only as the chart's ServiceAccount (TokenRequest)."""
+def sa_kubeconfig(cluster: E2ECluster, namespace: str, path: Path, account: str = FULLNAME) -> Path:
+    """A kubeconfig that authenticates only as one of the chart's ServiceAccounts
+    (TokenRequest): the operator's, or the webhook pods' (``WEBHOOK``)."""
     token = cluster.core.create_namespaced_service_account_token(
-        FULLNAME, namespace, {"spec": {"expirationSeconds": 3600}}
+        account, namespace, {"spec": {"expirationSeconds": 3600}}
     ).status.token
     config = yaml.safe_load(Path(cluster.kubeconfig).read_text())
     context = next(c for c in config["clusters"])["cluster"]
@@ -175,15 +177,24 @@ def test_chart_install_rbac_upgrade_uninstall(
     pod = deployment.spec.template.spec
     assert pod.security_context.run_as_non_root is True
     assert pod.containers[0].security_context.read_only_root_filesystem is True
-    assert f"--webhook-service={FULLNAME}-webhook" in pod.containers[0].args
-    service = cluster.core.read_namespaced_service(f"{FULLNAME}-webhook", ns)
+    assert "--webhook-port=0" in pod.containers[0].args  # served by the webhook pods
+    # the webhook Deployment of its own: its replicas, budget, Service and account
+    hook = client.AppsV1Api(apps).read_namespaced_deployment(WEBHOOK, ns)
+    assert hook.spec.replicas == 2
+    assert hook.spec.template.spec.containers[0].command == ["tpuslice", "webhook"]
+    assert f"--webhook-service={WEBHOOK}" in hook.spec.template.spec.containers[0].args
+    assert hook.spec.template.spec.service_account_name == WEBHOOK
+    client.PolicyV1Api(apps).read_namespaced_pod_disruption_budget(WEBHOOK, ns)
+    service = cluster.core.read_namespaced_service(WEBHOOK, ns)
     assert [(p.port, p.target_port) for p in service.spec.ports] == [(443, "webhook")]
-    cluster.core.read_namespaced_service_account(FULLNAME, ns)
+    assert service.spec.selector == hook.spec.selector.match_labels
     rbac = client.RbacAuthorizationV1Api(apps)
-    role = rbac.read_cluster_role(FULLNAME)
-    assert role.rules and all("*" not in (r.verbs + r.resources) for r in role.rules)
-    rbac.read_cluster_role_binding(FULLNAME)
-    assert rbac.read_namespaced_role(FULLNAME, ns).rules
+    for account in (FULLNAME, WEBHOOK):
+        cluster.core.read_namespaced_service_account(account, ns)
+        role = rbac.read_cluster_role(account)
+        assert role.rules and all("*" not in (r.verbs + r.resources) for r in role.rules)
+        rbac.read_cluster_role_binding(account)
+        assert rbac.read_namespaced_role(account, ns).rules
     # -- the reservation guard: a user who may write everything (system:masters) but is
     # not the operator is refused by the API server itself, naming who may write them
     reservation = {
@@ -295,6 +306,26 @@ def test_chart_install_rbac_upgrade_uninstall(
             cluster, f"--kubeconfig={config}", "auth", "can-i", verb, resource, "-A", check=False
         )
         assert can.stdout.strip() == "no", f"{verb} {resource}: {can.stdout}"
+    # the webhook pods' account: the certificates' Secret by name, nothing the operator does
+    hook_config = sa_kubeconfig(cluster, ns, tmp_path / "webhook.kubeconfig", WEBHOOK)
+    for verb, resource in (
+        ("patch", "pods"),
+        ("create", "slicereservations.tpuslice.dev"),
+        ("patch", "rayclusters.ray.io"),
+        ("get", "secrets"),
+        ("update", "leases.coordination.k8s.io"),
+    ):
+        can = kubectl(
+            cluster,
+            f"--kubeconfig={hook_config}",
+            "auth",
+            "can-i",
+            verb,
+            resource,
+            "-A",
+            check=False,
+        )
+        assert can.stdout.strip() == "no", f"webhook {verb} {resource}: {can.stdout}"
 
     operator.stop()
     # leader election and the shared webhook Secret as the chart runs them: the Lease
@@ -306,9 +337,9 @@ def test_chart_install_rbac_upgrade_uninstall(
         extra_args=(
             f"--leader-elect-namespace={ns}",
             f"--leader-elect-lease-name={FULLNAME}",
-            f"--webhook-secret={secret_name}",
-            f"--webhook-namespace={ns}",
         ),
+        webhook_kubeconfig=hook_config,
+        webhook_args=(f"--webhook-secret={secret_name}", f"--webhook-namespace={ns}"),
     )
     captured: dict[str, dict[str, Any]] = {}
     try:
@@ -355,6 +386,9 @@ def test_chart_install_rbac_upgrade_uninstall(
         )
         log = ours.log_path.read_text(errors="replace")
         assert "forbidden" not in log.lower() and " 403" not in log, ours.tail(60)
+        hook_log = ours.webhook_log_path.read_text(errors="replace")
+        assert "forbidden" not in hook_log.lower() and " 403" not in hook_log, hook_log[-3000:]
+        assert ours.admissions() > 0  # the TPU pods went through our webhook process
         assert "became leader: the Lease" in log and ours.leading()
     finally:
         ours.stop()

@@ -78,7 +78,7 @@ def logs_dir(cluster: E2ECluster) -> Path:
 
 def wait_leading(proc: OperatorProcess, timeout_s: float = 30) -> None:
     kube.wait_for(
-        lambda: leading(proc) and proc._healthy(),
+        lambda: leading(proc) and proc.healthy(),
         timeout_s=timeout_s,
         interval_s=0.1,
         what=f"{proc.log_path.stem} leading and ready",
@@ -172,8 +172,8 @@ def test_a_namespace_scoped_instance_never_deletes_other_namespaces_reservations
             f"--namespace={other_namespace}",
             "--leader-elect-lease-name=tpuslice-scoped",  # another deployment, another Lease
             "--sweep-seconds=1",
-            "--webhook-port=0",  # the session's webhook stays the one configured
         ),
+        webhook=False,  # the session's webhook stays the one configured
         cwd=REPO,
     )
     scoped.start()
@@ -211,16 +211,12 @@ def test_stopping_one_of_two_webhook_replicas_mid_burst_refuses_no_pod(
     kubectl(cluster, "create", "secret", "generic", "certs", "-n", namespace)
     lb_port = free_port()
     url = f"https://127.0.0.1:{lb_port}"
-    shared = (
-        "--webhook-secret=certs",
-        f"--webhook-namespace={namespace}",
-        "--resync-seconds=10",
-    )
     first, second = (
         OperatorProcess(
             cluster.kubeconfig,
             logs_dir(cluster) / f"replica-{n}.log",
-            extra_args=shared,
+            extra_args=("--resync-seconds=10",),
+            webhook_args=("--webhook-secret=certs", f"--webhook-namespace={namespace}"),
             webhook_url=url,
             cwd=REPO,
         )
@@ -237,7 +233,7 @@ def test_stopping_one_of_two_webhook_replicas_mid_burst_refuses_no_pod(
         assert certs[0] == certs[1]  # one CA, whichever replica applied the configuration
         balancer = Balancer(
             [
-                Backend(p.webhook_port, f"http://127.0.0.1:{p.health_port}/readyz")
+                Backend(p.webhook_port, f"http://127.0.0.1:{p.webhook_health_port}/readyz")
                 for p in (first, second)
             ],
             port=lb_port,

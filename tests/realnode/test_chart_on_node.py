@@ -3,11 +3,12 @@
 One module, run in order, one release at a time (CI budget and one webhook
 configuration): `helm install` into a namespace that enforces Pod Security
 `restricted`, the operator Ready in its pod with its ServiceAccount, the identity
-webhook reached by the API server through the Service with the operator's own
-CA, a two-slice TPUSliceCluster Ready with every worker's TPU identity, the
-metrics Service, liveness restarting a hung operator, `helm upgrade` with a
-changed value, `helm uninstall` (what stays and what goes, as the README says),
-then `manifests/` through `kubectl apply -k` giving the same running operator.
+webhook (pods of its own, `tpuslice webhook`) reached by the API server through
+the Service with the webhook's own CA, a two-slice TPUSliceCluster Ready with
+every worker's TPU identity, the metrics Service, liveness restarting a hung
+operator, `helm upgrade` with a changed value, `helm uninstall` (what stays and
+what goes, as the README says), then `manifests/` through `kubectl apply -k`
+giving the same running operator.
 """
 
 from __future__ import annotations
@@ -46,8 +47,11 @@ FULLNAME = RELEASE  # the release name already contains the chart name
 WEBHOOK_CONFIG = "tpuslice-identity"
 POD_CIDR = ipaddress.ip_network("10.245.0.0/24")  # the real node's bridge (tpusim.realnode)
 IDENTITY_ENV = ("TPU_WORKER_ID", "TPU_NAME", "TPU_WORKER_HOSTNAMES", "MEGASCALE_NUM_SLICES")
-#: The chart's default: every replica serves the webhook, one holds the Lease.
+#: The chart's default: one operator replica holds the Lease, the other stands by;
+#: the webhook Deployment has as many, every one answering.
 REPLICAS = 2
+#: The webhook pods' name label (the chart's `tpuslice.webhookSelectorLabels`).
+WEBHOOK_PODS = "app.kubernetes.io/name=tpuslice-operator-webhook"
 PSA_RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
     "pod-security.kubernetes.io/enforce-version": "latest",
@@ -57,10 +61,13 @@ pytestmark = pytest.mark.realnode
 
 
 # ---------------------------------------------------------------- helpers
-def operator_pods(cluster: NodeCluster, namespace: str) -> list[Any]:
-    pods: list[Any] = cluster.core.list_namespaced_pod(
-        namespace, label_selector="app.kubernetes.io/name=tpuslice-operator"
-    ).items
+def operator_pods(
+    cluster: NodeCluster,
+    namespace: str,
+    selector: str = "app.kubernetes.io/name=tpuslice-operator",
+) -> list[Any]:
+    """The operator's pods (or, with ``WEBHOOK_PODS``, the webhook's), not deleting."""
+    pods: list[Any] = cluster.core.list_namespaced_pod(namespace, label_selector=selector).items
     return [p for p in pods if p.metadata.deletion_timestamp is None]
 
 
@@ -69,12 +76,17 @@ def ready(pod: Any) -> bool:
 
 
 def wait_operator_ready(
-    cluster: NodeCluster, namespace: str, timeout_s: float = 180, replicas: int = REPLICAS
+    cluster: NodeCluster,
+    namespace: str,
+    timeout_s: float = 180,
+    replicas: int = REPLICAS,
+    selector: str = "app.kubernetes.io/name=tpuslice-operator",
 ) -> list[Any]:
-    """The chart's operator pods of the namespace, all Running and Ready on the real node."""
+    """The chart's operator pods (or webhook pods) of the namespace, all Running and Ready
+    on the real node."""
 
     def check() -> list[Any] | None:
-        pods = operator_pods(cluster, namespace)
+        pods = operator_pods(cluster, namespace, selector)
         if len(pods) == replicas and all(ready(p) for p in pods):
             return pods
         return None
@@ -82,7 +94,7 @@ def wait_operator_ready(
     pods: list[Any] = kube.wait_for(
         check,
         timeout_s=timeout_s,
-        what=f"{replicas} operator pods Ready in {namespace}",
+        what=f"{replicas} pods {selector} Ready in {namespace}",
         describe=lambda: describe_operator(cluster, namespace),
     )
     for pod in pods:
@@ -176,7 +188,7 @@ def describe_operator(cluster: NodeCluster, namespace: str) -> str:
         "-n",
         namespace,
         "-l",
-        "app.kubernetes.io/name=tpuslice-operator",
+        "app.kubernetes.io/name in (tpuslice-operator, tpuslice-operator-webhook)",
         "--tail=40",
         check=False,
     )
@@ -282,7 +294,7 @@ def metrics_through_service(cluster: NodeCluster, namespace: str) -> str:
 
 
 def mutated_admissions(cluster: NodeCluster, namespace: str, pod: Any) -> float:
-    """Admissions one replica answered with a patch, from its own /metrics."""
+    """Admissions one webhook replica answered with a patch, from its own /metrics."""
     path = f"/api/v1/namespaces/{namespace}/pods/{pod.metadata.name}:8000/proxy/metrics"
     text = kubectl(cluster, "get", "--raw", path).stdout
     return sum(
@@ -337,6 +349,12 @@ def test_helm_install_runs_the_operator_in_a_real_pod(
 
         logs = kube.wait_for(says, timeout_s=60, what=f"{name}'s log saying {expected!r}")
         assert "Traceback" not in logs, logs[-3000:]
+    hooks = wait_operator_ready(cluster, release_ns, selector=WEBHOOK_PODS)
+    for pod in hooks:
+        assert pod.spec.service_account_name == f"{FULLNAME}-webhook"
+        assert pod.spec.containers[0].command == ["tpuslice", "webhook"]
+        text = str(kubectl(cluster, "logs", "-n", release_ns, pod.metadata.name).stdout)
+        assert "Traceback" not in text and "forbidden" not in text.lower(), text[-3000:]
     ca_bundle, service = webhook_ca_and_service(cluster)
     assert ca_bundle and service == {
         "name": f"{FULLNAME}-webhook",
@@ -346,11 +364,12 @@ def test_helm_install_runs_the_operator_in_a_real_pod(
     }
     wait_webhook_routed(cluster, workload_ns)
     two_slices_ready(cluster, workload_ns, "llm")
-    # The metrics Service answers; the replicas' own figures show the 8 workers were
-    # mutated by their webhooks (the API server called them through the webhook Service,
-    # both with the one CA of the shared Secret).
+    # The metrics Service answers; the webhook replicas' own figures show the 8 workers
+    # were mutated by them (the API server called them through the webhook Service, both
+    # with the one CA of the shared Secret), and the operator's that it answered none.
     assert "tpuslice_leader" in metrics_through_service(cluster, release_ns)
-    assert sum(mutated_admissions(cluster, release_ns, p) for p in pods) >= 8
+    assert sum(mutated_admissions(cluster, release_ns, p) for p in hooks) >= 8
+    assert sum(mutated_admissions(cluster, release_ns, p) for p in pods) == 0
     assert not worker_creation_failures(cluster, workload_ns)
 
 
@@ -385,6 +404,9 @@ def test_helm_upgrade_with_a_changed_value(
     """A rolling upgrade while KubeRay creates TPU worker pods: none is refused."""
     cluster = node_cluster
     old = {p.metadata.uid for p in wait_operator_ready(cluster, release_ns)}
+    old_hooks = {
+        p.metadata.uid for p in wait_operator_ready(cluster, release_ns, selector=WEBHOOK_PODS)
+    }
     delete_tsc(cluster, workload_ns, "llm")  # frees the two v6e 4x4 pools
     apply(cluster, workload_ns, tsc("after-upgrade", slices=2))  # pods created mid-rollout
     helm(
@@ -408,6 +430,14 @@ def test_helm_upgrade_with_a_changed_value(
 
     new = kube.wait_for(replaced, timeout_s=180, what="both upgraded operator pods Ready")
     assert all("--log-level=DEBUG" in p.spec.containers[0].args for p in new)
+
+    def hooks_replaced() -> list[Any] | None:
+        pods = operator_pods(cluster, release_ns, WEBHOOK_PODS)
+        fresh = [p for p in pods if p.metadata.uid not in old_hooks and ready(p)]
+        return fresh if len(fresh) == len(pods) == REPLICAS else None
+
+    hooks = kube.wait_for(hooks_replaced, timeout_s=180, what="both upgraded webhook pods Ready")
+    assert all("--log-level=DEBUG" in p.spec.containers[0].args for p in hooks)
     # The new pods load the CA of the shared Secret; the webhook admitted every worker.
     two_slices_ready(cluster, workload_ns, "after-upgrade", applied=True)
     assert not worker_creation_failures(cluster, workload_ns)
@@ -420,13 +450,18 @@ def test_helm_uninstall_keeps_crds_and_the_webhook_configuration(
     delete_tsc(cluster, workload_ns, "after-upgrade")  # README: delete TPUSliceClusters first
     helm(cluster, "uninstall", RELEASE, "-n", release_ns, "--wait", "--timeout=2m")
     kube.wait_for(
-        lambda: not operator_pods(cluster, release_ns),
+        lambda: (
+            not operator_pods(cluster, release_ns)
+            and not operator_pods(cluster, release_ns, WEBHOOK_PODS)
+        ),
         timeout_s=60,
-        what="the operator pod gone after helm uninstall",
+        what="the operator and webhook pods gone after helm uninstall",
     )
     for kind, name in (
         ("deployment", FULLNAME),
+        ("deployment", f"{FULLNAME}-webhook"),
         ("clusterrole", FULLNAME),
+        ("clusterrole", f"{FULLNAME}-webhook"),
         ("service", f"{FULLNAME}-webhook"),
     ):
         done = kubectl(cluster, "get", kind, name, "-n", release_ns, check=False)
@@ -458,7 +493,8 @@ def test_manifests_with_kubectl_apply_k_give_the_same_operator(
         ],
         "patches": [
             {
-                "target": {"kind": "Deployment", "name": FULLNAME},
+                # both Deployments: the operator's and the webhook's
+                "target": {"kind": "Deployment"},
                 "patch": yaml.safe_dump(
                     [
                         {
@@ -489,6 +525,7 @@ def test_manifests_with_kubectl_apply_k_give_the_same_operator(
         namespace = yaml.safe_load((MANIFESTS / "namespace.yaml").read_text())["metadata"]
         assert namespace["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
         wait_operator_ready(cluster, namespace["name"])
+        wait_operator_ready(cluster, namespace["name"], selector=WEBHOOK_PODS)
         _, service = webhook_ca_and_service(cluster)
         assert service["namespace"] == namespace["name"]
         wait_webhook_routed(cluster, workload_ns)
@@ -614,7 +651,10 @@ def test_a_tpuslicejob_runs_its_entrypoint_on_a_real_ray_head(
     namespace = "tpuslice-jobs"
     restricted_namespace(cluster, namespace)
     values = values_file(
-        cluster, tmp_path_factory.mktemp("values-job") / "values.yaml", replicaCount=1
+        cluster,
+        tmp_path_factory.mktemp("values-job") / "values.yaml",
+        replicaCount=1,
+        webhook={"replicaCount": 1},
     )
     helm(
         cluster,
@@ -630,6 +670,7 @@ def test_a_tpuslicejob_runs_its_entrypoint_on_a_real_ray_head(
     )
     try:
         wait_operator_ready(cluster, namespace, replicas=1)
+        wait_operator_ready(cluster, namespace, replicas=1, selector=WEBHOOK_PODS)
         head_resources = {"cpu": "500m", "memory": "1Gi"}
         body = tsc("hello", slices=1)
         body["kind"] = "TPUSliceJob"

@@ -40,6 +40,7 @@ from tests.realnode.test_chart_on_node import (
     POD_CIDR,
     RELEASE,
     WEBHOOK_CONFIG,
+    WEBHOOK_PODS,
     restricted_namespace,
     values_file,
     wait_operator_ready,
@@ -90,6 +91,7 @@ def test_webhook_admits_tpu_pods_with_the_network_policy_on(
         cluster,
         tmp_path_factory.mktemp("values-netpol") / "values.yaml",
         replicaCount=1,
+        webhook={"replicaCount": 1},
         networkPolicy=network_policy,
     )
     helm(
@@ -106,13 +108,24 @@ def test_webhook_admits_tpu_pods_with_the_network_policy_on(
     )
     try:
         (pod,) = wait_operator_ready(cluster, NAMESPACE, replicas=1)
-        # the policy as rendered is the one the API server keeps
+        (hook,) = wait_operator_ready(cluster, NAMESPACE, replicas=1, selector=WEBHOOK_PODS)
+        # the policies as rendered are the ones the API server keeps: the webhook pods'
+        # admit the control plane to the webhook port, the operator pods' nothing but metrics
         policy = json.loads(
-            kubectl(cluster, "get", "networkpolicy", RELEASE, "-n", NAMESPACE, "-o", "json").stdout
+            kubectl(
+                cluster, "get", "networkpolicy", f"{RELEASE}-webhook", "-n", NAMESPACE, "-o", "json"
+            ).stdout
         )["spec"]
         assert policy["policyTypes"] == ["Ingress", "Egress"]
         assert policy["ingress"][0]["from"] == network_policy["webhookFrom"]
-        assert pod.metadata.labels.items() >= policy["podSelector"]["matchLabels"].items()
+        assert hook.metadata.labels.items() >= policy["podSelector"]["matchLabels"].items()
+        operator_policy = json.loads(
+            kubectl(cluster, "get", "networkpolicy", RELEASE, "-n", NAMESPACE, "-o", "json").stdout
+        )["spec"]
+        assert pod.metadata.labels.items() >= operator_policy["podSelector"]["matchLabels"].items()
+        assert [r["ports"] for r in operator_policy["ingress"]] == [
+            [{"port": "metrics", "protocol": "TCP"}]
+        ]
         # the API server reaches the webhook through its Service, and a labelled TPU
         # worker pod is admitted with its TPU identity
         wait_webhook_routed(cluster, workload_ns)

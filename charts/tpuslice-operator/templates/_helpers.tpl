@@ -29,6 +29,36 @@ app.kubernetes.io/name: {{ include "tpuslice.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The webhook Deployment (`tpuslice webhook`): its name, and labels of its own. The
+name label differs from the operator's, so no selector of the operator's (its
+Deployment's, immutable, the PodDisruptionBudget's, the NetworkPolicy's) matches a
+webhook pod, and the webhook Service selects webhook pods alone. */}}
+{{- define "tpuslice.webhookName" -}}
+{{- printf "%s-webhook" (include "tpuslice.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "tpuslice.webhookSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-webhook" (include "tpuslice.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "tpuslice.webhookLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "tpuslice.webhookSelectorLabels" . }}
+app.kubernetes.io/component: webhook
+app.kubernetes.io/part-of: {{ include "tpuslice.name" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "tpuslice.webhookServiceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "tpuslice.webhookName" .) .Values.serviceAccount.webhookName -}}
+{{- else -}}
+{{- required "serviceAccount.webhookName is required when serviceAccount.create is false" .Values.serviceAccount.webhookName -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "tpuslice.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "tpuslice.fullname" .) .Values.serviceAccount.name -}}

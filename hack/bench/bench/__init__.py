@@ -5,7 +5,9 @@ controller-manager, KWOK, KubeRay), one fake v6e 4x4 node pool (4 nodes) per
 TPUSliceCluster plus CPU nodes for the heads. In order:
 
   f. floor: create+delete ConfigMaps one at a time (bare API-server write latency);
-  operator run: `tpuslice run` as a separate process with --metrics-port; every
+  operator run: `tpuslice run --webhook-port=0` and `tpuslice webhook` (the admission
+     webhooks in a process of their own, as the chart runs them) as separate
+     processes, each with --metrics-port; every
      TPUSliceCluster (v6e 4x4, one slice) is created at once from a thread pool;
      watches (raw JSON lines, receive time taken on this machine's monotonic
      clock) record when each RayCluster, each pod, each release and each Ready
@@ -17,11 +19,12 @@ TPUSliceCluster plus CPU nodes for the heads. In order:
      e. then 60 s of steady state: the operator's API writes (POST/PUT/PATCH/DELETE from its
         /metrics, the leader's Lease renewals left out) and the TSC / SliceReservation /
         Event changes seen by watches;
-     d. the operator's peak RSS (VmHWM) and CPU seconds from /proc;
+     d. the operator's peak RSS (VmHWM) and CPU seconds from /proc, and the
+        webhook process's;
      g. then a restart: the operator stopped and started again over the same
         clusters; seconds until healthy and until every cluster had a pass (its
         tpuslice_slices gauge is full), and its writes until then plus 30 s (the
-        webhook configuration apply at start is one);
+        webhook configuration apply at start is the webhook process's, not counted);
   direct run: the operator stopped and its webhook configuration deleted, the
      same RayClusters (rendered beforehand by `tpuslice render`, reservation policy
      None, so no gate) created directly; c. compares first create -> every RayCluster

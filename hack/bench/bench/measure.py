@@ -107,7 +107,9 @@ def webhook_buckets(operator: OperatorProcess) -> dict[float, float]:
     return benchstats.histogram_buckets(
         (
             (s.name, s.labels, s.value)
-            for family in text_string_to_metric_families(operator.metrics_text())
+            for family in text_string_to_metric_families(
+                operator.metrics_text(operator.webhook_metrics_port or None)
+            )
             for s in family.samples
         ),
         WEBHOOK_HISTOGRAM,

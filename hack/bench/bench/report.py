@@ -32,6 +32,7 @@ def table(r: Mapping[str, Any]) -> str:
     a, k = op.get("tsc_to_raycluster_s", {}), op.get("raycluster_to_first_pod_s", {})
     b = op.get("slice_release_s", {})
     proc = op.get("proc", op.get("proc_after_ready", {}))
+    hook = op.get("proc_webhook") or {}
     steady = op.get("steady", {})
     restarted = op.get("restart", {})
     kr, wh = r.get("kuberay_first_pod_ratio") or {}, op.get("webhook_admission") or {}
@@ -99,6 +100,10 @@ def table(r: Mapping[str, Any]) -> str:
         (
             "d  operator peak RSS / CPU seconds",
             f"{fmt(proc.get('peak_rss_mib'), ' MiB')} / {fmt(proc.get('cpu_seconds'))}",
+        ),
+        (
+            "d  webhook process (`tpuslice webhook`) peak RSS / CPU seconds",
+            f"{fmt(hook.get('peak_rss_mib'), ' MiB')} / {fmt(hook.get('cpu_seconds'))}",
         ),
         (
             f"e  operator API writes in {fmt(steady.get('seconds'))} steady state",

@@ -248,6 +248,7 @@ def operator_run(
             "changes_seen_by_watches": seen,
         }
         result["proc"] = operator.proc_stats()
+        result["proc_webhook"] = operator.proc_stats(webhook=True)  # `tpuslice webhook`
         result["operator_metrics"] = after
         if traced is not None:
             traced.snap()

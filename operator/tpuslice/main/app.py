@@ -1,7 +1,9 @@
 """Start the operator: the shell around kopf.
 
 In order: logging; ``/metrics`` and ``/healthz`` + ``/readyz``; one API client
-(``Kube``); the identity webhook and its configuration (``serving.py``); then,
+(``Kube``); the admission webhooks and their configurations (``serving.py``) unless
+they run apart (``--webhook-port=0`` next to ``tpuslice webhook``,
+``webhook_process.py``); then,
 with leader election, wait as a standby until this instance holds the Lease
 (``election.py``), keep it renewed, and only then run kopf: reconciles, claims,
 releases, status writes and the orphan sweep happen in the leader alone, while
@@ -20,17 +22,16 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from types import FrameType
 
 import kopf
 from kopf._core.engines.peering import Identity  # kopf.run's type; not re-exported
 
 from tpuslice.controller.handlers import register
+from tpuslice.main.webhook_process import stop_on_signals
 from tpuslice.runtime.config import OperatorConfig
 from tpuslice.runtime.election import Elector, KubeLeases
 from tpuslice.runtime.health import Health, serve_health
@@ -68,23 +69,10 @@ def _configure_logging(config: OperatorConfig) -> None:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 
 
-def _stop_on_signals() -> threading.Event:
-    stopping = threading.Event()
-
-    def handler(signum: int, _: FrameType | None) -> None:
-        if not stopping.is_set():
-            log.info("%s received: stopping", signal.Signals(signum).name)
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-    return stopping
-
-
 def run_operator(config: OperatorConfig) -> None:
     """Run until SIGTERM/SIGINT (or, with leader election, until the Lease is lost)."""
     _configure_logging(config)
-    stopping = _stop_on_signals()
+    stopping = stop_on_signals()
     metrics = Metrics()
     if config.metrics_port:
         serve(metrics, config.metrics_port, config.metrics_addr)

@@ -185,16 +185,36 @@ def _webhook_settings(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _webhook_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings ``run`` and ``webhook`` share: the API client, the process's own
+    probes and metrics, the webhooks' server, certificates and configurations."""
+    return {
+        "kubeconfig": args.kubeconfig,
+        "identity": instance_identity(os.environ),
+        "shutdown_drain_seconds": args.shutdown_drain_seconds,
+        "liveness_port": args.liveness_port or None,
+        "log_level": args.log_level,
+        "webhook_port": args.webhook_port or None,
+        "webhook_addr": args.webhook_addr,
+        "webhook_url": args.webhook_url,
+        "webhook_service": args.webhook_service,
+        "webhook_namespace": args.webhook_namespace or os.environ.get("POD_NAMESPACE"),
+        "webhook_cert_dir": args.webhook_cert_dir,
+        "webhook_secret": args.webhook_secret,
+        "manage_webhook_configuration": not args.no_manage_webhook_configuration,
+        **_webhook_settings(args),
+        "metrics_port": args.metrics_port or None,
+        "metrics_addr": args.metrics_addr,
+    }
+
+
 def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
     from tpuslice.main.app import run_operator  # kopf is imported only when running
     from tpuslice.runtime.config import OperatorConfig
 
-    webhook_settings = _webhook_settings(args)
-
     run_operator(
         OperatorConfig(
-            kubeconfig=args.kubeconfig,
-            identity=instance_identity(os.environ),
+            **_webhook_config(args),
             namespaces=tuple(args.namespaces),
             resync_seconds=args.resync_seconds,
             sweep_seconds=args.sweep_seconds,
@@ -203,20 +223,6 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
                 args.leader_elect_namespace, os.environ, args.kubeconfig
             ),
             lease_name=args.leader_elect_lease_name,
-            shutdown_drain_seconds=args.shutdown_drain_seconds,
-            liveness_port=args.liveness_port or None,
-            log_level=args.log_level,
-            webhook_port=args.webhook_port or None,
-            webhook_addr=args.webhook_addr,
-            webhook_url=args.webhook_url,
-            webhook_service=args.webhook_service,
-            webhook_namespace=args.webhook_namespace or os.environ.get("POD_NAMESPACE"),
-            webhook_cert_dir=args.webhook_cert_dir,
-            webhook_secret=args.webhook_secret,
-            manage_webhook_configuration=not args.no_manage_webhook_configuration,
-            **webhook_settings,
-            metrics_port=args.metrics_port or None,
-            metrics_addr=args.metrics_addr,
             max_slices_per_object=args.max_slices_per_object,
             max_hosts_per_object=args.max_hosts_per_object,
             concurrent_passes=args.concurrent_passes,
@@ -224,6 +230,16 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
             kueue_pods_ready_recovery_timeout_s=args.kueue_pods_ready_recovery_timeout,
         )
     )
+
+
+def _cmd_webhook(args: argparse.Namespace, out: TextIO) -> None:
+    from tpuslice.main.webhook_process import run_webhook  # never imports kopf
+    from tpuslice.runtime.config import OperatorConfig
+
+    if not args.webhook_port:
+        raise InputError(["--webhook-port: this command serves the webhooks; give a port"])
+    # No Lease: every replica answers admission calls, and none acts on the cluster.
+    run_webhook(OperatorConfig(**_webhook_config(args), leader_elect=False))
 
 
 #: The longest waitForPodsReady timeout the flags take (Kueue's own has no bound).
@@ -260,161 +276,46 @@ def _count_from_1_to(ceiling: int) -> Any:
     return parse
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tpuslice",
-        description="TPUSlice tools: inspect TPU slice shapes, render RayClusters, RayJobs "
-        "and RayServices, run the operator.",
-    )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    topology = commands.add_parser(
-        "topology",
-        help="show what a TPU type and topology mean on GKE",
-        description="Resolve a TPU type and topology into chips, hosts and the names GKE "
-        "and Ray use.",
-    )
-    topology.add_argument(
-        "--type",
-        required=True,
-        help="v4, v5e, v5p, v6e, tpu7x or a GKE accelerator label value such as tpu-v6e-slice",
-    )
-    topology.add_argument("--topology", required=True, help="e.g. 4x4 or 2x2x2")
-    topology.add_argument(
-        "--chips-per-host",
-        type=int,
-        default=None,
-        help="only to settle v5e/v6e 2x4: 8 (one host, default) or 4",
-    )
-    topology.add_argument("-o", "--output", choices=("json", "yaml", "table"), default="table")
-    topology.set_defaults(func=_cmd_topology)
-
-    render = commands.add_parser(
-        "render",
-        help="print the RayCluster, RayJob or RayService each TPUSlice object becomes",
-        description="Read TPUSliceCluster, TPUSliceJob and TPUSliceService YAML (several "
-        "documents allowed) and print the RayCluster, RayJob or RayService each becomes.",
-    )
-    render.add_argument("-f", "--filename", required=True, help="a YAML file, or - for stdin")
-    render.set_defaults(func=_cmd_render)
-
-    run = commands.add_parser(
-        "run",
-        help="run the operator",
-        description="Run the operator against the current kubeconfig (or the in-cluster "
-        "config), watching all namespaces unless --namespace is given.",
-    )
-    run.add_argument(
+def _add_process_flags(parser: argparse.ArgumentParser) -> None:
+    """The API client, logging, probes, drain and metrics of a long-running command."""
+    parser.add_argument(
         "--kubeconfig",
         default=None,
         help="path to a kubeconfig (default: in-cluster config, then $KUBECONFIG / ~/.kube/config)",
     )
-    run.add_argument(
-        "-n",
-        "--namespace",
-        action="append",
-        default=[],
-        dest="namespaces",
-        help="watch only this namespace (repeatable; default: all namespaces)",
+    parser.add_argument(
+        "--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR")
     )
-    run.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
-    run.add_argument(
+    parser.add_argument(
         "--liveness-port",
         type=int,
         default=8080,
         help="serve /healthz (liveness) and /readyz (readiness) on this port (0 disables)",
     )
-    run.add_argument(
-        "--resync-seconds",
-        type=float,
-        default=60.0,
-        help="safety-net reconcile interval per TPUSliceCluster",
-    )
-    run.add_argument(
-        "--sweep-seconds",
-        type=float,
-        default=60.0,
-        help="how often each SliceReservation is checked for a holder that is gone",
-    )
-    run.add_argument(
+    parser.add_argument(
         "--shutdown-drain-seconds",
         type=float,
         default=5.0,
         help="after SIGTERM, keep answering webhook calls this long (not ready, each "
         "answer closing its connection) so none in flight is refused",
     )
-    election = run.add_argument_group("leader election")
-    election.add_argument(
-        "--leader-elect",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="act only while holding a coordination.k8s.io Lease; otherwise serve the "
-        "webhook as a standby (default: on; --no-leader-elect: act unconditionally)",
-    )
-    election.add_argument(
-        "--leader-elect-namespace",
-        default=None,
-        help="namespace of the Lease (default: $POD_NAMESPACE, the pod's own namespace, "
-        "the kubeconfig context's, else default)",
-    )
-    election.add_argument(
-        "--leader-elect-lease-name",
-        default="tpuslice-operator",
-        help="name of the Lease; instances sharing it elect one leader",
-    )
-    run.add_argument(
+    parser.add_argument(
         "--metrics-port",
         type=int,
         default=8000,
         help="serve Prometheus /metrics on this port (0 disables; see docs/metrics.md)",
     )
-    run.add_argument("--metrics-addr", default="0.0.0.0", help="listen address of /metrics")
-    run.add_argument(
-        "--concurrent-passes",
-        type=_count_from_1_to(1024),
-        default=PASS_SLOTS,
-        help="passes running at once, every kind together; an object's first pass goes "
-        "ahead of waiting re-passes (default %(default)s)",
-    )
-    limits = run.add_argument_group("limits (README.md, Limits)")
-    limits.add_argument(
-        "--max-slices-per-object",
-        type=_count_from_1_to(constants.MAX_SLICES),
-        default=SpecLimits().max_slices,
-        help="most spec.tpu.slices one TPUSlice object may ask for; more ends its pass "
-        f"InvalidSpec (default %(default)s, at most {constants.MAX_SLICES})",
-    )
-    limits.add_argument(
-        "--max-hosts-per-object",
-        type=_count_from_1_to(MAX_HOSTS_CEILING),
-        default=SpecLimits().max_hosts,
-        help="most TPU hosts (worker pods: slices x hosts per slice) one TPUSlice object "
-        f"may ask for (default %(default)s, at most {MAX_HOSTS_CEILING})",
-    )
-    kueue = run.add_argument_group("Kueue (README.md, Kueue)")
-    kueue.add_argument(
-        "--kueue-pods-ready-timeout",
-        type=_seconds_up_to(_A_WEEK),
-        default=0,
-        metavar="SECONDS",
-        help="Kueue's waitForPodsReady.timeout, as Kueue's Configuration sets it: the "
-        "status of an admitted object whose pods are not all ready says when Kueue "
-        "evicts it (default 0: not told, the status names no time)",
-    )
-    kueue.add_argument(
-        "--kueue-pods-ready-recovery-timeout",
-        type=_seconds_up_to(_A_WEEK),
-        default=None,
-        metavar="SECONDS",
-        help="Kueue's waitForPodsReady.recoveryTimeout (default: the timeout, as Kueue's; "
-        "0: Kueue's recovery check is off)",
-    )
-    hook = run.add_argument_group("TPU identity webhook")
+    parser.add_argument("--metrics-addr", default="0.0.0.0", help="listen address of /metrics")
+
+
+def _add_webhook_flags(parser: argparse.ArgumentParser, *, port_help: str) -> None:
+    """The webhooks' server, certificates and configurations (``run`` and ``webhook``)."""
+    hook = parser.add_argument_group("admission webhooks (TPU identity, TPUSlicePolicy)")
     hook.add_argument(
         "--webhook-port",
         type=int,
         default=9443,
-        help="HTTPS port of the webhook (0 disables the webhook)",
+        help=port_help,
     )
     hook.add_argument(
         "--webhook-addr", default=None, help="listen address (default: all interfaces)"
@@ -477,7 +378,149 @@ def build_parser() -> argparse.ArgumentParser:
         '{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"NotIn",'
         '"values":["kube-system"]}]})',
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tpuslice",
+        description="TPUSlice tools: inspect TPU slice shapes, render RayClusters, RayJobs "
+        "and RayServices, run the operator.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    topology = commands.add_parser(
+        "topology",
+        help="show what a TPU type and topology mean on GKE",
+        description="Resolve a TPU type and topology into chips, hosts and the names GKE "
+        "and Ray use.",
+    )
+    topology.add_argument(
+        "--type",
+        required=True,
+        help="v4, v5e, v5p, v6e, tpu7x or a GKE accelerator label value such as tpu-v6e-slice",
+    )
+    topology.add_argument("--topology", required=True, help="e.g. 4x4 or 2x2x2")
+    topology.add_argument(
+        "--chips-per-host",
+        type=int,
+        default=None,
+        help="only to settle v5e/v6e 2x4: 8 (one host, default) or 4",
+    )
+    topology.add_argument("-o", "--output", choices=("json", "yaml", "table"), default="table")
+    topology.set_defaults(func=_cmd_topology)
+
+    render = commands.add_parser(
+        "render",
+        help="print the RayCluster, RayJob or RayService each TPUSlice object becomes",
+        description="Read TPUSliceCluster, TPUSliceJob and TPUSliceService YAML (several "
+        "documents allowed) and print the RayCluster, RayJob or RayService each becomes.",
+    )
+    render.add_argument("-f", "--filename", required=True, help="a YAML file, or - for stdin")
+    render.set_defaults(func=_cmd_render)
+
+    run = commands.add_parser(
+        "run",
+        help="run the operator",
+        description="Run the operator against the current kubeconfig (or the in-cluster "
+        "config), watching all namespaces unless --namespace is given.",
+    )
+    _add_process_flags(run)
+    run.add_argument(
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        dest="namespaces",
+        help="watch only this namespace (repeatable; default: all namespaces)",
+    )
+    run.add_argument(
+        "--resync-seconds",
+        type=float,
+        default=60.0,
+        help="safety-net reconcile interval per TPUSliceCluster",
+    )
+    run.add_argument(
+        "--sweep-seconds",
+        type=float,
+        default=60.0,
+        help="how often each SliceReservation is checked for a holder that is gone",
+    )
+    election = run.add_argument_group("leader election")
+    election.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="act only while holding a coordination.k8s.io Lease; otherwise serve the "
+        "webhook as a standby (default: on; --no-leader-elect: act unconditionally)",
+    )
+    election.add_argument(
+        "--leader-elect-namespace",
+        default=None,
+        help="namespace of the Lease (default: $POD_NAMESPACE, the pod's own namespace, "
+        "the kubeconfig context's, else default)",
+    )
+    election.add_argument(
+        "--leader-elect-lease-name",
+        default="tpuslice-operator",
+        help="name of the Lease; instances sharing it elect one leader",
+    )
+    run.add_argument(
+        "--concurrent-passes",
+        type=_count_from_1_to(1024),
+        default=PASS_SLOTS,
+        help="passes running at once, every kind together; an object's first pass goes "
+        "ahead of waiting re-passes (default %(default)s)",
+    )
+    limits = run.add_argument_group("limits (README.md, Limits)")
+    limits.add_argument(
+        "--max-slices-per-object",
+        type=_count_from_1_to(constants.MAX_SLICES),
+        default=SpecLimits().max_slices,
+        help="most spec.tpu.slices one TPUSlice object may ask for; more ends its pass "
+        f"InvalidSpec (default %(default)s, at most {constants.MAX_SLICES})",
+    )
+    limits.add_argument(
+        "--max-hosts-per-object",
+        type=_count_from_1_to(MAX_HOSTS_CEILING),
+        default=SpecLimits().max_hosts,
+        help="most TPU hosts (worker pods: slices x hosts per slice) one TPUSlice object "
+        f"may ask for (default %(default)s, at most {MAX_HOSTS_CEILING})",
+    )
+    kueue = run.add_argument_group("Kueue (README.md, Kueue)")
+    kueue.add_argument(
+        "--kueue-pods-ready-timeout",
+        type=_seconds_up_to(_A_WEEK),
+        default=0,
+        metavar="SECONDS",
+        help="Kueue's waitForPodsReady.timeout, as Kueue's Configuration sets it: the "
+        "status of an admitted object whose pods are not all ready says when Kueue "
+        "evicts it (default 0: not told, the status names no time)",
+    )
+    kueue.add_argument(
+        "--kueue-pods-ready-recovery-timeout",
+        type=_seconds_up_to(_A_WEEK),
+        default=None,
+        metavar="SECONDS",
+        help="Kueue's waitForPodsReady.recoveryTimeout (default: the timeout, as Kueue's; "
+        "0: Kueue's recovery check is off)",
+    )
+    _add_webhook_flags(
+        run,
+        port_help="HTTPS port of the webhooks served in this process (0: not here, when "
+        "`tpuslice webhook` serves them in a process of its own, as the chart does)",
+    )
     run.set_defaults(func=_cmd_run)
+
+    webhook = commands.add_parser(
+        "webhook",
+        help="serve the admission webhooks alone (no reconciles, no Lease)",
+        description="Serve the TPU identity and TPUSlicePolicy admission webhooks in a "
+        "process of their own, next to `tpuslice run --webhook-port=0`: admission never "
+        "waits on the reconcile loop, and a flood of admission calls never slows the leader.",
+    )
+    _add_process_flags(webhook)
+    _add_webhook_flags(webhook, port_help="HTTPS port of the webhooks")
+    webhook.set_defaults(func=_cmd_webhook)
     return parser
 
 

@@ -21,7 +21,9 @@ could not reach the API server; that is the mistake this module exists to
 avoid.
 
 A standby has no kopf event loop yet: its start-up thread, trying for the
-Lease every couple of seconds, beats instead.
+Lease every couple of seconds, beats instead. The webhook process (``tpuslice webhook``) has no
+event loop and nothing to list: its main thread beats, and it is started once its
+server listens.
 
 The state is a few timestamps written from the loop and the watch threads and
 read from the probe server's threads, so it is guarded by one lock. The clock

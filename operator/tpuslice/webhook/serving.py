@@ -3,9 +3,11 @@ kept current on a thread of their own. The policy webhook rides along: the same
 server (its own path, answered from a ``PolicyCache``), the same certificate, and
 its ValidatingWebhookConfiguration applied with the mutating one.
 
-Started before leader election is tried, so a standby serves the webhook as well
-as the leader, and the chart's Service can spread admission calls over every
-replica. Where the certificates come from:
+Started by ``tpuslice webhook`` (``main/webhook_process.py``), a process of its own
+that the chart runs as a Deployment of its own, or inside ``tpuslice run`` before
+leader election is tried (one process next to a local API server): the same code
+either way. Every replica serves, so the Service spreads admission calls over all
+of them. Where the certificates come from:
 
 - ``--webhook-secret``: the Secret every replica shares (``webhookcerts.py``
   decides; this module reads and writes it). The chart's default.
@@ -45,7 +47,13 @@ from tpuslice.webhook.certificates import CertBundle, CertFiles
 from tpuslice.webhook.policy_admission import policy_admission_response
 from tpuslice.webhook.server import IdentityWebhookServer
 
-__all__ = ["FilesInDir", "IdentityWebhook", "SharedSecret", "start_identity_webhook"]
+__all__ = [
+    "FilesInDir",
+    "IdentityWebhook",
+    "ReadCaches",
+    "SharedSecret",
+    "start_identity_webhook",
+]
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +143,21 @@ class SharedSecret:
         return webhookcerts.write_certificates(bundle, self.directory)
 
 
+@dataclass(frozen=True)
+class ReadCaches:
+    """The read-only caches of cluster objects the webhooks answer from, owned by the
+    process that serves them: never the operator's watches, which feed the pass and
+    follow nothing in a standby. Today the policy webhook's ``PolicyCache``; a cache
+    the identity webhook needs (a slice's held unit, to pin a pod at admission) is a
+    field here, filled by the serving process."""
+
+    policies: PolicyCache
+
+    @classmethod
+    def of(cls, kube: Kube) -> ReadCaches:
+        return cls(policies=PolicyCache(kube.list_policies, kube.get_namespace))
+
+
 class IdentityWebhook:
     """The running webhook: its server, where its certificates come from, and (unless
     cert-manager's CA injector owns it) how to apply its configuration."""
@@ -192,8 +215,11 @@ class IdentityWebhook:
         self.server.stop()
 
 
-def start_identity_webhook(config: OperatorConfig, kube: Kube, health: Health) -> IdentityWebhook:
-    """Serve the webhook, apply its configuration, keep both current; tell ``health``."""
+def start_identity_webhook(
+    config: OperatorConfig, kube: Kube, health: Health, caches: ReadCaches | None = None
+) -> IdentityWebhook:
+    """Serve the webhook, apply its configuration, keep both current; tell ``health``.
+    ``caches``: what the webhooks answer from (default: made here, over ``kube``)."""
     assert config.webhook_port is not None
     service = None
     if config.webhook_service:
@@ -212,7 +238,7 @@ def start_identity_webhook(config: OperatorConfig, kube: Kube, health: Health) -
     else:
         source = FilesInDir(webhookcerts.certificates_for(directory, hosts))
     files = source.current()
-    policies = PolicyCache(kube.list_policies, kube.get_namespace)
+    policies = (caches or ReadCaches.of(kube)).policies
     server = webhook_server.serve_identity_webhook(
         files,
         port=config.webhook_port,
