@@ -372,13 +372,7 @@ def decide_admission(
                 other = replace(other, priority=priority)
             if other_desired <= exist:
                 others_missing += other_desired - held
-            other_ref = ClusterRef(
-                meta.get("namespace", ""),
-                meta.get("name", ""),
-                uid,
-                kind=member.cluster.get("kind") or c.KIND_CLUSTER,
-                group=group,
-            )
+            other_ref = _member_ref(member, uid, group)
             pods = [p for p in member.pods if p.group == group] if group else member.pods
             members.append((other_ref, other, member.cluster, pods, other_desired))
     eligible = eligible_pools(index, hosts=hosts, chips_per_host=chips)
@@ -459,13 +453,7 @@ def partition_admission(
                 if priority is None:
                     continue  # refused, denied or at its namespace's limits
                 other = replace(other, priority=priority)
-            other_ref = ClusterRef(
-                meta.get("namespace", ""),
-                meta.get("name", ""),
-                uid,
-                kind=member.cluster.get("kind") or c.KIND_CLUSTER,
-                group=group,
-            )
+            other_ref = _member_ref(member, uid, group)
             requests.append(
                 partition_request(
                     other_ref,
@@ -539,6 +527,18 @@ def refused_by_policy(cluster: Mapping[str, Any]) -> bool:
         if cond.get("type") == "Stalled" and cond.get("status") == "True":
             return cond.get("reason") in (POLICY_DENIED, POLICY_VIOLATION)
     return False
+
+
+def _member_ref(member: ShapeMember, uid: str, group: str) -> ClusterRef:
+    """The queue's name for one TPU group of another member of the shape."""
+    meta = member.cluster.get("metadata") or {}
+    return ClusterRef(
+        meta.get("namespace", ""),
+        meta.get("name", ""),
+        uid,
+        kind=member.cluster.get("kind") or c.KIND_CLUSTER,
+        group=group,
+    )
 
 
 def _member_priority(
