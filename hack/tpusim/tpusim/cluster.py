@@ -42,6 +42,10 @@ __all__ = ["ClusterSettings", "LocalCluster", "StartupReport", "primary_address"
 
 T = TypeVar("T")
 
+#: How long a node's lease may go unrenewed before the node lifecycle controller calls
+#: it NotReady (kube-controller-manager --node-monitor-grace-period; 40 s by default).
+NODE_MONITOR_GRACE_SECONDS = 120
+
 
 @dataclass(frozen=True)
 class ClusterSettings:
@@ -313,6 +317,12 @@ class LocalCluster:
                 f"--cluster-signing-key-file={pki.ca_key}",
                 f"--service-cluster-ip-range={self.settings.service_cidr}",
                 "--profiling=false",
+                # A simulated node is NotReady only when tpusim says so (it writes the
+                # condition, kube.set_node_not_ready); KWOK renews the node leases, and on
+                # two loaded cores its renewals have lagged past the 40 s default (after
+                # a test made and deleted 160 nodes, four new nodes went NotReady by lease
+                # expiry, again and again, and a test's slices were drained for it).
+                f"--node-monitor-grace-period={NODE_MONITOR_GRACE_SECONDS}s",
             ],
         )
         self._wait(proc, f"https://127.0.0.1:{port}/healthz", _insecure())
