@@ -437,17 +437,17 @@ def partition_admission(
         parsed = specs.parse(member.cluster)
         if parsed is None or not parsed.gated or meta.get("deletionTimestamp"):
             continue
-        uid = str((meta.get("uid")) or "")
+        uid = str(meta.get("uid") or "")
         for other in parsed.tpu_groups():
             if not other.dynamic or shape_of(other) != shape:
                 continue
             group = other.group_name if parsed.grouped else ""
             other_desired = desired_of(member.cluster, other)
             held = by_holder.get((uid, group), [])
-            if len({r.holder.replica_name for r in held}) >= other_desired:
+            slices_held = len({r.holder.replica_name for r in held})
+            if slices_held >= other_desired:
                 continue  # wants nothing, counted from its reservations alone
             if snap.policies:
-                slices_held = len({r.holder.replica_name for r in held})
                 missing = other_desired - slices_held
                 priority = _member_priority(snap.policies, member, other, missing)
                 if priority is None:
@@ -623,6 +623,12 @@ class PoolIndexCache:
             self._indexes[(shape, unit)] = (version, index)
         return index
 
+    def index_or_build(
+        self, shape: Shape, snap: Snapshot, unit: CapacityUnit = CapacityUnit.NODE_POOL
+    ) -> PoolIndex:
+        """``index``, or the index built from the snapshot's nodes when none is kept."""
+        return self.index(shape, snap, unit) or pool_index(snap.nodes, *shape, unit=unit)
+
 
 @dataclass
 class SliceActuator:
@@ -648,9 +654,7 @@ class SliceActuator:
         for group in spec.tpu_groups():
             shape = shape_of(group)
             unit = CapacityUnit.for_hosts(group.shape.hosts)
-            index = self.pool_indexes.index(shape, snap, unit) or pool_index(
-                snap.nodes, *shape, unit=unit
-            )
+            index = self.pool_indexes.index_or_build(shape, snap, unit)
             free = free_pools(
                 placed(index, group, snap),
                 reservations,
@@ -709,9 +713,7 @@ class SliceActuator:
         gke_slices = (
             [gke_slice_info(o) for o in await self.kube.list_gke_slices()] if spec.dynamic else []
         )
-        index = self.pool_indexes.index(shape, snap, unit) or pool_index(
-            snap.nodes, *shape, unit=unit
-        )
+        index = self.pool_indexes.index_or_build(shape, snap, unit)
         desired = desired_of(snap.cluster, spec) if desired_slices is None else desired_slices
         self.pending.observed(snap.reservations, snap.pods)
         if keep_pools and not spec.dynamic:

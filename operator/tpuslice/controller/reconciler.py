@@ -72,7 +72,7 @@ from tpuslice.planning.accounting import (
 from tpuslice.planning.busy import avoided_nodes, busy_nodes_status
 from tpuslice.planning.groups import GroupHold, claims_wait_on, gang_whole
 from tpuslice.planning.partitions import partition_inventory, partitions_needed
-from tpuslice.planning.pools import held_pin, pool_index
+from tpuslice.planning.pools import held_pin
 from tpuslice.planning.queue import not_enough_message, shape_name
 from tpuslice.policy.rules import check_object, effective_priority, facts_of
 from tpuslice.policy.selection import governing
@@ -626,9 +626,7 @@ class Reconciler:
             desired = self._gang_need(each) * partitions_needed(spec.shape.chips)
         else:
             unit = CapacityUnit.for_hosts(spec.shape.hosts)
-            index = self.pool_indexes.index(shape, each.snap, unit) or pool_index(
-                each.snap.nodes, *shape, unit=unit
-            )
+            index = self.pool_indexes.index_or_build(shape, each.snap, unit)
             desired, exist = self._gang_need(each), len(index.matching)
         if desired <= exist:
             return ""
