@@ -50,9 +50,9 @@ def wrapper_gomod(upstream: str, k8s_version: str) -> str:
         raise SystemExit("no ./staging replace lines found in upstream go.mod")
     out = ["module tpuslice.dev/tools/kubernetes", "", go_line or "go 1.24", ""]
     if godebug:
-        out += godebug + [""]
+        out += [*godebug, ""]
     out += [f"require k8s.io/kubernetes {k8s_version}", "", "replace ("]
-    out += replaces + [")", ""]
+    out += [*replaces, ")", ""]
     return "\n".join(out)
 
 

@@ -132,7 +132,7 @@ def workload_ns(node_cluster: NodeCluster) -> Iterator[str]:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
     """On failure, say where the run's logs are (components, kubelet, containerd)."""
-    outcome = yield
+    outcome: Any = yield
     report = outcome.get_result()
     if report.failed:
         runs = sorted((REPO / ".e2e-runs").glob("realnode-*"))

@@ -384,7 +384,7 @@ def test_liveness_restarts_a_hung_operator(node_cluster: NodeCluster, release_ns
 
         def restarted() -> bool:
             pods = operator_pods(cluster, release_ns)
-            return sum(p.status.container_statuses[0].restart_count for p in pods) > restarts
+            return bool(sum(p.status.container_statuses[0].restart_count for p in pods) > restarts)
 
         kube.wait_for(
             restarted,

@@ -157,7 +157,7 @@ def test_webhook_admits_tpu_pods_with_the_network_policy_on(
                 "tpuslice.dev", "v1alpha1", "slicereservations", reservation
             )
         assert refused.value.status == 403
-        assert "written only by the tpuslice operator" in refused.value.body
+        assert "written only by the tpuslice operator" in str(refused.value.body)
         kubectl(
             cluster,
             "delete",
