@@ -139,6 +139,22 @@ def pool_nodes(cluster: E2ECluster, pool: str) -> list[Any]:
     return list(cluster.core.list_node(label_selector=f"{NODEPOOL}={pool}").items)
 
 
+def pool_nodes_registered(cluster: E2ECluster, pool: str, count: int = 4) -> list[Any]:
+    """The pool's nodes once ``count`` have registered: Provisioned=True is written
+    before any Node does (as on GKE), so the nodes come a little after the condition."""
+
+    def registered() -> list[Any] | None:
+        nodes = pool_nodes(cluster, pool)
+        return nodes if len(nodes) == count else None
+
+    return kube.wait_for(
+        registered,
+        timeout_s=30,
+        what=f"{count} nodes of pool {pool}",
+        describe=lambda: [n.metadata.name for n in pool_nodes(cluster, pool)],
+    )
+
+
 def owned_pools(fake: FakeProvisioner, namespace: str, name: str) -> list[str]:
     return sorted(
         p for p, owner in fake.pools().items() if owner.startswith(f"{namespace}/{name}/")
@@ -178,8 +194,7 @@ def test_queued_request_gets_a_whole_tainted_pool_that_consumers_run_on(
     details = get_request(cluster, namespace, "slice-0")["status"]["provisioningClassDetails"]
     pool = details["NodePoolName"]
     assert details["ResizeRequestName"] == resize_request_name(namespace, "slice-0")
-    nodes = pool_nodes(cluster, pool)
-    assert len(nodes) == 4
+    nodes = pool_nodes_registered(cluster, pool)
     for node in nodes:
         labels = node.metadata.labels
         assert labels["autoscaling.gke.io/provisioning-request"] == details["ResizeRequestName"]
@@ -250,8 +265,7 @@ def test_best_effort_honours_not_in_and_an_idle_pool_goes_after_booking(
     assert not status.get("provisioningClassDetails")  # OSS classes name no pool
     (pool,) = owned_pools(fake, namespace, "be")
     assert pool not in held
-    nodes = pool_nodes(cluster, pool)
-    assert len(nodes) == 4
+    nodes = pool_nodes_registered(cluster, pool)
     taints = {t.key for n in nodes for t in n.spec.taints}
     assert taints - {"node.kubernetes.io/not-ready"} == {"google.com/tpu"}  # not queued
     conds = wait_condition(cluster, namespace, "be", "BookingExpired", timeout_s=20)
