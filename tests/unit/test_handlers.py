@@ -257,7 +257,7 @@ def test_a_reservation_listing_event_kicks_nobody() -> None:
         def indexed(self) -> None:
             pass
 
-        def kick_soon(self, keys: object) -> None:
+        def kick_soon(self, keys: object, releasing: bool = False) -> None:
             kicked.append(keys)
 
         def waiting_for(self, shape: object) -> set[tuple[str, str, str]]:
@@ -301,3 +301,19 @@ def test_kopfs_last_handled_essence_leaves_the_spec_out() -> None:
     essence = settings.persistence.diffbase_storage.build(body=kopf.Body(big))
     assert "spec" not in essence
     assert essence["metadata"]["labels"] == {"team": "a"}
+
+
+def test_hosts_per_slice_of_a_pod_group_come_from_the_spec() -> None:
+    """What ``informers.release_kicks`` needs of the spec: hosts per slice of the pod's
+    worker group; None for an ungated spec, an invalid one or another group."""
+    from tests.support.builders import HOSTS, tpuslice
+    from tpuslice.controller.handlers import hosts_per_slice
+    from tpuslice.model import constants as c
+    from tpuslice.spec.slices import parse_slice_parts
+
+    spec = parse_slice_parts(tpuslice())
+    assert hosts_per_slice(spec, c.WORKER_GROUP) == HOSTS
+    assert hosts_per_slice(spec, "cpu") is None
+    assert hosts_per_slice(None, c.WORKER_GROUP) is None
+    ungated = parse_slice_parts(tpuslice(reservation={"policy": "None"}))
+    assert hosts_per_slice(ungated, c.WORKER_GROUP) is None

@@ -276,8 +276,8 @@ class Reconciler:
     async def kick(self, key: ObjectKey) -> None:
         await self.queue.kick(key)
 
-    def kick_soon(self, keys: Iterable[ObjectKey]) -> None:
-        self.queue.kick_soon(keys)
+    def kick_soon(self, keys: Iterable[ObjectKey], releasing: bool = False) -> None:
+        self.queue.kick_soon(keys, releasing=releasing)
 
     def hold_until_indexed(self) -> None:
         self.queue.hold_until_indexed()
