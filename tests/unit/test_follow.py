@@ -392,3 +392,35 @@ def test_a_single_host_slice_is_whole_with_its_one_pod() -> None:
     }
     gone = apply(store, "DELETED", {("ml", "s0"): solo})
     assert release_kicks(gone, store.group, lambda key, group: 1) == set()
+
+
+def test_pod_status_changes_no_plan_reads_kick_no_pass() -> None:
+    """A pod's record keeps only what a plan reads (gates, nodeName, Running and Ready,
+    deletion, its slice's labels, Unschedulable): the status updates in between (IP,
+    container states, PodScheduled True, Running not yet Ready) are no change at all."""
+    from tpuslice.model.convert import pod_info
+
+    def raw(**status: Any) -> dict[str, Any]:
+        return {
+            "metadata": {
+                "name": "w0",
+                "namespace": "ml",
+                "labels": {"tpuslice.dev/cluster": "llm", "ray.io/group": "tpu"},
+            },
+            "spec": {"nodeName": "n1"},
+            "status": status,
+        }
+
+    store: RecordStore[PodInfo] = RecordStore(lambda p: p.owner)
+    key = ("ml", "w0")
+    assert apply(store, "ADDED", {key: pod_info(raw(phase="Pending"))})
+    scheduled = raw(
+        phase="Pending",
+        podIP="10.0.0.1",
+        conditions=[{"type": "PodScheduled", "status": "True"}],
+    )
+    assert apply(store, "MODIFIED", {key: pod_info(scheduled)}) == []
+    running = raw(phase="Running", conditions=[{"type": "Ready", "status": "False"}])
+    assert apply(store, "MODIFIED", {key: pod_info(running)}) == []
+    ready = raw(phase="Running", conditions=[{"type": "Ready", "status": "True"}])
+    assert len(apply(store, "MODIFIED", {key: pod_info(ready)})) == 1

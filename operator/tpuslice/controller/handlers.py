@@ -482,8 +482,9 @@ async def object_changed(
     resource: kopf.Resource,
     **_: Any,
 ) -> None:
-    """A TPUSliceCluster, TPUSliceJob or TPUSliceService changed: a pass for it; added
-    or deleted, the shape's queue changed and its waiting move on."""
+    """A TPUSliceCluster, TPUSliceJob or TPUSliceService changed: a pass for it, unless a
+    MODIFIED changed nothing a pass reads (``convert.pass_inputs``); added or deleted, the
+    shape's queue changed and its waiting move on."""
     _indexed(memo)
     kind = KIND_OF_PLURAL[resource.plural]
     key = (kind, namespace or "", name)
@@ -494,6 +495,8 @@ async def object_changed(
     if type == "DELETED":
         reconciler.forget(key, uid=str(body.get("metadata", {}).get("uid") or ""))
         return
+    if not reconciler.inputs_changed(key, body) and type == "MODIFIED":
+        return  # our status patch, kopf's annotations: nothing a pass reads changed
     await reconciler.kick(key)
 
 
