@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from typing import Any
 
 from tests.support.builders import node, pod
 from tpuslice.controller.reconciler import Reconciler
@@ -19,6 +20,7 @@ from tpuslice.runtime.informers import (
     node_kicks,
     object_key,
     pod_kicks,
+    release_kicks,
 )
 
 
@@ -343,3 +345,82 @@ def test_pods_gone_waits_on_the_store_and_reports_what_is_left() -> None:
         await task
 
     asyncio.run(scenario())
+
+
+def _pods_store() -> RecordStore[PodInfo]:
+    return RecordStore(lambda p: p.owner)
+
+
+def test_the_change_that_completes_a_gated_slice_is_a_release_kick() -> None:
+    """Only the change after which every host of the slice exists, all gated and none
+    deleting, kicks for a release; the owner's other slices do not count."""
+    store = _pods_store()
+    owner = ("TPUSliceCluster", "ml", "llm")
+    hosts = {("TPUSliceCluster", "ml", "llm", "tpu"): 2}
+
+    def hosts_of(key: tuple[str, str, str], group: str) -> int | None:
+        return hosts.get((*key, group))
+
+    def add(p: PodInfo) -> set[tuple[str, str, str]]:
+        changes = apply(store, "ADDED", {(p.namespace, p.name): p})
+        return release_kicks(changes, store.group, hosts_of)
+
+    def host(name: str, replica: str, i: int, **fields: Any) -> PodInfo:
+        return pod(name, replica=replica, host=i, group="tpu", **fields)
+
+    assert add(host("a0", "tpu-a", 0)) == set()  # one of two
+    assert add(host("b0", "tpu-b", 0)) == set()  # another slice's first
+    assert add(host("a1", "tpu-a", 1)) == {owner}  # slice a is whole
+    # a released pod in the slice (the release went out): no more release kicks
+    released = host("a1", "tpu-a", 1, gated=False, pool="p")
+    assert (
+        release_kicks(apply(store, "MODIFIED", {("ml", "a1"): released}), store.group, hosts_of)
+        == set()
+    )
+    assert add(host("b1", "tpu-b", 1, deleting=True)) == set()  # one host going
+    assert add(host("c0", "tpu-c", 0, kueue_gated=True)) == set()  # Kueue holds it
+    hosts.clear()  # the spec is unknown (invalid, ungated, or a CPU group)
+    assert add(host("d0", "tpu-d", 0)) == set()
+
+
+def test_a_single_host_slice_is_whole_with_its_one_pod() -> None:
+    store = _pods_store()
+    solo = replace(pod("s0", replica=None, index=3, host=None), group="tpu")
+    changes = apply(store, "ADDED", {("ml", "s0"): solo})
+    assert release_kicks(changes, store.group, lambda key, group: 1) == {
+        ("TPUSliceCluster", "ml", "llm")
+    }
+    gone = apply(store, "DELETED", {("ml", "s0"): solo})
+    assert release_kicks(gone, store.group, lambda key, group: 1) == set()
+
+
+def test_pod_status_changes_no_plan_reads_kick_no_pass() -> None:
+    """A pod's record keeps only what a plan reads (gates, nodeName, Running and Ready,
+    deletion, its slice's labels, Unschedulable): the status updates in between (IP,
+    container states, PodScheduled True, Running not yet Ready) are no change at all."""
+    from tpuslice.model.convert import pod_info
+
+    def raw(**status: Any) -> dict[str, Any]:
+        return {
+            "metadata": {
+                "name": "w0",
+                "namespace": "ml",
+                "labels": {"tpuslice.dev/cluster": "llm", "ray.io/group": "tpu"},
+            },
+            "spec": {"nodeName": "n1"},
+            "status": status,
+        }
+
+    store: RecordStore[PodInfo] = RecordStore(lambda p: p.owner)
+    key = ("ml", "w0")
+    assert apply(store, "ADDED", {key: pod_info(raw(phase="Pending"))})
+    scheduled = raw(
+        phase="Pending",
+        podIP="10.0.0.1",
+        conditions=[{"type": "PodScheduled", "status": "True"}],
+    )
+    assert apply(store, "MODIFIED", {key: pod_info(scheduled)}) == []
+    running = raw(phase="Running", conditions=[{"type": "Ready", "status": "False"}])
+    assert apply(store, "MODIFIED", {key: pod_info(running)}) == []
+    ready = raw(phase="Running", conditions=[{"type": "Ready", "status": "True"}])
+    assert len(apply(store, "MODIFIED", {key: pod_info(ready)})) == 1

@@ -257,7 +257,7 @@ def test_a_reservation_listing_event_kicks_nobody() -> None:
         def indexed(self) -> None:
             pass
 
-        def kick_soon(self, keys: object) -> None:
+        def kick_soon(self, keys: object, releasing: bool = False) -> None:
             kicked.append(keys)
 
         def waiting_for(self, shape: object) -> set[tuple[str, str, str]]:
@@ -301,3 +301,78 @@ def test_kopfs_last_handled_essence_leaves_the_spec_out() -> None:
     essence = settings.persistence.diffbase_storage.build(body=kopf.Body(big))
     assert "spec" not in essence
     assert essence["metadata"]["labels"] == {"team": "a"}
+
+
+def test_hosts_per_slice_of_a_pod_group_come_from_the_spec() -> None:
+    """What ``informers.release_kicks`` needs of the spec: hosts per slice of the pod's
+    worker group; None for an ungated spec, an invalid one or another group."""
+    from tests.support.builders import HOSTS, tpuslice
+    from tpuslice.controller.handlers import hosts_per_slice
+    from tpuslice.model import constants as c
+    from tpuslice.spec.slices import parse_slice_parts
+
+    spec = parse_slice_parts(tpuslice())
+    assert hosts_per_slice(spec, c.WORKER_GROUP) == HOSTS
+    assert hosts_per_slice(spec, "cpu") is None
+    assert hosts_per_slice(None, c.WORKER_GROUP) is None
+    ungated = parse_slice_parts(tpuslice(reservation={"policy": "None"}))
+    assert hosts_per_slice(ungated, c.WORKER_GROUP) is None
+
+
+def test_an_objects_own_status_and_annotation_patches_kick_no_pass() -> None:
+    """Our status patch and kopf's annotation and finalizer patches are MODIFIED events
+    that change nothing a pass reads; a new generation, a label or the deletion does."""
+    from tpuslice.controller.handlers import object_changed
+    from tpuslice.controller.reconciler import Reconciler as RealReconciler
+
+    kicked: list[tuple[str, str, str]] = []
+
+    class Reconciler:
+        inputs_changed = RealReconciler.inputs_changed
+
+        def __init__(self) -> None:
+            self._inputs: dict[object, object] = {}
+
+        def indexed(self) -> None:
+            pass
+
+        async def kick(self, key: tuple[str, str, str]) -> None:
+            kicked.append(key)
+
+        def waiting_for(self, shape: object) -> set[tuple[str, str, str]]:
+            return set()
+
+    memo = kopf.Memo()
+    memo.reconcilers = {"TPUSliceCluster": Reconciler()}
+    memo.indexed = asyncio.Event()
+    resource = kopf.Resource("tpuslice.dev", "v1alpha1", "tpusliceclusters")
+
+    def event(type_: str | None, body: dict[str, Any]) -> int:
+        kicked.clear()
+        asyncio.run(
+            object_changed(  # type: ignore[arg-type]
+                type=type_,
+                namespace="ml",
+                name="llm",
+                body=kopf.Body(body),
+                memo=memo,
+                resource=resource,
+            )
+        )
+        return len(kicked)
+
+    body = cluster_body()
+    body["metadata"].update(uid=UID, generation=1)
+    assert event(None, body) == 1  # the listing
+    body["status"] = {"conditions": [{"type": "Ready", "status": "False"}]}
+    body["metadata"]["resourceVersion"] = "2"
+    assert event("MODIFIED", body) == 0  # our status patch
+    body["metadata"]["annotations"] = {"tpuslice.dev/last-handled-configuration": "{}"}
+    body["metadata"]["finalizers"] = ["tpuslice.dev/finalizer"]
+    assert event("MODIFIED", body) == 0  # kopf's
+    body["metadata"]["generation"] = 2
+    assert event("MODIFIED", body) == 1  # the spec
+    body["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "q"}
+    assert event("MODIFIED", body) == 1
+    body["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert event("MODIFIED", body) == 1

@@ -5,7 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from tpuslice.controller.queue import Backoff, KickQueue, PassSlots, backoff_seconds
+from tpuslice.controller.queue import (
+    Backoff,
+    KickQueue,
+    Lane,
+    PassSlots,
+    backoff_seconds,
+    lane_of,
+)
 
 KEY = ("TPUSliceCluster", "ml", "llm")
 
@@ -264,3 +271,114 @@ def test_a_forgotten_object_has_its_first_pass_ahead_again() -> None:
 
     asyncio.run(scenario())
     assert runs == ["old", "again", "busy", "again", "old"]
+
+
+def test_lanes_release_then_first_then_again() -> None:
+    assert [lane_of(first, releasing) for first, releasing in FIRST_RELEASING] == [
+        Lane.RELEASE,
+        Lane.RELEASE,
+        Lane.FIRST,
+        Lane.AGAIN,
+    ]
+
+
+FIRST_RELEASING = [(True, True), (False, True), (True, False), (False, False)]
+
+
+def test_a_release_pass_goes_ahead_of_first_passes_and_re_passes() -> None:
+    """With every slot taken, the pass kicked by a pod that completed a slice takes the
+    freed slot before a first pass and before re-passes that asked earlier."""
+    runs: list[str] = []
+
+    async def scenario() -> None:
+        hold = asyncio.Event()
+
+        async def run(key: tuple[str, str, str]) -> None:
+            runs.append(key[2])
+            if key[2] == "busy":
+                await hold.wait()
+
+        queue = KickQueue(run, PassSlots(1))
+        for name in ("old", "whole"):
+            await queue.kick(_key(name))
+        busy = asyncio.create_task(queue.kick(_key("busy")))
+        await asyncio.sleep(0)
+        queue.kick_soon([_key("old")])  # a re-pass, asked first
+        queue.kick_soon([_key("new")])  # a first pass
+        queue.kick_soon([_key("whole")], releasing=True)  # its slice is whole
+        for _ in range(3):
+            await asyncio.sleep(0)
+        hold.set()
+        await busy
+        await queue.drain()
+
+    asyncio.run(scenario())
+    assert runs == ["old", "whole", "busy", "whole", "new", "old"]
+
+
+def test_a_waiting_re_pass_moves_up_when_a_release_kick_comes() -> None:
+    """The object's pass already waits in the re-pass lane when its slice completes: it
+    moves to the release lane (one pass, not a second one)."""
+    runs: list[str] = []
+
+    async def scenario() -> None:
+        hold = asyncio.Event()
+
+        async def run(key: tuple[str, str, str]) -> None:
+            runs.append(key[2])
+            if key[2] == "busy":
+                await hold.wait()
+
+        queue = KickQueue(run, PassSlots(1))
+        for name in ("a", "b"):
+            await queue.kick(_key(name))
+        busy = asyncio.create_task(queue.kick(_key("busy")))
+        await asyncio.sleep(0)
+        queue.kick_soon([_key("a"), _key("b")])
+        for _ in range(3):
+            await asyncio.sleep(0)  # both wait in the re-pass lane
+        queue.kick_soon([_key("b")], releasing=True)
+        await asyncio.sleep(0)
+        hold.set()
+        await busy
+        await queue.drain()
+
+    asyncio.run(scenario())
+    assert runs == ["a", "b", "busy", "b", "a"]
+
+
+def test_a_release_kick_during_a_pass_makes_the_next_pass_a_release_pass() -> None:
+    """The kick comes while the object's pass runs: the pass after it waits in the
+    release lane, ahead of a re-pass that waited longer."""
+    runs: list[str] = []
+
+    async def scenario() -> None:
+        gate = asyncio.Event()
+        hold = asyncio.Event()
+
+        async def run(key: tuple[str, str, str]) -> None:
+            runs.append(key[2])
+            if key[2] == "busy":
+                await hold.wait()
+            if key[2] == "x" and runs.count("x") == 2:  # its first pass after start-up
+                await gate.wait()
+
+        queue = KickQueue(run, PassSlots(2))
+        for name in ("old", "x"):
+            await queue.kick(_key(name))
+        busy = asyncio.create_task(queue.kick(_key("busy")))
+        x = asyncio.create_task(queue.kick(_key("x")))
+        await asyncio.sleep(0)  # both slots taken: busy's and x's
+        queue.kick_soon([_key("old")])  # a re-pass
+        queue.kick_soon([_key("new")])  # a first pass
+        queue.kick_soon([_key("x")], releasing=True)  # during x's pass: one more
+        for _ in range(3):
+            await asyncio.sleep(0)
+        gate.set()  # x's slot goes to the first pass; x's next waits in the release lane
+        await x
+        hold.set()
+        await busy
+        await queue.drain()
+
+    asyncio.run(scenario())
+    assert runs[2:] == ["busy", "x", "new", "x", "old"]

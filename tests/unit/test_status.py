@@ -152,6 +152,24 @@ def test_may_fold_is_anything_but_a_condition_flip_or_a_new_generation() -> None
     assert may_fold(asked, moved)
 
 
+def test_slices_reserved_turning_true_folds_and_turning_false_does_not() -> None:
+    """The claims come a moment before the release and scheduling: SlicesReserved turning
+    True is held with them (one write on the way to Ready, not two); a slice losing its
+    unit is written at once."""
+    from tpuslice.status.conditions import may_fold
+
+    def reserved(status: dict[str, Any]) -> str:
+        return next(c["status"] for c in status["conditions"] if c["type"] == "SlicesReserved")
+
+    pending = compute_status(observed(SliceState.PENDING), None, T0)
+    claimed = compute_status(observed(SliceState.RESERVED), pending, T1)
+    assert (reserved(pending), reserved(claimed)) == ("False", "True")
+    assert may_fold(pending, claimed)
+    assert not may_fold(claimed, compute_status(observed(SliceState.PENDING), claimed, T1))
+    ready = compute_status(observed(SliceState.READY), pending, T1)
+    assert not may_fold(pending, ready)  # Ready flips: at once, the reserved flip with it
+
+
 def test_thousands_of_blocked_slices_give_a_bounded_summary_the_crd_accepts() -> None:
     """Listing every slice, a Ready message passes the CRD's 32,768 characters from ~550
     pending slices on, and every status write is refused."""

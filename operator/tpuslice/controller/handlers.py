@@ -55,11 +55,18 @@ from tpuslice.planning.sweep import orphans, watches_namespace
 from tpuslice.policy.placement import limits_apply, usage_by_namespace
 from tpuslice.runtime.config import OperatorConfig
 from tpuslice.runtime.health import Health
-from tpuslice.runtime.informers import Watches, node_kicks, owned_cluster_kicks, pod_kicks
+from tpuslice.runtime.informers import (
+    Watches,
+    node_kicks,
+    owned_cluster_kicks,
+    pod_kicks,
+    release_kicks,
+)
 from tpuslice.runtime.kube import ClusterApi, Kube
 from tpuslice.runtime.kube import credentials as kube_credentials
 from tpuslice.runtime.metrics import Metrics
 from tpuslice.spec.bounds import SpecLimits
+from tpuslice.spec.parts import SliceClusterSpec
 from tpuslice.status.kueue import PodsReadyTimeouts
 
 __all__ = [
@@ -332,6 +339,23 @@ async def configure(
             keys |= waiting_for(memo, partition_shape(DYNAMIC_GENERATION))
         return keys
 
+    def hosts_of(key: ObjectKey, group: str) -> int | None:
+        """Hosts per slice of an object's worker group, from its spec (parsed once per
+        generation by the shape's spec cache); None when unknown or not gated."""
+        prefix = INDEX_PREFIX.get(key[0])
+        each = memo.reconcilers.get(key[0])
+        if prefix is None or each is None or f"{prefix}_index" not in indices:
+            return None
+        cluster = _first(indices[f"{prefix}_index"].get(key[1:]))
+        return (
+            None if cluster is None else hosts_per_slice(each.actuator.specs.parse(cluster), group)
+        )
+
+    def on_pods(changes: list[Any]) -> None:
+        releasing = release_kicks(changes, watches.pods_of, hosts_of)
+        kick_owners(memo, pod_kicks(changes) - releasing)
+        kick_owners(memo, releasing, releasing=True)
+
     def on_nodes(changes: list[Any]) -> None:
         shapes, keys = node_kicks(changes, waiters, holders_of)
         if any(shape[0] == DYNAMIC_GENERATION for shape in shapes):
@@ -343,7 +367,7 @@ async def configure(
     await watches.start(
         kube,
         config.namespaces,
-        on_pods=lambda changes: kick_owners(memo, pod_kicks(changes)),
+        on_pods=on_pods,
         on_nodes=on_nodes,
         on_rayclusters=lambda changes: reconciler.kick_soon(
             {(c.KIND_CLUSTER, *ch.key) for ch in changes}
@@ -407,14 +431,26 @@ def _indexed(memo: kopf.Memo) -> None:
     memo.indexed.set()
 
 
-def kick_owners(memo: kopf.Memo, owners: Iterable[ObjectKey]) -> None:
-    """Kick each owner (kind, namespace, name) in the reconciler of its kind."""
+def kick_owners(memo: kopf.Memo, owners: Iterable[ObjectKey], releasing: bool = False) -> None:
+    """Kick each owner (kind, namespace, name) in the reconciler of its kind
+    (``releasing``: in the release lane, ``informers.release_kicks``)."""
     by_kind: dict[str, set[ObjectKey]] = {}
     for key in owners:
         by_kind.setdefault(key[0], set()).add(key)
     for kind, keys in by_kind.items():
         if kind in memo.reconcilers:
-            memo.reconcilers[kind].kick_soon(keys)
+            memo.reconcilers[kind].kick_soon(keys, releasing=releasing)
+
+
+def hosts_per_slice(spec: SliceClusterSpec | None, group: str) -> int | None:
+    """Hosts per slice of the TPU group named ``group`` (``ray.io/group``) of a parsed
+    spec; None for an invalid or ungated spec, or a group it has not (a CPU group)."""
+    if spec is None or not spec.gated:
+        return None
+    for each in spec.tpu_groups():
+        if each.group_name == group:
+            return each.shape.hosts
+    return None
 
 
 def kick_every_object(memo: kopf.Memo, indices: Mapping[str, Any]) -> None:
@@ -446,8 +482,9 @@ async def object_changed(
     resource: kopf.Resource,
     **_: Any,
 ) -> None:
-    """A TPUSliceCluster, TPUSliceJob or TPUSliceService changed: a pass for it; added
-    or deleted, the shape's queue changed and its waiting move on."""
+    """A TPUSliceCluster, TPUSliceJob or TPUSliceService changed: a pass for it, unless a
+    MODIFIED changed nothing a pass reads (``convert.pass_inputs``); added or deleted, the
+    shape's queue changed and its waiting move on."""
     _indexed(memo)
     kind = KIND_OF_PLURAL[resource.plural]
     key = (kind, namespace or "", name)
@@ -458,6 +495,8 @@ async def object_changed(
     if type == "DELETED":
         reconciler.forget(key, uid=str(body.get("metadata", {}).get("uid") or ""))
         return
+    if not reconciler.inputs_changed(key, body) and type == "MODIFIED":
+        return  # our status patch, kopf's annotations: nothing a pass reads changed
     await reconciler.kick(key)
 
 

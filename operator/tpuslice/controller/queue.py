@@ -13,6 +13,10 @@ that pod and node events keep kicking for objects already in flight: passes
 share one event loop and one pool of API threads, so with every pass let in at
 once a new object's first pass (the one that applies its RayCluster) took its
 turn behind all of them, and each pass's wall time grew with their number.
+Ahead of both goes a pass kicked by a pod change that completed a slice
+(``informers.release_kicks``): it is the pass that ungates the slice, and in the
+re-pass lane it waited seconds behind the passes of every object in flight
+(``Lane`` says why this order).
 
 ``Backoff`` is pure (the caller passes the clock): a cluster whose passes fail
 waits 5 s, then twice as long each time, up to 5 minutes; a success or a new
@@ -26,11 +30,21 @@ import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
 from tpuslice.model.records import ObjectKey
 
-__all__ = ["PASS_SLOTS", "Backoff", "Failure", "KickQueue", "PassSlots", "backoff_seconds"]
+__all__ = [
+    "PASS_SLOTS",
+    "Backoff",
+    "Failure",
+    "KickQueue",
+    "Lane",
+    "PassSlots",
+    "backoff_seconds",
+    "lane_of",
+]
 
 #: A failed pass is retried after RETRY_SECONDS, then twice as long each time it fails
 #: again, up to MAX_BACKOFF_SECONDS; a success forgets the count.
@@ -105,51 +119,93 @@ class Backoff:
         return self._failing.get(key)
 
 
+class Lane(IntEnum):
+    """Where a pass waits for a slot; a freed slot goes to the lowest lane with a waiter.
+
+    A release pass (its kick came from a pod change that completed a slice, so the pass
+    may ungate it) goes first: its wait is the whole of the time from the last pod of a
+    slice to its release, and a slice completes once, so the lane holds at most one pass
+    per slice that became whole. First passes (no pass since start-up) come next: the
+    pass that applies a new object's RayCluster is a short head start on KubeRay's work
+    of seconds, so one pass time behind a release costs it little, while a release
+    behind every first pass of a burst of creates waited for all of them. Re-passes,
+    kicked by everything else, come last."""
+
+    RELEASE = 0
+    FIRST = 1
+    AGAIN = 2
+
+
+def lane_of(first: bool, releasing: bool) -> Lane:
+    """The lane of a pass: releasing first, then an object's first pass, then the rest."""
+    if releasing:
+        return Lane.RELEASE
+    return Lane.FIRST if first else Lane.AGAIN
+
+
 @dataclass
 class PassSlots:
-    """At most ``size`` passes at once; when a slot frees, a waiting first pass (an object
-    with no pass since start-up) gets it before any waiting re-pass, each lane in the
-    order it came. A slot is handed from the pass that ends to the one that waits, so a
-    pass arriving meanwhile cannot jump the lanes."""
+    """At most ``size`` passes at once; when a slot frees, it goes to the waiter of the
+    lowest ``Lane`` (release, first, again), each lane in the order it came. A slot is
+    handed from the pass that ends to the one that waits, so a pass arriving meanwhile
+    cannot jump the lanes. A waiting pass whose object gets a release kick moves to the
+    release lane (``promote``)."""
 
     size: int = PASS_SLOTS
     _busy: int = 0
-    _first: deque[asyncio.Future[None]] = field(default_factory=deque)
-    _again: deque[asyncio.Future[None]] = field(default_factory=deque)
+    _release: deque[tuple[ObjectKey, asyncio.Future[None]]] = field(default_factory=deque)
+    _first: deque[tuple[ObjectKey, asyncio.Future[None]]] = field(default_factory=deque)
+    _again: deque[tuple[ObjectKey, asyncio.Future[None]]] = field(default_factory=deque)
     _passed: set[ObjectKey] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if self.size < 1:
             raise ValueError("PassSlots needs at least one slot")
 
+    def _lanes(self) -> tuple[deque[tuple[ObjectKey, asyncio.Future[None]]], ...]:
+        return self._release, self._first, self._again
+
     @property
     def waiting(self) -> int:
-        return sum(not f.done() for f in (*self._first, *self._again))
+        return sum(not f.done() for lane in self._lanes() for _, f in lane)
 
-    async def acquire(self, key: ObjectKey) -> None:
-        """Wait for a slot for ``key``'s pass (release it with ``release``)."""
+    async def acquire(self, key: ObjectKey, releasing: bool = False) -> None:
+        """Wait for a slot for ``key``'s pass (release it with ``release``); a
+        ``releasing`` pass waits in the release lane."""
         first = key not in self._passed
         self._passed.add(key)
         if self._busy < self.size and not self.waiting:
             self._busy += 1
             return
-        lane = self._first if first else self._again
-        turn = asyncio.get_running_loop().create_future()
-        lane.append(turn)
+        entry = (key, asyncio.get_running_loop().create_future())
+        self._lanes()[lane_of(first, releasing)].append(entry)
         try:
-            await turn
+            await entry[1]
         except asyncio.CancelledError:
+            turn = entry[1]
             if turn.done() and not turn.cancelled():
                 self.release()  # the slot was handed over as the waiter was cancelled
             else:
-                lane.remove(turn)
+                for lane in self._lanes():
+                    if entry in lane:
+                        lane.remove(entry)
             raise
 
-    def release(self) -> None:
-        """A pass ended: its slot goes to the next waiter, first passes first."""
+    def promote(self, key: ObjectKey) -> None:
+        """``key``'s pass, if it waits in a later lane, moves to the end of the release
+        lane (its object got a release kick while it waited)."""
         for lane in (self._first, self._again):
+            for entry in lane:
+                if entry[0] == key and not entry[1].done():
+                    lane.remove(entry)
+                    self._release.append(entry)
+                    return
+
+    def release(self) -> None:
+        """A pass ended: its slot goes to the next waiter, release lane first."""
+        for lane in self._lanes():
             while lane:
-                turn = lane.popleft()
+                _, turn = lane.popleft()
                 if not turn.done():
                     turn.set_result(None)
                     return
@@ -177,6 +233,9 @@ class KickQueue:
     _queued: set[ObjectKey] = field(default_factory=set)
     # Kicks held back until kopf has filled its indexes (see ``hold_until_indexed``).
     _held: set[ObjectKey] | None = None
+    # Keys with a release kick (``kick(releasing=True)``) that no started pass has read
+    # yet: their next pass waits in the release lane.
+    _releasing: set[ObjectKey] = field(default_factory=set)
 
     def hold_until_indexed(self) -> None:
         """Hold kicks until ``indexed``: our own watches are listed before kopf's indexes
@@ -190,8 +249,13 @@ class KickQueue:
         if held:
             self.kick_soon(held)
 
-    async def kick(self, key: ObjectKey) -> None:
-        """Run ``key``'s pass now, or once more after the pass already running."""
+    async def kick(self, key: ObjectKey, releasing: bool = False) -> None:
+        """Run ``key``'s pass now, or once more after the pass already running.
+        ``releasing``: the kick's cause may let the pass release a slice (its pass goes
+        in the release lane of ``PassSlots``, and one already waiting moves there)."""
+        if releasing:
+            self._releasing.add(key)
+            self.slots.promote(key)
         if self._held is not None:
             self._held.add(key)
             return
@@ -201,11 +265,12 @@ class KickQueue:
         self._running.add(key)
         try:
             while True:
-                await self.slots.acquire(key)
+                await self.slots.acquire(key, releasing=key in self._releasing)
                 try:
                     # kicks while the pass waited for its slot are folded into it: it
                     # reads the stores when it starts
                     self._dirty.discard(key)
+                    self._releasing.discard(key)
                     await self.run(key)
                 finally:
                     self.slots.release()
@@ -214,12 +279,16 @@ class KickQueue:
         finally:
             self._running.discard(key)
 
-    def kick_soon(self, keys: Iterable[ObjectKey]) -> None:
+    def kick_soon(self, keys: Iterable[ObjectKey], releasing: bool = False) -> None:
         """Kick clusters without making the caller wait for their passes. A key whose
         spawned pass has not started yet gets no second one: at start-up every cluster is
         kicked by its own listing, by the held kicks and by its reservations', and each
-        extra pass ran the whole pass again, one after another on the loop."""
+        extra pass ran the whole pass again, one after another on the loop (a release
+        kick still marks it, so that pass waits in the release lane)."""
         for key in keys:
+            if releasing:
+                self._releasing.add(key)
+                self.slots.promote(key)
             if key in self._queued:
                 continue
             self._queued.add(key)

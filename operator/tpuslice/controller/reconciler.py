@@ -52,6 +52,7 @@ from tpuslice.controller.recorder import Recorder
 from tpuslice.controller.statuswriter import StatusWriter, generation
 from tpuslice.model import constants as c
 from tpuslice.model import events
+from tpuslice.model.convert import pass_inputs
 from tpuslice.model.records import (
     CapacityUnit,
     ClusterRef,
@@ -240,6 +241,8 @@ class Reconciler:
     _waiting: dict[Shape, set[ObjectKey]] = field(default_factory=dict)
     _waiting_since: dict[ObjectKey, float] = field(default_factory=dict)  # the queue metric
     _applied_once: set[ObjectKey] = field(default_factory=set)  # for the creation metric
+    #: each object's ``convert.pass_inputs`` as of its last event (``inputs_changed``)
+    _inputs: dict[ObjectKey, tuple[Any, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.queue = KickQueue(self.run_pass, self.slots)
@@ -276,8 +279,8 @@ class Reconciler:
     async def kick(self, key: ObjectKey) -> None:
         await self.queue.kick(key)
 
-    def kick_soon(self, keys: Iterable[ObjectKey]) -> None:
-        self.queue.kick_soon(keys)
+    def kick_soon(self, keys: Iterable[ObjectKey], releasing: bool = False) -> None:
+        self.queue.kick_soon(keys, releasing=releasing)
 
     def hold_until_indexed(self) -> None:
         self.queue.hold_until_indexed()
@@ -292,6 +295,14 @@ class Reconciler:
         """Clusters with a slice waiting for capacity of this shape (kick them on changes)."""
         return set(self._waiting.get(shape, ()))
 
+    def inputs_changed(self, key: ObjectKey, body: Mapping[str, Any]) -> bool:
+        """Whether the object's event changed what a pass reads of it (remembered for
+        the next event)."""
+        now = pass_inputs(body)
+        before = self._inputs.get(key)
+        self._inputs[key] = now
+        return before != now
+
     def forget(self, key: ObjectKey, uid: str = "") -> None:
         """A cluster is gone: drop what is kept of it (``uid`` also drops its parsed specs,
         kept for the shape's queue)."""
@@ -300,6 +311,7 @@ class Reconciler:
         if uid:
             self.actuator.specs.forget(uid)
         self._applied_once.discard(key)
+        self._inputs.pop(key, None)
         self.backoff.succeeded(key)
         self.metrics.forget_cluster(key)
         self._waiting_since.pop(key, None)

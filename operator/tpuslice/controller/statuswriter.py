@@ -4,14 +4,15 @@
 (pure); this part decides whether to send it (one writer per kind). A status
 equal to what we last wrote, or to what the object shows, is not written. A
 change that flips no condition and keeps observedGeneration (``status.may_fold``:
-slice states, counts, messages) is held until the status has been quiet for
-``fold_quiet_seconds``, at most ``fold_max_seconds`` after the first held change,
-and written then (a pass is asked for at that time): a slice goes Reserved ->
-Scheduled -> Ready within a second, and writing each step would cost a status
-patch per step on the way to Ready. A flipped condition
-or a new generation is written at once, with whatever was held. Events are posted
-on transitions (slice states, Stalled, Ready, Complete), once, with the write that
-made them true (a state held and passed within the fold posts no event).
+slice states, counts, messages, and ``SlicesReserved`` turning True) is held
+until the status has been quiet for ``fold_quiet_seconds``, at most
+``fold_max_seconds`` after the first held change, and written then (a pass is
+asked for at that time): a slice goes Reserved -> Scheduled -> Ready within a
+second, and writing each step would cost a status patch per step on the way to
+Ready. A flipped condition or a new generation is written at once, with
+whatever was held. Events are posted on transitions (slice states, Stalled,
+Ready, Complete), once, with the write that made them true (a state held and
+passed within the fold posts no event).
 The times held are memory only: a restart writes at its first pass.
 """
 

@@ -37,6 +37,7 @@ __all__ = [
     "node_info",
     "node_taints",
     "owned_request",
+    "pass_inputs",
     "pod_info",
     "podtemplate_record",
     "provisioning_request_info",
@@ -72,6 +73,24 @@ def cluster_record(obj: Mapping[str, Any]) -> dict[str, Any]:
         "spec": obj.get("spec") or {},
         "status": obj.get("status") or {},
     }
+
+
+def pass_inputs(obj: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a TPUSlice object's own change a pass can act on: its uid, generation (a
+    spec change; the kinds have a status subresource), deletion and labels (Kueue's
+    queue-name label is a spec input). Not its status (the status writer starts from what
+    it wrote), annotations or finalizers (kopf's bookkeeping, which ``cluster_record``
+    drops), nor resourceVersion: our own status patch and kopf's annotation patches are
+    MODIFIED events that change none of these, and each kicked a pass that found nothing
+    to do."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return (
+        meta.get("uid"),
+        meta.get("generation"),
+        meta.get("deletionTimestamp"),
+        tuple(sorted((str(k), str(v)) for k, v in labels.items())),
+    )
 
 
 def _int(value: Any) -> int | None:

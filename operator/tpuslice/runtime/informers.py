@@ -60,6 +60,7 @@ __all__ = [
     "owned_cluster_kicks",
     "pod_kicks",
     "policy_record",
+    "release_kicks",
 ]
 
 log = logging.getLogger(__name__)
@@ -256,6 +257,58 @@ def apply(
 def pod_kicks(changes: Iterable[Change[PodInfo]]) -> set[ObjectKey]:
     """The owners (TPUSliceCluster, TPUSliceJob or TPUSliceService) of changed pods."""
     return {_pod_group(ch.record) for ch in changes}
+
+
+def release_kicks(
+    changes: Iterable[Change[PodInfo]],
+    pods_of: Callable[[ObjectKey], list[PodInfo]],
+    hosts_of: Callable[[ObjectKey, str], int | None],
+) -> set[ObjectKey]:
+    """The owners whose next pass may release a slice: a changed pod, carrying our gate
+    (and no gate of Kueue's) and not being deleted, whose slice now has all its pods
+    (``hosts_of`` the pod's owner and worker group: hosts per slice; None when unknown or
+    not gated), each carrying our gate and none being deleted. Such a pass goes ahead of
+    re-passes (``queue.Lane.RELEASE``): it is the one that ungates the slice, whether its
+    pool is held already or is claimed in the same pass.
+
+    Read off the pod records alone; a slice completes once, so this is true for about one
+    change per slice (the last pod's creation), not for the changes that follow (the
+    release itself ungates the pods)."""
+    keys: set[ObjectKey] = set()
+    hosts: dict[tuple[ObjectKey, str], int | None] = {}
+    slices: dict[ObjectKey, dict[tuple[str, str, str], list[PodInfo]]] = {}
+
+    def slice_of(pod: PodInfo) -> tuple[str, str, str] | None:
+        wanted = (pod.owner, pod.group)
+        if wanted not in hosts:
+            hosts[wanted] = hosts_of(*wanted)
+        per_slice = hosts[wanted]
+        name = pod.slice_name(per_slice) if per_slice else None
+        return None if name is None else (pod.group, pod.ray_cluster, name)
+
+    for ch in changes:
+        pod = ch.new
+        if pod is None or not pod.gated or pod.deleting or pod.kueue_gated:
+            continue
+        owner = pod.owner
+        key = None if owner in keys else slice_of(pod)
+        if key is None:
+            continue
+        if owner not in slices:  # the owner's pods by slice, once per delivery
+            by_slice: dict[tuple[str, str, str], list[PodInfo]] = {}
+            for other in pods_of(owner):
+                if (its := slice_of(other)) is not None:
+                    by_slice.setdefault(its, []).append(other)
+            slices[owner] = by_slice
+        mates = slices[owner].get(key, [])
+        wanted = hosts[(owner, pod.group)] or 0
+        if (
+            len(mates) == wanted
+            and len({p.host_index for p in mates}) == wanted
+            and all(p.gated and not p.deleting and not p.kueue_gated for p in mates)
+        ):
+            keys.add(owner)
+    return keys
 
 
 def owned_cluster_kicks(changes: Iterable[Change[dict[str, Any]]]) -> set[ObjectKey]:

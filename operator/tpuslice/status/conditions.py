@@ -630,7 +630,13 @@ def _without_progress(status: Mapping[str, Any]) -> dict[str, Any]:
 def _verdict(status: Mapping[str, Any]) -> tuple[Any, ...]:
     return (
         status.get("observedGeneration"),
-        tuple(sorted((c_.get("type"), c_.get("status")) for c_ in status.get("conditions") or [])),
+        tuple(
+            sorted(
+                # SlicesReserved turning True folds; turning False is ``_reserved_lost``
+                (c_.get("type"), "" if c_.get("type") == SLICES_RESERVED else c_.get("status"))
+                for c_ in status.get("conditions") or []
+            )
+        ),
         tuple(
             (s.get("index"), repr(s.get("provisioning")))
             for s in status.get("slices") or []
@@ -650,8 +656,35 @@ def may_fold(previous: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
     ``slices[].provisioning``: the operator reads the attempt and failure counts back
     from status (a request deleted by someone is followed by the next attempt, not a
     second attempt 1), so they are written with the request they describe; and so is a
-    change of ``busyNodes``, read back to keep the next claims off a busy node."""
-    return previous != status and bool(previous) and _verdict(previous) == _verdict(status)
+    change of ``busyNodes``, read back to keep the next claims off a busy node.
+
+    One flip folds: ``SlicesReserved`` turning True. It is progress on the way to Ready,
+    not a verdict (kstatus reads Ready, Reconciling and Stalled, which a write flipping
+    them carries at once, with whatever was held), and the slices' claims come a moment
+    before their release and scheduling: written at once it was a status patch of its
+    own on every object's way to Ready. Turning False (a slice lost its unit) is written
+    at once."""
+    return (
+        previous != status
+        and bool(previous)
+        and _verdict(previous) == _verdict(status)
+        and not _reserved_lost(previous, status)
+    )
+
+
+def _condition_status(status: Mapping[str, Any], kind: str) -> str:
+    return next(
+        (str(c_.get("status")) for c_ in status.get("conditions") or [] if c_.get("type") == kind),
+        "",
+    )
+
+
+def _reserved_lost(previous: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """SlicesReserved was True and is no more: a slice lost its unit."""
+    return (
+        _condition_status(previous, SLICES_RESERVED) == "True"
+        and _condition_status(status, SLICES_RESERVED) != "True"
+    )
 
 
 # ------------------------------------------- shared with job_status and service_status
