@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from tests.support import builders
 from tpuslice.controller.applier import is_subset
 from tpuslice.model.convert import cluster_record, node_info, pod_info, raycluster_info
+from tpuslice.spec.cluster import parse_cluster
 
 
 def test_pod_record_reads_kuberay_labels_gate_and_pin() -> None:
@@ -64,6 +66,7 @@ def test_cluster_record_keeps_what_the_reconcile_reads_only() -> None:
             "uid": "u",
             "generation": 2,
             "creationTimestamp": "2026-11-30T00:00:00Z",
+            "labels": {"kueue.x-k8s.io/queue-name": "tpu"},
             "managedFields": [{"manager": "kubectl"}] * 50,
             "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
         },
@@ -78,6 +81,7 @@ def test_cluster_record_keeps_what_the_reconcile_reads_only() -> None:
             "uid": "u",
             "generation": 2,
             "creationTimestamp": "2026-11-30T00:00:00Z",
+            "labels": {"kueue.x-k8s.io/queue-name": "tpu"},
         },
         "spec": {"tpu": {"type": "v6e"}},
         "status": {"readySlices": 1},
@@ -137,3 +141,12 @@ def test_node_record_reads_capacity_type_and_topology_block() -> None:
     )
     assert (info.block, info.subblock) == ("blk-1", "sub-2")
     assert (node_info(node()).block, node_info(node()).subblock) == (None, None)
+
+
+def test_the_queue_name_label_reaches_the_pass_through_the_record() -> None:
+    """The pass parses the index's record, not the body: the object's own Kueue label
+    (spec.kueue absent) must survive the record."""
+    body = builders.tpuslice(uid="u")
+    body["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "tpu"}
+    spec = parse_cluster(cluster_record(body))
+    assert spec.kueue is not None and spec.kueue.queue_name == "tpu"

@@ -51,7 +51,8 @@ __all__ = [
 ]
 
 
-# creationTimestamp feeds tpuslice_raycluster_creation_seconds.
+# creationTimestamp feeds tpuslice_raycluster_creation_seconds; labels carry Kueue's
+# queue-name and priority-class, which stand in for spec.kueue when it is absent.
 _CLUSTER_METADATA = (
     "name",
     "namespace",
@@ -59,6 +60,7 @@ _CLUSTER_METADATA = (
     "generation",
     "creationTimestamp",
     "deletionTimestamp",
+    "labels",
 )
 
 
