@@ -11,10 +11,11 @@ AwaitingAdmission; an edit of it is applied and it stays suspended; once the quo
 is free Kueue admits it, Kueue's field manager owns ``spec.suspend`` and an edit never
 suspends it again; in a namespace with a LocalQueue named ``default`` an object that
 names no queue is held by Kueue and says so; a Kueue topology annotation on the TPU
-workers is refused naming the field. Then: the status says when Kueue's
+workers below the node-pool level is refused naming the field. Then: the status says when Kueue's
 WaitForPodsReady evicts, and the eviction gives the pool back; a job is placed; an
 admission gate holds Kueue until the pools are free; an elastic scale-up waits for
-Kueue's gate.
+Kueue's gate; with topology-aware scheduling at the node-pool level Kueue chooses each
+slice's pool and the operator holds exactly that one.
 """
 
 from __future__ import annotations
@@ -42,15 +43,28 @@ from tests.e2e.operator_support import (
     wait_condition,
 )
 from tpusim import ClusterSettings, CPUPool, LocalCluster, ToolPaths, TPUPool, autoscaler, kube
-from tpusim.kueue import QUEUE_LABEL, KueueConfig, create_queues, local_queue
+from tpusim.kueue import (
+    QUEUE_LABEL,
+    KueueConfig,
+    create_queues,
+    create_tas_queues,
+    local_queue,
+    pool_tpu_chips,
+)
 from tpusim.operator_process import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
+#: Kueue's topology-aware scheduling gets pools of its own shape (v6e 2x4, two hosts), so
+#: the v6e 4x4 tests above never see them: three pools for a two-slice object, so Kueue's
+#: choice is a real choice.
+TAS_POOLS = tuple(TPUPool(f"v6e-2x4-tas-{x}", "v6e", "2x4", nodes=2) for x in "abc")
 POOLS = (
     TPUPool("v6e-4x4-kq-a", "v6e", "4x4", nodes=4),
     TPUPool("v6e-4x4-kq-b", "v6e", "4x4", nodes=4),
     CPUPool("cpu-kq", nodes=1),
+    *TAS_POOLS,
 )
+NODEPOOL = "cloud.google.com/gke-nodepool"
 QUEUED = "kueue-op"  # a LocalQueue tpu
 DEFAULTED = "kueue-default"  # a LocalQueue named default
 ONE_SLICE_CHIPS = 16
@@ -84,6 +98,15 @@ def kueue_operator() -> Iterator[E2ECluster]:
             core.create_namespace({"metadata": {"name": name}})
         create_queues(local.api, namespaces=[QUEUED], tpu_chips=ONE_SLICE_CHIPS)
         create_queues(local.api, namespaces=[QUEUED], tpu_chips=2 * ONE_SLICE_CHIPS, name="big")
+        create_tas_queues(
+            local.api,
+            namespaces=[QUEUED],
+            tpu_chips=pool_tpu_chips(TAS_POOLS),
+            node_labels={
+                "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
+                "cloud.google.com/gke-tpu-topology": "2x4",
+            },
+        )
         cluster = E2ECluster(kubeconfig=local.kubeconfig, api=local.api, run_dir=run_dir)
         cluster.custom.create_namespaced_custom_object(
             "kueue.x-k8s.io", "v1beta2", DEFAULTED, "localqueues",
@@ -235,7 +258,8 @@ def test_kueue_admits_and_the_operator_places(kueue_operator: E2ECluster) -> Non
     wait_condition(cluster, DEFAULTED, "c", "KueueAdmitted", "True", "Admitted", timeout_s=120)
     wait_condition(cluster, DEFAULTED, "c", "Ready", "True", timeout_s=180)
 
-    # a Kueue topology annotation on the TPU workers is refused, naming the field
+    # a Kueue topology annotation on the TPU workers below the node-pool level is
+    # refused, naming the field (the node-pool level is adopted: the TAS test below)
     annotated = tsc(
         "d",
         kueue={"queueName": "tpu"},
@@ -244,7 +268,7 @@ def test_kueue_admits_and_the_operator_places(kueue_operator: E2ECluster) -> Non
             "template": {
                 "metadata": {
                     "annotations": {
-                        "kueue.x-k8s.io/podset-required-topology": "cloud.google.com/gke-nodepool"
+                        "kueue.x-k8s.io/podset-required-topology": "kubernetes.io/hostname"
                     }
                 }
             },
@@ -542,4 +566,67 @@ def test_an_elastic_scale_up_waits_for_kueues_gate(kueue_operator: E2ECluster) -
     assert cluster.run_dir is not None
     (cluster.run_dir / "kueue-elastic.json").write_text(
         json.dumps({"scale_up_ready_after_quota_s": round(time.monotonic() - mark, 2)}) + "\n"
+    )
+
+
+def test_kueue_topology_at_the_node_pool_level_chooses_the_pools(
+    kueue_operator: E2ECluster,
+) -> None:
+    """t (two v6e 2x4 slices, two hosts each) through the LocalQueue tas, whose TPU chips
+    are in a topology-aware flavor over a Topology ending at the node pool, asks Kueue
+    for each slice in one node pool. Kueue admits it, its TopologyUngater lifts its gate
+    and pins every worker pod to a pool; the operator claims exactly the pools the pods
+    name, one per slice, and every pod runs in its slice's pool."""
+    cluster = kueue_operator
+    slice_level = {
+        "kueue.x-k8s.io/podset-slice-required-topology": NODEPOOL,
+        "kueue.x-k8s.io/podset-slice-size": "2",
+    }
+    body = tsc(
+        "t",
+        topology="2x4",
+        slices=2,
+        kueue={"queueName": "tas"},
+        worker={
+            "resources": {"cpu": "4", "memory": "16Gi"},
+            "template": {"metadata": {"annotations": slice_level}},
+        },
+    )
+    mark = time.monotonic()
+    apply(cluster, QUEUED, body)
+    wait_condition(cluster, QUEUED, "t", "KueueAdmitted", "True", "Admitted", timeout_s=120)
+    wait_condition(cluster, QUEUED, "t", "Ready", "True", timeout_s=180)
+    ready_s = round(time.monotonic() - mark, 2)
+
+    pods = slice_pods(cluster, QUEUED, "t")
+    workers = [p for p in pods if (p.metadata.labels or {}).get("ray.io/node-type") == "worker"]
+    assert len(workers) == 4, describe(cluster, QUEUED, "t")
+    kueue_pools: dict[str, set[str]] = {}
+    for pod in workers:
+        replica = pod.metadata.labels["ray.io/worker-group-replica-name"]
+        kueue_pools.setdefault(replica, set()).add((pod.spec.node_selector or {})[NODEPOOL])
+        gates = [g.name for g in pod.spec.scheduling_gates or []]
+        assert gates == [], (pod.metadata.name, gates)
+    held = held_by(cluster, QUEUED, "t")
+    assert {r: {p} for r, p in held.items()} == kueue_pools, (held, kueue_pools)
+    assert len(set(held.values())) == 2
+    nodes = {n.metadata.name: n.metadata.labels[NODEPOOL] for n in cluster.core.list_node().items}
+    for pod in workers:
+        replica = pod.metadata.labels["ray.io/worker-group-replica-name"]
+        assert nodes[pod.spec.node_name] == held[replica], (pod.metadata.name, held)
+
+    (workload,) = [
+        w
+        for w in cluster.custom.list_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta2", QUEUED, "workloads"
+        )["items"]
+        if any(o.get("name") == "t" for o in w["metadata"].get("ownerReferences") or [])
+    ]
+    assignments = json.dumps(workload["status"]["admission"]["podSetAssignments"])
+    assert all(pool in assignments for pool in held.values()), assignments
+
+    kubectl(cluster, "delete", "tsc", "-n", QUEUED, "t", "--wait=true", "--timeout=90s")
+    assert cluster.run_dir is not None
+    (cluster.run_dir / "kueue-tas.json").write_text(
+        json.dumps({"ready_s": ready_s, "pools": held}, indent=2) + "\n"
     )
