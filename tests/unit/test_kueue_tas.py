@@ -17,12 +17,14 @@ from tpuslice.model.records import (
     GangMode,
     Holder,
     SliceState,
+    SliceStatus,
     Snapshot,
 )
 from tpuslice.planning.kueue_tas import kueue_choice
 from tpuslice.planning.pools import plan_slices, pool_request
 from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.parts import SpecError
+from tpuslice.status.kueue import with_scale_up_wait
 
 CLUSTER = ClusterRef("ml", "llm", "uid-llm")
 OTHER = Holder("ml", "other", "uid-other", "tpu-zzzzz", 0)
@@ -281,3 +283,11 @@ def test_a_held_slice_is_released_on_its_pool_and_choice_reads_only_live_pods() 
     unplaced = [replace(pods[0], pinned_pool=None), *pods[1:]]
     assert kueue_choice(unplaced).pool is None
     assert "none (1 pods)" in kueue_choice(unplaced).describe()
+
+
+def test_a_slice_waiting_for_kueues_ungater_says_so() -> None:
+    (waiting,) = with_scale_up_wait(
+        [SliceStatus(0, SliceState.WAITING_FOR_CAPACITY, "tpu-aaaaa", None)], topology=True
+    )
+    assert f"carry the {c.KUEUE_TOPOLOGY_GATE} gate" in waiting.message
+    assert "scale-up" not in waiting.message
