@@ -54,10 +54,10 @@ from tpusim.kueue import (
 from tpusim.operator_process import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
-#: Kueue's topology-aware scheduling gets pools of its own shape (v6e 2x4, two hosts), so
-#: the v6e 4x4 tests above never see them: three pools for a two-slice object, so Kueue's
-#: choice is a real choice.
-TAS_POOLS = tuple(TPUPool(f"v6e-2x4-tas-{x}", "v6e", "2x4", nodes=2) for x in "abc")
+#: Kueue's topology-aware scheduling gets pools of its own shape (v5p 2x2x2, two hosts of
+#: four chips), so the v6e 4x4 tests never see them: three pools for a two-slice object,
+#: so Kueue's choice is a real choice.
+TAS_POOLS = tuple(TPUPool(f"v5p-2x2x2-tas-{x}", "v5p", "2x2x2", nodes=2) for x in "abc")
 POOLS = (
     TPUPool("v6e-4x4-kq-a", "v6e", "4x4", nodes=4),
     TPUPool("v6e-4x4-kq-b", "v6e", "4x4", nodes=4),
@@ -103,8 +103,8 @@ def kueue_operator() -> Iterator[E2ECluster]:
             namespaces=[QUEUED],
             tpu_chips=pool_tpu_chips(TAS_POOLS),
             node_labels={
-                "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
-                "cloud.google.com/gke-tpu-topology": "2x4",
+                "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
+                "cloud.google.com/gke-tpu-topology": "2x2x2",
             },
         )
         cluster = E2ECluster(kubeconfig=local.kubeconfig, api=local.api, run_dir=run_dir)
@@ -592,7 +592,7 @@ def _kueue_placement(cluster: E2ECluster, name: str) -> dict[str, list[str]] | N
 def test_kueue_topology_at_the_node_pool_level_chooses_the_pools(
     kueue_operator: E2ECluster,
 ) -> None:
-    """t (two v6e 2x4 slices, two hosts each, PerSlice) through the LocalQueue tas, whose
+    """t (two v5p 2x2x2 slices, two hosts each, PerSlice) through the LocalQueue tas, whose
     TPU chips are in a topology-aware flavor over a Topology ending at the node pool,
     asks Kueue for each slice in one node pool. Kueue admits it and its TopologyUngater
     lifts its gate, pinning every worker pod to a pool. The operator holds exactly the
@@ -606,7 +606,8 @@ def test_kueue_topology_at_the_node_pool_level_chooses_the_pools(
     }
     body = tsc(
         "t",
-        topology="2x4",
+        type_="v5p",
+        topology="2x2x2",
         slices=2,
         kueue={"queueName": "tas"},
         reservation={"gang": "PerSlice"},
