@@ -58,7 +58,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: four chips), so the v6e 4x4 tests never see them: three pools for a two-slice object,
 #: so Kueue's choice is a real choice.
 TAS_POOLS = tuple(TPUPool(f"v5p-2x2x2-tas-{x}", "v5p", "2x2x2", nodes=2) for x in "abc")
-POOLS = (
+POOLS: tuple[TPUPool | CPUPool, ...] = (
     TPUPool("v6e-4x4-kq-a", "v6e", "4x4", nodes=4),
     TPUPool("v6e-4x4-kq-b", "v6e", "4x4", nodes=4),
     CPUPool("cpu-kq", nodes=1),
@@ -569,16 +569,16 @@ def test_an_elastic_scale_up_waits_for_kueues_gate(kueue_operator: E2ECluster) -
     )
 
 
-def _kueue_placement(cluster: E2ECluster, name: str) -> dict[str, list[str]] | None:
+def _kueue_placement(cluster: E2ECluster, name: str, count: int = 4) -> dict[str, list[str]] | None:
     """replica -> the pools Kueue's nodeSelector names on its worker pods, once Kueue's
-    TopologyUngater has lifted its gate from all four; None before."""
+    TopologyUngater has lifted its gate from all ``count``; None before."""
     workers = [
         p
         for p in slice_pods(cluster, QUEUED, name)
         if (p.metadata.labels or {}).get("ray.io/node-type") == "worker"
         and not p.metadata.deletion_timestamp
     ]
-    if len(workers) != 4:
+    if len(workers) != count:
         return None
     placed: dict[str, list[str]] = {}
     for pod in workers:
@@ -598,7 +598,9 @@ def test_kueue_topology_at_the_node_pool_level_chooses_the_pools(
     lifts its gate, pinning every worker pod to a pool. The operator holds exactly the
     pool a slice's pods name and the slice runs there; a slice whose pods Kueue put in
     two pools (Kueue v0.17 lifts the gates of a RayCluster's pods in list order, not by
-    KubeRay replica) gets no pool and says Kueue and the operator disagree."""
+    KubeRay replica) gets no pool and says Kueue and the operator disagree. Beside it u,
+    one slice with ``podset-required-topology`` at the node-pool level, always lands
+    whole in one pool, and holds that one."""
     cluster = kueue_operator
     slice_level = {
         "kueue.x-k8s.io/podset-slice-required-topology": NODEPOOL,
@@ -616,8 +618,21 @@ def test_kueue_topology_at_the_node_pool_level_chooses_the_pools(
             "template": {"metadata": {"annotations": slice_level}},
         },
     )
+    one = tsc(
+        "u",
+        type_="v5p",
+        topology="2x2x2",
+        kueue={"queueName": "tas"},
+        worker={
+            "resources": {"cpu": "4", "memory": "16Gi"},
+            "template": {
+                "metadata": {"annotations": {"kueue.x-k8s.io/podset-required-topology": NODEPOOL}}
+            },
+        },
+    )
     mark = time.monotonic()
     apply(cluster, QUEUED, body)
+    apply(cluster, QUEUED, one)
     wait_condition(cluster, QUEUED, "t", "KueueAdmitted", "True", "Admitted", timeout_s=120)
     placed = kube.wait_for(
         lambda: _kueue_placement(cluster, "t"),
@@ -677,6 +692,17 @@ def test_kueue_topology_at_the_node_pool_level_chooses_the_pools(
     assignments = json.dumps(workload["status"]["admission"]["podSetAssignments"])
     assert all(pool in assignments for pools in placed.values() for pool in pools), assignments
     record["split"] = split
+
+    wait_condition(cluster, QUEUED, "u", "Ready", "True", timeout_s=180)
+    (u_pools,) = kube.wait_for(
+        lambda: _kueue_placement(cluster, "u", count=2),
+        timeout_s=30,
+        what="u's two worker pods placed by Kueue",
+    ).values()
+    assert len(set(u_pools)) == 1, u_pools
+    assert list(held_by(cluster, QUEUED, "u").values()) == u_pools[:1]
+    record["u_pool"] = u_pools[0]
+    kubectl(cluster, "delete", "tsc", "-n", QUEUED, "u", "--wait=true", "--timeout=90s")
 
     kubectl(cluster, "delete", "tsc", "-n", QUEUED, "t", "--wait=true", "--timeout=90s")
     assert cluster.run_dir is not None
