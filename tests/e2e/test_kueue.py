@@ -586,6 +586,7 @@ def _kueue_placement(cluster: E2ECluster, name: str, count: int = 4) -> dict[str
             return None
         replica = pod.metadata.labels["ray.io/worker-group-replica-name"]
         placed.setdefault(replica, []).append((pod.spec.node_selector or {}).get(NODEPOOL, ""))
+    assert all(all(pools) for pools in placed.values()), f"pods Kueue never placed: {placed}"
     return {r: sorted(pools) for r, pools in placed.items()}
 
 
@@ -650,10 +651,10 @@ def test_kueue_topology_at_the_node_pool_level_chooses_the_pools(
         assert all(agreed.get(r) == pool for r, pool in held.items()), (held, placed)
         return (held,) if held == agreed else None
 
-    kube.wait_for(
+    kube.wait_for(  # before Kueue's waitForPodsReady (45 s from admission) would evict
         held_as_kueue_placed,
-        timeout_s=60,
-        what="t holds exactly the pools Kueue placed its slices on",
+        timeout_s=30,
+        what=f"t holds exactly the pools Kueue placed its slices on ({placed})",
         describe=lambda: describe(cluster, QUEUED, "t"),
     )
 

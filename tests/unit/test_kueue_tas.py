@@ -3,14 +3,17 @@ accepted or refused at apply, and Kueue's pool adopted as each slice's only pool
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from tests.support.builders import holder, nodes_of, reservation, slice_pods
+from tpuslice.controller.applier import is_subset, with_kueue_admission
 from tpuslice.controller.cluster import admitted_snapshot
 from tpuslice.model import constants as c
+from tpuslice.model.convert import raycluster_info
 from tpuslice.model.records import (
     Admission,
     ClusterRef,
@@ -22,6 +25,7 @@ from tpuslice.model.records import (
 )
 from tpuslice.planning.kueue_tas import kueue_choice
 from tpuslice.planning.pools import plan_slices, pool_request
+from tpuslice.render.kuberay import render_cluster, render_job
 from tpuslice.spec.cluster import parse_cluster
 from tpuslice.spec.parts import SpecError
 from tpuslice.status.kueue import with_scale_up_wait
@@ -291,3 +295,39 @@ def test_a_slice_waiting_for_kueues_ungater_says_so() -> None:
     )
     assert f"carry the {c.KUEUE_TOPOLOGY_GATE} gate" in waiting.message
     assert "scale-up" not in waiting.message
+
+
+# ------------------------------------------------------------ the applier keeps Kueue's gate
+
+
+def admitted_by_kueue(rendered: dict[str, Any]) -> dict[str, Any]:
+    """``rendered`` as Kueue leaves it at admission (podset.Merge): its pod-set label,
+    Workload annotation and topology gate on the TPU worker template."""
+    live = copy.deepcopy(rendered)
+    spec = live["spec"].get("rayClusterSpec") or live["spec"]
+    template = spec["workerGroupSpecs"][0]["template"]
+    template.setdefault("metadata", {}).setdefault("labels", {})["kueue.x-k8s.io/podset"] = "tpu"
+    template["metadata"].setdefault("annotations", {})["kueue.x-k8s.io/workload"] = "wl"
+    template["spec"].setdefault("schedulingGates", []).append({"name": c.KUEUE_TOPOLOGY_GATE})
+    live["spec"]["suspend"] = False
+    return live
+
+
+@pytest.mark.parametrize("render", [render_cluster, render_job])
+def test_an_apply_carries_kueues_template_additions(render: Any) -> None:
+    body = tsc(SLICE_LEVEL)
+    body["spec"]["job"] = {"entrypoint": "python train.py"} if render is render_job else None
+    if render is render_cluster:
+        del body["spec"]["job"]
+    rendered = render(body)
+    live = raycluster_info(admitted_by_kueue(rendered))
+    assert not is_subset({"spec": rendered["spec"]}, live)  # the gate list differs
+    carried = with_kueue_admission(rendered, live)
+    spec = carried["spec"].get("rayClusterSpec") or carried["spec"]
+    template = spec["workerGroupSpecs"][0]["template"]
+    assert template["spec"]["schedulingGates"][-1] == {"name": c.KUEUE_TOPOLOGY_GATE}
+    assert template["metadata"]["labels"]["kueue.x-k8s.io/podset"] == "tpu"
+    assert template["metadata"]["annotations"]["kueue.x-k8s.io/workload"] == "wl"
+    without_suspend = {k: v for k, v in carried["spec"].items() if k != "suspend"}
+    assert is_subset({"spec": without_suspend}, live)
+    assert with_kueue_admission(rendered, None) == rendered
