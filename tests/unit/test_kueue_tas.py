@@ -203,6 +203,13 @@ def test_pods_of_a_slice_on_different_pools_wait_and_claim_nothing_elsewhere() -
     assert "pool-a (2 pods), pool-b (2 pods)" in waiting.message
 
 
+def test_pods_pinned_to_nodes_by_a_hostname_level_say_the_topology_is_wrong() -> None:
+    pods = kueue_placed("tpu-aaaaa", 0, "pool-a-0", "pool-a-1", "pool-a-2", "pool-a-3")
+    result = plan(pods=pods, desired_slices=1)
+    assert result.claims == ()
+    assert "a Topology level below the node pool" in result.slices[0].message
+
+
 def test_a_pool_held_by_another_object_is_never_swapped_for_a_free_one() -> None:
     pods = kueue_placed("tpu-aaaaa", 0, "pool-a") + kueue_placed("tpu-bbbbb", 1, "pool-b")
     result = plan(pods=pods, reservations=[reservation("pool-a", OTHER)])

@@ -116,11 +116,17 @@ def adopt(
             claims[name] = pool
             left.discard(pool)
             continue
-        if pool is None:
+        if pool is None and choice.pools and not any(p in matching for p, _ in choice.pools):
             why = (
-                "its pods name several node pools (Kueue placed them apart)"
+                f"none of them is a {noun} of this slice's shape (a Topology level below "
+                "the node pool, such as kubernetes.io/hostname, pins each pod to a node; "
+                "Kueue's Topology must end at the node-pool level)"
+            )
+        elif pool is None:
+            why = (
+                f"its pods name several {noun}s (Kueue placed them apart)"
                 if len(choice.pools) > 1
-                else "not every pod names a node pool (Kueue's Topology must end at the "
+                else f"not every pod names a {noun} (Kueue's Topology must end at the "
                 "node-pool level)"
             )
         elif pool in claims.values():
