@@ -11,10 +11,11 @@ AwaitingAdmission; an edit of it is applied and it stays suspended; once the quo
 is free Kueue admits it, Kueue's field manager owns ``spec.suspend`` and an edit never
 suspends it again; in a namespace with a LocalQueue named ``default`` an object that
 names no queue is held by Kueue and says so; a Kueue topology annotation on the TPU
-workers is refused naming the field. Then: the status says when Kueue's
+workers below the node-pool level is refused naming the field. Then: the status says when Kueue's
 WaitForPodsReady evicts, and the eviction gives the pool back; a job is placed; an
 admission gate holds Kueue until the pools are free; an elastic scale-up waits for
-Kueue's gate.
+Kueue's gate; with topology-aware scheduling at the node-pool level Kueue chooses each
+slice's pool and the operator holds exactly that one.
 """
 
 from __future__ import annotations
@@ -42,15 +43,28 @@ from tests.e2e.operator_support import (
     wait_condition,
 )
 from tpusim import ClusterSettings, CPUPool, LocalCluster, ToolPaths, TPUPool, autoscaler, kube
-from tpusim.kueue import QUEUE_LABEL, KueueConfig, create_queues, local_queue
+from tpusim.kueue import (
+    QUEUE_LABEL,
+    KueueConfig,
+    create_queues,
+    create_tas_queues,
+    local_queue,
+    pool_tpu_chips,
+)
 from tpusim.operator_process import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
-POOLS = (
+#: Kueue's topology-aware scheduling gets pools of its own shape (v5p 2x2x2, two hosts of
+#: four chips), so the v6e 4x4 tests never see them: three pools for a two-slice object,
+#: so Kueue's choice is a real choice.
+TAS_POOLS = tuple(TPUPool(f"v5p-2x2x2-tas-{x}", "v5p", "2x2x2", nodes=2) for x in "abc")
+POOLS: tuple[TPUPool | CPUPool, ...] = (
     TPUPool("v6e-4x4-kq-a", "v6e", "4x4", nodes=4),
     TPUPool("v6e-4x4-kq-b", "v6e", "4x4", nodes=4),
     CPUPool("cpu-kq", nodes=1),
+    *TAS_POOLS,
 )
+NODEPOOL = "cloud.google.com/gke-nodepool"
 QUEUED = "kueue-op"  # a LocalQueue tpu
 DEFAULTED = "kueue-default"  # a LocalQueue named default
 ONE_SLICE_CHIPS = 16
@@ -84,6 +98,15 @@ def kueue_operator() -> Iterator[E2ECluster]:
             core.create_namespace({"metadata": {"name": name}})
         create_queues(local.api, namespaces=[QUEUED], tpu_chips=ONE_SLICE_CHIPS)
         create_queues(local.api, namespaces=[QUEUED], tpu_chips=2 * ONE_SLICE_CHIPS, name="big")
+        create_tas_queues(
+            local.api,
+            namespaces=[QUEUED],
+            tpu_chips=pool_tpu_chips(TAS_POOLS),
+            node_labels={
+                "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice",
+                "cloud.google.com/gke-tpu-topology": "2x2x2",
+            },
+        )
         cluster = E2ECluster(kubeconfig=local.kubeconfig, api=local.api, run_dir=run_dir)
         cluster.custom.create_namespaced_custom_object(
             "kueue.x-k8s.io", "v1beta2", DEFAULTED, "localqueues",
@@ -235,7 +258,8 @@ def test_kueue_admits_and_the_operator_places(kueue_operator: E2ECluster) -> Non
     wait_condition(cluster, DEFAULTED, "c", "KueueAdmitted", "True", "Admitted", timeout_s=120)
     wait_condition(cluster, DEFAULTED, "c", "Ready", "True", timeout_s=180)
 
-    # a Kueue topology annotation on the TPU workers is refused, naming the field
+    # a Kueue topology annotation on the TPU workers below the node-pool level is
+    # refused, naming the field (the node-pool level is adopted: the TAS test below)
     annotated = tsc(
         "d",
         kueue={"queueName": "tpu"},
@@ -244,7 +268,7 @@ def test_kueue_admits_and_the_operator_places(kueue_operator: E2ECluster) -> Non
             "template": {
                 "metadata": {
                     "annotations": {
-                        "kueue.x-k8s.io/podset-required-topology": "cloud.google.com/gke-nodepool"
+                        "kueue.x-k8s.io/podset-required-topology": "kubernetes.io/hostname"
                     }
                 }
             },
@@ -543,3 +567,164 @@ def test_an_elastic_scale_up_waits_for_kueues_gate(kueue_operator: E2ECluster) -
     (cluster.run_dir / "kueue-elastic.json").write_text(
         json.dumps({"scale_up_ready_after_quota_s": round(time.monotonic() - mark, 2)}) + "\n"
     )
+
+
+def _kueue_placement(cluster: E2ECluster, name: str, count: int = 4) -> dict[str, list[str]] | None:
+    """replica -> the pools Kueue's nodeSelector names on its worker pods, once Kueue's
+    TopologyUngater has lifted its gate from all ``count``; None before."""
+    workers = [
+        p
+        for p in slice_pods(cluster, QUEUED, name)
+        if (p.metadata.labels or {}).get("ray.io/node-type") == "worker"
+        and not p.metadata.deletion_timestamp
+    ]
+    if len(workers) != count:
+        return None
+    placed: dict[str, list[str]] = {}
+    for pod in workers:
+        if "kueue.x-k8s.io/topology" in [g.name for g in pod.spec.scheduling_gates or []]:
+            return None
+        replica = pod.metadata.labels["ray.io/worker-group-replica-name"]
+        placed.setdefault(replica, []).append((pod.spec.node_selector or {}).get(NODEPOOL, ""))
+    assert all(all(pools) for pools in placed.values()), f"pods Kueue never placed: {placed}"
+    return {r: sorted(pools) for r, pools in placed.items()}
+
+
+def _assigned_pools(assignment: dict[str, Any]) -> set[str]:
+    """The domain values of a Workload's ``topologyAssignment`` (kubernetes-sigs/kueue
+    v0.17.0 apis/kueue/v1beta2 workload_types.go: per slice, each level's values either
+    ``universal`` or ``individual`` as ``prefix`` + root + ``suffix``)."""
+    out: set[str] = set()
+    for part in assignment.get("slices") or []:
+        for level in part.get("valuesPerLevel") or []:
+            if level.get("universal"):
+                out.add(level["universal"])
+            each = level.get("individual") or {}
+            prefix, suffix = each.get("prefix", ""), each.get("suffix", "")
+            out |= {f"{prefix}{root}{suffix}" for root in each.get("roots") or []}
+    return out
+
+
+def test_kueue_topology_at_the_node_pool_level_chooses_the_pools(
+    kueue_operator: E2ECluster,
+) -> None:
+    """t (two v5p 2x2x2 slices, two hosts each, PerSlice) through the LocalQueue tas, whose
+    TPU chips are in a topology-aware flavor over a Topology ending at the node pool,
+    asks Kueue for each slice in one node pool. Kueue admits it and its TopologyUngater
+    lifts its gate, pinning every worker pod to a pool. The operator holds exactly the
+    pool a slice's pods name and the slice runs there; a slice whose pods Kueue put in
+    two pools (Kueue v0.17 lifts the gates of a RayCluster's pods in list order, not by
+    KubeRay replica) gets no pool and says Kueue and the operator disagree. Beside it u,
+    one slice with ``podset-required-topology`` at the node-pool level, always lands
+    whole in one pool, and holds that one."""
+    cluster = kueue_operator
+    slice_level = {
+        "kueue.x-k8s.io/podset-slice-required-topology": NODEPOOL,
+        "kueue.x-k8s.io/podset-slice-size": "2",
+    }
+    body = tsc(
+        "t",
+        type_="v5p",
+        topology="2x2x2",
+        slices=2,
+        kueue={"queueName": "tas"},
+        reservation={"gang": "PerSlice"},
+        worker={
+            "resources": {"cpu": "4", "memory": "16Gi"},
+            "template": {"metadata": {"annotations": slice_level}},
+        },
+    )
+    one = tsc(
+        "u",
+        type_="v5p",
+        topology="2x2x2",
+        kueue={"queueName": "tas"},
+        worker={
+            "resources": {"cpu": "4", "memory": "16Gi"},
+            "template": {
+                "metadata": {"annotations": {"kueue.x-k8s.io/podset-required-topology": NODEPOOL}}
+            },
+        },
+    )
+    mark = time.monotonic()
+    apply(cluster, QUEUED, body)
+    apply(cluster, QUEUED, one)
+    wait_condition(cluster, QUEUED, "t", "KueueAdmitted", "True", "Admitted", timeout_s=120)
+    placed = kube.wait_for(
+        lambda: _kueue_placement(cluster, "t"),
+        timeout_s=60,
+        what="Kueue's ungater placed t's four worker pods",
+        describe=lambda: describe(cluster, QUEUED, "t"),
+    )
+    record: dict[str, Any] = {"kueue_placement": placed}
+    agreed = {r: pools[0] for r, pools in placed.items() if len(set(pools)) == 1}
+    split = sorted(r for r in placed if r not in agreed)
+
+    def held_as_kueue_placed() -> tuple[dict[str, str]] | None:
+        held = held_by(cluster, QUEUED, "t")
+        # never a pool other than the one the slice's pods name, at any moment
+        assert all(agreed.get(r) == pool for r, pool in held.items()), (held, placed)
+        return (held,) if held == agreed else None
+
+    kube.wait_for(  # before Kueue's waitForPodsReady (45 s from admission) would evict
+        held_as_kueue_placed,
+        timeout_s=30,
+        what=f"t holds exactly the pools Kueue placed its slices on ({placed})",
+        describe=lambda: describe(cluster, QUEUED, "t"),
+    )
+
+    def disagreeing() -> list[str]:
+        slices = get_tsc(cluster, QUEUED, "t")["status"]["slices"]
+        return sorted(
+            str(s.get("replica"))
+            for s in slices
+            if s["state"] == "WaitingForCapacity"
+            and "Kueue and the operator disagree" in s.get("message", "")
+        )
+
+    if split:
+        kube.wait_for(
+            lambda: disagreeing() == split,
+            timeout_s=30,
+            what="t's split slices say Kueue and the operator disagree",
+            describe=lambda: describe(cluster, QUEUED, "t"),
+        )
+    if not split:
+        wait_condition(cluster, QUEUED, "t", "Ready", "True", timeout_s=180)
+        record["ready_s"] = round(time.monotonic() - mark, 2)
+        listed = cluster.core.list_node().items
+        nodes = {n.metadata.name: n.metadata.labels[NODEPOOL] for n in listed}
+        for pod in slice_pods(cluster, QUEUED, "t"):
+            replica = (pod.metadata.labels or {}).get("ray.io/worker-group-replica-name")
+            if replica:
+                assert nodes[pod.spec.node_name] == agreed[replica], (pod.metadata.name, agreed)
+    (workload,) = [
+        w
+        for w in cluster.custom.list_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta2", QUEUED, "workloads"
+        )["items"]
+        if any(o.get("name") == "t" for o in w["metadata"].get("ownerReferences") or [])
+    ]
+    assigned = {
+        pool
+        for assignment in workload["status"]["admission"]["podSetAssignments"]
+        for pool in _assigned_pools(assignment.get("topologyAssignment") or {})
+    }
+    assert {pool for pools in placed.values() for pool in pools} <= assigned, assigned
+    record["split"] = split
+
+    wait_condition(cluster, QUEUED, "u", "Ready", "True", timeout_s=180)
+    (u_pools,) = kube.wait_for(
+        lambda: _kueue_placement(cluster, "u", count=2),
+        timeout_s=30,
+        what="u's two worker pods placed by Kueue",
+    ).values()
+    assert len(set(u_pools)) == 1, u_pools
+    assert list(held_by(cluster, QUEUED, "u").values()) == u_pools[:1]
+    record["u_pool"] = u_pools[0]
+    kubectl(cluster, "delete", "tsc", "-n", QUEUED, "u", "--wait=true", "--timeout=90s")
+
+    kubectl(cluster, "delete", "tsc", "-n", QUEUED, "t", "--wait=true", "--timeout=90s")
+    assert cluster.run_dir is not None
+    (cluster.run_dir / "kueue-tas.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(json.dumps(record, indent=2))

@@ -31,6 +31,8 @@ from tpusim.kueue import (
     private_etc_argv,
     probe_raycluster,
     resource_flavor,
+    tas_cluster_queue,
+    topology,
     webhook_configurations,
     write_serving_cert,
 )
@@ -242,6 +244,28 @@ def test_queues_over_the_tpu_pools_chips() -> None:
     assert resource_flavor("tpu", {"a": "b"})["spec"] == {"nodeLabels": {"a": "b"}}
     with pytest.raises(ValueError, match=r"google\.com/tpu: -1"):
         cluster_queue("tpu", "tpu", tpu_chips=-1)
+
+
+def test_topology_aware_queues_keep_the_chips_in_the_topology_flavor() -> None:
+    levels = ["cloud.google.com/gce-topology-block", "cloud.google.com/gke-nodepool"]
+    assert topology("tas", levels)["spec"]["levels"] == [{"nodeLabel": x} for x in levels]
+    with pytest.raises(ValueError, match="only be the last"):
+        topology("tas", ["kubernetes.io/hostname", "cloud.google.com/gke-nodepool"])
+    with pytest.raises(ValueError, match="distinct"):
+        topology("tas", [])
+    labels = {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice"}
+    assert resource_flavor("tas", labels, topology_name="tas")["spec"] == {
+        "nodeLabels": labels,
+        "topologyName": "tas",
+    }
+    with pytest.raises(ValueError, match="needs node_labels"):
+        resource_flavor("tas", topology_name="tas")
+    cq = tas_cluster_queue("tas", plain_flavor="tas-plain", tas_flavor="tas", tpu_chips=32)
+    plain, tas = cq["spec"]["resourceGroups"][0]["flavors"]
+    assert plain["name"] == "tas-plain"
+    assert {"name": "google.com/tpu", "nominalQuota": 0} in plain["resources"]
+    assert tas["name"] == "tas"
+    assert {"name": "google.com/tpu", "nominalQuota": 32} in tas["resources"]
 
 
 def test_the_webhook_probe_names_a_queue() -> None:

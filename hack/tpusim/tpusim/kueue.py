@@ -47,10 +47,13 @@ __all__ = [
     "KueueConfig",
     "cluster_queue",
     "conversion_patched_crd",
+    "create_tas_queues",
     "local_queue",
     "manager_configuration",
     "pool_tpu_chips",
     "resource_flavor",
+    "tas_cluster_queue",
+    "topology",
     "webhook_configurations",
     "write_serving_cert",
 ]
@@ -59,6 +62,9 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_API = f"{KUEUE_GROUP}/v1beta2"
 #: The label a job names its LocalQueue with (Kueue's ``constants.QueueLabel``).
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: The node labels of the node-pool level and the hostname level of a Topology.
+NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 #: Kueue's own namespace (its default when not run in a pod); events and leases go there.
 KUEUE_NAMESPACE = "kueue-system"
 #: The extended resource GKE's TPU device plugin advertises (the fake pools' nodes too).
@@ -224,12 +230,21 @@ def pool_tpu_chips(pools: Iterable[NodePool]) -> int:
     return sum(p.nodes * p.chips_per_node for p in pools if isinstance(p, TPUPool))
 
 
-def resource_flavor(name: str, node_labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+def resource_flavor(
+    name: str, node_labels: Mapping[str, str] | None = None, topology_name: str = ""
+) -> dict[str, Any]:
     """A ResourceFlavor. Without ``node_labels`` Kueue adds no node selector at
-    admission, so placement stays the scheduler's (and the operator's) choice."""
+    admission, so placement stays the scheduler's (and the operator's) choice. With
+    ``topology_name`` it is a topology-aware-scheduling flavor over the nodes carrying
+    ``node_labels`` (Kueue requires at least one then: apis/kueue/v1beta2
+    resourceflavor_types.go)."""
+    if topology_name and not node_labels:
+        raise ValueError(f"resource flavor {name}: a topology flavor needs node_labels")
     spec: dict[str, Any] = {}
     if node_labels:
         spec["nodeLabels"] = dict(node_labels)
+    if topology_name:
+        spec["topologyName"] = topology_name
     return {
         "apiVersion": KUEUE_API,
         "kind": "ResourceFlavor",
@@ -281,6 +296,52 @@ def cluster_queue(
             ],
         },
     }
+
+
+def topology(name: str, levels: Sequence[str]) -> dict[str, Any]:
+    """A Topology: node labels from the widest level to the narrowest (apis/kueue/v1beta2
+    topology_types.go). ``kubernetes.io/hostname`` is optional and only ever the last;
+    without it Kueue's assignment stops at the last level given, and its TopologyUngater
+    adds every assigned level's label to the pod's nodeSelector
+    (pkg/controller/tas/topology_ungater.go)."""
+    if not levels or len(set(levels)) != len(levels):
+        raise ValueError(f"topology {name}: levels must be distinct and at least one")
+    if HOSTNAME_LABEL in levels[:-1]:
+        raise ValueError(f"topology {name}: {HOSTNAME_LABEL} can only be the last level")
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "Topology",
+        "metadata": {"name": name},
+        "spec": {"levels": [{"nodeLabel": label} for label in levels]},
+    }
+
+
+def tas_cluster_queue(
+    name: str,
+    *,
+    plain_flavor: str,
+    tas_flavor: str,
+    tpu_chips: int,
+    cpu: int = 1000,
+    memory: str = "4Ti",
+) -> dict[str, Any]:
+    """A ClusterQueue whose TPU chips are only in ``tas_flavor`` (topology-aware): the
+    Ray head, asking for cpu and memory only, fits ``plain_flavor`` first and is placed
+    by the scheduler as usual; a TPU worker pod set, asking for chips, can only have the
+    topology flavor (Kueue tries a resource group's flavors in order)."""
+    queue = cluster_queue(name, plain_flavor, tpu_chips=0, cpu=cpu, memory=memory)
+    (group,) = queue["spec"]["resourceGroups"]
+    group["flavors"].append(
+        {
+            "name": tas_flavor,
+            "resources": [
+                _quota("cpu", cpu),
+                _quota("memory", memory),
+                _quota(TPU_RESOURCE, tpu_chips),
+            ],
+        }
+    )
+    return queue
 
 
 def local_queue(namespace: str, name: str, cluster_queue_name: str) -> dict[str, Any]:
@@ -411,6 +472,49 @@ def create_queues(
     cluster_scoped = [
         ("resourceflavors", resource_flavor(name, node_labels)),
         ("clusterqueues", cluster_queue(name, name, tpu_chips=tpu_chips)),
+    ]
+    for plural, body in cluster_scoped:
+        try:
+            objects.create_cluster_custom_object(KUEUE_GROUP, "v1beta2", plural, body)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    for namespace in namespaces:
+        try:
+            objects.create_namespaced_custom_object(
+                KUEUE_GROUP, "v1beta2", namespace, "localqueues", local_queue(namespace, name, name)
+            )
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+
+def create_tas_queues(
+    api: Any,
+    *,
+    namespaces: Iterable[str],
+    tpu_chips: int,
+    node_labels: Mapping[str, str],
+    name: str = "tas",
+    levels: Sequence[str] = (NODEPOOL_LABEL,),
+) -> None:
+    """Kueue's topology-aware scheduling over the nodes carrying ``node_labels``: a
+    Topology ``name`` of ``levels`` (the node pool by default), a topology flavor
+    ``name`` over those nodes, a plain flavor ``<name>-plain`` for what asks for no
+    chips, a ClusterQueue ``name`` over both (``tas_cluster_queue``) and a LocalQueue
+    ``name`` in each of ``namespaces``; opt-in beside ``create_queues``, existing ones
+    are left as they are."""
+    objects: Any = client.CustomObjectsApi(api)
+    cluster_scoped = [
+        ("topologies", topology(name, levels)),
+        ("resourceflavors", resource_flavor(name, node_labels, topology_name=name)),
+        ("resourceflavors", resource_flavor(f"{name}-plain")),
+        (
+            "clusterqueues",
+            tas_cluster_queue(
+                name, plain_flavor=f"{name}-plain", tas_flavor=name, tpu_chips=tpu_chips
+            ),
+        ),
     ]
     for plural, body in cluster_scoped:
         try:

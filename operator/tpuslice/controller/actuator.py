@@ -273,6 +273,7 @@ def _request(
         capacity_types=spec.capacity_types,
         previous_pools=previous_pools(cluster.get("status") or {}),
         minimum=None if spec.elastic is None else spec.elastic.min_slices,
+        kueue_pools=spec.kueue_picks_pools,
         # the queue's decision is read from the snapshot alone; the wall clock only
         # moves which announced maintenance is "soon" (spec.disruption)
         maintenance_before=maintenance_before(
@@ -818,6 +819,7 @@ class SliceActuator:
                     now, spec.disruption.avoid_maintenance_within_s
                 ),
                 grace_seconds=spec.disruption.grace_period_s,
+                kueue_pools=spec.kueue_picks_pools,
             )
             if keep_pools:
                 frees = kept_frees(

@@ -47,6 +47,7 @@ __all__ = [
     "name_taken_message",
     "rejection_message",
     "with_admission_hold",
+    "with_kueue_admission",
     "with_kueue_count",
     "with_live_autoscaling",
 ]
@@ -227,6 +228,93 @@ def with_kueue_count(
     return out
 
 
+def _kueue_key(key: Any) -> bool:
+    return str(key).startswith(c.KUEUE_GATE_PREFIX)
+
+
+def _carry_kueue_template(
+    template: Mapping[str, Any], live: Mapping[str, Any]
+) -> Mapping[str, Any]:
+    """``template`` with what Kueue added to the ``live`` one at admission: its labels,
+    annotations and scheduling gates (``kueue.x-k8s.io/...``) that the rendering lacks."""
+    meta = template.get("metadata") or {}
+    live_meta = live.get("metadata") or {}
+    spec = template.get("spec") or {}
+    gates = list(spec.get("schedulingGates") or [])
+    names = {g.get("name") for g in gates if isinstance(g, Mapping)}
+    added_gates = [
+        g
+        for g in (live.get("spec") or {}).get("schedulingGates") or []
+        if isinstance(g, Mapping) and _kueue_key(g.get("name")) and g.get("name") not in names
+    ]
+    out_meta = dict(meta)
+    for field_name in ("labels", "annotations"):
+        mine = dict(meta.get(field_name) or {})
+        theirs = {
+            k: v
+            for k, v in (live_meta.get(field_name) or {}).items()
+            if _kueue_key(k) and k not in mine
+        }
+        if theirs:
+            out_meta[field_name] = {**mine, **theirs}
+    if not added_gates and out_meta == meta:
+        return template
+    out = {**template, "metadata": out_meta}
+    if added_gates:
+        out["spec"] = {**spec, "schedulingGates": gates + added_gates}
+    return out
+
+
+def with_kueue_admission(
+    rendered: Mapping[str, Any], actual: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The apply (and the comparison before it) carrying what Kueue wrote into the pod
+    templates when it admitted the object: its pod-set label and Workload annotation,
+    and its scheduling gates, ``kueue.x-k8s.io/topology`` of topology-aware scheduling
+    above all (kubernetes-sigs/kueue v0.17.0 pkg/podset/podset.go ``Merge``, called by
+    the RayCluster and RayJob integrations' ``RunWithPodSetsInfo``). KubeRay declares
+    ``workerGroupSpecs`` without a list type, so an apply sets every field of every
+    group: sent without them, the apply would take Kueue's gate off the template (new
+    pods would be placed by no one) and its label off (Kueue's TopologyUngater finds a
+    pod set's pods by it), and a gate list longer than the rendering's would make every
+    pass apply. Only Kueue's keys are carried; the rest stays as rendered."""
+    out = dict(rendered)
+    if actual is None:
+        return out
+    prefix = "rayClusterSpec" if rendered.get("kind") == c.RAY_KIND_JOB else ""
+    spec = rendered.get("spec") or {}
+    live_spec = actual.get("spec") or {}
+    cluster = spec.get(prefix) if prefix else spec
+    live_cluster = live_spec.get(prefix) if prefix else live_spec
+    if not isinstance(cluster, Mapping) or not isinstance(live_cluster, Mapping):
+        return out
+    new_cluster = dict(cluster)
+    head = (cluster.get("headGroupSpec") or {}).get("template")
+    live_head = (live_cluster.get("headGroupSpec") or {}).get("template")
+    if isinstance(head, Mapping) and isinstance(live_head, Mapping):
+        carried_head = _carry_kueue_template(head, live_head)
+        if carried_head is not head:
+            new_cluster["headGroupSpec"] = {**cluster["headGroupSpec"], "template": carried_head}
+    live_groups = {
+        g.get("groupName"): g.get("template")
+        for g in live_cluster.get("workerGroupSpecs") or []
+        if isinstance(g, Mapping) and isinstance(g.get("template"), Mapping)
+    }
+    groups = []
+    for group in cluster.get("workerGroupSpecs") or []:
+        live_template = live_groups.get(group.get("groupName"))
+        template = group.get("template")
+        if isinstance(template, Mapping) and live_template is not None:
+            carried = _carry_kueue_template(template, live_template)
+            if carried is not template:
+                group = {**group, "template": carried}
+        groups.append(group)
+    if "workerGroupSpecs" in cluster:
+        new_cluster["workerGroupSpecs"] = groups
+    out["spec"] = {**spec, prefix: new_cluster} if prefix else new_cluster
+    return out
+
+
 def with_live_autoscaling(
     rendered: Mapping[str, Any], actual: Mapping[str, Any] | None
 ) -> dict[str, Any]:
@@ -389,6 +477,7 @@ class KubeRayApplier:
             return Applied(ok=True)  # applied by an earlier pass; the watch has not shown it
         # compared with the live count and workersToDelete carried in, so the autoscaler's
         # patches alone never make an apply
+        rendered = with_kueue_admission(rendered, actual)
         carried = with_live_autoscaling(rendered, actual)
         wanted = {"labels": rendered["metadata"]["labels"], "spec": carried["spec"]}
         owner_uid = rendered["metadata"]["ownerReferences"][0]["uid"]

@@ -140,7 +140,7 @@ def observed_of(
     elif kueue is not None and kueue.admitted:
         slices = with_eviction_deadline(kueue, slices)
         if any(p.kueue_gated for p in snap.pods):
-            slices = with_scale_up_wait(slices)
+            slices = with_scale_up_wait(slices, topology=spec.kueue_picks_pools)
     return Observed(
         generation=generation(body),
         accelerator_type=spec.shape.accelerator_type,

@@ -296,6 +296,14 @@ KUEUE_GATE_PREFIX: Final = f"{KUEUE_GROUP}/"
 KUEUE_REQUIRED_TOPOLOGY: Final = f"{KUEUE_GROUP}/podset-required-topology"
 KUEUE_PREFERRED_TOPOLOGY: Final = f"{KUEUE_GROUP}/podset-preferred-topology"
 KUEUE_TAS_PREFIX: Final = f"{KUEUE_GROUP}/podset-"
+#: The slice form of a TAS request: every ``podset-slice-size`` pods of the pod set in one
+#: domain of the ``podset-slice-required-topology`` level (PodSetSliceRequiredTopology-
+#: Annotation, PodSetSliceSizeAnnotation), and the gate Kueue's TopologyUngater lifts
+#: (TopologySchedulingGate) when it adds the assigned domain's labels to the pod's
+#: nodeSelector (pkg/controller/tas/topology_ungater.go).
+KUEUE_SLICE_REQUIRED_TOPOLOGY: Final = f"{KUEUE_GROUP}/podset-slice-required-topology"
+KUEUE_SLICE_SIZE: Final = f"{KUEUE_GROUP}/podset-slice-size"
+KUEUE_TOPOLOGY_GATE: Final = f"{KUEUE_GROUP}/topology"
 #: Kueue's annotation holding a job's Workload from admission while it names any gate
 #: (a comma-separated list; only at create, gates only removed later; feature gate
 #: AdmissionGatedBy, alpha and off by default: pkg/constants/constants.go,

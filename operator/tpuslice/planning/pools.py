@@ -50,6 +50,7 @@ from tpuslice.planning.disruption import (
     stuck_pods,
 )
 from tpuslice.planning.elastic import plan_terms
+from tpuslice.planning.kueue_tas import adopt, chosen_pools
 from tpuslice.planning.nodeclass import (
     QUARANTINED,
     WantedShape,
@@ -598,6 +599,7 @@ def plan_slices(
     minimum: int | None = None,
     maintenance_before: int | None = None,
     grace_seconds: int = 30,
+    kueue_pools: bool = False,
 ) -> SlicePlan:
     """Decide claims, releases and frees for one TPUSliceCluster from a snapshot.
 
@@ -637,6 +639,10 @@ def plan_slices(
     ``now`` (the clock, for single-host slices): a slice holding a node whose released
     pod could not schedule there for ``busy.BUSY_AFTER_SECONDS`` moves
     (``SlicePlan.moves``); without it nothing moves.
+
+    ``kueue_pools``: Kueue's topology-aware scheduling chose each slice's node pool
+    (``SliceClusterSpec.kueue_picks_pools``): a slice claims only the pool its pods'
+    nodeSelector names, or waits saying why (``kueue_tas.adopt``).
     """
     wanted = _Wanted(accelerator, topology, hosts, chips_per_host)
     replicas, unindexed = group_replicas(pods, hosts)
@@ -712,7 +718,25 @@ def plan_slices(
             desired_slices = terms.desired
     need = max(0, desired_slices - len(holding)) if all_slices else len(unheld)
     gang_ready = len(unheld) >= need
-    if gated and not (stalled and all_slices):
+    kueue_waits: dict[str, str] = {}
+    if gated and kueue_pools and not (stalled and all_slices):
+        wanting = unheld[:need] if all_slices else unheld
+        assignment, kueue_waits = adopt(
+            [(r.name, r.live) for r in wanting],
+            free,
+            matching=matching,
+            held_by_others=held_by_others,
+            held_by_ours=held_by_ours,
+            problem=lambda pool: _pool_problem(matching[pool], wanted, owned),
+            granted=admission.pools if admission is not None else None,
+            queue_message=admission.message if admission is not None else "",
+            noun=noun,
+        )
+        if stalled:
+            assignment = {}
+        if all_slices and not (gang_ready and len(assignment) == need):
+            assignment = {}
+    elif gated and not (stalled and all_slices):
         wanting = unheld[:need] if all_slices else unheld
         assignment = _assign(
             wanting,
@@ -829,7 +853,7 @@ def plan_slices(
                         replica.name,
                         None,
                         0,
-                        waiting_message(),
+                        kueue_waits.get(replica.name) or waiting_message(),
                     ),
                 )
                 continue
@@ -1052,13 +1076,16 @@ def pool_request(
     previous_pools: Mapping[int, str] | None = None,
     minimum: int | None = None,
     maintenance_before: int | None = None,
+    kueue_pools: bool = False,
 ) -> PoolRequest:
     """The cluster's entry in its shape's queue, counted the way plan_slices counts:
     ``held`` = its reservations of live slices, ``claimable`` = live slices without
     one, ``idle`` = held pools whose slice has no pod released yet, ``live_pods`` = its
     pods not being deleted (those not yet labelled with a slice too: any pod proves the
     namespace's quota admitted it). The shell builds one per gated TSC of the shape,
-    from its pods and reservations (the same snapshot)."""
+    from its pods and reservations (the same snapshot). ``kueue_pools``: Kueue chose
+    each slice's pool (``kueue_tas``): those pools, not the ones its slices held before,
+    are the ones the queue sets aside for it first."""
     pods = list(pods)
     replicas, _ = group_replicas(pods, hosts)
     ours = {r.holder.replica_name: r for r in reservations if cluster.holds(r.holder)}
@@ -1077,7 +1104,11 @@ def pool_request(
         created=created,
         idle=sum(1 for r in holding if all(p.gated for p in r.live)),
         capacity_types=tuple(capacity_types),
-        previous=tuple(sorted(set((previous_pools or {}).values()))),
+        previous=(
+            chosen_pools(r.live for r in live if r.name not in ours)
+            if kueue_pools
+            else tuple(sorted(set((previous_pools or {}).values())))
+        ),
         live_pods=sum(1 for p in pods if not p.deleting),
         maintenance_before=maintenance_before,
     )

@@ -46,6 +46,7 @@ __all__ = [
     "WorkerGroupSpec",
     "as_object",
     "default_image",
+    "kueue_pool_level",
     "object_labels",
 ]
 
@@ -382,6 +383,14 @@ class SliceClusterSpec:
         (``planning.partitions``) instead of held as one node pool."""
         return self.reservation_policy == "DynamicSlice"
 
+    @property
+    def kueue_picks_pools(self) -> bool:
+        """Whether Kueue's topology-aware scheduling chooses each slice's node pool (the
+        worker template asks for the node-pool level, accepted only with spec.kueue):
+        the planner then adopts the pool Kueue's nodeSelector names on the slice's pods
+        (``planning.kueue_tas``) instead of choosing one."""
+        return self.kueue is not None and bool(kueue_pool_level(self.worker.template))
+
 
 @dataclass(frozen=True)
 class OwnedClusterSpec:
@@ -541,28 +550,167 @@ def _refuse_sub_slicing(template: Mapping[str, Any], path: str, errors: list[Fie
         )
 
 
-def _refuse_kueue_topology(
-    template: Mapping[str, Any], path: str, errors: list[FieldError]
-) -> None:
-    """Kueue's topology-aware scheduling annotations (``kueue.x-k8s.io/podset-*``: required,
-    preferred, unconstrained and slice topology; kubernetes-sigs/kueue v0.17.0
-    apis/kueue/v1beta2/topology_types.go) make Kueue choose the nodes of a TPU worker
-    pod set, gate its pods with ``kueue.x-k8s.io/topology`` and add its own node
-    selector when it lifts the gate; the operator chooses a node pool per slice and pins
-    the pods to it. Two placements of one pod would collide (a pod's node selector can
-    only be added to while gated, never changed), so every level is refused, the node
-    pool's included: adopting Kueue's assignment as the pool choice is not built."""
+#: The TAS annotations of the node-pool level forms (judged by ``_kueue_pool_level``).
+_KUEUE_POOL_LEVEL_KEYS = frozenset(
+    {
+        constants.KUEUE_REQUIRED_TOPOLOGY,
+        constants.KUEUE_SLICE_REQUIRED_TOPOLOGY,
+        constants.KUEUE_SLICE_SIZE,
+    }
+)
+
+
+def _template_annotations(template: Mapping[str, Any]) -> Mapping[str, Any]:
     metadata = template.get("metadata")
     annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    if not isinstance(annotations, Mapping):
-        return
+    return annotations if isinstance(annotations, Mapping) else {}
+
+
+def kueue_pool_level(template: Mapping[str, Any]) -> dict[str, str]:
+    """The TAS annotations of the node-pool level forms on a worker template (empty
+    when it has none); whether they are a valid request is ``_kueue_pool_level``'s."""
+    return {
+        str(k): str(v)
+        for k, v in _template_annotations(template).items()
+        if k in _KUEUE_POOL_LEVEL_KEYS
+    }
+
+
+def _refuse_kueue_topology(
+    template: Mapping[str, Any], path: str, errors: list[FieldError], *, tpu_group: bool
+) -> None:
+    """Kueue's topology-aware scheduling annotations (``kueue.x-k8s.io/podset-*``: required,
+    preferred, unconstrained, slice topology, multi-level constraints, pod set groups;
+    kubernetes-sigs/kueue v0.17.0 apis/kueue/v1beta2/topology_types.go) make Kueue choose
+    the nodes of a pod set, gate its pods with ``kueue.x-k8s.io/topology`` and add the
+    chosen domain's labels to their nodeSelector when it lifts the gate
+    (pkg/controller/tas/topology_ungater.go); the operator chooses a node pool per slice
+    and pins the pods to it. A gated pod's nodeSelector can only be added to, never
+    changed, so the two choices can only meet where Kueue's domain is a node pool: on a
+    TPU group the node-pool level forms are judged by ``_kueue_pool_level`` (the
+    operator then adopts Kueue's pool); every other level and annotation is refused,
+    and on a CPU group every one (its pods are not the operator's to place, and Kueue
+    would place them on the TPU flavor's nodes)."""
+    keep = _KUEUE_POOL_LEVEL_KEYS if tpu_group else frozenset()
+    annotations = _template_annotations(template)
     for key in sorted(k for k in annotations if str(k).startswith(constants.KUEUE_TAS_PREFIX)):
+        if key in keep:
+            continue
         errors.append(
             FieldError(
                 f"{path}.metadata.annotations[{key}]",
-                "asks Kueue's topology-aware scheduling to place the TPU workers, which the "
+                "asks Kueue's topology-aware scheduling to place the workers, which the "
                 "operator places on a reserved node pool per slice; remove it (Kueue still "
-                "admits the object by quota)",
+                "admits the object by quota), or on a TPU group let Kueue choose each "
+                f"slice's node pool: {constants.KUEUE_SLICE_REQUIRED_TOPOLOGY}: "
+                f"{constants.NODE_LABEL_NODEPOOL} with {constants.KUEUE_SLICE_SIZE} the "
+                "slice's hosts",
+            )
+        )
+
+
+def _kueue_pool_level(
+    template: Mapping[str, Any],
+    path: str,
+    errors: list[FieldError],
+    *,
+    hosts: int,
+    one_slice: bool,
+    kueue: bool,
+    policy: str,
+    provisioning: bool,
+) -> None:
+    """A TPU group's node-pool level TAS request: Kueue then chooses each slice's node
+    pool and the operator holds and pins that pool (README "Kueue"). Accepted as
+    ``podset-slice-required-topology: cloud.google.com/gke-nodepool`` with
+    ``podset-slice-size`` the slice's hosts (Kueue puts every ``hosts`` pods of the pod
+    set in one pool: one slice per pool), or ``podset-required-topology:
+    cloud.google.com/gke-nodepool`` when the group has exactly one slice (every pod in
+    one pool); only with spec.kueue, reservation.policy NodePool, multi-host slices
+    (a single-host slice holds a node, not a pool) and no capacity on demand (Kueue
+    admits onto pools that exist)."""
+    found = kueue_pool_level(template)
+    if not found:
+        return
+    at = f"{path}.metadata.annotations"
+    pool = constants.NODE_LABEL_NODEPOOL
+    required = found.get(constants.KUEUE_REQUIRED_TOPOLOGY)
+    per_slice = found.get(constants.KUEUE_SLICE_REQUIRED_TOPOLOGY)
+    size = found.get(constants.KUEUE_SLICE_SIZE)
+    first = f"{at}[{sorted(found)[0]}]"
+    why = ""
+    if not kueue:
+        why = "needs spec.kueue (Kueue chooses the pool only for an object it admits); "
+        why += "set spec.kueue.queueName or remove it"
+    elif policy != "NodePool":
+        why = "needs spec.reservation.policy NodePool (Kueue's choice is a node pool the "
+        why += "operator then holds); remove it or set the policy NodePool"
+    elif provisioning:
+        why = "cannot be used with spec.reservation.provisioning (Kueue admits onto node "
+        why += "pools that exist); remove one of them"
+    elif hosts == 1:
+        why = "needs multi-host slices (a single-host slice holds one node, not a node "
+        why += "pool); remove it"
+    if why:
+        errors.append(FieldError(first, why))
+        return
+    if required is not None and per_slice is not None:
+        errors.append(
+            FieldError(
+                f"{at}[{constants.KUEUE_REQUIRED_TOPOLOGY}]",
+                f"cannot be combined with {constants.KUEUE_SLICE_REQUIRED_TOPOLOGY}; keep the "
+                "slice form only",
+            )
+        )
+        return
+    if required is not None:
+        if required != pool:
+            errors.append(
+                FieldError(
+                    f"{at}[{constants.KUEUE_REQUIRED_TOPOLOGY}]",
+                    f"{described(required)} is not the node-pool level; only {pool} is "
+                    "accepted (Kueue's domain is then the pool the operator holds)",
+                )
+            )
+        elif not one_slice:
+            errors.append(
+                FieldError(
+                    f"{at}[{constants.KUEUE_REQUIRED_TOPOLOGY}]",
+                    "would put every slice's pods in one node pool, which holds one slice; "
+                    f"use {constants.KUEUE_SLICE_REQUIRED_TOPOLOGY}: {pool} with "
+                    f'{constants.KUEUE_SLICE_SIZE}: "{hosts}" (one pool per slice)',
+                )
+            )
+        if size is not None:
+            errors.append(
+                FieldError(
+                    f"{at}[{constants.KUEUE_SLICE_SIZE}]",
+                    f"goes with {constants.KUEUE_SLICE_REQUIRED_TOPOLOGY}; remove it",
+                )
+            )
+        return
+    if per_slice is None:
+        errors.append(
+            FieldError(
+                f"{at}[{constants.KUEUE_SLICE_SIZE}]",
+                f"needs {constants.KUEUE_SLICE_REQUIRED_TOPOLOGY}: {pool} beside it",
+            )
+        )
+        return
+    if per_slice != pool:
+        errors.append(
+            FieldError(
+                f"{at}[{constants.KUEUE_SLICE_REQUIRED_TOPOLOGY}]",
+                f"{described(per_slice)} is not the node-pool level; only {pool} is accepted "
+                "(Kueue's domain is then the pool the operator holds)",
+            )
+        )
+    if size != str(hosts):
+        errors.append(
+            FieldError(
+                f"{at}[{constants.KUEUE_SLICE_SIZE}]",
+                f"must be the slice's hosts, \"{hosts}\" (each slice's pods in one node "
+                f"pool), got {described(size)}",
             )
         )
 
@@ -574,6 +722,7 @@ def _group(
     *,
     tpu_owned: bool,
     known: frozenset[str] = frozenset(),
+    tpu_group: bool = True,
 ) -> GroupSpec:
     """Resources, rayStartParams and template of the head, spec.worker or a workerGroups
     entry (whose other ``known`` fields are read by the caller)."""
@@ -588,7 +737,7 @@ def _group(
         _template_size(template, f"{path}.template", errors)
     if tpu_owned:
         _refuse_sub_slicing(template, f"{path}.template", errors)
-        _refuse_kueue_topology(template, f"{path}.template", errors)
+        _refuse_kueue_topology(template, f"{path}.template", errors, tpu_group=tpu_group)
     ray_start_params = _string_map(raw.get("rayStartParams"), f"{path}.rayStartParams", errors)
     if "labels" in ray_start_params:
         errors.append(
@@ -848,7 +997,9 @@ def _worker_groups(
         else:
             replicas, high = _cpu_count(entry.get("cpu"), f"{path}.cpu", errors)
             # tpu_owned: a CPU group requests no chips and never asks for sub-slicing either
-            worker = _group(entry, path, errors, tpu_owned=True, known=_WORKER_GROUP_FIELDS)
+            worker = _group(
+                entry, path, errors, tpu_owned=True, known=_WORKER_GROUP_FIELDS, tpu_group=False
+            )
             groups.append(CpuGroupSpec(name, replicas, worker, high))
     timeouts = {
         i: item["elastic"]["scaleUpTimeoutSeconds"]
@@ -1011,6 +1162,34 @@ def _cluster_parts(
                 "is not supported with spec.reservation.policy DynamicSlice (whether free "
                 "partitions could form every slice is not judged before admission); remove it",
             )
+        )
+    pool_level_groups = [
+        (f"spec.workerGroups[{i}].template", g)
+        for i, g in enumerate(spec.get("workerGroups") or [])
+        if isinstance(g, Mapping) and "tpu" in g
+    ]
+    tpu_by_name = {g.name: g for g in groups if isinstance(g, TpuGroupSpec)}
+    targets = [
+        (path, tpu_by_name[str(raw.get("name"))])
+        for path, raw in pool_level_groups
+        if str(raw.get("name")) in tpu_by_name
+    ]
+    single = [("spec.worker.template", worker, shape, slices, elastic)] if not groups else []
+    for path, tpu_group, group_shape, group_slices, group_elastic in [
+        *single,
+        *((p, g.worker, g.shape, g.slices, g.elastic) for p, g in targets),
+    ]:
+        if group_shape is None:
+            continue
+        _kueue_pool_level(
+            tpu_group.template,
+            path,
+            errors,
+            hosts=group_shape.hosts,
+            one_slice=group_slices == 1 and group_elastic is None,
+            kueue=kueue is not None,
+            policy=str(policy),
+            provisioning=provisioning is not None and provisioning.enabled,
         )
     if shape is None:
         return None

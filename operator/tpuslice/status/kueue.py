@@ -205,14 +205,24 @@ def with_eviction_deadline(
     )
 
 
-def with_scale_up_wait(slices: Sequence[SliceStatus]) -> tuple[SliceStatus, ...]:
-    """An elastic object Kueue admitted whose scale-up pods still carry Kueue's
-    ``kueue.x-k8s.io/elastic-job`` gate: its slices without a pool say they wait for
-    Kueue to admit the scale-up (a new workload slice), not for a pool."""
+def with_scale_up_wait(
+    slices: Sequence[SliceStatus], *, topology: bool = False
+) -> tuple[SliceStatus, ...]:
+    """An object Kueue admitted some of whose pods still carry a Kueue gate: its slices
+    without a pool say they wait for Kueue, not for a pool. An elastic object's scale-up
+    pods carry ``kueue.x-k8s.io/elastic-job`` until Kueue admits the new workload slice;
+    with ``topology`` (Kueue chooses the node pools, ``SliceClusterSpec
+    .kueue_picks_pools``) the pods carry ``kueue.x-k8s.io/topology`` until Kueue's
+    TopologyUngater pins them to the pools it assigned."""
     note = (
         f"Kueue has not admitted the scale-up yet (its pods carry the {c.KUEUE_ELASTIC_JOB} "
         f"gate); no pool is claimed for it until Kueue removes the gate"
     )
+    if topology:
+        note = (
+            f"waiting for Kueue to place the pods on the node pool it assigned (they carry "
+            f"the {c.KUEUE_TOPOLOGY_GATE} gate); no pool is claimed until Kueue removes it"
+        )
     return tuple(
         replace(s, message=truncate(f"{note}; {s.message}".rstrip("; "), MAX_SLICE_MESSAGE))
         if not s.node_pool and s.state != SliceState.READY
