@@ -745,17 +745,21 @@ class SliceActuator:
             # a dynamic slice's partitions are not handed to a job's retry: its Slice
             # names the old slice, so the retry forms its own (planning/dynamic.py)
             await self._hand_over(ref, spec, snap, desired)
-        elif not spec.dynamic:
-            # a unit kept for its index goes to the replica KubeRay made next
+        elif not spec.dynamic and self.fence is not None:
+            # a unit kept for its index goes to the replica KubeRay made next (only
+            # where a mark is or was: without the setting the pass skips the work)
             reservations_now = self.pending.reservations(snap.reservations)
-            rekeys = pin_rekeys(
-                ref,
-                hosts=spec.shape.hosts,
-                pods=self.pending.pods(snap.pods),
-                reservations=reservations_now,
-            )
-            if rekeys:
-                await self._apply_handovers(ref, rekeys, reservations_now)
+            if self.fence.enabled or any(
+                r.pinned or r.unpinned_at for r in reservations_now if ref.holds(r.holder)
+            ):
+                rekeys = pin_rekeys(
+                    ref,
+                    hosts=spec.shape.hosts,
+                    pods=self.pending.pods(snap.pods),
+                    reservations=reservations_now,
+                )
+                if rekeys:
+                    await self._apply_handovers(ref, rekeys, reservations_now)
         pins = self.pins_on(spec, keep_pools=keep_pools)
         if give_back:
             await self._give_back(ref, snap, claims_wait)
