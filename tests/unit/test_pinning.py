@@ -123,6 +123,11 @@ def test_an_unhealthy_drained_freed_or_surplus_unit_is_unmarked() -> None:
 def test_a_slice_without_pods_stays_marked_only_if_it_was() -> None:
     assert marks([marked("pool-a")], []) == (set(), set())
     assert marks([held("pool-a")], []) == (set(), set())
+    # its pods terminating (KubeRay replaces the replica): a gang keeps both marks
+    going = slice_pods("tpu-bbbbb", 1, gated=False, pool="pool-b", deleting=True)
+    pods = released("tpu-aaaaa", 0, "pool-a") + going
+    gang = [marked("pool-a"), marked("pool-b", "tpu-bbbbb", 1)]
+    assert marks(gang, pods, desired=2, gang=GangMode.ALL_SLICES) == (set(), set())
 
 
 # ---------------------------------------------------------------- kept and re-keyed

@@ -144,8 +144,9 @@ def pin_marks(
     its releases not held back), its holder's replica index is below ``desired``, the
     plan neither frees nor drains it, its unit is eligible (whole, healthy, no
     disruption signal: ``pool_facts``), and its slice's pods are pinned nowhere else.
-    A reservation whose slice has no pods left stays pinnable only if already marked
-    (kept for the replica KubeRay makes next, ``kept_for_pins``). A gang
+    A reservation whose slice has no live pods left (gone, or terminating while
+    KubeRay replaces the replica) stays pinnable only if already marked (kept for the
+    replica KubeRay makes next, ``kept_for_pins``). A gang
     (``AllSlices``) marks all of its slices or none: a pod pinned at admission never
     schedules before every slice of its gang is held. Everything else that is marked
     is un-marked (the first step of the fence)."""
@@ -171,7 +172,9 @@ def pin_marks(
                 continue
             replica = replicas.get(r.holder.replica_name)
             if replica is None or not replica.live:
-                if r.pinned and replica is None:
+                # its pods gone or going (KubeRay replaces the replica): a marked unit
+                # stays marked for the index's next replica, never newly marked
+                if r.pinned:
                     pinnable.append(r)
                 continue
             if any(p.pinned_pool not in (None, r.pool) for p in replica.live):
