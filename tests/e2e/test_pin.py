@@ -126,7 +126,7 @@ def test_pin_at_admission_under_operator_kill_and_webhook_restart(
         cluster.kubeconfig,
         logs / "pin-operator.log",
         extra_args=("--resync-seconds=10", "--pin-at-admission"),
-        webhook_args=("--pin-at-admission",),
+        webhook_args=("--pin-at-admission", "--log-level=DEBUG"),
         cwd=REPO,
     )
     pinned.start()

@@ -64,6 +64,7 @@ class PinLookup:
         """The node pool to pin ``pod`` to, or None (it stays gated)."""
         slice_ = pod_slice(pod, namespace)
         if slice_ is None:
+            log.debug("a pod in %s is not one to pin (%s)", namespace, _facts(pod))
             return None
         try:
             key = (slice_.kind, slice_.namespace, slice_.name, slice_.replica_index)
@@ -71,9 +72,12 @@ class PinLookup:
                 pool for pool, h in self._marked_now().get(key, ()) if holder_matches(slice_, h)
             ]
             if len(names) != 1:
+                log.debug("slice %s: %d marked reservations", key, len(names))
                 return None
             live = reservation_info(self._get(names[0]))
-            return pin_target(slice_, live)
+            pool = pin_target(slice_, live)
+            log.debug("slice %s: %s (marked when read: %s)", key, pool or "not pinned", live.pinned)
+            return pool
         except Exception as exc:
             self._warn(exc)
             return None
@@ -100,3 +104,13 @@ class PinLookup:
         if now - self._warned >= _WARN_EVERY_SECONDS:
             self._warned = now
             log.warning("pin at admission: a read failed (%s); pods stay gated meanwhile", exc)
+
+
+def _facts(pod: Mapping[str, Any]) -> str:
+    """What decides whether a pod is one to pin, for a debug line."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    return (
+        f"labels {sorted((meta.get('labels') or {}).items())}, gates "
+        f"{spec.get('schedulingGates')}, nodeSelector {spec.get('nodeSelector')}"
+    )
