@@ -307,6 +307,24 @@ def test_admission_pins_a_worker_of_a_marked_slice_and_says_so() -> None:
     assert lists == [1]  # listed once within its TTL
 
 
+def test_a_mark_written_a_moment_ago_is_seen_by_the_next_pod() -> None:
+    pod = _worker()
+    name = pod["metadata"]["labels"][c.LABEL_CLUSTER]
+    info = marked("pool-a", "tpu-old", 1)
+    info = replace(info, holder=replace(info.holder, name=name))
+    now = [0.0]
+    shown: list[dict[str, Any]] = []
+    lookup = PinLookup(
+        lambda: {"items": list(shown)}, lambda n: _reservation_object(info), clock=lambda: now[0]
+    )
+    assert lookup.pool_for(pod) is None  # nothing marked yet
+    shown.append(_reservation_object(info))
+    now[0] = 0.2
+    assert lookup.pool_for(pod) is None  # the list is fresher than the miss TTL
+    now[0] = 0.6
+    assert lookup.pool_for(pod) == "pool-a"
+
+
 def test_admission_keeps_the_gate_when_the_live_read_fails_or_shows_no_mark() -> None:
     pod = _worker()
     name = pod["metadata"]["labels"][c.LABEL_CLUSTER]

@@ -34,6 +34,10 @@ log = logging.getLogger(__name__)
 
 #: How long a list of the reservations is used to find a slice's reservation by name.
 DEFAULT_TTL_SECONDS = 2.0
+#: A pod whose slice the list shows no marked reservation for lists again once the
+#: list is this old: a mark written a moment ago is seen by the next pods, and a burst
+#: of pods that cannot be pinned (a new slice's) costs at most two lists a second.
+MISS_TTL_SECONDS = 0.5
 #: At most one warning line per this many seconds about failed reads.
 _WARN_EVERY_SECONDS = 60.0
 
@@ -57,7 +61,7 @@ class PinLookup:
         self._clock = clock
         self._lock = threading.Lock()
         self._marked: dict[SliceKey, list[tuple[str, Holder]]] = {}
-        self._expires = 0.0
+        self._listed_at: float | None = None
         self._warned = -_WARN_EVERY_SECONDS
 
     def pool_for(self, pod: Mapping[str, Any], namespace: str = "") -> str | None:
@@ -68,9 +72,10 @@ class PinLookup:
             return None
         try:
             key = (slice_.kind, slice_.namespace, slice_.name, slice_.replica_index)
-            names = [
-                pool for pool, h in self._marked_now().get(key, ()) if holder_matches(slice_, h)
-            ]
+            found = self._marked_now(self._ttl_s).get(key)
+            if not found:
+                found = self._marked_now(MISS_TTL_SECONDS).get(key)
+            names = [pool for pool, h in found or () if holder_matches(slice_, h)]
             if len(names) != 1:
                 log.debug("slice %s: %d marked reservations", key, len(names))
                 return None
@@ -82,12 +87,13 @@ class PinLookup:
             self._warn(exc)
             return None
 
-    def _marked_now(self) -> dict[SliceKey, list[tuple[str, Holder]]]:
-        """The marked reservations by their holder's slice, listed at most every ``ttl_s``
-        (threads arriving during a list use its result)."""
+    def _marked_now(self, max_age: float) -> dict[SliceKey, list[tuple[str, Holder]]]:
+        """The marked reservations by their holder's slice, from a list at most
+        ``max_age`` seconds old (threads arriving during a list use its result)."""
         with self._lock:
-            if self._clock() >= self._expires:
-                self._expires = self._clock() + self._ttl_s
+            now = self._clock()
+            if self._listed_at is None or now - self._listed_at >= max_age:
+                self._listed_at = now
                 marked: dict[SliceKey, list[tuple[str, Holder]]] = {}
                 self._marked = marked
                 found = self._list()
