@@ -27,6 +27,7 @@ from tests.e2e.operator_support import (
     apply,
     delete_tsc,
     describe,
+    get_tsc,
     held_by,
     reservations,
     slice_pods,
@@ -145,7 +146,7 @@ def test_pin_at_admission_under_operator_kill_and_webhook_restart(
                 describe=lambda: reservations(cluster),
             )
 
-            def recreate(index: str) -> None:
+            def recreate(index: str) -> str:
                 """Delete a pod of slice ``index``; KubeRay makes the next replica of
                 the index, which the webhook pins to the same pool at admission."""
                 held = {v: k for k, v in held_by(cluster, namespace, name).items()}
@@ -165,17 +166,38 @@ def test_pin_at_admission_under_operator_kill_and_webhook_restart(
                 for pod in pods:
                     assert pod.spec.node_selector["cloud.google.com/gke-nodepool"] == marks[index]
                     assert (pod.metadata.annotations or {})[PINNED] == marks[index]
+                return str(pods[0].metadata.labels[REPLICA])
 
-            recreate("1")
+            def rekeyed(index: str, replica: str) -> None:
+                """The pass gave the index's pool to its new replica, which is Ready."""
+
+                def done() -> bool:
+                    slices = (get_tsc(cluster, namespace, name).get("status") or {}).get(
+                        "slices"
+                    ) or []
+                    mine = [s for s in slices if str(s.get("index")) == index]
+                    return held_by(cluster, namespace, name).get(replica) == marks[index] and any(
+                        s.get("replica") == replica and s.get("state") == "Ready" for s in mine
+                    )
+
+                kube.wait_for(
+                    done,
+                    timeout_s=READY_S,
+                    what=f"slice {index}'s pool held by its new replica {replica}, Ready",
+                    describe=lambda: describe(cluster, namespace, name),
+                )
+
+            rekeyed("1", recreate("1"))
             wait_ready(cluster, namespace, name, 2)
 
             pinned.kill_operator()  # the webhook alone pins the next replica
-            recreate("0")
+            replica = recreate("0")
             pinned.start_operator()
+            rekeyed("0", replica)
             wait_ready(cluster, namespace, name, 2)
 
             pinned.restart_webhook()
-            recreate("1")
+            rekeyed("1", recreate("1"))
             wait_ready(cluster, namespace, name, 2)
             assert marked(cluster, namespace, name) == marks  # same pools, same indexes
             held = held_by(cluster, namespace, name)
