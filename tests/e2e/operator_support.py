@@ -6,6 +6,7 @@ the same tests then run against any cluster named by a kubeconfig.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -282,11 +283,25 @@ class InvariantWatch(Watch):
     """
 
     _seen_gated: set[str] = field(default_factory=set)
+    #: With pin at admission a slice is its (object, replica index): KubeRay's next
+    #: replica of an index is pinned to the unit the index holds before the operator
+    #: writes the new replica name into the reservation. A released pod then counts as
+    #: on its own slice's unit when the holder is its object and index.
+    by_index: bool = field(default_factory=lambda: bool(pin_flags()))
 
     def sample(self) -> tuple[list[str], set[str]]:
+        found = reservations(self.cluster)
         held = {
             r["spec"].get("node") or r["spec"]["nodePool"]: r["spec"]["holder"]["replicaName"]
-            for r in reservations(self.cluster)
+            for r in found
+        }
+        slot = {
+            r["spec"].get("node") or r["spec"]["nodePool"]: (
+                r["spec"]["holder"]["namespace"],
+                r["spec"]["holder"]["name"],
+                str(r["spec"]["holder"].get("replicaIndex")),
+            )
+            for r in found
         }
         pinned: dict[str, set[str]] = defaultdict(set)
         findings: set[str] = set()
@@ -304,6 +319,13 @@ class InvariantWatch(Watch):
             if not released(pod):
                 self._seen_gated.add(pod.metadata.uid)
                 continue
+            index = (
+                pod.metadata.namespace,
+                labels.get("tpuslice.dev/cluster"),
+                labels.get("ray.io/worker-group-replica-index"),
+            )
+            if self.by_index and pool is not None and slot.get(pool) == index:
+                continue
             if pool is not None and held.get(pool) != replica:
                 findings.add(
                     f"pod {pod.metadata.name} of slice {replica} released onto {pool} "
@@ -317,6 +339,12 @@ class InvariantWatch(Watch):
         return [], findings
 
 
+def pin_flags() -> tuple[str, ...]:
+    """``--pin-at-admission`` for the session's operator and webhook when
+    ``TPUSLICE_E2E_PIN_AT_ADMISSION=1`` (the e2e tests run with the setting on)."""
+    return ("--pin-at-admission",) if os.environ.get("TPUSLICE_E2E_PIN_AT_ADMISSION") == "1" else ()
+
+
 TIMINGS: dict[str, list[float]] = {}
 
 
@@ -328,8 +356,13 @@ def record(name: str, seconds: float) -> None:
 def operator(cluster: E2ECluster, tpuslice_crds: None) -> Iterator[OperatorProcess]:
     """`tpuslice run` with the identity webhook served on loopback, for the whole session."""
     logs = (cluster.run_dir or REPO / ".e2e-runs" / "existing") / "logs"
+    pin = pin_flags()
     proc = OperatorProcess(
-        cluster.kubeconfig, logs / "operator.log", extra_args=("--resync-seconds=10",), cwd=REPO
+        cluster.kubeconfig,
+        logs / "operator.log",
+        extra_args=("--resync-seconds=10", *pin),
+        webhook_args=pin,
+        cwd=REPO,
     )
     proc.start()
     yield proc

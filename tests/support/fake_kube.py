@@ -8,6 +8,7 @@ changed signature in kube.py fails the lint, not a test at run time.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from tests.support.kuberay import raycluster_crd
@@ -49,6 +50,8 @@ class FakeKube:
         self.gke_slices: dict[str, dict[str, Any]] = {}
         #: Kueue's objects by (plural, namespace, name); None: Kueue is not installed
         self.kueue: dict[tuple[str, str, str], dict[str, Any]] | None = None
+        #: what a live LIST of pods returns (pin at admission's fence reads it)
+        self.live_pods: list[dict[str, Any]] = []
 
     async def get_ray(self, plural: str, namespace: str, name: str) -> Any:
         self.raycluster_reads.append((namespace, name))
@@ -92,20 +95,49 @@ class FakeKube:
         return body
 
     async def get_reservation(self, name: str) -> Any:
+        if name not in self.taken:
+            raise ApiError(404, "NotFound", f"slicereservations {name} not found")
         info = self.taken[name]
         h = info.holder
-        return {
-            "metadata": {"name": name},
-            "spec": {
-                "nodePool": name,
-                "holder": {
-                    "namespace": h.namespace,
-                    "name": h.name,
-                    "uid": h.uid,
-                    "replicaName": h.replica_name,
-                },
-            },
+        annotations = {}
+        if info.pinned:
+            annotations["tpuslice.dev/pin"] = "true"
+        if info.unpinned_at:
+            annotations["tpuslice.dev/pin-removed-at"] = info.unpinned_at
+        holder: dict[str, Any] = {
+            "namespace": h.namespace,
+            "name": h.name,
+            "uid": h.uid,
+            "replicaName": h.replica_name,
         }
+        if h.replica_index is not None:
+            holder["replicaIndex"] = h.replica_index
+        return {
+            "metadata": {"name": name, "uid": info.uid, "annotations": annotations},
+            "spec": {"nodePool": name, "holder": holder},
+        }
+
+    async def annotate_reservation(
+        self, name: str, uid: str, annotations: Mapping[str, str | None]
+    ) -> Any:
+        self.calls.append(("annotate", name, dict(annotations)))
+        current = self.taken.get(name)
+        if current is None:
+            raise ApiError(404, "NotFound", f"slicereservations {name} not found")
+        if current.uid and uid and current.uid != uid:
+            raise ApiError(409, "Conflict", "the object has been modified")
+        pin = annotations.get("tpuslice.dev/pin", "keep")
+        removed = annotations.get("tpuslice.dev/pin-removed-at", "keep")
+        self.taken[name] = replace(
+            current,
+            pinned=current.pinned if pin == "keep" else pin == "true",
+            unpinned_at=current.unpinned_at if removed == "keep" else (removed or ""),
+        )
+        return await self.get_reservation(name)
+
+    async def list_pods(self, namespace: str, label_selector: str) -> list[Any]:
+        self.calls.append(("list-pods", namespace, label_selector))
+        return list(self.live_pods)
 
     async def delete_reservation(self, name: str, uid: str) -> bool:
         """Like the API server's delete with a uid precondition: a reservation of that

@@ -184,6 +184,30 @@ class OperatorProcess:
         except OSError:
             return False
 
+    def kill_operator(self) -> None:
+        """SIGKILL the operator alone (the webhook process keeps answering)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def start_operator(self, timeout_s: float = 120) -> None:
+        """Start the operator alone again after ``kill_operator``."""
+        webhook, self.webhook = self.webhook, False
+        try:
+            self.start(timeout_s)
+        finally:
+            self.webhook = webhook
+
+    def restart_webhook(self, timeout_s: float = 120) -> None:
+        """SIGKILL the webhook process and start it again on the same port."""
+        if self.webhook_proc is not None and self.webhook_proc.poll() is None:
+            os.killpg(self.webhook_proc.pid, signal.SIGKILL)
+            self.webhook_proc.wait(timeout=10)
+        identity = self.identity or f"e2e-{self.log_path.stem}"
+        env = {**os.environ, "POD_NAME": identity, **self.env}
+        env.pop("POD_NAMESPACE", None)
+        self._start_webhook(env, timeout_s)
+
     def kill(self) -> None:
         """SIGKILL both: no cleanup, no finalizers run, exactly like an OOM kill."""
         for proc in (self.proc, self.webhook_proc):

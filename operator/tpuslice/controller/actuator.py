@@ -26,6 +26,7 @@ from tpuslice.capacity.constraints import NO_CONSTRAINTS, CapacityConstraints
 from tpuslice.capacity.plan import NO_CAPACITY_PLAN
 from tpuslice.controller.capacity import Provisioner
 from tpuslice.controller.expectations import Expectations
+from tpuslice.controller.pinning import PinFence
 from tpuslice.controller.recorder import Recorder
 from tpuslice.model import constants as c
 from tpuslice.model import events
@@ -44,6 +45,7 @@ from tpuslice.model.records import (
     Drain,
     ForceDelete,
     GkeSliceInfo,
+    Handover,
     Move,
     ObjectKey,
     PodInfo,
@@ -68,6 +70,7 @@ from tpuslice.planning.partitions import (
     partition_shape,
     partition_slice_shape,
 )
+from tpuslice.planning.pinning import kept_for_pins, pin_marks, pin_rekeys
 from tpuslice.planning.pools import (
     PoolIndex,
     eligible_pools,
@@ -645,6 +648,28 @@ class SliceActuator:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     #: asks for a pass of an object later (when a released pod will have waited enough)
     kick_later: Callable[[ObjectKey, float], None] | None = None
+    #: pin at admission: the fence every let-go of a reservation passes, and the marks
+    fence: PinFence | None = None
+
+    def pins_on(self, spec: SliceClusterSpec, *, keep_pools: bool = False) -> bool:
+        """Whether the slices of ``spec`` are pinned at admission (``--pin-at-admission``):
+        multi-host node-pool units of a gated, fixed slice count without capacity on
+        demand, of an object that does not keep its pools between attempts (a job's
+        hand-overs may change a unit's index). Elsewhere the gate path alone."""
+        return (
+            self.fence is not None
+            and self.fence.enabled
+            and spec.gated
+            and not spec.dynamic
+            and spec.shape.hosts > 1
+            and spec.elastic is None
+            and not spec.provisions
+            and not keep_pools
+        )
+
+    async def let_go(self, reservation: ReservationInfo) -> bool:
+        """Whether ``reservation`` may be deleted or handed over now (``PinFence``)."""
+        return self.fence is None or await self.fence.let_go(reservation)
 
     def pools_short(self, spec: SliceClusterSpec, snap: Snapshot) -> str:
         """Why free node pools could not hold every slice of ``spec`` now ("" when they
@@ -721,6 +746,22 @@ class SliceActuator:
             # a dynamic slice's partitions are not handed to a job's retry: its Slice
             # names the old slice, so the retry forms its own (planning/dynamic.py)
             await self._hand_over(ref, spec, snap, desired)
+        elif not spec.dynamic and self.fence is not None:
+            # a unit kept for its index goes to the replica KubeRay made next (only
+            # where a mark is or was: without the setting the pass skips the work)
+            reservations_now = self.pending.reservations(snap.reservations)
+            if self.fence.enabled or any(
+                r.pinned or r.unpinned_at for r in reservations_now if ref.holds(r.holder)
+            ):
+                rekeys = pin_rekeys(
+                    ref,
+                    hosts=spec.shape.hosts,
+                    pods=self.pending.pods(snap.pods),
+                    reservations=reservations_now,
+                )
+                if rekeys:
+                    await self._apply_handovers(ref, rekeys, reservations_now)
+        pins = self.pins_on(spec, keep_pools=keep_pools)
         if give_back:
             await self._give_back(ref, snap, claims_wait)
         held_now = held_slices(self.pending.reservations(snap.reservations), ref)
@@ -826,6 +867,16 @@ class SliceActuator:
                     planned.frees, ref, desired_slices=desired, reservations=reservations
                 )
                 planned = replace(planned, frees=frees)
+            elif pins:
+                frees = kept_for_pins(
+                    planned.frees,
+                    ref,
+                    desired=desired,
+                    hosts=spec.shape.hosts,
+                    pods=pods,
+                    reservations=reservations,
+                )
+                planned = replace(planned, frees=frees)
             return planned
 
         current = plan()
@@ -843,6 +894,7 @@ class SliceActuator:
         self.metrics.quarantined(shape_name(shape_of(spec)), quarantined_units(index))
         drained, drained_plan = current.drains, current
         if drained:
+            await self._unmark(snap, [d.pool for d in drained])
             await self._drain(ref, drained)
         if current.force_deletes:
             await self._force_delete(ref, current.force_deletes)
@@ -886,6 +938,15 @@ class SliceActuator:
             )
             acted = True
         await self._bind(current.binds, index.unit)
+        await self._pin_marks(
+            ref,
+            spec,
+            snap,
+            current,
+            index,
+            desired=desired,
+            enabled=pins and not releases_wait and not (current.all_or_nothing and lost),
+        )
         final = with_drains(with_moves(plan() if acted else current, moved), drained_plan)
         if final.recheck_in is not None and self.kick_later is not None:
             self.kick_later(ref.key, final.recheck_in + 1.0)
@@ -959,7 +1020,7 @@ class SliceActuator:
         for r in self.pending.reservations(snap.reservations):
             if not ref.holds(r.holder) or not gated.get(r.holder.replica_name, True):
                 continue
-            if await self.kube.delete_reservation(r.pool, r.uid):
+            if await self.let_go(r) and await self.kube.delete_reservation(r.pool, r.uid):
                 self.pending.reservation_deleted(r.pool, time.monotonic(), r.uid)
                 await self.recorder.normal(
                     ref,
@@ -975,15 +1036,28 @@ class SliceActuator:
         patch of each reservation's holder. A conflict (the reservation changed) is left
         to the next pass, which reads it again."""
         reservations = self.pending.reservations(snap.reservations)
-        by_pool = {r.pool: r for r in reservations}
-        for handover in handovers(
+        given = handovers(
             ref,
             hosts=spec.shape.hosts,
             desired_slices=desired,
             pods=self.pending.pods(snap.pods),
             reservations=reservations,
-        ):
+        )
+        await self._apply_handovers(ref, given, reservations)
+
+    async def _apply_handovers(
+        self, ref: ClusterRef, given: Sequence[Handover], reservations: Sequence[ReservationInfo]
+    ) -> None:
+        """Each hand-over as one patch of the holder conditional on the resourceVersion
+        the pass read; one to another replica index passes the fence first (a unit
+        marked for pinning is pinned by index)."""
+        by_pool = {r.pool: r for r in reservations}
+        for handover in given:
             old = by_pool[handover.pool]
+            if old.holder.replica_index != handover.holder.replica_index and not (
+                await self.let_go(old)
+            ):
+                continue
             try:
                 updated = await self.kube.hand_over_reservation(
                     handover.pool, holder_spec(handover.holder), old.resource_version
@@ -999,6 +1073,47 @@ class SliceActuator:
                 f"node pool {handover.pool} kept for slice {handover.holder.replica_index} "
                 f"({handover.holder.replica_name}; it held {old.holder.replica_name} before)",
             )
+
+    async def _unmark(self, snap: Snapshot, pools: Collection[str]) -> None:
+        """Remove the pin mark of ``pools`` before their slice's pods are deleted: the
+        replica KubeRay makes next is gated, not pinned to a unit being drained."""
+        if self.fence is None:
+            return
+        for r in self.pending.reservations(snap.reservations):
+            if r.pool in pools and r.pinned:
+                await self.fence.unmark(r)
+
+    async def _pin_marks(
+        self,
+        ref: ClusterRef,
+        spec: SliceClusterSpec,
+        snap: Snapshot,
+        plan: SlicePlan,
+        index: PoolIndex,
+        *,
+        desired: int,
+        enabled: bool,
+    ) -> None:
+        """Mark the reservations whose slices the webhook may pin at admission, and
+        un-mark the rest (``planning.pinning.pin_marks``)."""
+        if self.fence is None or spec.dynamic:
+            return
+        marks = pin_marks(
+            ref,
+            enabled=enabled,
+            hosts=spec.shape.hosts,
+            chips_per_host=spec.shape.chips_per_host,
+            desired=desired,
+            gang=spec.gang,
+            pods=self.pending.pods(snap.pods),
+            reservations=self.pending.reservations(snap.reservations),
+            plan=plan,
+            inventory=index,
+        )
+        for r in marks.unmark:
+            await self.fence.unmark(r)
+        for r in marks.mark:
+            await self.fence.mark(r)
 
     async def _drain(self, ref: ClusterRef, drains: Sequence[Drain]) -> None:
         """Delete every pod of each disrupted slice in one go, with its grace period, so
@@ -1061,7 +1176,11 @@ class SliceActuator:
             for namespace, name in move.pods:
                 await self.kube.delete_pod(namespace, name)
             held = by_pool.get(move.pool)
-            if held is not None and await self.kube.delete_reservation(move.pool, held.uid):
+            if (
+                held is not None
+                and await self.let_go(held)
+                and await self.kube.delete_reservation(move.pool, held.uid)
+            ):
                 self.pending.reservation_deleted(move.pool, time.monotonic(), held.uid)
             log.info(
                 "%s %s: slice %s moves off node %s, which %s (its pod could not schedule "
@@ -1087,7 +1206,7 @@ class SliceActuator:
         by_pool = {r.pool: r for r in self.pending.reservations(snap.reservations)}
         for pool in pools:
             held = by_pool.get(pool)
-            if held is None:
+            if held is None or not await self.let_go(held):
                 continue
             if await self.kube.delete_reservation(pool, held.uid):
                 self.pending.reservation_deleted(pool, time.monotonic(), held.uid)

@@ -56,6 +56,7 @@ from tpuslice.capacity.requests import (
     lapsed,
 )
 from tpuslice.controller.expectations import Expectations
+from tpuslice.controller.pinning import PinFence
 from tpuslice.controller.recorder import Recorder
 from tpuslice.model import constants as c
 from tpuslice.model import events
@@ -151,6 +152,8 @@ class Provisioner:
     pending: Expectations
     kick_later: KickLater = _no_kick
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    #: pin at admission's fence, asked before a reservation is given back
+    fence: PinFence | None = None
     _missing_until: float = 0.0
 
     def _expected(self, view: ProvisioningView, owner: ObjectKey) -> ProvisioningView:
@@ -292,7 +295,11 @@ class ProvisioningPass:
                 ),
                 None,
             )
-            if held is not None and await self.p.kube.delete_reservation(held.pool, held.uid):
+            if (
+                held is not None
+                and (self.p.fence is None or await self.p.fence.let_go(held))
+                and await self.p.kube.delete_reservation(held.pool, held.uid)
+            ):
                 self.p.pending.reservation_deleted(held.pool, time.monotonic(), held.uid)
             await self.p.recorder.normal(ref, d.reason or events.BOOKING_EXPIRED, d.message)
         if d.replace_slice and replica:

@@ -2,11 +2,11 @@
 
 A pass acts on a snapshot of the indexes, and a write of ours (a reservation
 created or deleted, a pod released, a KubeRay object applied, a
-ProvisioningRequest created, deleted or marked retired) reaches the indexes only
-when its watch event arrives, tens of milliseconds later. Without this record the
-next pass, kicked by the write's own side effects, would read the old state and
-write again (a second claim, a second patch, a second request). It is never the
-truth: after a restart it is empty and the next pass decides from the API
+ProvisioningRequest created, deleted or marked retired, a reservation's pin mark)
+reaches the indexes only when its watch event arrives, tens of milliseconds later.
+Without this record the next pass, kicked by the write's own side effects, would
+read the old state and write again (a second claim, a second patch, a second
+request). It is never the truth: after a restart it is empty and the next pass decides from the API
 server's state alone.
 
 One store serves every kind and every shape, while each pass reads it through a
@@ -56,6 +56,8 @@ class Expectations:
     )
     requests_deleted: dict[RequestKey, tuple[ObjectKey, float]] = field(default_factory=dict)
     requests_retired: dict[RequestKey, tuple[str, float]] = field(default_factory=dict)
+    #: a reservation's pin-at-admission mark written (value, removal time, when written)
+    pins: dict[str, tuple[bool, str, float]] = field(default_factory=dict)
 
     # ------------------------------------------------------------ recording
     def reservation_created(self, info: ReservationInfo, now: float) -> None:
@@ -73,6 +75,11 @@ class Expectations:
         self.deleted[pool] = (uid, now)
         self.created.pop(pool, None)
         self.bound.pop(pool, None)
+
+    def pin_written(self, pool: str, pinned: bool, removed_at: str, now: float) -> None:
+        """The pin-at-admission mark of ``pool``'s reservation set (or removed at
+        ``removed_at``): the next pass must not write it again, nor miss a removal."""
+        self.pins[pool] = (pinned, removed_at, now)
 
     def pod_released(self, namespace: str, name: str, pool: str, now: float) -> None:
         self.released[(namespace, name)] = (pool, now)
@@ -117,6 +124,7 @@ class Expectations:
         self.requests_created = {k: v for k, v in self.requests_created.items() if fresh(v[2])}
         self.requests_deleted = {k: v for k, v in self.requests_deleted.items() if fresh(v[1])}
         self.requests_retired = {k: v for k, v in self.requests_retired.items() if fresh(v[1])}
+        self.pins = {k: v for k, v in self.pins.items() if fresh(v[2])}
 
     def observed(
         self,
@@ -136,6 +144,9 @@ class Expectations:
             gone = self.deleted.get(r.pool)
             if gone is not None and gone[0] and r.uid and r.uid != gone[0]:
                 del self.deleted[r.pool]
+            pin = self.pins.get(r.pool)
+            if pin is not None and pin[0] == r.pinned:
+                del self.pins[r.pool]
         for pod in pods:
             if not pod.gated:
                 self.released.pop((pod.namespace, pod.name), None)
@@ -144,6 +155,7 @@ class Expectations:
 
     def reservation_gone(self, pool: str, uid: str = "") -> None:
         """The watch showed the reservation ``uid`` of ``pool`` deleted."""
+        self.pins.pop(pool, None)
         gone = self.deleted.get(pool)
         if gone is not None and (not gone[0] or not uid or gone[0] == uid):
             del self.deleted[pool]
@@ -193,6 +205,13 @@ class Expectations:
                 merged[pool] = info
             else:
                 merged[pool] = seen[pool]
+        for pool, (pinned, removed_at, _) in self.pins.items():
+            if pool in merged and merged[pool].pinned != pinned:
+                merged[pool] = replace(
+                    merged[pool],
+                    pinned=pinned,
+                    unpinned_at=removed_at or merged[pool].unpinned_at,
+                )
         return list(merged.values())
 
     def pods(self, indexed: Iterable[PodInfo]) -> list[PodInfo]:

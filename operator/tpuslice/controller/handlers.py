@@ -29,6 +29,7 @@ from tpuslice.controller.applier import TemplateSchema, controlled_by
 from tpuslice.controller.capacity import provisioning_view
 from tpuslice.controller.expectations import Expectations
 from tpuslice.controller.kinds import KINDS
+from tpuslice.controller.pinning import PinFence
 from tpuslice.controller.queue import PassSlots
 from tpuslice.controller.reconciler import Reconciler, SnapshotReader, spec_shapes
 from tpuslice.model import constants as c
@@ -296,6 +297,18 @@ async def configure(
     # kind: a pass of one kind sees the claims a pass of another made a moment ago.
     pending, pool_indexes, templates = Expectations(), PoolIndexCache(), TemplateSchema(kube)
     slots = PassSlots(config.concurrent_passes)
+    fence = PinFence(
+        kube,
+        pending,
+        enabled=config.pin_at_admission,
+        fence_s=config.webhook_timeout_seconds + config.pin_fence_margin_seconds,
+        kick_later=lambda key, seconds: (
+            memo.reconcilers[key[0]].queue.kick_later(key, seconds)
+            if key[0] in memo.reconcilers
+            else None
+        ),
+    )
+    memo.fence = fence
     reconcilers = {
         kind: Reconciler(
             kube,
@@ -307,6 +320,7 @@ async def configure(
             adapter=adapter,
             limits=SpecLimits(config.max_slices_per_object, config.max_hosts_per_object),
             slots=slots,
+            fence=fence,
             pods_ready=PodsReadyTimeouts(
                 config.kueue_pods_ready_timeout_s, config.kueue_pods_ready_recovery_timeout_s
             ),
@@ -388,7 +402,7 @@ async def configure(
             "will be Stalled (KubeRayNotInstalled) until it is"
         )
     memo.sweeper = asyncio.get_running_loop().create_task(
-        sweep_forever(kube, indices, watches, memo.indexed, config)
+        sweep_forever(kube, indices, watches, memo.indexed, config, fence=fence)
     )
     health.started()
 
@@ -537,6 +551,7 @@ async def tear_down(
     uid: str,
     wait_seconds: float = TEARDOWN_WAIT_SECONDS,
     kind: str = c.KIND_CLUSTER,
+    fence: PinFence | None = None,
 ) -> list[str]:
     """Delete the object's RayCluster (RayJob, RayService; only if this object controls
     it), wait until its worker pods (which hold chips) are gone, then release every
@@ -569,9 +584,13 @@ async def tear_down(
                 await kube.delete_gke_slice(s.name, s.uid)
         if mine:
             return [f"GKE Slice {s.name}" for s in mine]
+    fenced = []
     for info in held:
+        if fence is not None and not await fence.let_go(info):
+            fenced.append(f"node pool {info.pool} (pin at admission's fence)")
+            continue
         await kube.delete_reservation(info.pool, info.uid)
-    return []
+    return fenced
 
 
 async def on_delete(
@@ -587,7 +606,13 @@ async def on_delete(
     kind = KIND_OF_PLURAL[resource.plural]
     key = (kind, namespace or "", name)
     remaining = await tear_down(
-        memo.kube, memo.watches, indices["reservation_holder_index"], *key[1:], uid, kind=kind
+        memo.kube,
+        memo.watches,
+        indices["reservation_holder_index"],
+        *key[1:],
+        uid,
+        kind=kind,
+        fence=memo.fence,
     )
     if remaining:
         raise kopf.TemporaryError(
@@ -604,6 +629,7 @@ async def sweep_once(
     indices: Mapping[str, Any],
     watches: Watches,
     namespaces: Iterable[str],
+    fence: PinFence | None = None,
 ) -> list[str]:
     """Delete every reservation whose holder (of any kind) no longer exists and whose
     pods are gone, if the holder is in a namespace this instance watches; the pools
@@ -641,6 +667,8 @@ async def sweep_once(
     for info in found:
         if (info.holder.owner, info.holder.uid) in with_slices:
             continue
+        if fence is not None and not await fence.let_go(info):
+            continue
         if await kube.delete_reservation(info.pool, info.uid):
             log.info(
                 "released node pool %s: its holder %s is gone", info.pool, info.holder.describe()
@@ -656,6 +684,7 @@ async def sweep_forever(
     indexed: asyncio.Event,
     config: OperatorConfig,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    fence: PinFence | None = None,
 ) -> None:
     """``sweep_once`` every ``config.sweep_seconds``, never before kopf's indexes are filled
     (an empty index of clusters would make every holder look gone). ``sleep`` is the pause
@@ -664,7 +693,7 @@ async def sweep_forever(
     while True:
         await sleep(config.sweep_seconds)
         try:
-            await sweep_once(kube, indices, watches, config.namespaces)
+            await sweep_once(kube, indices, watches, config.namespaces, fence)
         except Exception as exc:  # the next round tries again
             log.warning("the orphan sweep failed: %s", exc)
 

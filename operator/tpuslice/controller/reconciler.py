@@ -47,6 +47,7 @@ from tpuslice.controller.capacity import Provisioner
 from tpuslice.controller.cluster import ClusterKind
 from tpuslice.controller.expectations import Expectations
 from tpuslice.controller.kueue import provisioning_checks, read_workload
+from tpuslice.controller.pinning import PinFence
 from tpuslice.controller.queue import Backoff, Failure, KickQueue, PassSlots
 from tpuslice.controller.recorder import Recorder
 from tpuslice.controller.statuswriter import StatusWriter, generation
@@ -238,6 +239,9 @@ class Reconciler:
     #: Kueue's waitForPodsReady timeouts as the operator is told them (the status says
     #: when Kueue evicts an admitted object whose pods are not all ready).
     pods_ready: PodsReadyTimeouts = field(default_factory=PodsReadyTimeouts)
+    #: pin at admission's fence and marks, shared by every kind (None: a fence of its own,
+    #: off)
+    fence: PinFence | None = None
     _waiting: dict[Shape, set[ObjectKey]] = field(default_factory=dict)
     _waiting_since: dict[ObjectKey, float] = field(default_factory=dict)  # the queue metric
     _applied_once: set[ObjectKey] = field(default_factory=set)  # for the creation metric
@@ -260,8 +264,15 @@ class Reconciler:
             specs=SpecCache(limits=self.limits),
         )
         self.actuator.kick_later = self.queue.kick_later
+        if self.fence is None:
+            self.fence = PinFence(self.kube, self.pending, kick_later=self.queue.kick_later)
+        self.actuator.fence = self.fence
         self.actuator.provisioner = Provisioner(
-            self.kube, self.recorder, self.pending, kick_later=self.queue.kick_later
+            self.kube,
+            self.recorder,
+            self.pending,
+            kick_later=self.queue.kick_later,
+            fence=self.fence,
         )
         self.status = StatusWriter(
             self.kube,
@@ -674,7 +685,7 @@ class Reconciler:
             and r.holder.replica_name not in with_pods
         ]
         for r in gone:
-            if await self.kube.delete_reservation(r.pool, r.uid):
+            if await self.actuator.let_go(r) and await self.kube.delete_reservation(r.pool, r.uid):
                 self.pending.reservation_deleted(r.pool, time.monotonic(), r.uid)
                 what = (
                     f"group {r.holder.group} is gone from spec.workerGroups"

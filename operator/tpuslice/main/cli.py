@@ -180,6 +180,8 @@ def _webhook_settings(args: argparse.Namespace) -> dict[str, Any]:
         raise InputError(problems)
     return {
         "webhook_timeout_seconds": args.webhook_timeout_seconds,
+        "pin_at_admission": args.pin_at_admission,
+        "pin_fence_margin_seconds": max(0.0, args.pin_fence_margin_seconds),
         "webhook_failure_policy": args.webhook_failure_policy,
         "webhook_namespace_selector": selector,
     }
@@ -360,6 +362,22 @@ def _add_webhook_flags(parser: argparse.ArgumentParser, *, port_help: str) -> No
         default=5,
         help="timeoutSeconds of the configuration (1-30): how long the API server waits "
         "for an answer before applying the failure policy",
+    )
+    hook.add_argument(
+        "--pin-at-admission",
+        action="store_true",
+        help="pin a new TPU pod to its slice's already-held, healthy node pool at admission "
+        "(the leader marks the reservation; the identity webhook removes the gate and sets "
+        "the nodeSelector): no gate and no release patch for the pods of a held slice, and a "
+        "replica KubeRay recreates lands on its index's pool at once. Give it to both `run` "
+        "and `webhook` (README.md, Pin at admission)",
+    )
+    hook.add_argument(
+        "--pin-fence-margin-seconds",
+        type=float,
+        default=10.0,
+        help="with --pin-at-admission: seconds beyond --webhook-timeout-seconds between "
+        "removing a node pool's pin mark and letting the pool go",
     )
     hook.add_argument(
         "--webhook-failure-policy",

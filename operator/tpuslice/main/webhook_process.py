@@ -77,7 +77,9 @@ def run_webhook(config: OperatorConfig, stopping: threading.Event | None = None)
     health.beat()
     health_server = serve_health(health, config.liveness_port) if config.liveness_port else None
     kube = Kube.connect(config.kubeconfig, API_THREADS, metrics, health)
-    hook = start_identity_webhook(config, kube, health, ReadCaches.of(kube))
+    hook = start_identity_webhook(
+        config, kube, health, ReadCaches.of(kube, pin_at_admission=config.pin_at_admission)
+    )
     health.started()  # nothing to list first: the caches read on demand
     log.info("admission webhooks serving on port %d", config.webhook_port)
     while not stopping.wait(BEAT_SECONDS):

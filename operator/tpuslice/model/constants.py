@@ -46,6 +46,19 @@ SCHEDULING_GATE: Final = f"{GROUP}/slice-reservation"
 # lastTransitionTime when the scheduler turns it into Unschedulable (the status stays
 # False), so that time alone would count the wait in the queue as time unschedulable.
 ANNOTATION_RELEASED_AT: Final = f"{GROUP}/released-at"
+# On a SliceReservation (--pin-at-admission, planning/pinning.py): "true" while the
+# identity webhook may pin a new pod of the holder's slice (object, group, replica
+# index) to the held unit at admission; written only by the leader, only while the
+# slice's unit (and its gang's) is held and healthy.
+ANNOTATION_PIN: Final = f"{GROUP}/pin"
+# On a SliceReservation: when the leader last removed ANNOTATION_PIN (RFC 3339). The
+# fence: the unit is not let go (freed, handed to another index) until this time plus
+# the webhook's timeout and a margin has passed and a live read finds no pod pinned to
+# it; kept on the object so a restarted leader keeps the fence.
+ANNOTATION_PIN_REMOVED_AT: Final = f"{GROUP}/pin-removed-at"
+# On a pod the identity webhook pinned at admission: the node pool it pinned it to (the
+# pod was never gated, and no release patch follows).
+ANNOTATION_PINNED: Final = f"{GROUP}/pinned-at-admission"
 # Worker-template annotations: everything the TPU identity webhook needs beyond
 # KubeRay's own labels, so it computes a pod's identity from the pod alone.
 ANNOTATION_TPU_TYPE: Final = f"{GROUP}/tpu-type"

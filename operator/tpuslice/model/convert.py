@@ -261,6 +261,7 @@ def namespace_labels(namespace: Mapping[str, Any]) -> dict[str, str]:
 def reservation_info(obj: Mapping[str, Any]) -> ReservationInfo:
     spec = obj.get("spec") or {}
     holder = spec.get("holder") or {}
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
     return ReservationInfo(
         pool=spec.get("node")
         or spec.get("nodePool")
@@ -278,6 +279,8 @@ def reservation_info(obj: Mapping[str, Any]) -> ReservationInfo:
         phase=(obj.get("status") or {}).get("phase"),
         uid=str((obj.get("metadata") or {}).get("uid") or ""),
         resource_version=str((obj.get("metadata") or {}).get("resourceVersion") or ""),
+        pinned=annotations.get(c.ANNOTATION_PIN) == "true",
+        unpinned_at=str(annotations.get(c.ANNOTATION_PIN_REMOVED_AT) or ""),
     )
 
 

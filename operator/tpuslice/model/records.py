@@ -440,6 +440,10 @@ class ReservationInfo:
     uid: str = ""
     #: Its resourceVersion (a hand-over is conditional on it).
     resource_version: str = ""
+    #: constants.ANNOTATION_PIN: the identity webhook may pin its slice's new pods here
+    pinned: bool = False
+    #: constants.ANNOTATION_PIN_REMOVED_AT: when that mark was last removed (RFC 3339)
+    unpinned_at: str = ""
 
 
 @dataclass(frozen=True)

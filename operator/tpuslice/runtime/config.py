@@ -47,6 +47,12 @@ class OperatorConfig:
     manage_webhook_configuration: bool = True  # apply the MutatingWebhookConfiguration
     # The configuration's settings (webhook/configuration.py): the same on every replica.
     webhook_timeout_seconds: int = 5  # 1-30, a Kubernetes limit
+    #: Pin at admission (planning/pinning.py): the leader marks held units pinnable and
+    #: the identity webhook pins a new pod of such a slice in its mutation (no gate, no
+    #: release patch). Given to both ``run`` and ``webhook``.
+    pin_at_admission: bool = False
+    #: The fence beyond the webhook's timeout before a marked unit is let go.
+    pin_fence_margin_seconds: float = 10.0
     webhook_failure_policy: str = "Fail"  # or Ignore: pods admitted without an identity
     #: A checked LabelSelector of the namespaces whose pods are sent to the webhook;
     #: None: every namespace but kube-system.

@@ -87,6 +87,12 @@ class ClusterApi(Protocol):
 
     async def set_reservation_phase(self, name: str, phase: str, message: str) -> None: ...
 
+    async def annotate_reservation(
+        self, name: str, uid: str, annotations: Mapping[str, str | None]
+    ) -> Any: ...
+
+    async def list_pods(self, namespace: str, label_selector: str) -> list[Any]: ...
+
     async def release_pod(
         self,
         namespace: str,
@@ -477,6 +483,48 @@ class Kube:
             body={"metadata": {"resourceVersion": resource_version}, "spec": {"holder": holder}},
             content_type=MERGE,
         )
+
+    async def annotate_reservation(
+        self, name: str, uid: str, annotations: Mapping[str, str | None]
+    ) -> Any:
+        """Set (a value) or remove (None) annotations of exactly the reservation with
+        ``uid`` (a merge patch carrying the uid: 409 when the pool's reservation is
+        another one now)."""
+        return await self.call(
+            "PATCH",
+            api_path(c.GROUP, c.VERSION, c.PLURAL_RESERVATION, name),
+            resource="slicereservations",
+            body={"metadata": {"uid": uid, "annotations": dict(annotations)}},
+            content_type=MERGE,
+        )
+
+    def list_reservations_sync(self, timeout: float = 2) -> Any:
+        """Every SliceReservation (the identity webhook's reader, on its threads)."""
+        return self.call_sync(
+            "GET",
+            api_path(c.GROUP, c.VERSION, c.PLURAL_RESERVATION),
+            resource="slicereservations",
+            timeout=timeout,
+        )
+
+    def get_reservation_sync(self, name: str, timeout: float = 2) -> Any:
+        """One SliceReservation, read live (the identity webhook, on its threads)."""
+        return self.call_sync(
+            "GET",
+            api_path(c.GROUP, c.VERSION, c.PLURAL_RESERVATION, name),
+            resource="slicereservations",
+            timeout=timeout,
+        )
+
+    async def list_pods(self, namespace: str, label_selector: str) -> list[Any]:
+        """The pods of ``namespace`` with ``label_selector``, read live (a quorum LIST)."""
+        found = await self.call(
+            "GET",
+            api_path("", "v1", "pods", namespace=namespace),
+            resource="pods",
+            query={"labelSelector": label_selector},
+        )
+        return list((found or {}).get("items") or [])
 
     async def set_reservation_phase(self, name: str, phase: str, message: str) -> None:
         await self.call(

@@ -26,11 +26,12 @@ import base64
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from typing import Any
 
 from tpuslice.model import constants as c
+from tpuslice.planning.pinning import pinned_pod
 from tpuslice.render.identity import IdentityError, MutationResult, Note, mutate_pod
 from tpuslice.runtime.metrics import Metrics
 from tpuslice.webhook.limiter import CauseLimiter
@@ -250,8 +251,12 @@ def _pod_ref(pod: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace') or '?'}/{name}"
 
 
+#: Pin at admission: the node pool a pod goes to (``webhook.pinning.PinLookup.pool_for``)
+Pin = Callable[[Mapping[str, Any], str], str | None]
+
+
 def admission_response(
-    review: Mapping[str, Any], *, limiter: CauseLimiter | None = None
+    review: Mapping[str, Any], *, limiter: CauseLimiter | None = None, pin: Pin | None = None
 ) -> dict[str, Any]:
     """The AdmissionReview answering ``review``: admit a pod with its TPU identity, or refuse it.
 
@@ -260,7 +265,10 @@ def admission_response(
     unchanged. An already mutated pod (reinvocation) gets no patch, because
     ``mutate_pod`` is idempotent. Raises ``BadReview`` for a body that is not an
     AdmissionReview v1 request. ``limiter``: which warnings are repeated (default:
-    the process's, one per cause a minute).
+    the process's, one per cause a minute). ``pin`` (``--pin-at-admission``): the node
+    pool a TPU pod's slice already holds and the leader marked, if any; the pod is
+    then admitted pinned there, without our gate (``planning.pinning.pinned_pod``), and
+    says so in ``tpuslice.dev/pinned-at-admission``.
     """
     limiter = _WARNINGS if limiter is None else limiter
     request = review_request(review)
@@ -279,7 +287,14 @@ def admission_response(
         return _refuse(answer, pod, str(err), limiter)
     if result.identity is None:
         return answer
-    ops = json_patch(pod, result.pod)
+    mutated = result.pod
+    pool = pin(pod, str(request.get("namespace") or "")) if pin is not None else None
+    if pool is not None:
+        mutated = pinned_pod(mutated, pool)
+        meta = dict(mutated.get("metadata") or {})
+        meta["annotations"] = {**(meta.get("annotations") or {}), c.ANNOTATION_PINNED: pool}
+        mutated = {**mutated, "metadata": meta}
+    ops = json_patch(pod, mutated)
     patch = json.dumps(ops).encode() if ops else b""
     if len(patch) > MAX_PATCH_BYTES:
         return _refuse(answer, pod, _patch_too_large(pod, result, len(patch)), limiter)
@@ -349,7 +364,9 @@ def admission_outcome(answer: Mapping[str, Any]) -> str:
     return "mutated" if "patch" in response else "unchanged"
 
 
-def timed_admission_response(review: Mapping[str, Any], metrics: Metrics) -> dict[str, Any]:
+def timed_admission_response(
+    review: Mapping[str, Any], metrics: Metrics, pin: Pin | None = None
+) -> dict[str, Any]:
     """``admission_response`` observed into ``metrics``: latency by mutated/unchanged/refused,
     or ``error`` (also counted in ``tpuslice_errors_total{kind="webhook"}``) when it raises.
 
@@ -359,7 +376,7 @@ def timed_admission_response(review: Mapping[str, Any], metrics: Metrics) -> dic
     began = time.perf_counter()
     result = "error"
     try:
-        answer = admission_response(review)
+        answer = admission_response(review, pin=pin)
         result = admission_outcome(answer)
         return answer
     except BadReview:

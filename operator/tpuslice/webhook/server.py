@@ -57,6 +57,7 @@ from tpuslice.webhook.admission import (
     RETRY_AFTER_SECONDS,
     WORKER_WAIT_SECONDS,
     BadReview,
+    Pin,
     admission_response,
     timed_admission_response,
 )
@@ -487,9 +488,11 @@ class IdentityWebhookServer(ThreadingHTTPServer):
         metrics: Metrics | None = None,
         limits: ServerLimits | None = None,
         policy_answer: Callable[[Any], dict[str, Any]] | None = None,
+        pin: Pin | None = None,
     ) -> None:
         self.metrics = metrics
         self.policy_answer = policy_answer
+        self.pin = pin
         self.limits = limits or ServerLimits()
         self.request_queue_size = self.limits.listen_backlog
         self.context = _tls_context(files)
@@ -534,8 +537,8 @@ class IdentityWebhookServer(ThreadingHTTPServer):
 
     def answer(self, review: Any) -> dict[str, Any]:
         if self.metrics is None:
-            return admission_response(review)
-        return timed_admission_response(review, self.metrics)
+            return admission_response(review, pin=self.pin)
+        return timed_admission_response(review, self.metrics, self.pin)
 
     def server_bind(self) -> None:
         # Not HTTPServer.server_bind: its socket.getfqdn() may wait on reverse DNS.
@@ -709,6 +712,7 @@ def serve_identity_webhook(
     metrics: Metrics | None = None,
     limits: ServerLimits | None = None,
     policy_answer: Callable[[Any], dict[str, Any]] | None = None,
+    pin: Pin | None = None,
 ) -> IdentityWebhookServer:
     """Serve the identity webhook from its own threads; the returned server is started.
 
@@ -719,7 +723,13 @@ def serve_identity_webhook(
     webhook means no TPU worker pods.
     """
     server = IdentityWebhookServer(
-        files, port=port, addr=addr, metrics=metrics, limits=limits, policy_answer=policy_answer
+        files,
+        port=port,
+        addr=addr,
+        metrics=metrics,
+        limits=limits,
+        policy_answer=policy_answer,
+        pin=pin,
     )
     bound = server.start()
     log.info("TPU identity webhook listening on %s:%d (path /%s)", addr or "*", bound, HANDLER_ID)

@@ -44,6 +44,7 @@ from tpuslice.webhook import certificates as webhookcerts
 from tpuslice.webhook import configuration as webhook_config
 from tpuslice.webhook import server as webhook_server
 from tpuslice.webhook.certificates import CertBundle, CertFiles
+from tpuslice.webhook.pinning import PinLookup
 from tpuslice.webhook.policy_admission import policy_admission_response
 from tpuslice.webhook.server import IdentityWebhookServer
 
@@ -147,15 +148,21 @@ class SharedSecret:
 class ReadCaches:
     """The read-only caches of cluster objects the webhooks answer from, owned by the
     process that serves them: never the operator's watches, which feed the pass and
-    follow nothing in a standby. Today the policy webhook's ``PolicyCache``; a cache
-    the identity webhook needs (a slice's held unit, to pin a pod at admission) is a
-    field here, filled by the serving process."""
+    follow nothing in a standby: the policy webhook's ``PolicyCache``, and with
+    ``--pin-at-admission`` the identity webhook's ``PinLookup`` (a slice's marked,
+    held unit)."""
 
     policies: PolicyCache
+    pins: PinLookup | None = None
 
     @classmethod
-    def of(cls, kube: Kube) -> ReadCaches:
-        return cls(policies=PolicyCache(kube.list_policies, kube.get_namespace))
+    def of(cls, kube: Kube, *, pin_at_admission: bool = False) -> ReadCaches:
+        pins = (
+            PinLookup(kube.list_reservations_sync, kube.get_reservation_sync)
+            if pin_at_admission
+            else None
+        )
+        return cls(policies=PolicyCache(kube.list_policies, kube.get_namespace), pins=pins)
 
 
 class IdentityWebhook:
@@ -238,13 +245,15 @@ def start_identity_webhook(
     else:
         source = FilesInDir(webhookcerts.certificates_for(directory, hosts))
     files = source.current()
-    policies = (caches or ReadCaches.of(kube)).policies
+    caches = caches or ReadCaches.of(kube, pin_at_admission=config.pin_at_admission)
+    policies = caches.policies
     server = webhook_server.serve_identity_webhook(
         files,
         port=config.webhook_port,
         addr=config.webhook_addr,
         metrics=kube.metrics,
         policy_answer=lambda review: policy_admission_response(review, policies.view),
+        pin=caches.pins.pool_for if caches.pins is not None else None,
     )
     apply = None
     if config.manage_webhook_configuration and (service or config.webhook_url):
