@@ -473,20 +473,7 @@ def create_queues(
         ("resourceflavors", resource_flavor(name, node_labels)),
         ("clusterqueues", cluster_queue(name, name, tpu_chips=tpu_chips)),
     ]
-    for plural, body in cluster_scoped:
-        try:
-            objects.create_cluster_custom_object(KUEUE_GROUP, "v1beta2", plural, body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-    for namespace in namespaces:
-        try:
-            objects.create_namespaced_custom_object(
-                KUEUE_GROUP, "v1beta2", namespace, "localqueues", local_queue(namespace, name, name)
-            )
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
+    _create_absent(objects, cluster_scoped, namespaces, name)
 
 
 def create_tas_queues(
@@ -516,6 +503,17 @@ def create_tas_queues(
             ),
         ),
     ]
+    _create_absent(objects, cluster_scoped, namespaces, name)
+
+
+def _create_absent(
+    objects: Any,
+    cluster_scoped: Sequence[tuple[str, Mapping[str, Any]]],
+    namespaces: Iterable[str],
+    queue: str,
+) -> None:
+    """Create the cluster-scoped Kueue objects, then a LocalQueue ``queue`` over the
+    ClusterQueue of that name in each of ``namespaces``; ones that exist stay as they are."""
     for plural, body in cluster_scoped:
         try:
             objects.create_cluster_custom_object(KUEUE_GROUP, "v1beta2", plural, body)
@@ -525,7 +523,11 @@ def create_tas_queues(
     for namespace in namespaces:
         try:
             objects.create_namespaced_custom_object(
-                KUEUE_GROUP, "v1beta2", namespace, "localqueues", local_queue(namespace, name, name)
+                KUEUE_GROUP,
+                "v1beta2",
+                namespace,
+                "localqueues",
+                local_queue(namespace, queue, queue),
             )
         except ApiException as exc:
             if exc.status != 409:
