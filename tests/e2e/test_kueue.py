@@ -383,12 +383,15 @@ def test_a_job_kueue_admits_is_placed_and_its_cluster_is_not_queued_twice(
             and r["spec"]["holder"]["name"] == "j"
         ]
         name = (obj.get("status") or {}).get("rayCluster")
-        return name if admitted and held and name else None
+        # KubeRay names the cluster in the RayJob's status one reconcile before it
+        # creates it, so the name alone does not mean the RayCluster exists yet
+        exists = bool(name) and _raycluster(cluster, QUEUED, name) is not None
+        return name if admitted and held and exists else None
 
     ray_cluster = kube.wait_for(
         admitted_and_held,
         timeout_s=120,
-        what="j admitted by Kueue and its slice holding a pool",
+        what="j admitted by Kueue, its slice holding a pool and its RayCluster created",
         describe=lambda: job().get("status"),
     )
     rayjob = cluster.custom.get_namespaced_custom_object("ray.io", "v1", QUEUED, "rayjobs", "j")
