@@ -451,9 +451,16 @@ def run_all(
         "profiled": bool(profile_rate),
         "ungated": bool(ungated),
         "memtraced": bool(memtrace),
+        "kuberay_reconcile_concurrency": scale.kuberay_concurrency,
     }
     began = time.monotonic()
-    cluster = LocalCluster(ClusterSettings(tools=ToolPaths.for_repo(REPO), run_dir=run_dir))
+    cluster = LocalCluster(
+        ClusterSettings(
+            tools=ToolPaths.for_repo(REPO),
+            run_dir=run_dir,
+            kuberay_reconcile_concurrency=scale.kuberay_concurrency,
+        )
+    )
     try:
         print(f"starting the local cluster in {run_dir}", flush=True)
         cluster.start()

@@ -58,6 +58,9 @@ class ClusterSettings:
     #: True for tests: components die with the harness. False for `make dev-cluster`.
     die_with_parent: bool = True
     kuberay_feature_gates: str = "RayMultiHostIndexing=true"
+    #: KubeRay's ``--reconcile-concurrency`` (ray-operator/main.go; 1 by default,
+    #: apis/config/v1alpha1/defaults.go): how many RayClusters it reconciles at once.
+    kuberay_reconcile_concurrency: int = 1
     service_cidr: str = "10.96.0.0/16"
     service_ip: str = "10.96.0.1"
     pod_cidr: str = "10.244.0.0/16"
@@ -401,6 +404,7 @@ class LocalCluster:
                 f"--metrics-addr=127.0.0.1:{metrics}",
                 f"--health-probe-bind-address=127.0.0.1:{probe}",
                 f"--feature-gates={self.settings.kuberay_feature_gates}",
+                f"--reconcile-concurrency={self.settings.kuberay_reconcile_concurrency}",
                 "--log-stdout-encoder=console",
                 # With a real node, KubeRay (on the host, outside cluster DNS) reaches a
                 # real Ray head's dashboard through the API server's service proxy.
