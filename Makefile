@@ -43,13 +43,13 @@ test-harness: tools $(STAMP) ## Unit tests of the test harness: tpusim and the b
 test-contract: $(STAMP) ## Ray contract tier: our TPU identity through real Ray (local Ray processes, ~1 min) and Ray autoscaler v2 patches vs the harness autoscaler
 	$(PY) -m pytest tests/contract -q
 
-lint: $(STAMP) lint-imports ## ruff over the whole tree and strict mypy (the product, tpusim, the benchmark, the real-node tier, and the unit tests' fake against kube.ClusterApi and their builders)
+lint: $(STAMP) lint-imports ## ruff over the whole tree and strict mypy (the product, tpusim, the benchmark, the real-node and e2e tiers, and the unit tests' fake against kube.ClusterApi and their builders)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/mypy tests/support/fake_kube.py tests/support/builders.py
 	$(VENV)/bin/mypy hack/bench
-	$(VENV)/bin/mypy tests/realnode
+	$(VENV)/bin/mypy tests/realnode tests/e2e
 
 lint-imports: $(STAMP) ## The layering rules of docs/architecture.md ([tool.importlinter] in pyproject.toml)
 	PYTHONPATH=operator $(VENV)/bin/lint-imports

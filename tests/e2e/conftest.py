@@ -18,11 +18,11 @@ import re
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
+import pluggy
 import pytest
 from kubernetes.client import ApiException
 
@@ -164,7 +164,9 @@ def tpuslice_crds(cluster: E2ECluster) -> None:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
     """On failure, show where the component logs are and their last lines."""
     outcome = yield
     report = outcome.get_result()

@@ -23,7 +23,7 @@ from tests.e2e.helpers import E2ECluster
 from tests.support.builders import tpu, tpuslice
 from tpusim import kube
 from tpusim.nodepools import TPU_RESOURCE
-from tpusim.operator_process import OperatorProcess
+from tpusim.operator_process import OperatorProcess as OperatorProcess
 
 GROUP, VERSION = "tpuslice.dev", "v1alpha1"
 REPO = Path(__file__).resolve().parents[2]

@@ -166,20 +166,21 @@ def test_chart_install_rbac_upgrade_uninstall(
     tmp_path: Path,
 ) -> None:
     ns = release
-    # -- objects of `helm install`
+    # -- objects of `helm install` (the client's models type every field optional: the
+    # objects read here are read whole, as Any)
     apps = cluster.api
-    deployment = client.AppsV1Api(apps).read_namespaced_deployment(FULLNAME, ns)
+    deployment: Any = client.AppsV1Api(apps).read_namespaced_deployment(FULLNAME, ns)
     assert deployment.spec.replicas == 2
     assert deployment.spec.strategy.type == "RollingUpdate"
     assert deployment.spec.strategy.rolling_update.max_unavailable == 0
-    pdb = client.PolicyV1Api(apps).read_namespaced_pod_disruption_budget(FULLNAME, ns)
+    pdb: Any = client.PolicyV1Api(apps).read_namespaced_pod_disruption_budget(FULLNAME, ns)
     assert pdb.spec.min_available == 1
     pod = deployment.spec.template.spec
     assert pod.security_context.run_as_non_root is True
     assert pod.containers[0].security_context.read_only_root_filesystem is True
     assert "--webhook-port=0" in pod.containers[0].args  # served by the webhook pods
     # the webhook Deployment of its own: its replicas, budget, Service and account
-    hook = client.AppsV1Api(apps).read_namespaced_deployment(WEBHOOK, ns)
+    hook: Any = client.AppsV1Api(apps).read_namespaced_deployment(WEBHOOK, ns)
     assert hook.spec.replicas == 2
     assert hook.spec.template.spec.containers[0].command == ["tpuslice", "webhook"]
     assert f"--webhook-service={WEBHOOK}" in hook.spec.template.spec.containers[0].args
@@ -191,13 +192,13 @@ def test_chart_install_rbac_upgrade_uninstall(
     rbac = client.RbacAuthorizationV1Api(apps)
     for account in (FULLNAME, WEBHOOK):
         cluster.core.read_namespaced_service_account(account, ns)
-        role = rbac.read_cluster_role(account)
+        role: Any = rbac.read_cluster_role(account)
         assert role.rules and all("*" not in (r.verbs + r.resources) for r in role.rules)
         rbac.read_cluster_role_binding(account)
         assert rbac.read_namespaced_role(account, ns).rules
     # -- the reservation guard: a user who may write everything (system:masters) but is
     # not the operator is refused by the API server itself, naming who may write them
-    reservation = {
+    reservation: dict[str, Any] = {
         "apiVersion": "tpuslice.dev/v1alpha1",
         "kind": "SliceReservation",
         "metadata": {"name": "v6e-4x4-a"},
@@ -249,14 +250,14 @@ def test_chart_install_rbac_upgrade_uninstall(
             raise AssertionError(f"a tenant's {verb[0]} of a reservation was admitted")
         return None if "NotFound" in done.stderr else done.stderr
 
-    for verb in (
+    for write in (
         ("delete", "slicereservation", "guard-probe-held"),
         ("label", "slicereservation", "guard-probe-held", "stolen=yes"),
     ):
         refusal = kube.wait_for(
-            functools.partial(tenant_write_refused, *verb),
+            functools.partial(tenant_write_refused, *write),
             timeout_s=60,
-            what=f"the reservation guard refusing a tenant's {verb[0]}",
+            what=f"the reservation guard refusing a tenant's {write[0]}",
         )
         assert "SliceReservations are written only by the tpuslice operator" in refusal
     kubectl(cluster, "delete", "slicereservation", "guard-probe-held", "--ignore-not-found")
@@ -394,7 +395,7 @@ def test_chart_install_rbac_upgrade_uninstall(
         ours.stop()
         kube.delete_pool(cluster.api, "v6e-4x4-chart")
         operator.start()  # re-applies the session operator's webhook configuration
-    lease = client.CoordinationV1Api(apps).read_namespaced_lease(FULLNAME, ns)
+    lease: Any = client.CoordinationV1Api(apps).read_namespaced_lease(FULLNAME, ns)
     assert lease.spec.holder_identity == ""  # released on SIGTERM
     filled = cluster.core.read_namespaced_secret(secret_name, ns).data
     assert set(filled) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}

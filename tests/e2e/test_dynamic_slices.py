@@ -50,7 +50,9 @@ THEIRS = "ds-theirs"
 
 
 def slices(cluster: E2ECluster) -> dict[str, dict[str, Any]]:
-    found = client.CustomObjectsApi(cluster.api).list_cluster_custom_object(GROUP, VERSION, PLURAL)
+    found: Any = client.CustomObjectsApi(cluster.api).list_cluster_custom_object(
+        GROUP, VERSION, PLURAL
+    )
     return {s["metadata"]["name"]: s for s in found.get("items", [])}
 
 
@@ -104,10 +106,13 @@ class DynamicSliceWatch(Watch):
             mine = held_by(self.cluster, self.namespace, name)
             if mine and _exists(self.cluster, self.namespace, ahead):
                 instant.append(f"{name} holds {', '.join(mine)} while {ahead} is ahead of it")
-        pods = client.CoreV1Api(self.cluster.api).list_namespaced_pod(
-            self.namespace, label_selector="tpuslice.dev/cluster"
+        # the client's models type every field optional; these pods are read whole
+        pods: list[Any] = (
+            client.CoreV1Api(self.cluster.api)
+            .list_namespaced_pod(self.namespace, label_selector="tpuslice.dev/cluster")
+            .items
         )
-        for pod in pods.items:
+        for pod in pods:
             if pod.metadata.deletion_timestamp or not asks_for_tpu(pod):
                 continue
             replica = (pod.metadata.labels or {}).get(REPLICA, pod.metadata.name)

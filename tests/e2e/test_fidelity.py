@@ -306,7 +306,7 @@ def test_tpuslicecluster_crd_installs_and_api_server_enforces_cel(
         with pytest.raises(ApiException) as err:
             create(body)
         assert err.value.status == 422, (body["metadata"]["name"], err.value.body)
-        assert message in err.value.body, (body["metadata"]["name"], err.value.body)
+        assert message in str(err.value.body), (body["metadata"]["name"], err.value.body)
 
     # Transition rule: the slice shape is immutable. The operator writes the object too
     # (finalizer, status), so a replace from a stale read is a 409 first: read again.
@@ -321,7 +321,7 @@ def test_tpuslicecluster_crd_installs_and_api_server_enforces_cel(
             )
         if err.value.status != 409:
             break
-    assert err.value.status == 422 and "immutable" in err.value.body
+    assert err.value.status == 422 and "immutable" in str(err.value.body)
 
     # SliceReservation: named after its node pool.
     reservation = {
@@ -338,4 +338,4 @@ def test_tpuslicecluster_crd_installs_and_api_server_enforces_cel(
             "tpuslice.dev", "v1alpha1", "slicereservations", reservation
         )
     assert err.value.status == 422
-    assert "metadata.name must equal spec.node" in err.value.body
+    assert "metadata.name must equal spec.node" in str(err.value.body)

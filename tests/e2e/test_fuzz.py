@@ -158,7 +158,7 @@ def test_random_specs_are_refused_reconciled_or_stalled_never_silent(
             what="pods of the batch gone",
         )
     seconds = time.monotonic() - began
-    record = {
+    record: dict[str, Any] = {
         "seed": SEED,
         "count": COUNT,
         "seconds": round(seconds, 1),

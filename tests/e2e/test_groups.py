@@ -229,7 +229,7 @@ def test_a_gated_grouped_cluster_is_held_all_or_nothing_and_ready_together(
 
     def rollout_says_why() -> bool:
         groups = (get_tsc(cluster, namespace, "rl").get("status") or {}).get("groups") or []
-        rollout = next((g for g in groups if g["name"] == "rollout"), {})
+        rollout: dict[str, Any] = next((g for g in groups if g["name"] == "rollout"), {})
         slices = rollout.get("slices") or []
         return bool(slices) and all(
             "every group of the gang" in s.get("message", "") for s in slices

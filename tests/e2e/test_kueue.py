@@ -382,10 +382,10 @@ def test_a_job_kueue_admits_is_placed_and_its_cluster_is_not_queued_twice(
             if r["spec"]["holder"].get("kind") == "TPUSliceJob"
             and r["spec"]["holder"]["name"] == "j"
         ]
-        name = (obj.get("status") or {}).get("rayCluster")
+        name = str((obj.get("status") or {}).get("rayCluster") or "")
         # KubeRay names the cluster in the RayJob's status one reconcile before it
         # creates it, so the name alone does not mean the RayCluster exists yet
-        exists = bool(name) and _raycluster(cluster, QUEUED, name) is not None
+        exists = name != "" and _raycluster(cluster, QUEUED, name) is not None
         return name if admitted and held and exists else None
 
     ray_cluster = kube.wait_for(

@@ -48,7 +48,7 @@ def measure_release_latency(cluster: E2ECluster, namespace: str, name: str) -> N
     """Last pod of a slice created -> that slice's pods ungated (from the API's own times)."""
     by_replica: dict[str, list[Any]] = {}
     for pod in slice_pods(cluster, namespace, name):
-        replica = (pod.metadata.labels or {}).get("ray.io/worker-group-replica-name")
+        replica = str((pod.metadata.labels or {}).get("ray.io/worker-group-replica-name") or "")
         by_replica.setdefault(replica, []).append(pod)
     for pods in by_replica.values():
         last_created = max(p.metadata.creation_timestamp for p in pods)

@@ -6,6 +6,7 @@ pod of a gang released before the whole gang holds its nodes."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -97,7 +98,7 @@ def test_two_single_host_gangs_share_a_three_node_pool_in_turn(
             messages = [s.get("message", "") for s in slices or []]
             states = {s.get("state") for s in slices or []}
             if len(messages) == 2 and states == {"WaitingForCapacity"}:
-                return messages[0]
+                return str(messages[0])
             return None
 
         message = kube.wait_for(
@@ -158,7 +159,7 @@ def test_a_job_and_a_service_on_single_host_slices_each_hold_nodes(
         apply(cluster, namespace, service)
         for name, slices in (("train", 2), ("serve", 1)):
             kube.wait_for(
-                lambda n=name, s=slices: running_on_held_nodes(cluster, namespace, n, s),
+                functools.partial(running_on_held_nodes, cluster, namespace, name, slices),
                 timeout_s=TIMEOUT_S,
                 what=f"{name}'s {slices} single-host slices running on the nodes they hold",
             )

@@ -35,7 +35,7 @@ def _to_lua(lua: Any, value: Any) -> Any:
 
 def argocd_health(obj: dict[str, Any], script: Path = ARGOCD_LUA) -> dict[str, str]:
     """``{"status": ..., "message": ...}`` as Argo CD would show it for ``obj``."""
-    import lupa
+    import lupa  # type: ignore[import-untyped]
 
     lua = lupa.LuaRuntime(unpack_returned_tuples=True)
     function = lua.eval(
