@@ -35,6 +35,7 @@ from tpuslice.main.webhook_process import stop_on_signals
 from tpuslice.runtime.config import OperatorConfig
 from tpuslice.runtime.election import Elector, KubeLeases
 from tpuslice.runtime.health import Health, serve_health
+from tpuslice.runtime.informers import followed_kinds
 from tpuslice.runtime.kube import Kube
 from tpuslice.runtime.logcontext import ObjectPrefix
 from tpuslice.runtime.metrics import Metrics, serve
@@ -83,7 +84,13 @@ def run_operator(config: OperatorConfig) -> None:
     if config.liveness_port:
         # Before anything else, so a start-up that never finishes is seen by the probes.
         serve_health(health, config.liveness_port)
-    kube = Kube.connect(config.kubeconfig, config.api_threads, metrics, health)
+    kube = Kube.connect(
+        config.kubeconfig,
+        config.api_threads,
+        metrics,
+        health,
+        held_open=len(followed_kinds(config.namespaces)),
+    )
     hook = start_identity_webhook(config, kube, health) if config.webhook_port else None
     drain = _Drain(health, hook)
     elector: Elector | None = None

@@ -250,9 +250,15 @@ class Kube:
         threads: int = 32,
         metrics: Metrics | None = None,
         health: Health | None = None,
+        held_open: int = 0,
     ) -> Kube:
+        """``held_open``: connections held by long requests besides the ``threads``' (the
+        informers' watches, each on a thread of its own). The pool keeps a connection for
+        each of both: a smaller pool closes a connection whenever more are in use at once
+        ("Connection pool is full, discarding connection") and the next request pays a new
+        TCP and TLS handshake, on the client's CPU and the API server's."""
         return cls(
-            api=load_api_client(kubeconfig, pool_size=threads),
+            api=load_api_client(kubeconfig, pool_size=threads + held_open),
             executor=ThreadPoolExecutor(threads, thread_name_prefix="kube"),
             metrics=metrics or Metrics(),
             health=health or Health(),
