@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import pytest
+
 from tpuslice.controller.queue import (
     Backoff,
     KickQueue,
@@ -316,9 +318,10 @@ def test_a_release_pass_goes_ahead_of_first_passes_and_re_passes() -> None:
     assert runs == ["old", "whole", "busy", "whole", "new", "old"]
 
 
-def test_a_waiting_re_pass_moves_up_when_a_release_kick_comes() -> None:
+@pytest.mark.parametrize("awaited", [False, True], ids=["kick_soon", "kick"])
+def test_a_waiting_re_pass_moves_up_when_a_release_kick_comes(awaited: bool) -> None:
     """The object's pass already waits in the re-pass lane when its slice completes: it
-    moves to the release lane (one pass, not a second one)."""
+    moves to the release lane (one pass, not a second one), whichever way it is kicked."""
     runs: list[str] = []
 
     async def scenario() -> None:
@@ -337,7 +340,10 @@ def test_a_waiting_re_pass_moves_up_when_a_release_kick_comes() -> None:
         queue.kick_soon([_key("a"), _key("b")])
         for _ in range(3):
             await asyncio.sleep(0)  # both wait in the re-pass lane
-        queue.kick_soon([_key("b")], releasing=True)
+        if awaited:
+            await queue.kick(_key("b"), releasing=True)  # b's pass is running: folded
+        else:
+            queue.kick_soon([_key("b")], releasing=True)
         await asyncio.sleep(0)
         hold.set()
         await busy

@@ -254,8 +254,7 @@ class KickQueue:
         ``releasing``: the kick's cause may let the pass release a slice (its pass goes
         in the release lane of ``PassSlots``, and one already waiting moves there)."""
         if releasing:
-            self._releasing.add(key)
-            self.slots.promote(key)
+            self._mark_releasing(key)
         if self._held is not None:
             self._held.add(key)
             return
@@ -279,6 +278,12 @@ class KickQueue:
         finally:
             self._running.discard(key)
 
+    def _mark_releasing(self, key: ObjectKey) -> None:
+        """``key``'s next pass waits in the release lane, and one already waiting for a
+        slot moves there."""
+        self._releasing.add(key)
+        self.slots.promote(key)
+
     def kick_soon(self, keys: Iterable[ObjectKey], releasing: bool = False) -> None:
         """Kick clusters without making the caller wait for their passes. A key whose
         spawned pass has not started yet gets no second one: at start-up every cluster is
@@ -287,8 +292,7 @@ class KickQueue:
         kick still marks it, so that pass waits in the release lane)."""
         for key in keys:
             if releasing:
-                self._releasing.add(key)
-                self.slots.promote(key)
+                self._mark_releasing(key)
             if key in self._queued:
                 continue
             self._queued.add(key)
