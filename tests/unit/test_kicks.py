@@ -388,3 +388,53 @@ def test_a_release_kick_during_a_pass_makes_the_next_pass_a_release_pass() -> No
 
     asyncio.run(scenario())
     assert runs[2:] == ["busy", "x", "new", "x", "old"]
+
+
+def test_a_follow_up_waits_behind_first_passes_and_ahead_of_re_passes() -> None:
+    """The pass after a first pass that created a KubeRay object: a burst of creates gets
+    its KubeRay objects first, and the new objects are planned before the re-passes."""
+    runs: list[str] = []
+
+    async def scenario() -> None:
+        hold = asyncio.Event()
+
+        async def run(key: tuple[str, str, str]) -> None:
+            runs.append(key[2])
+            if key[2] == "busy":
+                await hold.wait()
+
+        queue = KickQueue(run, PassSlots(1))
+        for name in ("old", "x"):
+            await queue.kick(_key(name))
+        busy = asyncio.create_task(queue.kick(_key("busy")))
+        await asyncio.sleep(0)
+        queue.kick_soon([_key("old")])  # a re-pass, asked first
+        queue.follow_up(_key("x"))  # x's first pass created its KubeRay object
+        queue.kick_soon([_key("new")])  # a first pass, asked last
+        for _ in range(3):
+            await asyncio.sleep(0)
+        hold.set()
+        await busy
+        await queue.drain()
+
+    asyncio.run(scenario())
+    assert runs == ["old", "x", "busy", "new", "x", "old"]
+    assert lane_of(first=False, releasing=False, follow_up=True) is Lane.FOLLOW_UP
+
+
+def test_a_follow_up_asked_during_the_pass_runs_right_after_it() -> None:
+    runs: list[str] = []
+
+    async def scenario() -> None:
+        queue: KickQueue
+
+        async def run(key: tuple[str, str, str]) -> None:
+            runs.append(key[2])
+            if len(runs) == 1:
+                queue.follow_up(key)
+
+        queue = KickQueue(run, PassSlots(1))
+        await queue.kick(_key("x"))  # the follow-up runs in the same kick
+
+    asyncio.run(scenario())
+    assert runs == ["x", "x"]

@@ -15,8 +15,11 @@ once a new object's first pass (the one that applies its RayCluster) took its
 turn behind all of them, and each pass's wall time grew with their number.
 Ahead of both goes a pass kicked by a pod change that completed a slice
 (``informers.release_kicks``): it is the pass that ungates the slice, and in the
-re-pass lane it waited seconds behind the passes of every object in flight
-(``Lane`` says why this order).
+re-pass lane it waited seconds behind the passes of every object in flight. A
+first pass that created the object's KubeRay object ends there and asks for its
+follow-up (``KickQueue.follow_up``), the pass that plans its slices and writes its
+status, which waits behind the first passes and ahead of the re-passes (``Lane``
+says why this order).
 
 ``Backoff`` is pure (the caller passes the clock): a cluster whose passes fail
 waits 5 s, then twice as long each time, up to 5 minutes; a success or a new
@@ -128,25 +131,34 @@ class Lane(IntEnum):
     per slice that became whole. First passes (no pass since start-up) come next: the
     pass that applies a new object's RayCluster is a short head start on KubeRay's work
     of seconds, so one pass time behind a release costs it little, while a release
-    behind every first pass of a burst of creates waited for all of them. Re-passes,
-    kicked by everything else, come last."""
+    behind every first pass of a burst of creates waited for all of them. The pass
+    that follows a first pass which created the KubeRay object (it plans the slices and
+    writes status; no pod exists yet, KubeRay makes them seconds later) comes after the
+    first passes, so a burst of creates gets its KubeRay objects before any of them is
+    planned, and before the re-passes, so a new object's status and its place in its
+    shape's queue do not wait behind the objects in flight. Re-passes, kicked by
+    everything else, come last."""
 
     RELEASE = 0
     FIRST = 1
-    AGAIN = 2
+    FOLLOW_UP = 2
+    AGAIN = 3
 
 
-def lane_of(first: bool, releasing: bool) -> Lane:
-    """The lane of a pass: releasing first, then an object's first pass, then the rest."""
+def lane_of(first: bool, releasing: bool, follow_up: bool = False) -> Lane:
+    """The lane of a pass: releasing first, then an object's first pass, then the
+    follow-up of a first pass, then the rest."""
     if releasing:
         return Lane.RELEASE
+    if follow_up:
+        return Lane.FOLLOW_UP
     return Lane.FIRST if first else Lane.AGAIN
 
 
 @dataclass
 class PassSlots:
     """At most ``size`` passes at once; when a slot frees, it goes to the waiter of the
-    lowest ``Lane`` (release, first, again), each lane in the order it came. A slot is
+    lowest ``Lane`` (release, first, follow-up, again), each lane in the order it came. A slot is
     handed from the pass that ends to the one that waits, so a pass arriving meanwhile
     cannot jump the lanes. A waiting pass whose object gets a release kick moves to the
     release lane (``promote``)."""
@@ -155,6 +167,7 @@ class PassSlots:
     _busy: int = 0
     _release: deque[tuple[ObjectKey, asyncio.Future[None]]] = field(default_factory=deque)
     _first: deque[tuple[ObjectKey, asyncio.Future[None]]] = field(default_factory=deque)
+    _follow_up: deque[tuple[ObjectKey, asyncio.Future[None]]] = field(default_factory=deque)
     _again: deque[tuple[ObjectKey, asyncio.Future[None]]] = field(default_factory=deque)
     _passed: set[ObjectKey] = field(default_factory=set)
 
@@ -163,22 +176,24 @@ class PassSlots:
             raise ValueError("PassSlots needs at least one slot")
 
     def _lanes(self) -> tuple[deque[tuple[ObjectKey, asyncio.Future[None]]], ...]:
-        return self._release, self._first, self._again
+        return self._release, self._first, self._follow_up, self._again
 
     @property
     def waiting(self) -> int:
         return sum(not f.done() for lane in self._lanes() for _, f in lane)
 
-    async def acquire(self, key: ObjectKey, releasing: bool = False) -> None:
+    async def acquire(
+        self, key: ObjectKey, releasing: bool = False, follow_up: bool = False
+    ) -> None:
         """Wait for a slot for ``key``'s pass (release it with ``release``); a
-        ``releasing`` pass waits in the release lane."""
+        ``releasing`` pass waits in the release lane, a ``follow_up`` in its own."""
         first = key not in self._passed
         self._passed.add(key)
         if self._busy < self.size and not self.waiting:
             self._busy += 1
             return
         entry = (key, asyncio.get_running_loop().create_future())
-        self._lanes()[lane_of(first, releasing)].append(entry)
+        self._lanes()[lane_of(first, releasing, follow_up)].append(entry)
         try:
             await entry[1]
         except asyncio.CancelledError:
@@ -194,7 +209,7 @@ class PassSlots:
     def promote(self, key: ObjectKey) -> None:
         """``key``'s pass, if it waits in a later lane, moves to the end of the release
         lane (its object got a release kick while it waited)."""
-        for lane in (self._first, self._again):
+        for lane in (self._first, self._follow_up, self._again):
             for entry in lane:
                 if entry[0] == key and not entry[1].done():
                     lane.remove(entry)
@@ -236,6 +251,8 @@ class KickQueue:
     # Keys with a release kick (``kick(releasing=True)``) that no started pass has read
     # yet: their next pass waits in the release lane.
     _releasing: set[ObjectKey] = field(default_factory=set)
+    # Keys whose next pass is the follow-up of a first pass (``follow_up``).
+    _following: set[ObjectKey] = field(default_factory=set)
 
     def hold_until_indexed(self) -> None:
         """Hold kicks until ``indexed``: our own watches are listed before kopf's indexes
@@ -264,12 +281,15 @@ class KickQueue:
         self._running.add(key)
         try:
             while True:
-                await self.slots.acquire(key, releasing=key in self._releasing)
+                await self.slots.acquire(
+                    key, releasing=key in self._releasing, follow_up=key in self._following
+                )
                 try:
                     # kicks while the pass waited for its slot are folded into it: it
                     # reads the stores when it starts
                     self._dirty.discard(key)
                     self._releasing.discard(key)
+                    self._following.discard(key)
                     await self.run(key)
                 finally:
                     self.slots.release()
@@ -277,6 +297,17 @@ class KickQueue:
                     return
         finally:
             self._running.discard(key)
+
+    def follow_up(self, key: ObjectKey) -> None:
+        """One more pass for ``key`` at once, in the follow-up lane (``Lane.FOLLOW_UP``):
+        called by a first pass that created the object's KubeRay object and left the rest
+        to this pass. During ``key``'s own pass it is the pass after it, in the same
+        task (the pass that asked is still running, so its kick loop runs it)."""
+        self._following.add(key)
+        if key in self._running and self._held is None:
+            self._dirty.add(key)
+        else:
+            self.kick_soon((key,))
 
     def _mark_releasing(self, key: ObjectKey) -> None:
         """``key``'s next pass waits in the release lane, and one already waiting for a
