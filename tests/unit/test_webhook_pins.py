@@ -21,7 +21,7 @@ from tpuslice.model import constants as c
 from tpuslice.model.records import ReservationInfo
 from tpuslice.runtime.kube import Kube
 from tpuslice.webhook import admission as webhook
-from tpuslice.webhook.pinning import Marked, PinLookup, marked_record
+from tpuslice.webhook.pinning import FIRST_LISTING_WAIT_SECONDS, Marked, PinLookup, marked_record
 
 
 def _reservation_object(info: ReservationInfo, rv: str = "1") -> dict[str, Any]:
@@ -111,11 +111,25 @@ def test_two_marked_reservations_of_one_slice_pin_nothing() -> None:
     assert lookup.pool_for(_worker()) is None
 
 
-def test_before_the_first_listing_every_pod_stays_gated_and_nothing_is_read() -> None:
+def test_before_the_first_listing_a_pod_waits_for_it_a_moment_then_stays_gated() -> None:
     reads: list[str] = []
+    info = _mine()
     lookup = PinLookup(lambda n: reads.append(n), clock=lambda: 0.0)
-    lookup.deliver("ADDED", _records(_mine()))  # an event cannot come first; still none
+    lookup.deliver("ADDED", _records(info))  # an event cannot come first; still none
+    began = time.monotonic()
     assert lookup.pool_for(_worker()) is None and reads == []
+    assert time.monotonic() - began >= FIRST_LISTING_WAIT_SECONDS * 0.9
+
+
+def test_a_pod_admitted_as_the_webhook_starts_is_pinned_once_the_listing_comes() -> None:
+    info = _mine()
+    lookup = PinLookup(lambda n: _reservation_object(info), clock=lambda: 0.0)
+    timer = threading.Timer(0.1, lookup.deliver, (None, _records(info)))
+    timer.start()
+    try:
+        assert lookup.pool_for(_worker()) == "pool-a"
+    finally:
+        timer.join()
 
 
 def test_admission_keeps_the_gate_when_the_live_read_fails_or_shows_no_mark() -> None:

@@ -22,7 +22,8 @@ from the last resourceVersion it saw (bookmarks too) when a watch request ends, 
 lists again when the API server answers 410 Gone. Its state is not the webhook's
 readiness (a failing watch leaves pods gated; it must not turn admission away).
 
-Never fails open toward a pin: before the first listing, on any error (a read that
+Never fails open toward a pin: with no listing yet (a pod waits at most
+``FIRST_LISTING_WAIT_SECONDS`` for the first), on any error (a read that
 fails or times out, a body that does not parse) the answer is None, and the pod is
 admitted gated as without the setting. The live GET runs on the webhook's own
 thread for the request, bounded by its timeout (``Kube.get_reservation_sync``, 2 s,
@@ -46,10 +47,14 @@ from tpuslice.runtime.health import Health
 from tpuslice.runtime.informers import Followed, NamespacedName, follow_forever
 from tpuslice.runtime.kube import Kube
 
-__all__ = ["Marked", "PinLookup", "marked_record"]
+__all__ = ["FIRST_LISTING_WAIT_SECONDS", "Marked", "PinLookup", "marked_record"]
 
 log = logging.getLogger(__name__)
 
+#: A pod admitted before the watch's first listing waits at most this long for it (the
+#: webhook's process has just started); then it is admitted gated. Below the webhook's
+#: timeout together with the live GET's.
+FIRST_LISTING_WAIT_SECONDS = 1.0
 #: At most one warning line per this many seconds about failed reads.
 _WARN_EVERY_SECONDS = 60.0
 
@@ -100,7 +105,7 @@ class PinLookup:
         self._lock = threading.Lock()
         self._by_name: dict[str, Marked] = {}
         self._by_slice: dict[SliceKey, dict[str, Marked]] = {}
-        self._listed = False
+        self._listed = threading.Event()
         self._warned = -_WARN_EVERY_SECONDS
 
     # ------------------------------------------------------------ the watch's side
@@ -123,7 +128,7 @@ class PinLookup:
         with self._lock:
             if event is None:
                 self._by_name, self._by_slice = {}, {}
-                self._listed = True
+                self._listed.set()
             for (_, name), record in records.items():
                 self._drop(name)
                 if record is not None and event != "DELETED":
@@ -153,10 +158,10 @@ class PinLookup:
             return None
         try:
             key = (slice_.kind, slice_.namespace, slice_.name, slice_.replica_index)
+            if not self._listed.wait(FIRST_LISTING_WAIT_SECONDS):
+                log.debug("slice %s: the reservations are not listed yet", key)
+                return None
             with self._lock:
-                if not self._listed:
-                    log.debug("slice %s: the reservations are not listed yet", key)
-                    return None
                 found = list(self._by_slice.get(key, {}).values())
             names = [m.name for m in found if holder_matches(slice_, m.holder)]
             if len(names) != 1:
