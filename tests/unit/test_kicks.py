@@ -228,7 +228,7 @@ def test_a_waiter_cancelled_after_its_slot_was_handed_over_gives_the_slot_back()
         await slots.acquire(_key("a"))
         waiter = asyncio.create_task(slots.acquire(_key("b")))
         await asyncio.sleep(0)
-        slots.release()  # handed to b's waiter ...
+        slots.release(_key("a"))  # handed to b's waiter ...
         waiter.cancel()  # ... which is cancelled before it runs
         with contextlib.suppress(asyncio.CancelledError):
             await waiter
@@ -240,7 +240,7 @@ def test_a_waiter_cancelled_after_its_slot_was_handed_over_gives_the_slot_back()
         with contextlib.suppress(asyncio.CancelledError):
             await cancelled
         assert slots.waiting == 0
-        slots.release()
+        slots.release(_key("c"))
         await asyncio.wait_for(slots.acquire(_key("e")), timeout=1)
 
     asyncio.run(scenario())
@@ -438,3 +438,63 @@ def test_a_follow_up_asked_during_the_pass_runs_right_after_it() -> None:
 
     asyncio.run(scenario())
     assert runs == ["x", "x"]
+
+
+def test_no_follow_up_starts_while_a_first_pass_runs() -> None:
+    """A free slot stays free for a follow-up while a first pass runs (a re-pass takes
+    it); the follow-up starts once no first pass runs."""
+    runs: list[str] = []
+
+    async def scenario() -> None:
+        hold = asyncio.Event()
+
+        async def run(key: tuple[str, str, str]) -> None:
+            runs.append(key[2])
+            if key[2] == "new":
+                await hold.wait()
+
+        queue = KickQueue(run, PassSlots(4))
+        for name in ("x", "old"):
+            await queue.kick(_key(name))
+        new = asyncio.create_task(queue.kick(_key("new")))  # a first pass, held open
+        await asyncio.sleep(0)
+        queue.follow_up(_key("x"))
+        queue.kick_soon([_key("old")])
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert runs[2:] == ["new", "old"]  # x's follow-up waits with slots free
+        hold.set()
+        await new
+        await queue.drain()
+
+    asyncio.run(scenario())
+    assert runs[2:] == ["new", "old", "x"]
+
+
+def test_a_held_follow_up_promoted_to_the_release_lane_starts_at_once() -> None:
+    runs: list[str] = []
+
+    async def scenario() -> None:
+        hold = asyncio.Event()
+
+        async def run(key: tuple[str, str, str]) -> None:
+            runs.append(key[2])
+            if key[2] == "new":
+                await hold.wait()
+
+        queue = KickQueue(run, PassSlots(4))
+        await queue.kick(_key("x"))
+        new = asyncio.create_task(queue.kick(_key("new")))
+        await asyncio.sleep(0)
+        queue.follow_up(_key("x"))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        queue.kick_soon([_key("x")], releasing=True)  # its slice completed
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert runs[:3] == ["x", "new", "x"]  # while the first pass still runs
+        hold.set()
+        await new
+        await queue.drain()
+
+    asyncio.run(scenario())

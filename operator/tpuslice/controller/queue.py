@@ -158,24 +158,34 @@ def lane_of(first: bool, releasing: bool, follow_up: bool = False) -> Lane:
 @dataclass
 class PassSlots:
     """At most ``size`` passes at once; when a slot frees, it goes to the waiter of the
-    lowest ``Lane`` (release, first, follow-up, again), each lane in the order it came. A slot is
-    handed from the pass that ends to the one that waits, so a pass arriving meanwhile
-    cannot jump the lanes. A waiting pass whose object gets a release kick moves to the
-    release lane (``promote``)."""
+    lowest ``Lane`` (release, first, follow-up, again), each lane in the order it came. A
+    slot is handed from the pass that ends to the one that waits, so a pass arriving
+    meanwhile cannot jump the lanes. A waiting pass whose object gets a release kick moves
+    to the release lane (``promote``).
+
+    While a first pass runs, no follow-up starts (a slot may stay free, or go to a
+    re-pass): the passes share one event loop, and a first pass that creates a KubeRay
+    object is a millisecond of the loop between two API round trips, while its follow-up
+    takes the loop for many (it classifies every pool of its shape); in a burst of
+    creates, a first pass whose answer came back waited for every follow-up that had
+    started meanwhile. Re-passes are not held: a first pass may be a whole one (at
+    start-up, every object's), and re-passes of objects in flight must not wait for it."""
 
     size: int = PASS_SLOTS
     _busy: int = 0
-    _release: deque[tuple[ObjectKey, asyncio.Future[None]]] = field(default_factory=deque)
-    _first: deque[tuple[ObjectKey, asyncio.Future[None]]] = field(default_factory=deque)
-    _follow_up: deque[tuple[ObjectKey, asyncio.Future[None]]] = field(default_factory=deque)
-    _again: deque[tuple[ObjectKey, asyncio.Future[None]]] = field(default_factory=deque)
+    _release: deque[tuple[ObjectKey, asyncio.Future[Lane]]] = field(default_factory=deque)
+    _first: deque[tuple[ObjectKey, asyncio.Future[Lane]]] = field(default_factory=deque)
+    _follow_up: deque[tuple[ObjectKey, asyncio.Future[Lane]]] = field(default_factory=deque)
+    _again: deque[tuple[ObjectKey, asyncio.Future[Lane]]] = field(default_factory=deque)
     _passed: set[ObjectKey] = field(default_factory=set)
+    #: the objects whose first pass holds a slot now (they hold back the later lanes)
+    _first_running: set[ObjectKey] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if self.size < 1:
             raise ValueError("PassSlots needs at least one slot")
 
-    def _lanes(self) -> tuple[deque[tuple[ObjectKey, asyncio.Future[None]]], ...]:
+    def _lanes(self) -> tuple[deque[tuple[ObjectKey, asyncio.Future[Lane]]], ...]:
         return self._release, self._first, self._follow_up, self._again
 
     @property
@@ -185,26 +195,41 @@ class PassSlots:
     async def acquire(
         self, key: ObjectKey, releasing: bool = False, follow_up: bool = False
     ) -> None:
-        """Wait for a slot for ``key``'s pass (release it with ``release``); a
+        """Wait for a slot for ``key``'s pass (give it back with ``release(key)``); a
         ``releasing`` pass waits in the release lane, a ``follow_up`` in its own."""
         first = key not in self._passed
         self._passed.add(key)
-        if self._busy < self.size and not self.waiting:
-            self._busy += 1
-            return
         entry = (key, asyncio.get_running_loop().create_future())
         self._lanes()[lane_of(first, releasing, follow_up)].append(entry)
+        self._hand_out()
         try:
             await entry[1]
         except asyncio.CancelledError:
             turn = entry[1]
             if turn.done() and not turn.cancelled():
-                self.release()  # the slot was handed over as the waiter was cancelled
+                self.release(key)  # the slot was handed over as the waiter was cancelled
             else:
                 for lane in self._lanes():
                     if entry in lane:
                         lane.remove(entry)
             raise
+
+    def _hand_out(self) -> None:
+        """Free slots to the waiters, lowest lane first; none to the follow-up lane while a
+        first pass runs."""
+        for lane, waiters in zip(Lane, self._lanes(), strict=True):
+            if lane is Lane.FOLLOW_UP and self._first_running:
+                continue
+            while waiters and self._busy < self.size:
+                key, turn = waiters.popleft()
+                if turn.done():
+                    continue
+                self._busy += 1
+                if lane is Lane.FIRST:
+                    self._first_running.add(key)
+                turn.set_result(lane)
+            if self._busy >= self.size:
+                return
 
     def promote(self, key: ObjectKey) -> None:
         """``key``'s pass, if it waits in a later lane, moves to the end of the release
@@ -214,17 +239,14 @@ class PassSlots:
                 if entry[0] == key and not entry[1].done():
                     lane.remove(entry)
                     self._release.append(entry)
+                    self._hand_out()  # a held follow-up may find a free slot there
                     return
 
-    def release(self) -> None:
-        """A pass ended: its slot goes to the next waiter, release lane first."""
-        for lane in self._lanes():
-            while lane:
-                _, turn = lane.popleft()
-                if not turn.done():
-                    turn.set_result(None)
-                    return
+    def release(self, key: ObjectKey) -> None:
+        """``key``'s pass ended: its slot goes to the next waiter, release lane first."""
         self._busy -= 1
+        self._first_running.discard(key)
+        self._hand_out()
 
     def forget(self, key: ObjectKey) -> None:
         """The object is gone: one of that name made later has its first pass ahead."""
@@ -292,7 +314,7 @@ class KickQueue:
                     self._following.discard(key)
                     await self.run(key)
                 finally:
-                    self.slots.release()
+                    self.slots.release(key)
                 if key not in self._dirty:
                     return
         finally:
