@@ -233,8 +233,8 @@ def classify_pool(
     """
     by_fit: dict[Fit, list[NodeFit]] = {}
     for n in nodes:  # one walk, grouped by class (every pool of the shape, every pass)
-        found = classify_node(n, wanted, owned_slices)
-        by_fit.setdefault(found.fit, []).append(found)
+        node_fit = classify_node(n, wanted, owned_slices)
+        by_fit.setdefault(node_fit.fit, []).append(node_fit)
     total = len(nodes)
     if len(by_fit) == 1 and Fit.USABLE in by_fit and total == wanted.hosts:
         return PoolFit(pool, Fit.USABLE, total, total)
