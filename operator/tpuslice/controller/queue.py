@@ -178,7 +178,7 @@ class PassSlots:
     _follow_up: deque[tuple[ObjectKey, asyncio.Future[Lane]]] = field(default_factory=deque)
     _again: deque[tuple[ObjectKey, asyncio.Future[Lane]]] = field(default_factory=deque)
     _passed: set[ObjectKey] = field(default_factory=set)
-    #: the objects whose first pass holds a slot now (they hold back the later lanes)
+    #: the objects whose first pass holds a slot now (they hold back the follow-up lane)
     _first_running: set[ObjectKey] = field(default_factory=set)
 
     def __post_init__(self) -> None:
