@@ -376,6 +376,14 @@ VERB = {
 }
 
 
+def test_pin_at_admission_lets_the_webhook_watch_and_read_reservations_only() -> None:
+    """The pin lookup lists and watches the SliceReservations and reads one live."""
+    docs = render("--set", "webhook.pinAtAdmission=true")
+    rules = granted(docs, "ClusterRole", WEBHOOK)
+    assert rules.pop(("tpuslice.dev", "slicereservations")) == {"get", "list", "watch"}
+    assert rules == EXPECTED_WEBHOOK_RULES
+
+
 def test_cluster_role_covers_every_call_in_kube_py() -> None:
     """kube.py is the one module that talks to the API server: each of its calls
     (method and resource) must be granted, or the operator fails in a real cluster."""

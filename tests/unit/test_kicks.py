@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import pytest
+
 from tpuslice.controller.queue import (
     Backoff,
     KickQueue,
@@ -226,7 +228,7 @@ def test_a_waiter_cancelled_after_its_slot_was_handed_over_gives_the_slot_back()
         await slots.acquire(_key("a"))
         waiter = asyncio.create_task(slots.acquire(_key("b")))
         await asyncio.sleep(0)
-        slots.release()  # handed to b's waiter ...
+        slots.release(_key("a"))  # handed to b's waiter ...
         waiter.cancel()  # ... which is cancelled before it runs
         with contextlib.suppress(asyncio.CancelledError):
             await waiter
@@ -238,7 +240,7 @@ def test_a_waiter_cancelled_after_its_slot_was_handed_over_gives_the_slot_back()
         with contextlib.suppress(asyncio.CancelledError):
             await cancelled
         assert slots.waiting == 0
-        slots.release()
+        slots.release(_key("c"))
         await asyncio.wait_for(slots.acquire(_key("e")), timeout=1)
 
     asyncio.run(scenario())
@@ -316,9 +318,10 @@ def test_a_release_pass_goes_ahead_of_first_passes_and_re_passes() -> None:
     assert runs == ["old", "whole", "busy", "whole", "new", "old"]
 
 
-def test_a_waiting_re_pass_moves_up_when_a_release_kick_comes() -> None:
+@pytest.mark.parametrize("awaited", [False, True], ids=["kick_soon", "kick"])
+def test_a_waiting_re_pass_moves_up_when_a_release_kick_comes(awaited: bool) -> None:
     """The object's pass already waits in the re-pass lane when its slice completes: it
-    moves to the release lane (one pass, not a second one)."""
+    moves to the release lane (one pass, not a second one), whichever way it is kicked."""
     runs: list[str] = []
 
     async def scenario() -> None:
@@ -337,7 +340,10 @@ def test_a_waiting_re_pass_moves_up_when_a_release_kick_comes() -> None:
         queue.kick_soon([_key("a"), _key("b")])
         for _ in range(3):
             await asyncio.sleep(0)  # both wait in the re-pass lane
-        queue.kick_soon([_key("b")], releasing=True)
+        if awaited:
+            await queue.kick(_key("b"), releasing=True)  # b's pass is running: folded
+        else:
+            queue.kick_soon([_key("b")], releasing=True)
         await asyncio.sleep(0)
         hold.set()
         await busy
@@ -382,3 +388,113 @@ def test_a_release_kick_during_a_pass_makes_the_next_pass_a_release_pass() -> No
 
     asyncio.run(scenario())
     assert runs[2:] == ["busy", "x", "new", "x", "old"]
+
+
+def test_a_follow_up_waits_behind_first_passes_and_ahead_of_re_passes() -> None:
+    """The pass after a first pass that created a KubeRay object: a burst of creates gets
+    its KubeRay objects first, and the new objects are planned before the re-passes."""
+    runs: list[str] = []
+
+    async def scenario() -> None:
+        hold = asyncio.Event()
+
+        async def run(key: tuple[str, str, str]) -> None:
+            runs.append(key[2])
+            if key[2] == "busy":
+                await hold.wait()
+
+        queue = KickQueue(run, PassSlots(1))
+        for name in ("old", "x"):
+            await queue.kick(_key(name))
+        busy = asyncio.create_task(queue.kick(_key("busy")))
+        await asyncio.sleep(0)
+        queue.kick_soon([_key("old")])  # a re-pass, asked first
+        queue.follow_up(_key("x"))  # x's first pass created its KubeRay object
+        queue.kick_soon([_key("new")])  # a first pass, asked last
+        for _ in range(3):
+            await asyncio.sleep(0)
+        hold.set()
+        await busy
+        await queue.drain()
+
+    asyncio.run(scenario())
+    assert runs == ["old", "x", "busy", "new", "x", "old"]
+    assert lane_of(first=False, releasing=False, follow_up=True) is Lane.FOLLOW_UP
+
+
+def test_a_follow_up_asked_during_the_pass_runs_right_after_it() -> None:
+    runs: list[str] = []
+
+    async def scenario() -> None:
+        queue: KickQueue
+
+        async def run(key: tuple[str, str, str]) -> None:
+            runs.append(key[2])
+            if len(runs) == 1:
+                queue.follow_up(key)
+
+        queue = KickQueue(run, PassSlots(1))
+        await queue.kick(_key("x"))  # the follow-up runs in the same kick
+
+    asyncio.run(scenario())
+    assert runs == ["x", "x"]
+
+
+def test_no_follow_up_starts_while_a_first_pass_runs() -> None:
+    """A free slot stays free for a follow-up while a first pass runs (a re-pass takes
+    it); the follow-up starts once no first pass runs."""
+    runs: list[str] = []
+
+    async def scenario() -> None:
+        hold = asyncio.Event()
+
+        async def run(key: tuple[str, str, str]) -> None:
+            runs.append(key[2])
+            if key[2] == "new":
+                await hold.wait()
+
+        queue = KickQueue(run, PassSlots(4))
+        for name in ("x", "old"):
+            await queue.kick(_key(name))
+        new = asyncio.create_task(queue.kick(_key("new")))  # a first pass, held open
+        await asyncio.sleep(0)
+        queue.follow_up(_key("x"))
+        queue.kick_soon([_key("old")])
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert runs[2:] == ["new", "old"]  # x's follow-up waits with slots free
+        hold.set()
+        await new
+        await queue.drain()
+
+    asyncio.run(scenario())
+    assert runs[2:] == ["new", "old", "x"]
+
+
+def test_a_held_follow_up_promoted_to_the_release_lane_starts_at_once() -> None:
+    runs: list[str] = []
+
+    async def scenario() -> None:
+        hold = asyncio.Event()
+
+        async def run(key: tuple[str, str, str]) -> None:
+            runs.append(key[2])
+            if key[2] == "new":
+                await hold.wait()
+
+        queue = KickQueue(run, PassSlots(4))
+        await queue.kick(_key("x"))
+        new = asyncio.create_task(queue.kick(_key("new")))
+        await asyncio.sleep(0)
+        queue.follow_up(_key("x"))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        queue.kick_soon([_key("x")], releasing=True)  # its slice completed
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert runs[:3] == ["x", "new", "x"]  # while the first pass still runs
+        hold.set()
+        await new
+        await queue.drain()
+
+    asyncio.run(scenario())

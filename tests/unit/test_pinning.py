@@ -4,19 +4,13 @@ clock, no sleeps), the webhook's decision, and a pass that marks and keeps."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import copy
-import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import jsonpatch
-
 from tests.support.builders import holder, nodes_of, reservation, slice_pods, tpu, tpuslice
 from tests.support.fake_kube import FakeKube
 from tests.unit.test_identity import kuberay_pod, render_worker_template
-from tests.unit.test_webhook import _review
 from tpuslice.controller.expectations import Expectations
 from tpuslice.controller.pinning import PinFence
 from tpuslice.controller.reconciler import Reconciler
@@ -43,8 +37,6 @@ from tpuslice.planning.pinning import (
     pod_slice,
 )
 from tpuslice.planning.pools import pool_index
-from tpuslice.webhook import admission as webhook
-from tpuslice.webhook.pinning import PinLookup
 
 REF = ClusterRef("ml", "llm", "uid-llm")
 NOW = datetime(2026, 12, 6, 3, 0, 0, tzinfo=UTC)
@@ -262,85 +254,6 @@ def test_pinned_pod_drops_only_our_gate_and_sets_the_pool() -> None:
         "schedulingGates"
         not in pinned_pod({"spec": {"schedulingGates": [{"name": c.SCHEDULING_GATE}]}}, "p")["spec"]
     )
-
-
-def _reservation_object(info: ReservationInfo) -> dict[str, Any]:
-    h = info.holder
-    return {
-        "metadata": {
-            "name": info.pool,
-            "uid": info.uid,
-            "annotations": {c.ANNOTATION_PIN: "true"} if info.pinned else {},
-        },
-        "spec": {
-            "nodePool": info.pool,
-            "holder": {
-                "namespace": h.namespace,
-                "name": h.name,
-                "uid": h.uid,
-                "replicaName": h.replica_name,
-                "replicaIndex": h.replica_index,
-            },
-        },
-    }
-
-
-def test_admission_pins_a_worker_of_a_marked_slice_and_says_so() -> None:
-    pod = _worker()
-    name = pod["metadata"]["labels"][c.LABEL_CLUSTER]
-    info = marked("pool-a", "tpu-old", 1)
-    info = replace(info, holder=replace(info.holder, name=name))
-    lists: list[int] = []
-
-    def list_all() -> Any:
-        lists.append(1)
-        return {"items": [_reservation_object(info)]}
-
-    lookup = PinLookup(list_all, lambda n: _reservation_object(info), clock=lambda: 0.0)
-    answer = webhook.admission_response(_review(copy.deepcopy(pod)), pin=lookup.pool_for)
-    ops = json.loads(base64.b64decode(answer["response"]["patch"]))
-    out = jsonpatch.apply_patch(pod, ops)
-    assert out["spec"]["nodeSelector"][c.NODE_LABEL_NODEPOOL] == "pool-a"
-    assert c.SCHEDULING_GATE not in {g["name"] for g in out["spec"].get("schedulingGates") or []}
-    assert out["metadata"]["annotations"][c.ANNOTATION_PINNED] == "pool-a"
-    webhook.admission_response(_review(copy.deepcopy(pod)), pin=lookup.pool_for)
-    assert lists == [1]  # listed once within its TTL
-
-
-def test_a_mark_written_a_moment_ago_is_seen_by_the_next_pod() -> None:
-    pod = _worker()
-    name = pod["metadata"]["labels"][c.LABEL_CLUSTER]
-    info = marked("pool-a", "tpu-old", 1)
-    info = replace(info, holder=replace(info.holder, name=name))
-    now = [0.0]
-    shown: list[dict[str, Any]] = []
-    lookup = PinLookup(
-        lambda: {"items": list(shown)}, lambda n: _reservation_object(info), clock=lambda: now[0]
-    )
-    assert lookup.pool_for(pod) is None  # nothing marked yet
-    shown.append(_reservation_object(info))
-    now[0] = 0.2
-    assert lookup.pool_for(pod) is None  # the list is fresher than the miss TTL
-    now[0] = 0.6
-    assert lookup.pool_for(pod) == "pool-a"
-
-
-def test_admission_keeps_the_gate_when_the_live_read_fails_or_shows_no_mark() -> None:
-    pod = _worker()
-    name = pod["metadata"]["labels"][c.LABEL_CLUSTER]
-    info = marked("pool-a", "tpu-old", 1)
-    info = replace(info, holder=replace(info.holder, name=name))
-
-    def failing(n: str) -> Any:
-        raise OSError("connection refused")
-
-    listed = lambda: {"items": [_reservation_object(info)]}  # noqa: E731
-    for get in (failing, lambda n: _reservation_object(replace(info, pinned=False))):
-        lookup = PinLookup(listed, get, clock=lambda: 0.0)
-        answer = webhook.admission_response(_review(copy.deepcopy(pod)), pin=lookup.pool_for)
-        out = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(answer["response"]["patch"])))
-        assert c.SCHEDULING_GATE in {g["name"] for g in out["spec"]["schedulingGates"]}
-        assert c.NODE_LABEL_NODEPOOL not in (out["spec"].get("nodeSelector") or {})
 
 
 # ---------------------------------------------------------------- a pass

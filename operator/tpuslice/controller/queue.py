@@ -15,8 +15,11 @@ once a new object's first pass (the one that applies its RayCluster) took its
 turn behind all of them, and each pass's wall time grew with their number.
 Ahead of both goes a pass kicked by a pod change that completed a slice
 (``informers.release_kicks``): it is the pass that ungates the slice, and in the
-re-pass lane it waited seconds behind the passes of every object in flight
-(``Lane`` says why this order).
+re-pass lane it waited seconds behind the passes of every object in flight. A
+first pass that created the object's KubeRay object ends there and asks for its
+follow-up (``KickQueue.follow_up``), the pass that plans its slices and writes its
+status, which waits behind the first passes and ahead of the re-passes (``Lane``
+says why this order).
 
 ``Backoff`` is pure (the caller passes the clock): a cluster whose passes fail
 waits 5 s, then twice as long each time, up to 5 minutes; a success or a new
@@ -128,88 +131,122 @@ class Lane(IntEnum):
     per slice that became whole. First passes (no pass since start-up) come next: the
     pass that applies a new object's RayCluster is a short head start on KubeRay's work
     of seconds, so one pass time behind a release costs it little, while a release
-    behind every first pass of a burst of creates waited for all of them. Re-passes,
-    kicked by everything else, come last."""
+    behind every first pass of a burst of creates waited for all of them. The pass
+    that follows a first pass which created the KubeRay object (it plans the slices and
+    writes status; no pod exists yet, KubeRay makes them seconds later) comes after the
+    first passes, so a burst of creates gets its KubeRay objects before any of them is
+    planned, and before the re-passes, so a new object's status and its place in its
+    shape's queue do not wait behind the objects in flight. Re-passes, kicked by
+    everything else, come last."""
 
     RELEASE = 0
     FIRST = 1
-    AGAIN = 2
+    FOLLOW_UP = 2
+    AGAIN = 3
 
 
-def lane_of(first: bool, releasing: bool) -> Lane:
-    """The lane of a pass: releasing first, then an object's first pass, then the rest."""
+def lane_of(first: bool, releasing: bool, follow_up: bool = False) -> Lane:
+    """The lane of a pass: releasing first, then an object's first pass, then the
+    follow-up of a first pass, then the rest."""
     if releasing:
         return Lane.RELEASE
+    if follow_up:
+        return Lane.FOLLOW_UP
     return Lane.FIRST if first else Lane.AGAIN
 
 
 @dataclass
 class PassSlots:
     """At most ``size`` passes at once; when a slot frees, it goes to the waiter of the
-    lowest ``Lane`` (release, first, again), each lane in the order it came. A slot is
-    handed from the pass that ends to the one that waits, so a pass arriving meanwhile
-    cannot jump the lanes. A waiting pass whose object gets a release kick moves to the
-    release lane (``promote``)."""
+    lowest ``Lane`` (release, first, follow-up, again), each lane in the order it came. A
+    slot is handed from the pass that ends to the one that waits, so a pass arriving
+    meanwhile cannot jump the lanes. A waiting pass whose object gets a release kick moves
+    to the release lane (``promote``).
+
+    While a first pass runs, no follow-up starts (a slot may stay free, or go to a
+    re-pass): the passes share one event loop, and a first pass that creates a KubeRay
+    object is a millisecond of the loop between two API round trips, while its follow-up
+    takes the loop for many (it classifies every pool of its shape); in a burst of
+    creates, a first pass whose answer came back waited for every follow-up that had
+    started meanwhile. Re-passes are not held: a first pass may be a whole one (at
+    start-up, every object's), and re-passes of objects in flight must not wait for it."""
 
     size: int = PASS_SLOTS
     _busy: int = 0
-    _release: deque[tuple[ObjectKey, asyncio.Future[None]]] = field(default_factory=deque)
-    _first: deque[tuple[ObjectKey, asyncio.Future[None]]] = field(default_factory=deque)
-    _again: deque[tuple[ObjectKey, asyncio.Future[None]]] = field(default_factory=deque)
+    _release: deque[tuple[ObjectKey, asyncio.Future[Lane]]] = field(default_factory=deque)
+    _first: deque[tuple[ObjectKey, asyncio.Future[Lane]]] = field(default_factory=deque)
+    _follow_up: deque[tuple[ObjectKey, asyncio.Future[Lane]]] = field(default_factory=deque)
+    _again: deque[tuple[ObjectKey, asyncio.Future[Lane]]] = field(default_factory=deque)
     _passed: set[ObjectKey] = field(default_factory=set)
+    #: the objects whose first pass holds a slot now (they hold back the follow-up lane)
+    _first_running: set[ObjectKey] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if self.size < 1:
             raise ValueError("PassSlots needs at least one slot")
 
-    def _lanes(self) -> tuple[deque[tuple[ObjectKey, asyncio.Future[None]]], ...]:
-        return self._release, self._first, self._again
+    def _lanes(self) -> tuple[deque[tuple[ObjectKey, asyncio.Future[Lane]]], ...]:
+        return self._release, self._first, self._follow_up, self._again
 
     @property
     def waiting(self) -> int:
         return sum(not f.done() for lane in self._lanes() for _, f in lane)
 
-    async def acquire(self, key: ObjectKey, releasing: bool = False) -> None:
-        """Wait for a slot for ``key``'s pass (release it with ``release``); a
-        ``releasing`` pass waits in the release lane."""
+    async def acquire(
+        self, key: ObjectKey, releasing: bool = False, follow_up: bool = False
+    ) -> None:
+        """Wait for a slot for ``key``'s pass (give it back with ``release(key)``); a
+        ``releasing`` pass waits in the release lane, a ``follow_up`` in its own."""
         first = key not in self._passed
         self._passed.add(key)
-        if self._busy < self.size and not self.waiting:
-            self._busy += 1
-            return
         entry = (key, asyncio.get_running_loop().create_future())
-        self._lanes()[lane_of(first, releasing)].append(entry)
+        self._lanes()[lane_of(first, releasing, follow_up)].append(entry)
+        self._hand_out()
         try:
             await entry[1]
         except asyncio.CancelledError:
             turn = entry[1]
             if turn.done() and not turn.cancelled():
-                self.release()  # the slot was handed over as the waiter was cancelled
+                self.release(key)  # the slot was handed over as the waiter was cancelled
             else:
                 for lane in self._lanes():
                     if entry in lane:
                         lane.remove(entry)
             raise
 
+    def _hand_out(self) -> None:
+        """Free slots to the waiters, lowest lane first; none to the follow-up lane while a
+        first pass runs."""
+        for lane, waiters in zip(Lane, self._lanes(), strict=True):
+            if lane is Lane.FOLLOW_UP and self._first_running:
+                continue
+            while waiters and self._busy < self.size:
+                key, turn = waiters.popleft()
+                if turn.done():
+                    continue
+                self._busy += 1
+                if lane is Lane.FIRST:
+                    self._first_running.add(key)
+                turn.set_result(lane)
+            if self._busy >= self.size:
+                return
+
     def promote(self, key: ObjectKey) -> None:
         """``key``'s pass, if it waits in a later lane, moves to the end of the release
         lane (its object got a release kick while it waited)."""
-        for lane in (self._first, self._again):
+        for lane in (self._first, self._follow_up, self._again):
             for entry in lane:
                 if entry[0] == key and not entry[1].done():
                     lane.remove(entry)
                     self._release.append(entry)
+                    self._hand_out()  # a held follow-up may find a free slot there
                     return
 
-    def release(self) -> None:
-        """A pass ended: its slot goes to the next waiter, release lane first."""
-        for lane in self._lanes():
-            while lane:
-                _, turn = lane.popleft()
-                if not turn.done():
-                    turn.set_result(None)
-                    return
+    def release(self, key: ObjectKey) -> None:
+        """``key``'s pass ended: its slot goes to the next waiter, release lane first."""
         self._busy -= 1
+        self._first_running.discard(key)
+        self._hand_out()
 
     def forget(self, key: ObjectKey) -> None:
         """The object is gone: one of that name made later has its first pass ahead."""
@@ -236,6 +273,8 @@ class KickQueue:
     # Keys with a release kick (``kick(releasing=True)``) that no started pass has read
     # yet: their next pass waits in the release lane.
     _releasing: set[ObjectKey] = field(default_factory=set)
+    # Keys whose next pass is the follow-up of a first pass (``follow_up``).
+    _following: set[ObjectKey] = field(default_factory=set)
 
     def hold_until_indexed(self) -> None:
         """Hold kicks until ``indexed``: our own watches are listed before kopf's indexes
@@ -254,8 +293,7 @@ class KickQueue:
         ``releasing``: the kick's cause may let the pass release a slice (its pass goes
         in the release lane of ``PassSlots``, and one already waiting moves there)."""
         if releasing:
-            self._releasing.add(key)
-            self.slots.promote(key)
+            self._mark_releasing(key)
         if self._held is not None:
             self._held.add(key)
             return
@@ -265,19 +303,39 @@ class KickQueue:
         self._running.add(key)
         try:
             while True:
-                await self.slots.acquire(key, releasing=key in self._releasing)
+                await self.slots.acquire(
+                    key, releasing=key in self._releasing, follow_up=key in self._following
+                )
                 try:
                     # kicks while the pass waited for its slot are folded into it: it
                     # reads the stores when it starts
                     self._dirty.discard(key)
                     self._releasing.discard(key)
+                    self._following.discard(key)
                     await self.run(key)
                 finally:
-                    self.slots.release()
+                    self.slots.release(key)
                 if key not in self._dirty:
                     return
         finally:
             self._running.discard(key)
+
+    def follow_up(self, key: ObjectKey) -> None:
+        """One more pass for ``key`` at once, in the follow-up lane (``Lane.FOLLOW_UP``):
+        called by a first pass that created the object's KubeRay object and left the rest
+        to this pass. During ``key``'s own pass it is the pass after it, in the same
+        task (the pass that asked is still running, so its kick loop runs it)."""
+        self._following.add(key)
+        if key in self._running and self._held is None:
+            self._dirty.add(key)
+        else:
+            self.kick_soon((key,))
+
+    def _mark_releasing(self, key: ObjectKey) -> None:
+        """``key``'s next pass waits in the release lane, and one already waiting for a
+        slot moves there."""
+        self._releasing.add(key)
+        self.slots.promote(key)
 
     def kick_soon(self, keys: Iterable[ObjectKey], releasing: bool = False) -> None:
         """Kick clusters without making the caller wait for their passes. A key whose
@@ -287,8 +345,7 @@ class KickQueue:
         kick still marks it, so that pass waits in the release lane)."""
         for key in keys:
             if releasing:
-                self._releasing.add(key)
-                self.slots.promote(key)
+                self._mark_releasing(key)
             if key in self._queued:
                 continue
             self._queued.add(key)

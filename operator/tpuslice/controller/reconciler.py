@@ -91,6 +91,7 @@ from tpuslice.status.kueue import PodsReadyTimeouts, pods_ready_deadline, provis
 __all__ = [
     "Reconciler",
     "SnapshotReader",
+    "created_only",
     "error_text",
     "gang_claims_message",
     "gang_release_message",
@@ -205,6 +206,26 @@ def _busy_nodes_kept(status: dict[str, Any], previous: Mapping[str, Any]) -> dic
         if name in previous and name not in kept:
             kept[name] = previous[name]
     return kept
+
+
+def created_only(owned: Mapping[str, Any] | None, applied: Applied, snap: Snapshot) -> bool:
+    """Whether a pass ends once it has created the object's KubeRay object, leaving the
+    rest (Kueue's Workload, planning each slice set, giving back, status) to its
+    follow-up (``KickQueue.follow_up``, at once, in its own lane behind first passes).
+
+    Planning the slice sets is most of a pass (every pool of the shape is classified
+    for the queue), and in a burst of creates every first pass waited for the whole
+    passes of the objects created before it, so KubeRay started seconds late. Nothing
+    is lost by waiting for the follow-up: the apply was sent and answered (not a
+    stall, not the applied digest of an earlier pass), the watch shows no KubeRay object
+    and no pod of the object (KubeRay makes the pods after the object exists; their
+    scheduling gates are in the rendered template, not in what the plan does), so there
+    is nothing to claim, release or give back yet; the status write that the first pass
+    would make is made by the follow-up instead (no extra write). A crash in between
+    leaves the object to the pass every object gets at start-up. An object whose slices
+    are pinned at admission does not end here (the caller checks): its plan marks the
+    units its pods are pinned to, so it runs right after the apply as it always did."""
+    return owned is None and applied.sent and applied.ok and applied.stall is None and not snap.pods
 
 
 def failure_message(failure: Failure) -> str:
@@ -390,6 +411,10 @@ class Reconciler:
         applied = await self.applier.apply(rendered, owned, admission_gate=bool(gate))
         if kind.counts_creation:
             self._count_creation(key, body, owned, applied)
+        pins = any(self.actuator.pins_on(g) for g in kind.cluster_spec(parsed).tpu_groups())
+        if not pins and created_only(owned, applied, snap):
+            self.queue.follow_up(key)
+            return
         self.pending.expire(time.monotonic())
         now = self.actuator.clock()
         snap, kueue_stall = await self._kueue(snap, kind.cluster_spec(parsed), rendered, owned)

@@ -77,10 +77,10 @@ def run_webhook(config: OperatorConfig, stopping: threading.Event | None = None)
     health.beat()
     health_server = serve_health(health, config.liveness_port) if config.liveness_port else None
     kube = Kube.connect(config.kubeconfig, API_THREADS, metrics, health)
-    hook = start_identity_webhook(
-        config, kube, health, ReadCaches.of(kube, pin_at_admission=config.pin_at_admission)
-    )
-    health.started()  # nothing to list first: the caches read on demand
+    caches = ReadCaches.of(kube, pin_at_admission=config.pin_at_admission)
+    hook = start_identity_webhook(config, kube, health, caches)
+    health.started()  # nothing to list first: the pin watch lists on its own (pods stay
+    # gated until it has), the policy cache reads on demand
     log.info("admission webhooks serving on port %d", config.webhook_port)
     while not stopping.wait(BEAT_SECONDS):
         health.beat()
@@ -91,6 +91,7 @@ def run_webhook(config: OperatorConfig, stopping: threading.Event | None = None)
         time.sleep(min(rest, BEAT_SECONDS))
         health.beat()
     hook.stop()
+    caches.stop()
     kube.executor.shutdown(wait=False, cancel_futures=True)
     if health_server is not None:
         health_server.stop()

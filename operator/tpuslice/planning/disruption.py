@@ -157,20 +157,25 @@ class NodeSignal:
 
 
 def _signal(node: NodeInfo, *, with_ready: bool) -> NodeSignal | None:
-    keys = {t.key for t in node.taints}
-    spot = node.capacity_type is CapacityType.SPOT
+    # every pass judges every node of its shape: a healthy node (no taint, no label of
+    # ours) is answered without building anything
+    keys = {t.key for t in node.taints} if node.taints else ()
+    labels = node.labels
+    found: Signal | None = None
     if IMPENDING_TERMINATION_TAINT in keys:
-        return NodeSignal(node.name, Signal.TERMINATION, spot)
-    if (
-        node.labels.get(ACTIVE_MAINTENANCE_LABEL) == MAINTENANCE_ONGOING
+        found = Signal.TERMINATION
+    elif (
+        labels.get(ACTIVE_MAINTENANCE_LABEL) == MAINTENANCE_ONGOING
         or MAINTENANCE_STARTED_TAINT in keys
     ):
-        return NodeSignal(node.name, Signal.MAINTENANCE, spot)
-    if node.labels.get(PARTITION_STATE_LABEL) == PARTITION_UNHEALTHY:
-        return NodeSignal(node.name, Signal.PARTITION_UNHEALTHY, spot)
-    if with_ready and not node.ready:
-        return NodeSignal(node.name, Signal.NOT_READY, spot)
-    return None
+        found = Signal.MAINTENANCE
+    elif labels.get(PARTITION_STATE_LABEL) == PARTITION_UNHEALTHY:
+        found = Signal.PARTITION_UNHEALTHY
+    elif with_ready and not node.ready:
+        found = Signal.NOT_READY
+    if found is None:
+        return None
+    return NodeSignal(node.name, found, node.capacity_type is CapacityType.SPOT)
 
 
 def blocking_signal(node: NodeInfo) -> NodeSignal | None:

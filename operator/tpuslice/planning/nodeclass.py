@@ -231,11 +231,16 @@ def classify_pool(
     (exactly ``wanted.hosts`` nodes) checked after the reasons that make the pool never
     ours and before the health of its nodes. An empty pool has 0 nodes (``NODE_COUNT``).
     """
-    fits = [classify_node(n, wanted, owned_slices) for n in nodes]
+    by_fit: dict[Fit, list[NodeFit]] = {}
+    for n in nodes:  # one walk, grouped by class (every pool of the shape, every pass)
+        node_fit = classify_node(n, wanted, owned_slices)
+        by_fit.setdefault(node_fit.fit, []).append(node_fit)
     total = len(nodes)
+    if len(by_fit) == 1 and Fit.USABLE in by_fit and total == wanted.hosts:
+        return PoolFit(pool, Fit.USABLE, total, total)
 
     def with_fit(fit: Fit) -> list[NodeFit]:
-        return [f for f in fits if f.fit is fit]
+        return by_fit.get(fit, [])
 
     for fit in (Fit.OTHER_SHAPE, Fit.IN_GKE_SLICE, Fit.SLICING_BLOCK):
         if found := with_fit(fit):

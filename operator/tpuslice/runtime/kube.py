@@ -504,15 +504,6 @@ class Kube:
             content_type=MERGE,
         )
 
-    def list_reservations_sync(self, timeout: float = 2) -> Any:
-        """Every SliceReservation (the identity webhook's reader, on its threads)."""
-        return self.call_sync(
-            "GET",
-            api_path(c.GROUP, c.VERSION, c.PLURAL_RESERVATION),
-            resource="slicereservations",
-            timeout=timeout,
-        )
-
     def get_reservation_sync(self, name: str, timeout: float = 2) -> Any:
         """One SliceReservation, read live (the identity webhook, on its threads)."""
         return self.call_sync(

@@ -154,15 +154,26 @@ class ReadCaches:
 
     policies: PolicyCache
     pins: PinLookup | None = None
+    #: stops the watch that feeds ``pins``
+    pins_stop: threading.Event | None = None
 
     @classmethod
     def of(cls, kube: Kube, *, pin_at_admission: bool = False) -> ReadCaches:
-        pins = (
-            PinLookup(kube.list_reservations_sync, kube.get_reservation_sync)
-            if pin_at_admission
-            else None
+        """The caches over ``kube``; with ``pin_at_admission`` the pin lookup's watch of
+        the SliceReservations starts here (pods stay gated until it has listed them)."""
+        pins, stop = None, None
+        if pin_at_admission:
+            pins = PinLookup(kube.get_reservation_sync)
+            stop = pins.follow(kube)
+        return cls(
+            policies=PolicyCache(kube.list_policies, kube.get_namespace),
+            pins=pins,
+            pins_stop=stop,
         )
-        return cls(policies=PolicyCache(kube.list_policies, kube.get_namespace), pins=pins)
+
+    def stop(self) -> None:
+        if self.pins_stop is not None:
+            self.pins_stop.set()
 
 
 class IdentityWebhook:
