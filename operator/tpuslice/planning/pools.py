@@ -719,42 +719,38 @@ def plan_slices(
     need = max(0, desired_slices - len(holding)) if all_slices else len(unheld)
     gang_ready = len(unheld) >= need
     kueue_waits: dict[str, str] = {}
-    if gated and kueue_pools and not (stalled and all_slices):
+    if gated and not (stalled and all_slices):
         wanting = unheld[:need] if all_slices else unheld
-        assignment, kueue_waits = adopt(
-            [(r.name, r.live) for r in wanting],
-            free,
-            matching=matching,
-            held_by_others=held_by_others,
-            held_by_ours=held_by_ours,
-            problem=lambda pool: _pool_problem(matching[pool], wanted, owned),
-            granted=admission.pools if admission is not None else None,
-            queue_message=admission.message if admission is not None else "",
-            noun=noun,
-        )
-        if stalled:
+        if kueue_pools:
+            assignment, kueue_waits = adopt(
+                [(r.name, r.live) for r in wanting],
+                free,
+                matching=matching,
+                held_by_others=held_by_others,
+                held_by_ours=held_by_ours,
+                problem=lambda pool: _pool_problem(matching[pool], wanted, owned),
+                granted=admission.pools if admission is not None else None,
+                queue_message=admission.message if admission is not None else "",
+                noun=noun,
+            )
+        else:
+            assignment = _assign(
+                wanting,
+                free,
+                facts=facts,
+                previous=previous_pools,
+                capacity_types=capacity_types,
+                together=all_slices and desired_slices > 1,
+                anchor=[facts(ours[r.name].pool) for r in holding],
+                # no queue decision names the pools: spread the claims of clusters that
+                # plan at once (a queue's grant is already this cluster's own pools)
+                spread=cluster.uid if admission is None or admission.pools is None else "",
+                maintenance_before=maintenance_before,
+            )
+        if stalled:  # NotEnoughPools: keep what it has, take no more (Kueue's waits stay)
             assignment = {}
         if all_slices and not (gang_ready and len(assignment) == need):
-            assignment = {}
-    elif gated and not (stalled and all_slices):
-        wanting = unheld[:need] if all_slices else unheld
-        assignment = _assign(
-            wanting,
-            free,
-            facts=facts,
-            previous=previous_pools,
-            capacity_types=capacity_types,
-            together=all_slices and desired_slices > 1,
-            anchor=[facts(ours[r.name].pool) for r in holding],
-            # no queue decision names the pools: spread the claims of clusters that plan
-            # at once (a queue's grant is already this cluster's own pools)
-            spread=cluster.uid if admission is None or admission.pools is None else "",
-            maintenance_before=maintenance_before,
-        )
-        if stalled:  # PerSlice that cannot be satisfied: keep what it has, take no more
-            assignment = {}
-        if all_slices and not (gang_ready and len(assignment) == need):
-            assignment = {}
+            assignment = {}  # a gang claims every slice it misses at once, or none
     gang_complete = not all_slices or len(holding) + len(assignment) >= desired_slices
     give_back: set[str] = set()
     if all_slices and gated and not gang_complete:
