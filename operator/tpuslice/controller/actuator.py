@@ -256,6 +256,39 @@ def gang_need(desired: int, spec: SliceClusterSpec) -> int:
     return min(desired, spec.min_slices)
 
 
+def pins_scope(spec: SliceClusterSpec, *, keep_pools: bool = False) -> bool:
+    """Whether pin at admission covers the slices of ``spec`` when the setting is on:
+    multi-host node-pool units of a gated, fixed slice count without capacity on
+    demand, of an object that does not keep its pools between attempts (a job's
+    hand-overs may change a unit's index). Elsewhere the gate path alone."""
+    return (
+        spec.gated
+        and not spec.dynamic
+        and spec.shape.hosts > 1
+        and spec.elastic is None
+        and not spec.provisions
+        and not keep_pools
+    )
+
+
+def claims_ahead(spec: SliceClusterSpec, *, kind: str, pins: bool) -> bool:
+    """Whether a slice set claims its units by replica index before KubeRay makes its
+    pods (``plan_slices(claim_ahead=...)``): with pin at admission on (``pins``) and in
+    its scope, for a TPUSliceCluster Kueue does not admit (its pods wait for Kueue, and
+    a unit held for a suspended object would be held for nothing). Not a job (it keeps
+    its pools between attempts) nor a service (a slice set per RayCluster, while the
+    queue counts the service as one member over all of them: the indexes without pods
+    would not add up the same in its own pass and in another's). Read from the spec and
+    kind alone, so every pass counts another member's request the way its own does."""
+    return (
+        pins
+        and kind == c.KIND_CLUSTER
+        and spec.kueue is None
+        and not spec.kueue_picks_pools
+        and pins_scope(spec)
+    )
+
+
 def _request(
     ref: ClusterRef,
     spec: SliceClusterSpec,
@@ -263,6 +296,8 @@ def _request(
     pods: Sequence[PodInfo],
     reservations: Sequence[ReservationInfo],
     desired: int,
+    *,
+    pins: bool = False,
 ) -> PoolRequest:
     return pool_request(
         ref,
@@ -277,6 +312,7 @@ def _request(
         previous_pools=previous_pools(cluster.get("status") or {}),
         minimum=None if spec.elastic is None else spec.elastic.min_slices,
         kueue_pools=spec.kueue_picks_pools,
+        claim_ahead=claims_ahead(spec, kind=ref.kind, pins=pins),
         # the queue's decision is read from the snapshot alone; the wall clock only
         # moves which announced maintenance is "soon" (spec.disruption)
         maintenance_before=maintenance_before(
@@ -294,6 +330,8 @@ def queue_admission(
     index: PoolIndex,
     specs: SpecCache,
     desired: int | None = None,
+    *,
+    pins: bool = False,
 ) -> Admission | None:
     """What the shape's queue lets this cluster claim now, decided from the snapshot alone
     (every member's priority, creationTimestamp, pods and reservations; the shape's
@@ -304,16 +342,18 @@ def queue_admission(
     reservations, without reading its pods) fit in the free eligible pools, so the order
     cannot matter and the planner picks by preference alone; None too when no admission
     could change this cluster's plan (``admission_matters``). Deciding the whole queue
-    costs a pass over every member's pods and every pool; most passes need none of it."""
+    costs a pass over every member's pods and every pool; most passes need none of it.
+    ``pins``: pin at admission is on, so the members in its scope claim for their
+    indexes without pods too (``claims_ahead``)."""
     assert snap.cluster is not None
     if desired is None:
         desired = desired_of(snap.cluster, spec)
     own_reservations = [r for r in reservations if ref.holds(r.holder)]
-    own = _request(ref, spec, snap.cluster, pods, own_reservations, desired)
+    own = _request(ref, spec, snap.cluster, pods, own_reservations, desired, pins=pins)
     exist = len(index.matching)
     if not admission_matters(own, exist):
         return None
-    return decide_admission(ref, spec, snap, own, reservations, index, specs)
+    return decide_admission(ref, spec, snap, own, reservations, index, specs, pins=pins)
 
 
 def admission_matters(own: PoolRequest, exist: int) -> bool:
@@ -336,6 +376,8 @@ def decide_admission(
     reservations: Sequence[ReservationInfo],
     index: PoolIndex,
     specs: SpecCache,
+    *,
+    pins: bool = False,
 ) -> Admission | None:
     """``queue_admission`` past the shortcut: every member of the shape walked."""
     assert snap.cluster is not None
@@ -391,6 +433,7 @@ def decide_admission(
             member_pods,
             by_holder.get((other_ref.uid, other_ref.group), []),
             want,
+            pins=pins,
         )
         for other_ref, other, cluster, member_pods, want in members
     ]
@@ -652,19 +695,12 @@ class SliceActuator:
     fence: PinFence | None = None
 
     def pins_on(self, spec: SliceClusterSpec, *, keep_pools: bool = False) -> bool:
-        """Whether the slices of ``spec`` are pinned at admission (``--pin-at-admission``):
-        multi-host node-pool units of a gated, fixed slice count without capacity on
-        demand, of an object that does not keep its pools between attempts (a job's
-        hand-overs may change a unit's index). Elsewhere the gate path alone."""
+        """Whether the slices of ``spec`` are pinned at admission (``--pin-at-admission``
+        and ``pins_scope``)."""
         return (
             self.fence is not None
             and self.fence.enabled
-            and spec.gated
-            and not spec.dynamic
-            and spec.shape.hosts > 1
-            and spec.elastic is None
-            and not spec.provisions
-            and not keep_pools
+            and pins_scope(spec, keep_pools=keep_pools)
         )
 
     async def let_go(self, reservation: ReservationInfo) -> bool:
@@ -833,7 +869,15 @@ class SliceActuator:
                 admission = Admission(pools=(), message=waits_on_namespace)
             elif spec.gated:
                 admission = queue_admission(
-                    ref, spec, snap, pods, reservations, index, self.specs, desired
+                    ref,
+                    spec,
+                    snap,
+                    pods,
+                    reservations,
+                    index,
+                    self.specs,
+                    desired,
+                    pins=self.fence is not None and self.fence.enabled,
                 )
             else:
                 admission = None
@@ -861,6 +905,7 @@ class SliceActuator:
                 ),
                 grace_seconds=spec.disruption.grace_period_s,
                 kueue_pools=spec.kueue_picks_pools,
+                claim_ahead=pins and claims_ahead(spec, kind=ref.kind, pins=pins),
             )
             if keep_pools:
                 frees = kept_frees(
