@@ -263,8 +263,12 @@ def test_a_pass_claims_and_marks_every_index_before_any_pod_exists() -> None:
     # marked in the same pass (the fake shows the create only to the next pass's read)
     marked = {call[1] for call in kube.calls if call[0] == "annotate"}
     assert marked == set(kube.claimed)
+    # both before the apply that makes KubeRay create the replicas' pods
+    kinds = [call[0] for call in kube.calls]
+    assert kinds.index("apply") > max(i for i, k in enumerate(kinds) if k in ("claim", "annotate"))
     # with the setting off the same pass claims nothing
     kube = FakeKube()
     asyncio.run(Reconciler(kube, lambda key: snap).kick(("TPUSliceCluster", "ml", "llm")))
     assert not [call for call in kube.calls if call[0] == "claim"]
+    assert "apply" in [call[0] for call in kube.calls]
     assert c.PLACEHOLDER_REPLICA_PREFIX == "~index-"

@@ -31,6 +31,7 @@ from tpuslice.controller.actuator import (
     PoolIndexCache,
     SliceActuator,
     SpecCache,
+    claims_ahead,
     desired_of,
     gang_need,
     shape_of,
@@ -387,6 +388,17 @@ class Reconciler:
             return
         owned = kind.owned(snap)
         gate = self._admission_gate(kind.cluster_spec(parsed), snap, owned)
+        first: tuple[list[ActedSet], Stall | None] | None = None
+        if self._claims_first(kind.kind, kind.cluster_spec(parsed), rendered, owned):
+            # pin at admission: each index's unit claimed and marked before the apply
+            # that makes KubeRay create (or add) the replicas, so the webhook pins their
+            # first pods; a pod that still comes first is gated and released as before
+            first = await self._act(
+                kind.slice_sets(ref, parsed, snap, previous),
+                snap.policies,
+                snap.namespace_labels,
+                avoid=avoided_nodes(previous, self.actuator.clock()),
+            )
         applied = await self.applier.apply(rendered, owned, admission_gate=bool(gate))
         if kind.counts_creation:
             self._count_creation(key, body, owned, applied)
@@ -397,7 +409,7 @@ class Reconciler:
         sets = kind.slice_sets(ref, parsed, snap, previous)
         if kueue_stall is not None:  # never two requests for one slice: Kueue's, ours
             sets = [replace(s, spec=replace(s.spec, provisioning=None)) for s in sets]
-        acted, plan_stall = await self._act(
+        acted, plan_stall = first or await self._act(
             sets,
             snap.policies,
             snap.namespace_labels,
@@ -442,6 +454,27 @@ class Reconciler:
                 condition,
             ]
         await self.status.write_status(body, previous, status, out.slices)
+
+    def _claims_first(
+        self,
+        kind: str,
+        spec: SliceClusterSpec,
+        rendered: Mapping[str, Any],
+        owned: Mapping[str, Any] | None,
+    ) -> bool:
+        """Whether the pass acts on the slices before it applies the KubeRay object: with
+        pin at admission, for an object every TPU group of which claims its units before
+        its pods exist (``actuator.claims_ahead``), and that Kueue does not admit (the
+        live object may carry a queue label the spec does not: then its pods wait for
+        Kueue, and the pass keeps its usual order)."""
+        pins = self.fence is not None and self.fence.enabled
+        groups = spec.tpu_groups()
+        return (
+            pins
+            and bool(groups)
+            and all(claims_ahead(g, kind=kind, pins=pins) for g in groups)
+            and not kueue_managed(rendered, owned)
+        )
 
     def _admission_gate(
         self, spec: SliceClusterSpec, snap: Snapshot, owned: Mapping[str, Any] | None
