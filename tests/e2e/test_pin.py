@@ -4,8 +4,8 @@ A 2-slice gang (v6e 2x4, two hosts a slice) runs with the operator and the webho
 started with the setting. The leader holds and marks a unit for each replica index
 before KubeRay makes any pod (a placeholder holder, ``~index-<n>``), so every pod,
 the first ones included, and every replica KubeRay recreates is pinned by the
-identity webhook at admission (created without the gate, annotated ``tpuslice.dev/pinned-at-admission``,
-never patched), onto the pool its index holds, also while the operator is SIGKILLed
+identity webhook at admission (created without the gate, annotated
+``tpuslice.dev/pinned-at-admission``, never patched), onto the pool its index holds, also while the operator is SIGKILLed
 and after the webhook process is restarted. Deleting the object un-marks and frees
 the pools after the fence.
 
