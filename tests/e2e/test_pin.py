@@ -5,9 +5,9 @@ started with the setting. The leader holds and marks a unit for each replica ind
 before KubeRay makes any pod (a placeholder holder, ``~index-<n>``), so every pod,
 the first ones included, and every replica KubeRay recreates is pinned by the
 identity webhook at admission (created without the gate, annotated
-``tpuslice.dev/pinned-at-admission``, never patched), onto the pool its index holds, also while the operator is SIGKILLed
-and after the webhook process is restarted. Deleting the object un-marks and frees
-the pools after the fence.
+``tpuslice.dev/pinned-at-admission``, never patched), onto the pool its index
+holds, also while the operator is SIGKILLed and after the webhook process is
+restarted. Deleting the object un-marks and frees the pools after the fence.
 
 Throughout, ``InvariantWatch`` (by slice index) and ``PinWatch`` sample: no released
 pod on a unit its slice (object, index) does not hold, no two slices on one unit, no
