@@ -272,3 +272,14 @@ def test_a_pass_claims_and_marks_every_index_before_any_pod_exists() -> None:
     assert not [call for call in kube.calls if call[0] == "claim"]
     assert "apply" in [call[0] for call in kube.calls]
     assert c.PLACEHOLDER_REPLICA_PREFIX == "~index-"
+
+
+def test_a_live_replica_above_the_count_leaves_no_room_for_a_placeholder() -> None:
+    # scaled 2 -> 1 and KubeRay removed index 0: the replica of index 1 runs on
+    pods = slice_pods("tpu-bbbbb", 1, gated=False, pool="pool-b")
+    held = [reservation("pool-b", holder("tpu-bbbbb", 1))]
+    assert plan(pods, held, desired=1).claims == ()
+    assert request(pods, held, desired=1).claimable == 0
+    # index 0's old unit still being freed: no placeholder for index 0 either
+    going = [*held, reservation("pool-a", holder("tpu-aaaaa", 0))]
+    assert plan(pods, going, desired=2).claims == ()

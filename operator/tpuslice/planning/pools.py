@@ -565,11 +565,12 @@ def placeholders(
     ours: Iterable[ReservationInfo], replicas: Mapping[str, ReplicaPods], desired: int
 ) -> Placeholders:
     """``held``: the set's placeholder reservations of an index below ``desired`` (the
-    others are freed); ``missing``: every index below ``desired`` that no live replica
+    others are freed); ``missing``: the indexes below ``desired`` that no live replica
     has and no reservation of the set names (a unit being freed or kept for the index
-    counts: never two units for one index)."""
+    counts: never two units for one index), lowest first, and only as many as keep the
+    set's live slices and units at most ``desired``: KubeRay picks which replica a
+    scale-down removes, so a live replica may hold an index at or above the count."""
     mine = list(ours)
-    live = {r.index for r in replicas.values() if r.live and r.index is not None}
     held = {
         r.holder.replica_index: r
         for r in sorted(mine, key=lambda r: r.pool)
@@ -577,8 +578,14 @@ def placeholders(
         and r.holder.replica_index is not None
         and 0 <= r.holder.replica_index < desired
     }
-    named = {r.holder.replica_index for r in mine}
-    missing = tuple(i for i in range(desired) if i not in live and i not in named)
+    live = [r for r in replicas.values() if r.live]
+    holding = {r.holder.replica_name for r in mine}
+    # a live replica about to take a placeholder over is counted once, by its unit
+    taking = sum(1 for r in live if r.name not in holding and r.index in held)
+    unit_only = sum(1 for r in mine if r.holder.replica_name not in {x.name for x in live})
+    room = max(0, desired - (len(live) - taking) - unit_only)
+    named = {r.holder.replica_index for r in mine} | {r.index for r in live}
+    missing = tuple(i for i in range(desired) if i not in named)[:room]
     return Placeholders(held, missing)
 
 
