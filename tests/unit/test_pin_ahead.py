@@ -283,3 +283,18 @@ def test_a_live_replica_above_the_count_leaves_no_room_for_a_placeholder() -> No
     # index 0's old unit still being freed: no placeholder for index 0 either
     going = [*held, reservation("pool-a", holder("tpu-aaaaa", 0))]
     assert plan(pods, going, desired=2).claims == ()
+
+
+def test_a_pass_after_a_kill_between_claim_and_mark_marks_and_claims_nothing_more() -> None:
+    held = [ahead(0, "pool-a"), ahead(1, "pool-b")]
+    kube = FakeKube(taken={r.pool: r for r in held})
+    body = tpuslice(uid="uid-llm", generation=1, tpu=tpu(slices=2))
+    snap = Snapshot(body, [], nodes_of(*POOLS), held, None)
+    reconciler = Reconciler(kube, lambda key: snap)
+    assert reconciler.fence is not None
+    reconciler.fence.enabled = True
+    asyncio.run(reconciler.kick(("TPUSliceCluster", "ml", "llm")))
+    assert not [call for call in kube.calls if call[0] in ("claim", "free")]
+    assert all(kube.taken[r.pool].pinned for r in held)
+    kinds = [call[0] for call in kube.calls]
+    assert kinds.index("apply") > max(i for i, k in enumerate(kinds) if k == "annotate")
