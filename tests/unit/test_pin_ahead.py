@@ -298,3 +298,39 @@ def test_a_pass_after_a_kill_between_claim_and_mark_marks_and_claims_nothing_mor
     assert all(kube.taken[r.pool].pinned for r in held)
     kinds = [call[0] for call in kube.calls]
     assert kinds.index("apply") > max(i for i, k in enumerate(kinds) if k == "annotate")
+
+
+def test_nothing_is_held_ahead_of_pods_that_cannot_come() -> None:
+    """The RayCluster's name is another's: the pass claims nothing before (or after) the
+    apply it refuses; nor after an earlier pass's apply was refused."""
+    kube = FakeKube()
+    kube.rayclusters[("ml", "llm")] = {
+        "metadata": {
+            "name": "llm",
+            "namespace": "ml",
+            "uid": "theirs",
+            "ownerReferences": [
+                {"kind": "RayJob", "name": "training", "uid": "job-uid", "controller": True}
+            ],
+        },
+        "spec": {},
+    }
+    body = tpuslice(uid="uid-llm", generation=1, tpu=tpu(slices=2))
+    reconciler = Reconciler(kube, lambda key: Snapshot(body, [], nodes_of(*POOLS), [], None))
+    assert reconciler.fence is not None
+    reconciler.fence.enabled = True
+    asyncio.run(reconciler.kick(("TPUSliceCluster", "ml", "llm")))
+    assert "claim" not in [call[0] for call in kube.calls]
+    refused = {
+        **body,
+        "status": {
+            "conditions": [{"type": "Stalled", "status": "True", "reason": "RayClusterRejected"}]
+        },
+    }
+    kube = FakeKube()
+    reconciler = Reconciler(kube, lambda key: Snapshot(refused, [], nodes_of(*POOLS), [], None))
+    assert reconciler.fence is not None
+    reconciler.fence.enabled = True
+    asyncio.run(reconciler.kick(("TPUSliceCluster", "ml", "llm")))
+    kinds = [call[0] for call in kube.calls]
+    assert "apply" in kinds and kinds.index("apply") < kinds.index("claim")

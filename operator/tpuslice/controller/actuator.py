@@ -744,6 +744,7 @@ class SliceActuator:
         claims_wait: str = "",
         releases_wait: str = "",
         give_back: bool = False,
+        ahead: bool = True,
     ) -> tuple[SlicePlan, Stall | None]:
         """Plan and act on every slice of ``ref``; the plan as it stands after acting, and
         a stall the plan revealed (pods KubeRay did not index, NotEnoughPools).
@@ -761,7 +762,8 @@ class SliceActuator:
         gated (not every group of the gang holds all its slices yet); ``give_back``
         frees the pools of its slices whose pods are all still gated (the gang never
         ran, and an earlier group lost pools: a gang holds no later shape while it
-        waits on an earlier one).
+        waits on an earlier one). ``ahead`` False: no unit is claimed or kept for a
+        replica index without pods (its KubeRay object was not applied).
 
         Capacity on demand is two calls: its constraints before planning, its plan
         (carried out) after the first plan. The slices are planned once when no claim
@@ -905,7 +907,7 @@ class SliceActuator:
                 ),
                 grace_seconds=spec.disruption.grace_period_s,
                 kueue_pools=spec.kueue_picks_pools,
-                claim_ahead=pins and claims_ahead(spec, kind=ref.kind, pins=pins),
+                claim_ahead=ahead and claims_ahead(spec, kind=ref.kind, pins=pins),
             )
             if keep_pools:
                 frees = kept_frees(
