@@ -796,7 +796,10 @@ def plan_slices(
         all_slices = terms.gang == GangMode.ALL_SLICES
         if all_slices:
             desired_slices = terms.desired
-    claimants = sorted([*unheld, *ahead_replicas], key=lambda r: (r.index or 0, r.name))
+    claimants = sorted(
+        [*unheld, *ahead_replicas],
+        key=lambda r: (r.index if r.index is not None else 1 << 30, r.name),
+    )
     held_count = len(holding) + len(ahead.held)
     need = max(0, desired_slices - held_count) if all_slices else len(claimants)
     gang_ready = len(claimants) >= need
