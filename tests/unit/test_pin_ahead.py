@@ -334,3 +334,33 @@ def test_nothing_is_held_ahead_of_pods_that_cannot_come() -> None:
     asyncio.run(reconciler.kick(("TPUSliceCluster", "ml", "llm")))
     kinds = [call[0] for call in kube.calls]
     assert "apply" in kinds and kinds.index("apply") < kinds.index("claim")
+
+
+def test_an_object_whose_pods_never_come_stops_claiming_ahead() -> None:
+    """Past AHEAD_WITHOUT_PODS_S without a pod (a quota that refuses them), nothing is
+    claimed ahead and the placeholders go back: the queue's rule for an object without
+    pods holds again, whatever its priority."""
+    body = tpuslice(uid="uid-llm", generation=1, tpu=tpu(slices=2))
+    body["metadata"]["creationTimestamp"] = "2020-01-01T00:00:00Z"
+    kube = FakeKube()
+    reconciler = Reconciler(kube, lambda key: Snapshot(body, [], nodes_of(*POOLS), [], None))
+    assert reconciler.fence is not None
+    reconciler.fence.enabled = True
+    asyncio.run(reconciler.kick(("TPUSliceCluster", "ml", "llm")))
+    assert "claim" not in [call[0] for call in kube.calls]
+    held = [ahead(0, "pool-a")]
+    kube = FakeKube(taken={r.pool: r for r in held})
+    reconciler = Reconciler(kube, lambda key: Snapshot(body, [], nodes_of(*POOLS), held, None))
+    assert reconciler.fence is not None
+    reconciler.fence.enabled = True
+    asyncio.run(reconciler.kick(("TPUSliceCluster", "ml", "llm")))
+    assert ("free", "pool-a") in kube.calls and "claim" not in [c[0] for c in kube.calls]
+    # one of its pods exists: it claims ahead for the other index again
+    pods = slice_pods("tpu-aaaaa", 0)
+    kube = FakeKube()
+    reconciler = Reconciler(kube, lambda key: Snapshot(body, pods, nodes_of(*POOLS), [], None))
+    assert reconciler.fence is not None
+    reconciler.fence.enabled = True
+    asyncio.run(reconciler.kick(("TPUSliceCluster", "ml", "llm")))
+    holders = {b["spec"]["holder"]["replicaName"] for b in kube.claimed.values()}
+    assert holders == {"tpu-aaaaa", "~index-1"}

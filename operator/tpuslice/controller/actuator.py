@@ -37,6 +37,7 @@ from tpuslice.model.convert import (
     reservation_body,
     reservation_info,
     rfc3339,
+    timestamp,
 )
 from tpuslice.model.records import (
     Admission,
@@ -289,6 +290,25 @@ def claims_ahead(spec: SliceClusterSpec, *, kind: str, pins: bool) -> bool:
     )
 
 
+#: With pin at admission, how long after its creation an object none of whose pods
+#: exists yet still claims units ahead of them. A pod proves the namespace's quota
+#: admitted the object (the queue's rule for an object without pods,
+#: ``planning/queue.py``); before the first one, claiming ahead trusts that KubeRay will
+#: make them soon. Past this, an object still without pods gives its placeholders back
+#: (through the fence) and waits for its pods as without the setting, so an object
+#: whose pods are never admitted holds nothing for long, whatever its priority.
+AHEAD_WITHOUT_PODS_S = 600.0
+
+
+def ahead_in_time(cluster: Mapping[str, Any], pods: Sequence[PodInfo], now: datetime) -> bool:
+    """Whether an object may claim ahead of its pods now (``AHEAD_WITHOUT_PODS_S``): one of
+    its pods exists, or it was created less than that long ago (or says no time)."""
+    if any(not p.deleting for p in pods):
+        return True
+    created = timestamp(str((cluster.get("metadata") or {}).get("creationTimestamp") or ""))
+    return created is None or (now - created).total_seconds() < AHEAD_WITHOUT_PODS_S
+
+
 def _request(
     ref: ClusterRef,
     spec: SliceClusterSpec,
@@ -299,6 +319,7 @@ def _request(
     *,
     pins: bool = False,
 ) -> PoolRequest:
+    now = datetime.now(UTC)
     return pool_request(
         ref,
         hosts=spec.shape.hosts,
@@ -312,12 +333,12 @@ def _request(
         previous_pools=previous_pools(cluster.get("status") or {}),
         minimum=None if spec.elastic is None else spec.elastic.min_slices,
         kueue_pools=spec.kueue_picks_pools,
-        claim_ahead=claims_ahead(spec, kind=ref.kind, pins=pins),
+        claim_ahead=claims_ahead(spec, kind=ref.kind, pins=pins)
+        and ahead_in_time(cluster, pods, now),
         # the queue's decision is read from the snapshot alone; the wall clock only
-        # moves which announced maintenance is "soon" (spec.disruption)
-        maintenance_before=maintenance_before(
-            datetime.now(UTC), spec.disruption.avoid_maintenance_within_s
-        ),
+        # moves which announced maintenance is "soon" (spec.disruption), and how long
+        # an object without pods claims ahead of them
+        maintenance_before=maintenance_before(now, spec.disruption.avoid_maintenance_within_s),
     )
 
 
@@ -907,7 +928,9 @@ class SliceActuator:
                 ),
                 grace_seconds=spec.disruption.grace_period_s,
                 kueue_pools=spec.kueue_picks_pools,
-                claim_ahead=ahead and claims_ahead(spec, kind=ref.kind, pins=pins),
+                claim_ahead=ahead
+                and claims_ahead(spec, kind=ref.kind, pins=pins)
+                and ahead_in_time(snap.cluster or {}, pods, now),
             )
             if keep_pools:
                 frees = kept_frees(
