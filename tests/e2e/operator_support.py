@@ -509,15 +509,8 @@ class GangWatch(Watch):
             h = holder_of.get(pool or "")
             mismatch = h is None or (h["name"], h["replicaName"]) != (name, replica)
             index = (pod.metadata.labels or {}).get("ray.io/worker-group-replica-index")
-            if (
-                self.by_index
-                and h is not None
-                and (h["name"], str(h.get("replicaIndex")))
-                == (
-                    name,
-                    index,
-                )
-            ):
+            slot = (h["namespace"], h["name"], str(h.get("replicaIndex"))) if h else None
+            if self.by_index and slot == (self.namespace, name, index):
                 mismatch = False
             if pool and name in stable and mismatch:
                 persistent.add(
