@@ -151,16 +151,13 @@ def test_a_termination_taint_drains_the_whole_slice_at_once_then_it_comes_back(
         wait_condition(cluster, namespace, "drain", "Ready", "True", timeout_s=TIMEOUT_S)
         # the drained pool goes once the old replica's pods are gone (with pin at
         # admission after the fence too: its mark came off at the drain, 15 s before)
-        now_held = kube.wait_for(
-            lambda: (
-                held
-                if pool not in (held := held_by(cluster, namespace, "drain")).values()
-                else None
-            ),
+        kube.wait_for(
+            lambda: pool not in held_by(cluster, namespace, "drain").values() or None,
             timeout_s=60,
             what=f"the drained pool {pool} given back",
             describe=lambda: held_by(cluster, namespace, "drain"),
         )
+        now_held = held_by(cluster, namespace, "drain")
         assert replica not in now_held, now_held
         entry = status(cluster, namespace, "drain")["slices"][0]
         assert entry["disruptions"] == 1 and entry["lastDisruption"]["node"] == victim
