@@ -449,6 +449,10 @@ class GangWatch(Watch):
 
     interval_s: float = 0.1
     persist: int = 3
+    #: With pin at admission a slice is its (object, replica index), as in
+    #: ``InvariantWatch``: a replica's pods are pinned to the unit its index holds
+    #: (a placeholder's, ``~index-<n>``) before the pass writes the replica's name.
+    by_index: bool = field(default_factory=lambda: bool(pin_flags()))
     ever_held: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     longest_partial: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     _partial_since: dict[str, float] = field(default_factory=dict)
@@ -504,6 +508,10 @@ class GangWatch(Watch):
             released_by[name] += 1
             h = holder_of.get(pool or "")
             mismatch = h is None or (h["name"], h["replicaName"]) != (name, replica)
+            index = (pod.metadata.labels or {}).get("ray.io/worker-group-replica-index")
+            slot = (h["namespace"], h["name"], str(h.get("replicaIndex"))) if h else None
+            if self.by_index and slot == (self.namespace, name, index):
+                mismatch = False
             if pool and name in stable and mismatch:
                 persistent.add(
                     f"released pod {pod.metadata.name} of {name}/{replica} pinned to {pool} "

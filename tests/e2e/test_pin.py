@@ -1,12 +1,13 @@
 """Pin at admission (``--pin-at-admission``) on the local cluster.
 
 A 2-slice gang (v6e 2x4, two hosts a slice) runs with the operator and the webhook
-started with the setting. Once it is Ready the leader marks both reservations; from
-then on every replica KubeRay recreates is pinned by the identity webhook at
-admission (created without the gate, annotated ``tpuslice.dev/pinned-at-admission``,
-never patched), onto the pool its index holds, also while the operator is SIGKILLed
-and after the webhook process is restarted. Deleting the object un-marks and frees
-the pools after the fence.
+started with the setting. The leader holds and marks a unit for each replica index
+before KubeRay makes any pod (a placeholder holder, ``~index-<n>``), so every pod,
+the first ones included, and every replica KubeRay recreates is pinned by the
+identity webhook at admission (created without the gate, annotated
+``tpuslice.dev/pinned-at-admission``, never patched), onto the pool its index
+holds, also while the operator is SIGKILLed and after the webhook process is
+restarted. Deleting the object un-marks and frees the pools after the fence.
 
 Throughout, ``InvariantWatch`` (by slice index) and ``PinWatch`` sample: no released
 pod on a unit its slice (object, index) does not hold, no two slices on one unit, no
@@ -82,6 +83,10 @@ class PinWatch(Watch):
                     f"pod {pod.metadata.name} bound while the gang holds {len(held)} units"
                 )
         return instant, persistent
+
+    def gated_seen(self) -> set[str]:
+        """The pods of the object ever seen carrying the gate."""
+        return set(self._gated)
 
 
 def pinned_replica(
@@ -207,7 +212,96 @@ def test_pin_at_admission_under_operator_kill_and_webhook_restart(
             assert not held_by(cluster, namespace, name)
         watch.check()
         pins.check()
-        assert len(pins.pinned_seen) == 6, pins.pinned_seen  # three replicas of two pods
+        # the first two replicas' pods and three recreated replicas', two pods each: the
+        # units are held by index before KubeRay makes the first pods
+        assert len(pins.pinned_seen) == 10, pins.pinned_seen
+    finally:
+        pinned.stop()
+        operator.start()
+
+
+def pinned_operator(cluster: E2ECluster, log_name: str) -> OperatorProcess:
+    logs = (cluster.run_dir or REPO / ".e2e-runs" / "existing") / "logs"
+    return OperatorProcess(
+        cluster.kubeconfig,
+        logs / log_name,
+        extra_args=("--resync-seconds=10", "--pin-at-admission"),
+        webhook_args=("--pin-at-admission",),
+        cwd=REPO,
+    )
+
+
+def every_pod_pinned(
+    cluster: E2ECluster, namespace: str, name: str, pins: PinWatch, pods: int
+) -> None:
+    """Every pod of ``name`` was admitted pinned (the annotation, onto a unit the object
+    holds) and none was ever seen gated."""
+    live = [p for p in slice_pods(cluster, namespace, name) if not p.metadata.deletion_timestamp]
+    assert len(live) == pods, [p.metadata.name for p in live]
+    held = set(held_by(cluster, namespace, name).values())
+    for pod in live:
+        pool = (pod.metadata.annotations or {}).get(PINNED)
+        assert pool in held, (pod.metadata.name, pool, held)
+        assert pod.spec.node_selector["cloud.google.com/gke-nodepool"] == pool
+    assert not pins.gated_seen(), pins.gated_seen()
+
+
+def test_first_pods_of_new_clusters_are_pinned_and_scale_down_frees_a_unit(
+    cluster: E2ECluster, namespace: str, gang_pools: GangPools, operator: OperatorProcess
+) -> None:
+    """A new 2-slice gang and a new 2-slice PerSlice TSC become Ready with every pod
+    pinned at admission; the operator is SIGKILLed as the second one's first unit is
+    claimed (before its pods exist) and converges the same; scaling the PerSlice TSC
+    down to one slice frees one unit through the fence."""
+    for name in ("first-1", "first-2", "first-3", "first-4"):
+        gang_pools.add(name)
+    operator.stop()
+    pinned = pinned_operator(cluster, "pin-first-operator.log")
+    pinned.start()
+    try:
+        with (
+            InvariantWatch(cluster, namespace, by_index=True) as watch,
+            PinWatch(cluster, namespace, name="first-gang") as gang_pins,
+            PinWatch(cluster, namespace, name="first-each", slices=1) as each_pins,
+        ):
+            apply(cluster, namespace, gang("first-gang", gang="AllSlices"))
+            wait_ready(cluster, namespace, "first-gang", 2)
+            every_pod_pinned(cluster, namespace, "first-gang", gang_pins, 4)
+            # Ready: every placeholder was taken over by its index's replica
+            assert not [r for r in held_by(cluster, namespace, "first-gang") if r.startswith("~")]
+
+            apply(cluster, namespace, gang("first-each", gang="PerSlice"))
+            kube.wait_for(
+                lambda: held_by(cluster, namespace, "first-each") or None,
+                timeout_s=60,
+                interval_s=0.02,
+                what="first-each's first unit claimed",
+            )
+            pinned.kill_operator()
+            pods_at_kill = len(slice_pods(cluster, namespace, "first-each"))
+            pinned.start_operator()
+            wait_ready(cluster, namespace, "first-each", 2)
+            every_pod_pinned(cluster, namespace, "first-each", each_pins, 4)
+            print(f"first-each: {pods_at_kill} pods existed when the operator was killed")
+
+            body = gang("first-each", gang="PerSlice", slices=1)
+            apply(cluster, namespace, body)
+            kube.wait_for(
+                lambda: len(held_by(cluster, namespace, "first-each")) == 1 or None,
+                timeout_s=READY_S,
+                what="first-each scaled down to one unit",
+                describe=lambda: describe(cluster, namespace, "first-each"),
+            )
+            wait_ready(cluster, namespace, "first-each", 1)
+            delete_tsc(cluster, namespace, "first-gang")
+            delete_tsc(cluster, namespace, "first-each")
+            assert not held_by(cluster, namespace, "first-gang")
+            assert not held_by(cluster, namespace, "first-each")
+        watch.check()
+        gang_pins.check()
+        each_pins.check()
+        log = pinned.log_path.read_text(errors="replace")
+        assert "~index-" in log  # this worktree's operator claimed by index
     finally:
         pinned.stop()
         operator.start()

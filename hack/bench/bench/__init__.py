@@ -57,6 +57,9 @@ from the first create until all Ready (profile-operator.txt: raw collapsed stack
 which speedscope opens; profile-operator-summary.txt: CPU by thread, by module,
 JSON decoding, top functions).
 
+With --pin-at-admission the operator and its webhook run with that setting
+(results-<scale>-pinned.json, "pinned": true, left out of the plot).
+
 Prints a table and writes .bench/results-<scale>.json, then redraws
 .bench/bench-scaling.svg from every results-<scale>.json present (`make bench-plot`
 draws docs/bench-scaling.svg). Every wait is bounded; a phase that times out is

@@ -56,6 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
         "difference with a normal run; results-<scale>-ungated.json, not plotted",
     )
     parser.add_argument(
+        "--pin-at-admission",
+        action="store_true",
+        help="run the operator and its webhook with --pin-at-admission (each slice's unit "
+        "held by replica index before its pods exist, the pods pinned by the webhook, no "
+        "release patch); results-<scale>-pinned.json, not plotted",
+    )
+    parser.add_argument(
         "--plot",
         type=Path,
         metavar="PATH",
@@ -86,4 +93,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         skip_direct=args.skip_direct,
         skip_gangs=args.skip_gangs,
         memtrace=args.memtrace,
+        pinned=args.pin_at_admission,
     )

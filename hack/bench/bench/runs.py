@@ -167,19 +167,23 @@ def operator_run(
     profile_rate: int = 0,
     gated: bool = True,
     memtrace: bool = False,
+    pinned: bool = False,
 ) -> None:
     """Fill ``result`` as figures come in, so an interrupted run still reports them.
     With ``profile_rate`` (Hz) py-spy samples the operator from the first create until
     every TSC is Ready (or the bound). ``gated`` False (``--ungated``): the TSCs say
     ``reservation.policy: None``, so the operator renders and the identity webhook admits,
-    but no gate, no reservation and no pod patch: what the guarantee costs on top."""
+    but no gate, no reservation and no pod patch: what the guarantee costs on top.
+    ``pinned`` (``--pin-at-admission``): the operator and its webhook run with the
+    setting."""
     core, custom = kube.core_v1(cluster.api), custom_api(cluster.api)
     ns = "bench-operator"
     make_namespace(core, ns)
     operator = OperatorProcess(
         cluster.kubeconfig,
         run_dir / "logs" / "operator.log",
-        extra_args=("--log-level=WARNING",),
+        extra_args=("--log-level=WARNING", *pin_args(pinned)),
+        webhook_args=pin_args(pinned),
         cwd=REPO,
         env=memtrace_env(run_dir / "memtrace") if memtrace else {},
     )
@@ -329,9 +333,21 @@ def direct_run(cluster: LocalCluster, scale: Scale, run_dir: Path | None = None)
     return result
 
 
-def gang_run(cluster: LocalCluster, scale: Scale, run_dir: Path, result: dict[str, Any]) -> None:
+def pin_args(pinned: bool) -> tuple[str, ...]:
+    """The flag of ``--pin-at-admission`` runs, for the operator and its webhook alike."""
+    return ("--pin-at-admission",) if pinned else ()
+
+
+def gang_run(
+    cluster: LocalCluster,
+    scale: Scale,
+    run_dir: Path,
+    result: dict[str, Any],
+    pinned: bool = False,
+) -> None:
     """h. ``scale.gangs`` 2-slice TSCs at once over ``scale.gang_pools`` v6e 2x4 pools;
-    each deleted as soon as it is Ready. Fills ``result`` as figures come in."""
+    each deleted as soon as it is Ready. Fills ``result`` as figures come in.
+    ``pinned``: the operator and its webhook run with ``--pin-at-admission``."""
     core, custom = kube.core_v1(cluster.api), custom_api(cluster.api)
     ns = "bench-gangs"
     make_namespace(core, ns)
@@ -345,7 +361,8 @@ def gang_run(cluster: LocalCluster, scale: Scale, run_dir: Path, result: dict[st
     operator = OperatorProcess(
         cluster.kubeconfig,
         run_dir / "logs" / "operator-gangs.log",
-        extra_args=("--log-level=WARNING",),
+        extra_args=("--log-level=WARNING", *pin_args(pinned)),
+        webhook_args=pin_args(pinned),
         cwd=REPO,
     )
     operator.start()
@@ -436,9 +453,11 @@ def run_all(
     skip_direct: bool = False,
     skip_gangs: bool = False,
     memtrace: bool = False,
+    pinned: bool = False,
 ) -> int:
     """One run of every phase on a fresh local cluster; the results go to
-    ``out_dir``/results-<scale>[-profiled][-ungated].json, a table to stdout. Exit status
+    ``out_dir``/results-<scale>[-profiled][-memtraced][-ungated][-pinned].json, a table
+    to stdout (``pinned``: the operator and its webhook with ``--pin-at-admission``). Exit status
     1 if a phase stopped the run (the results so far are written all the same)."""
     run_dir = out_dir / f"run-{scale_name}-{time.strftime('%Y%m%d-%H%M%S')}"
     exit_on_signals()
@@ -450,6 +469,7 @@ def run_all(
         "run_dir": str(run_dir),
         "profiled": bool(profile_rate),
         "ungated": bool(ungated),
+        "pinned": bool(pinned),
         "memtraced": bool(memtrace),
         "kuberay_reconcile_concurrency": scale.kuberay_concurrency,
     }
@@ -493,6 +513,7 @@ def run_all(
             profile_rate=profile_rate,
             gated=not ungated,
             memtrace=memtrace,
+            pinned=pinned,
         )
         if not skip_direct:
             print("direct run (no operator)", flush=True)
@@ -507,7 +528,7 @@ def run_all(
             }
         if not skip_gangs:
             print("h: gang run (multislice clusters under contention)", flush=True)
-            gang_run(cluster, scale, run_dir, result.setdefault("gangs", {}))
+            gang_run(cluster, scale, run_dir, result.setdefault("gangs", {}), pinned=pinned)
     except BaseException as exc:
         result["error"] = f"{type(exc).__name__}: {exc}"
         print(f"bench stopped: {result['error']}", flush=True)
@@ -521,6 +542,7 @@ def run_all(
             ("-profiled" if profile_rate else "")
             + ("-memtraced" if memtrace else "")
             + ("-ungated" if ungated else "")
+            + ("-pinned" if pinned else "")
         )
         path = out_dir / f"results-{scale_name}{suffix}.json"
         path.write_text(json.dumps(result, indent=2, default=str) + "\n")

@@ -45,6 +45,7 @@ def test_the_bench_imports_without_the_operator_and_answers_help() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "--scale" in done.stdout and "--plot PATH" in done.stdout
+    assert "--pin-at-admission" in done.stdout
     imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()]
     assert "bench.runs" in imported and "tpusim" in imported
     assert not [m for m in imported if m.split(".")[0] == "tpuslice"]

@@ -369,6 +369,8 @@ def test_load_results_sorted_by_scale_skipping_junk(tmp_path: Path) -> None:
     (tmp_path / "results-small-profiled.json").write_text(json.dumps(profiled))
     ungated = {**_result("medium", 200), "ungated": True}
     (tmp_path / "results-medium-ungated.json").write_text(json.dumps(ungated))
+    pinned = {**_result("medium", 200), "pinned": True}
+    (tmp_path / "results-medium-pinned.json").write_text(json.dumps(pinned))
     assert [r["scale"] for r in bs.load_results(tmp_path)] == ["small", "large"]
 
 

@@ -596,14 +596,15 @@ def _dig(data: Any, path: Sequence[str]) -> float | None:
 def load_results(directory: Path) -> list[dict[str, Any]]:
     """The results-<scale>.json files present, smallest first (unreadable ones,
     profiled and memtraced runs, whose timings the sampler or tracemalloc moved, and
-    ``--ungated`` runs, which measure another workload, skipped)."""
+    ``--ungated`` and ``--pin-at-admission`` runs, which measure another workload or
+    setting, skipped)."""
     out = []
     for path in directory.glob("results-*.json"):
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        skipped = ("profiled", "memtraced", "ungated")
+        skipped = ("profiled", "memtraced", "ungated", "pinned")
         if not isinstance(data, dict) or any(data.get(k) for k in skipped):
             continue
         if isinstance(data.get("clusters"), int) and data["clusters"] > 0:

@@ -37,6 +37,7 @@ from tpuslice.model.convert import (
     reservation_body,
     reservation_info,
     rfc3339,
+    timestamp,
 )
 from tpuslice.model.records import (
     Admission,
@@ -256,6 +257,58 @@ def gang_need(desired: int, spec: SliceClusterSpec) -> int:
     return min(desired, spec.min_slices)
 
 
+def pins_scope(spec: SliceClusterSpec, *, keep_pools: bool = False) -> bool:
+    """Whether pin at admission covers the slices of ``spec`` when the setting is on:
+    multi-host node-pool units of a gated, fixed slice count without capacity on
+    demand, of an object that does not keep its pools between attempts (a job's
+    hand-overs may change a unit's index). Elsewhere the gate path alone."""
+    return (
+        spec.gated
+        and not spec.dynamic
+        and spec.shape.hosts > 1
+        and spec.elastic is None
+        and not spec.provisions
+        and not keep_pools
+    )
+
+
+def claims_ahead(spec: SliceClusterSpec, *, kind: str, pins: bool) -> bool:
+    """Whether a slice set claims its units by replica index before KubeRay makes its
+    pods (``plan_slices(claim_ahead=...)``): with pin at admission on (``pins``) and in
+    its scope, for a TPUSliceCluster Kueue does not admit (its pods wait for Kueue, and
+    a unit held for a suspended object would be held for nothing). Not a job (it keeps
+    its pools between attempts) nor a service (a slice set per RayCluster, while the
+    queue counts the service as one member over all of them: the indexes without pods
+    would not add up the same in its own pass and in another's). Read from the spec and
+    kind alone, so every pass counts another member's request the way its own does."""
+    return (
+        pins
+        and kind == c.KIND_CLUSTER
+        and spec.kueue is None
+        and not spec.kueue_picks_pools
+        and pins_scope(spec)
+    )
+
+
+#: With pin at admission, how long after its creation an object none of whose pods
+#: exists yet still claims units ahead of them. A pod proves the namespace's quota
+#: admitted the object (the queue's rule for an object without pods,
+#: ``planning/queue.py``); before the first one, claiming ahead trusts that KubeRay will
+#: make them soon. Past this, an object still without pods gives its placeholders back
+#: (through the fence) and waits for its pods as without the setting, so an object
+#: whose pods are never admitted holds nothing for long, whatever its priority.
+AHEAD_WITHOUT_PODS_S = 600.0
+
+
+def ahead_in_time(cluster: Mapping[str, Any], pods: Sequence[PodInfo], now: datetime) -> bool:
+    """Whether an object may claim ahead of its pods now (``AHEAD_WITHOUT_PODS_S``): one of
+    its pods exists, or it was created less than that long ago (or says no time)."""
+    if any(not p.deleting for p in pods):
+        return True
+    created = timestamp(str((cluster.get("metadata") or {}).get("creationTimestamp") or ""))
+    return created is None or (now - created).total_seconds() < AHEAD_WITHOUT_PODS_S
+
+
 def _request(
     ref: ClusterRef,
     spec: SliceClusterSpec,
@@ -263,7 +316,10 @@ def _request(
     pods: Sequence[PodInfo],
     reservations: Sequence[ReservationInfo],
     desired: int,
+    *,
+    pins: bool = False,
 ) -> PoolRequest:
+    now = datetime.now(UTC)
     return pool_request(
         ref,
         hosts=spec.shape.hosts,
@@ -277,11 +333,12 @@ def _request(
         previous_pools=previous_pools(cluster.get("status") or {}),
         minimum=None if spec.elastic is None else spec.elastic.min_slices,
         kueue_pools=spec.kueue_picks_pools,
+        claim_ahead=claims_ahead(spec, kind=ref.kind, pins=pins)
+        and ahead_in_time(cluster, pods, now),
         # the queue's decision is read from the snapshot alone; the wall clock only
-        # moves which announced maintenance is "soon" (spec.disruption)
-        maintenance_before=maintenance_before(
-            datetime.now(UTC), spec.disruption.avoid_maintenance_within_s
-        ),
+        # moves which announced maintenance is "soon" (spec.disruption), and how long
+        # an object without pods claims ahead of them
+        maintenance_before=maintenance_before(now, spec.disruption.avoid_maintenance_within_s),
     )
 
 
@@ -294,6 +351,8 @@ def queue_admission(
     index: PoolIndex,
     specs: SpecCache,
     desired: int | None = None,
+    *,
+    pins: bool = False,
 ) -> Admission | None:
     """What the shape's queue lets this cluster claim now, decided from the snapshot alone
     (every member's priority, creationTimestamp, pods and reservations; the shape's
@@ -304,16 +363,18 @@ def queue_admission(
     reservations, without reading its pods) fit in the free eligible pools, so the order
     cannot matter and the planner picks by preference alone; None too when no admission
     could change this cluster's plan (``admission_matters``). Deciding the whole queue
-    costs a pass over every member's pods and every pool; most passes need none of it."""
+    costs a pass over every member's pods and every pool; most passes need none of it.
+    ``pins``: pin at admission is on, so the members in its scope claim for their
+    indexes without pods too (``claims_ahead``)."""
     assert snap.cluster is not None
     if desired is None:
         desired = desired_of(snap.cluster, spec)
     own_reservations = [r for r in reservations if ref.holds(r.holder)]
-    own = _request(ref, spec, snap.cluster, pods, own_reservations, desired)
+    own = _request(ref, spec, snap.cluster, pods, own_reservations, desired, pins=pins)
     exist = len(index.matching)
     if not admission_matters(own, exist):
         return None
-    return decide_admission(ref, spec, snap, own, reservations, index, specs)
+    return decide_admission(ref, spec, snap, own, reservations, index, specs, pins=pins)
 
 
 def admission_matters(own: PoolRequest, exist: int) -> bool:
@@ -336,6 +397,8 @@ def decide_admission(
     reservations: Sequence[ReservationInfo],
     index: PoolIndex,
     specs: SpecCache,
+    *,
+    pins: bool = False,
 ) -> Admission | None:
     """``queue_admission`` past the shortcut: every member of the shape walked."""
     assert snap.cluster is not None
@@ -391,6 +454,7 @@ def decide_admission(
             member_pods,
             by_holder.get((other_ref.uid, other_ref.group), []),
             want,
+            pins=pins,
         )
         for other_ref, other, cluster, member_pods, want in members
     ]
@@ -652,19 +716,12 @@ class SliceActuator:
     fence: PinFence | None = None
 
     def pins_on(self, spec: SliceClusterSpec, *, keep_pools: bool = False) -> bool:
-        """Whether the slices of ``spec`` are pinned at admission (``--pin-at-admission``):
-        multi-host node-pool units of a gated, fixed slice count without capacity on
-        demand, of an object that does not keep its pools between attempts (a job's
-        hand-overs may change a unit's index). Elsewhere the gate path alone."""
+        """Whether the slices of ``spec`` are pinned at admission (``--pin-at-admission``
+        and ``pins_scope``)."""
         return (
             self.fence is not None
             and self.fence.enabled
-            and spec.gated
-            and not spec.dynamic
-            and spec.shape.hosts > 1
-            and spec.elastic is None
-            and not spec.provisions
-            and not keep_pools
+            and pins_scope(spec, keep_pools=keep_pools)
         )
 
     async def let_go(self, reservation: ReservationInfo) -> bool:
@@ -708,6 +765,7 @@ class SliceActuator:
         claims_wait: str = "",
         releases_wait: str = "",
         give_back: bool = False,
+        ahead: bool = True,
     ) -> tuple[SlicePlan, Stall | None]:
         """Plan and act on every slice of ``ref``; the plan as it stands after acting, and
         a stall the plan revealed (pods KubeRay did not index, NotEnoughPools).
@@ -725,7 +783,8 @@ class SliceActuator:
         gated (not every group of the gang holds all its slices yet); ``give_back``
         frees the pools of its slices whose pods are all still gated (the gang never
         ran, and an earlier group lost pools: a gang holds no later shape while it
-        waits on an earlier one).
+        waits on an earlier one). ``ahead`` False: no unit is claimed or kept for a
+        replica index without pods (its KubeRay object was not applied).
 
         Capacity on demand is two calls: its constraints before planning, its plan
         (carried out) after the first plan. The slices are planned once when no claim
@@ -833,7 +892,15 @@ class SliceActuator:
                 admission = Admission(pools=(), message=waits_on_namespace)
             elif spec.gated:
                 admission = queue_admission(
-                    ref, spec, snap, pods, reservations, index, self.specs, desired
+                    ref,
+                    spec,
+                    snap,
+                    pods,
+                    reservations,
+                    index,
+                    self.specs,
+                    desired,
+                    pins=self.fence is not None and self.fence.enabled,
                 )
             else:
                 admission = None
@@ -861,6 +928,9 @@ class SliceActuator:
                 ),
                 grace_seconds=spec.disruption.grace_period_s,
                 kueue_pools=spec.kueue_picks_pools,
+                claim_ahead=ahead
+                and claims_ahead(spec, kind=ref.kind, pins=pins)
+                and ahead_in_time(snap.cluster or {}, pods, now),
             )
             if keep_pools:
                 frees = kept_frees(

@@ -447,6 +447,22 @@ class KubeRayApplier:
     pending: Expectations
     schema: TemplateSchema
 
+    async def taken(self, rendered: Mapping[str, Any], actual: Mapping[str, Any] | None) -> bool:
+        """Whether the KubeRay object's name is another's (the check ``apply`` makes before
+        its first apply), for a pass that acts before it applies: one GET when the watch
+        shows no object of ours."""
+        if actual is not None:
+            return False
+        kind = str(rendered["kind"])
+        namespace = rendered["metadata"].get("namespace", "")
+        found = await self.kube.get_ray(
+            c.RAY_PLURALS[kind], namespace, rendered["metadata"]["name"]
+        )
+        owner_uid = rendered["metadata"]["ownerReferences"][0]["uid"]
+        return found is not None and not controlled_by(
+            raycluster_info(found)["ownerReferences"], owner_uid
+        )
+
     async def apply(
         self,
         rendered: Mapping[str, Any],

@@ -31,6 +31,7 @@ from tpuslice.controller.actuator import (
     PoolIndexCache,
     SliceActuator,
     SpecCache,
+    claims_ahead,
     desired_of,
     gang_need,
     shape_of,
@@ -101,6 +102,11 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: The Stalled reasons of an apply the API server or the applier refused: no pods follow.
+APPLY_STALLS = frozenset(
+    {events.RAYCLUSTER_NAME_TAKEN, events.APPLY_REJECTED, events.KUBERAY_NOT_INSTALLED}
+)
 
 SnapshotReader = Callable[[ObjectKey], Snapshot]
 
@@ -408,6 +414,19 @@ class Reconciler:
             return
         owned = kind.owned(snap)
         gate = self._admission_gate(kind.cluster_spec(parsed), snap, owned)
+        first: tuple[list[ActedSet], Stall | None] | None = None
+        if self._claims_first(
+            kind.kind, kind.cluster_spec(parsed), rendered, owned, previous
+        ) and not await self.applier.taken(rendered, owned):
+            # pin at admission: each index's unit claimed and marked before the apply
+            # that makes KubeRay create (or add) the replicas, so the webhook pins their
+            # first pods; a pod that still comes first is gated and released as before
+            first = await self._act(
+                kind.slice_sets(ref, parsed, snap, previous),
+                snap.policies,
+                snap.namespace_labels,
+                avoid=avoided_nodes(previous, self.actuator.clock()),
+            )
         applied = await self.applier.apply(rendered, owned, admission_gate=bool(gate))
         if kind.counts_creation:
             self._count_creation(key, body, owned, applied)
@@ -422,12 +441,18 @@ class Reconciler:
         sets = kind.slice_sets(ref, parsed, snap, previous)
         if kueue_stall is not None:  # never two requests for one slice: Kueue's, ours
             sets = [replace(s, spec=replace(s.spec, provisioning=None)) for s in sets]
-        acted, plan_stall = await self._act(
-            sets,
-            snap.policies,
-            snap.namespace_labels,
-            avoid=avoided_nodes(previous, now),
-        )
+        if first is not None and applied.stall is None:
+            acted, plan_stall = first
+        else:
+            # an apply that failed makes no pods: no unit is held ahead of them (the
+            # units claimed before it are given back, through the fence)
+            acted, plan_stall = await self._act(
+                sets,
+                snap.policies,
+                snap.namespace_labels,
+                avoid=avoided_nodes(previous, now),
+                ahead=applied.stall is None,
+            )
         live = {(each.slices.ref.ray_cluster, each.slices.ref.group) for each in acted}
         await self._give_back_unheld(ref, snap, live)
         waits = {shape_of(spec): False for spec in kind.cluster_spec(parsed).tpu_groups()}
@@ -467,6 +492,38 @@ class Reconciler:
                 condition,
             ]
         await self.status.write_status(body, previous, status, out.slices)
+
+    def _claims_first(
+        self,
+        kind: str,
+        spec: SliceClusterSpec,
+        rendered: Mapping[str, Any],
+        owned: Mapping[str, Any] | None,
+        previous: Mapping[str, Any],
+    ) -> bool:
+        """Whether the pass acts on the slices before it applies the KubeRay object: with
+        pin at admission, for an object every TPU group of which claims its units before
+        its pods exist (``actuator.claims_ahead``), that Kueue does not admit (the live
+        object may carry a queue label the spec does not: then its pods wait for Kueue,
+        and the pass keeps its usual order), and whose last apply was not refused (a
+        RayCluster name taken, a rejected template: no pods come, so nothing is held
+        ahead of them until an apply succeeds)."""
+        pins = self.fence is not None and self.fence.enabled
+        groups = spec.tpu_groups()
+        refused = any(
+            cond.get("type") == "Stalled"
+            and cond.get("status") == "True"
+            and cond.get("reason") in APPLY_STALLS
+            for cond in previous.get("conditions") or []
+            if isinstance(cond, Mapping)
+        )
+        return (
+            pins
+            and bool(groups)
+            and not refused
+            and all(claims_ahead(g, kind=kind, pins=pins) for g in groups)
+            and not kueue_managed(rendered, owned)
+        )
 
     def _admission_gate(
         self, spec: SliceClusterSpec, snap: Snapshot, owned: Mapping[str, Any] | None
@@ -542,6 +599,7 @@ class Reconciler:
         policies: Sequence[Any] = (),
         labels: Mapping[str, str] | None = None,
         avoid: frozenset[str] = frozenset(),
+        ahead: bool = True,
     ) -> tuple[list[ActedSet], Stall | None]:
         """Each slice set planned and acted on; the first stall any of them revealed. The
         priority each queues at is clamped into the governing TPUSlicePolicies' range;
@@ -552,7 +610,8 @@ class Reconciler:
         group holds all its slices, and no group's pods are released until every group
         does; the pass that completes the gang acts on its groups once more to release
         them. A TPUSliceService's RayClusters are each a gang of their own. Other slice
-        sets (CPU groups have none) act on their own."""
+        sets (CPU groups have none) act on their own. ``ahead`` False: no unit is claimed
+        (or kept) for a replica index without pods (``actuator.claims_ahead``)."""
         sets = list(slice_sets)
         # one gang per RayCluster (a TPUSliceService's active and pending ones apart)
         by_cluster: dict[str, list[SliceSet]] = {}
@@ -611,6 +670,7 @@ class Reconciler:
                 claims_wait=claims_wait,
                 releases_wait=releases_wait,
                 give_back=give_back,
+                ahead=ahead,
             )
 
         plans: dict[int, tuple[SlicePlan, Stall | None]] = {}

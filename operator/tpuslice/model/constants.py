@@ -56,6 +56,13 @@ ANNOTATION_PIN: Final = f"{GROUP}/pin"
 # the webhook's timeout and a margin has passed and a live read finds no pod pinned to
 # it; kept on the object so a restarted leader keeps the fence.
 ANNOTATION_PIN_REMOVED_AT: Final = f"{GROUP}/pin-removed-at"
+# The holder's replicaName of a reservation claimed for a replica index before KubeRay
+# made any pod of it (--pin-at-admission): this prefix and the index. KubeRay names a
+# replica "<group>-<5 random characters>", a label value
+# (ray-operator/controllers/ray/utils/util.go GenerateRayWorkerReplicaGroupName), and
+# "~" is never in a label value, so no replica KubeRay makes can carry this name. The
+# replica of that index takes the reservation over (its replicaName) once it exists.
+PLACEHOLDER_REPLICA_PREFIX: Final = "~index-"
 # On a pod the identity webhook pinned at admission: the node pool it pinned it to (the
 # pod was never gated, and no release patch follows).
 ANNOTATION_PINNED: Final = f"{GROUP}/pinned-at-admission"

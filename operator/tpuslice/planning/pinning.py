@@ -42,7 +42,13 @@ from tpuslice.model.records import (
     ReservationInfo,
     SlicePlan,
 )
-from tpuslice.planning.pools import PoolIndex, group_replicas, pool_facts, slice_holder
+from tpuslice.planning.pools import (
+    PoolIndex,
+    group_replicas,
+    is_placeholder,
+    pool_facts,
+    slice_holder,
+)
 
 __all__ = [
     "PIN_FENCE_MARGIN_SECONDS",
@@ -144,6 +150,9 @@ def pin_marks(
     its releases not held back), its holder's replica index is below ``desired``, the
     plan neither frees nor drains it, its unit is eligible (whole, healthy, no
     disruption signal: ``pool_facts``), and its slice's pods are pinned nowhere else.
+    A placeholder's reservation (claimed for a replica index before its pods exist,
+    ``pools.placeholder_name``) is pinnable as soon as it is held: KubeRay's first pods
+    of the index are then pinned at admission.
     A reservation whose slice has no live pods left (gone, or terminating while
     KubeRay replaces the replica) stays pinnable only if already marked (kept for the
     replica KubeRay makes next, ``kept_for_pins``). A gang
@@ -171,6 +180,9 @@ def pin_marks(
             if not nodes or not facts.eligible:
                 continue
             replica = replicas.get(r.holder.replica_name)
+            if is_placeholder(r.holder.replica_name):
+                pinnable.append(r)  # held before KubeRay made the index's pods
+                continue
             if replica is None or not replica.live:
                 # its pods gone or going (KubeRay replaces the replica): a marked unit
                 # stays marked for the index's next replica, never newly marked
@@ -216,6 +228,7 @@ def kept_for_pins(
         if (
             r.pool in frees
             and r.pinned
+            and not is_placeholder(r.holder.replica_name)
             and r.holder.replica_name not in replicas
             and index is not None
             and 0 <= index < desired
@@ -243,8 +256,11 @@ def pin_rekeys(
     same index that holds nothing: the replica KubeRay made next. Only when its pods
     are pinned to that unit alone (the webhook pinned them), or are all gated and the
     unit is still marked (kept for it): the same index keeps its unit, so the
-    identity and topology of the slice stay as they were. One conditional patch each
-    (the holder's replica name; ``kube.hand_over_reservation``)."""
+    identity and topology of the slice stay as they were. A placeholder's reservation
+    (claimed before the index had pods) goes to the index's first replica whose pods
+    are pinned to it or all gated, marked or not (pods that came before the mark, or
+    that the webhook did not pin, are released by the pass's patch). One conditional
+    patch each (the holder's replica name; ``kube.hand_over_reservation``)."""
     replicas, _ = group_replicas(pods, hosts)
     ours = [r for r in reservations if cluster.holds(r.holder)]
     holding = {r.holder.replica_name for r in ours}
@@ -257,7 +273,8 @@ def pin_rekeys(
             if rep.index != r.holder.replica_index or rep.name in holding or not rep.live:
                 continue
             pins = {p.pinned_pool for p in rep.live if p.pinned_pool}
-            if pins == {r.pool} or (not pins and r.pinned and all(p.gated for p in rep.live)):
+            kept = r.pinned or is_placeholder(r.holder.replica_name)
+            if pins == {r.pool} or (not pins and kept and all(p.gated for p in rep.live)):
                 fits.append(rep)
         if len(fits) == 1:
             out.append(Handover(r.pool, slice_holder(cluster, fits[0])))

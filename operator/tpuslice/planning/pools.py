@@ -18,7 +18,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from tpuslice.model.constants import NODE_LABEL_HOSTNAME, NODE_LABEL_NODEPOOL
+from tpuslice.model.constants import (
+    NODE_LABEL_HOSTNAME,
+    NODE_LABEL_NODEPOOL,
+    PLACEHOLDER_REPLICA_PREFIX,
+)
 from tpuslice.model.records import (
     Admission,
     CapacityType,
@@ -59,6 +63,7 @@ from tpuslice.planning.nodeclass import (
 )
 
 __all__ = [
+    "Placeholders",
     "PoolIndex",
     "ReplicaPods",
     "eligible_pools",
@@ -66,9 +71,12 @@ __all__ = [
     "group_replicas",
     "handovers",
     "held_pin",
+    "is_placeholder",
     "kept_frees",
     "live_state",
     "missing_slices",
+    "placeholder_name",
+    "placeholders",
     "plan_slices",
     "pool_facts",
     "pool_index",
@@ -534,6 +542,53 @@ def group_replicas(pods: Iterable[PodInfo], hosts: int) -> tuple[dict[str, Repli
     return replicas, unindexed
 
 
+def placeholder_name(index: int) -> str:
+    """The replicaName a reservation claimed for replica ``index`` before its pods exist
+    carries (``PLACEHOLDER_REPLICA_PREFIX``): never a name KubeRay gives a replica."""
+    return f"{PLACEHOLDER_REPLICA_PREFIX}{index}"
+
+
+def is_placeholder(replica_name: str | None) -> bool:
+    return bool(replica_name) and str(replica_name).startswith(PLACEHOLDER_REPLICA_PREFIX)
+
+
+@dataclass(frozen=True)
+class Placeholders:
+    """A pinned slice set's replica indexes without pods (pin at admission): those held
+    by a placeholder reservation (by index), and those that want a unit now."""
+
+    held: Mapping[int, ReservationInfo] = field(default_factory=dict)
+    missing: tuple[int, ...] = ()
+
+
+def placeholders(
+    ours: Iterable[ReservationInfo], replicas: Mapping[str, ReplicaPods], desired: int
+) -> Placeholders:
+    """``held``: the set's placeholder reservations of an index below ``desired`` (the
+    others are freed); ``missing``: the indexes below ``desired`` that no live replica
+    has and no reservation of the set names (a unit being freed or kept for the index
+    counts: never two units for one index), lowest first, and only as many as keep the
+    set's live slices and units at most ``desired``: KubeRay picks which replica a
+    scale-down removes, so a live replica may hold an index at or above the count."""
+    mine = list(ours)
+    held = {
+        r.holder.replica_index: r
+        for r in sorted(mine, key=lambda r: r.pool)
+        if is_placeholder(r.holder.replica_name)
+        and r.holder.replica_index is not None
+        and 0 <= r.holder.replica_index < desired
+    }
+    live = [r for r in replicas.values() if r.live]
+    holding = {r.holder.replica_name for r in mine}
+    # a live replica about to take a placeholder over is counted once, by its unit
+    taking = sum(1 for r in live if r.name not in holding and r.index in held)
+    unit_only = sum(1 for r in mine if r.holder.replica_name not in {x.name for x in live})
+    room = max(0, desired - (len(live) - taking) - unit_only)
+    named = {r.holder.replica_index for r in mine} | {r.index for r in live}
+    missing = tuple(i for i in range(desired) if i not in named)[:room]
+    return Placeholders(held, missing)
+
+
 def slice_holder(cluster: ClusterRef, replica: ReplicaPods) -> Holder:
     """The holder a claim for ``replica``'s slice names: the object, the slice and, for a
     service, its RayCluster and the TPU group."""
@@ -600,6 +655,7 @@ def plan_slices(
     maintenance_before: int | None = None,
     grace_seconds: int = 30,
     kueue_pools: bool = False,
+    claim_ahead: bool = False,
 ) -> SlicePlan:
     """Decide claims, releases and frees for one TPUSliceCluster from a snapshot.
 
@@ -643,6 +699,14 @@ def plan_slices(
     ``kueue_pools``: Kueue's topology-aware scheduling chose each slice's node pool
     (``SliceClusterSpec.kueue_picks_pools``): a slice claims only the pool its pods'
     nodeSelector names, or waits saying why (``kueue_tas.adopt``).
+
+    ``claim_ahead`` (pin at admission, ``planning.pinning``): every replica index below
+    ``desired_slices`` that no live replica has and no reservation names wants a unit
+    now, before KubeRay makes its pods, as a slice with pods would (the same
+    admission, gang rule and preference); it is claimed for a placeholder replica
+    (``placeholder_name``), kept while the index is below ``desired_slices`` and
+    taken over by the index's replica once it exists (``pinning.pin_rekeys``). A live
+    replica of an index a placeholder holds never claims a unit of its own.
     """
     wanted = _Wanted(accelerator, topology, hosts, chips_per_host)
     replicas, unindexed = group_replicas(pods, hosts)
@@ -659,7 +723,15 @@ def plan_slices(
     all_slices = gang == GangMode.ALL_SLICES
     stalled = admission.stalled if admission is not None else None
 
-    frees = sorted(r.pool for name, r in ours.items() if name not in replicas)
+    ahead = (
+        placeholders(ours.values(), replicas, desired_slices)
+        if claim_ahead and gated and not kueue_pools
+        else Placeholders()
+    )
+    kept = {r.pool for r in ahead.held.values()}
+    frees = sorted(
+        r.pool for name, r in ours.items() if name not in replicas and r.pool not in kept
+    )
     claims: list[Claim] = []
     releases: list[PodRelease] = []
     binds: list[str] = []
@@ -696,7 +768,15 @@ def plan_slices(
         replicas.values(), key=lambda r: (r.index if r.index is not None else 1 << 30, r.name)
     )
     live = [r for r in ordered if r.live]
-    unheld = [r for r in live if r.name not in ours]
+    # a replica of an index a placeholder holds takes that reservation over (rekey)
+    taking = {
+        r.name: ahead.held[r.index]
+        for r in live
+        if r.name not in ours and r.index is not None and r.index in ahead.held
+    }
+    unheld = [r for r in live if r.name not in ours and r.name not in taking]
+    ahead_replicas = [ReplicaPods(placeholder_name(i), i) for i in ahead.missing]
+    live_indexes = {r.index for r in live}
 
     # ---- which pools to claim, for which slices
     free = [
@@ -716,46 +796,49 @@ def plan_slices(
         all_slices = terms.gang == GangMode.ALL_SLICES
         if all_slices:
             desired_slices = terms.desired
-    need = max(0, desired_slices - len(holding)) if all_slices else len(unheld)
-    gang_ready = len(unheld) >= need
+    claimants = sorted(
+        [*unheld, *ahead_replicas],
+        key=lambda r: (r.index if r.index is not None else 1 << 30, r.name),
+    )
+    held_count = len(holding) + len(ahead.held)
+    need = max(0, desired_slices - held_count) if all_slices else len(claimants)
+    gang_ready = len(claimants) >= need
     kueue_waits: dict[str, str] = {}
-    if gated and kueue_pools and not (stalled and all_slices):
-        wanting = unheld[:need] if all_slices else unheld
-        assignment, kueue_waits = adopt(
-            [(r.name, r.live) for r in wanting],
-            free,
-            matching=matching,
-            held_by_others=held_by_others,
-            held_by_ours=held_by_ours,
-            problem=lambda pool: _pool_problem(matching[pool], wanted, owned),
-            granted=admission.pools if admission is not None else None,
-            queue_message=admission.message if admission is not None else "",
-            noun=noun,
-        )
-        if stalled:
+    if gated and not (stalled and all_slices):
+        wanting = claimants[:need] if all_slices else claimants
+        if kueue_pools:
+            assignment, kueue_waits = adopt(
+                [(r.name, r.live) for r in wanting],
+                free,
+                matching=matching,
+                held_by_others=held_by_others,
+                held_by_ours=held_by_ours,
+                problem=lambda pool: _pool_problem(matching[pool], wanted, owned),
+                granted=admission.pools if admission is not None else None,
+                queue_message=admission.message if admission is not None else "",
+                noun=noun,
+            )
+        else:
+            assignment = _assign(
+                wanting,
+                free,
+                facts=facts,
+                previous=previous_pools,
+                capacity_types=capacity_types,
+                together=all_slices and desired_slices > 1,
+                anchor=[
+                    facts(r.pool) for r in [*(ours[h.name] for h in holding), *ahead.held.values()]
+                ],
+                # no queue decision names the pools: spread the claims of clusters that
+                # plan at once (a queue's grant is already this cluster's own pools)
+                spread=cluster.uid if admission is None or admission.pools is None else "",
+                maintenance_before=maintenance_before,
+            )
+        if stalled:  # NotEnoughPools: keep what it has, take no more (Kueue's waits stay)
             assignment = {}
         if all_slices and not (gang_ready and len(assignment) == need):
-            assignment = {}
-    elif gated and not (stalled and all_slices):
-        wanting = unheld[:need] if all_slices else unheld
-        assignment = _assign(
-            wanting,
-            free,
-            facts=facts,
-            previous=previous_pools,
-            capacity_types=capacity_types,
-            together=all_slices and desired_slices > 1,
-            anchor=[facts(ours[r.name].pool) for r in holding],
-            # no queue decision names the pools: spread the claims of clusters that plan
-            # at once (a queue's grant is already this cluster's own pools)
-            spread=cluster.uid if admission is None or admission.pools is None else "",
-            maintenance_before=maintenance_before,
-        )
-        if stalled:  # PerSlice that cannot be satisfied: keep what it has, take no more
-            assignment = {}
-        if all_slices and not (gang_ready and len(assignment) == need):
-            assignment = {}
-    gang_complete = not all_slices or len(holding) + len(assignment) >= desired_slices
+            assignment = {}  # a gang claims every slice it misses at once, or none
+    gang_complete = not all_slices or held_count + len(assignment) >= desired_slices
     give_back: set[str] = set()
     if all_slices and gated and not gang_complete:
         contended = (
@@ -771,6 +854,11 @@ def plan_slices(
                 if all(p.gated for p in r.live) and not any(p.pinned_pool for p in r.live)
             }
             frees = sorted({*frees, *(ours[name].pool for name in give_back)})
+            # a placeholder's unit too, unless a pod of its index is already pinned there
+            pinned_there = {p.pinned_pool for r in live for p in r.live if p.pinned_pool}
+            frees = sorted(
+                {*frees, *(r.pool for r in ahead.held.values() if r.pool not in pinned_there)}
+            )
 
     def waiting_message() -> str:
         if stalled:
@@ -841,6 +929,21 @@ def plan_slices(
             if len(live_pods) < hosts:
                 state = SliceState.PENDING
             status_for(replica, SliceStatus(index, state, replica.name, None, ready))
+            continue
+        if reservation is None and replica.name in taking:
+            pool = taking[replica.name].pool
+            status_for(
+                replica,
+                SliceStatus(
+                    index,
+                    SliceState.RESERVED,
+                    replica.name,
+                    pool,
+                    0,
+                    f"takes over {noun} {pool}, held for slice {index} before its pods existed",
+                    capacity_of(pool),
+                ),
+            )
             continue
         if reservation is None:
             pool = assignment.get(replica.name)
@@ -966,6 +1069,22 @@ def plan_slices(
             SliceStatus(index, state, replica.name, pool, ready, message, capacity_of(pool)),
         )
 
+    ahead_claims, drained_ahead = _ahead_slices(
+        ahead,
+        ahead_replicas,
+        cluster,
+        assignment=assignment,
+        live_indexes=live_indexes,
+        frees=frees,
+        pools=pools,
+        noun=noun,
+        gang_short=None if gang_complete else (desired_slices, held_count),
+        waiting_message=waiting_message,
+        capacity_of=capacity_of,
+        by_index=by_index,
+    )
+    claims += ahead_claims
+    frees = sorted({*frees, *drained_ahead})
     missing = missing_slices(by_index, desired_slices)
     slices = tuple(sorted([*by_index.values(), *missing], key=lambda s: s.index))
     if inventory.unit is CapacityUnit.NODE:  # status names the node and its pool
@@ -987,6 +1106,78 @@ def plan_slices(
         drains=tuple(drains),
         force_deletes=tuple(force_deletes),
     )
+
+
+def _ahead_slices(
+    ahead: Placeholders,
+    wanting: Sequence[ReplicaPods],
+    cluster: ClusterRef,
+    *,
+    assignment: Mapping[str, str],
+    live_indexes: Collection[int | None],
+    frees: Collection[str],
+    pools: Mapping[str, Sequence[NodeInfo]],
+    noun: str,
+    gang_short: tuple[int, int] | None,
+    waiting_message: Callable[[], str],
+    capacity_of: Callable[[str | None], CapacityType | None],
+    by_index: dict[int, SliceStatus],
+) -> tuple[list[Claim], list[str]]:
+    """The plan of the replica indexes without pods (``claim_ahead``): the claims of those
+    the assignment gave a unit, each index's status (``by_index``: Reserved with its
+    unit, honest that no pod exists yet; or waiting), and the placeholder units to give
+    back because a disruption signal is on them (nothing ran there)."""
+    claims: list[Claim] = []
+    drained: list[str] = []
+    wait = ""
+    if gang_short is not None:
+        desired, held = gang_short
+        wait = f"; pinned once all {desired} slices hold one ({held} do)"
+    for index, r in sorted(ahead.held.items()):
+        if index in live_indexes:
+            continue  # its replica exists: it reports the slice
+        signal = drain_signal(pools[r.pool]) if r.pool in pools else None
+        if signal is not None:
+            drained.append(r.pool)
+            message = (
+                f"gave {noun} {r.pool} back before any pod: node {signal.node} {signal.describe()}"
+            )
+            by_index[index] = SliceStatus(index, SliceState.WAITING_FOR_CAPACITY, message=message)
+            continue
+        if r.pool in frees:
+            message = f"giving {noun} {r.pool} back: {waiting_message()}"
+            by_index[index] = SliceStatus(index, SliceState.WAITING_FOR_CAPACITY, message=message)
+            continue
+        by_index[index] = SliceStatus(
+            index,
+            SliceState.RESERVED,
+            None,
+            r.pool,
+            0,
+            f"holds {noun} {r.pool} before its pods exist: KubeRay's pods of slice {index} "
+            f"are pinned to it at admission{wait}",
+            capacity_of(r.pool),
+        )
+    for replica in wanting:
+        index = replica.index if replica.index is not None else -1
+        pool = assignment.get(replica.name)
+        if pool is None:
+            by_index[index] = SliceStatus(
+                index, SliceState.WAITING_FOR_CAPACITY, message=waiting_message()
+            )
+            continue
+        claims.append(Claim(pool, slice_holder(cluster, replica)))
+        by_index[index] = SliceStatus(
+            index,
+            SliceState.RESERVED,
+            None,
+            pool,
+            0,
+            f"holds {noun} {pool} before its pods exist: KubeRay's pods of slice {index} "
+            f"are pinned to it at admission{wait}",
+            capacity_of(pool),
+        )
+    return claims, drained
 
 
 def _assign(
@@ -1077,6 +1268,7 @@ def pool_request(
     minimum: int | None = None,
     maintenance_before: int | None = None,
     kueue_pools: bool = False,
+    claim_ahead: bool = False,
 ) -> PoolRequest:
     """The cluster's entry in its shape's queue, counted the way plan_slices counts:
     ``held`` = its reservations of live slices, ``claimable`` = live slices without
@@ -1085,24 +1277,34 @@ def pool_request(
     namespace's quota admitted it). The shell builds one per gated TSC of the shape,
     from its pods and reservations (the same snapshot). ``kueue_pools``: Kueue chose
     each slice's pool (``kueue_tas``): those pools, not the ones its slices held before,
-    are the ones the queue sets aside for it first."""
+    are the ones the queue sets aside for it first. ``claim_ahead`` (pin at admission,
+    as ``plan_slices``): a placeholder's unit is held and idle, an index without pods
+    and without a unit is claimable, and a live replica of an index a placeholder
+    holds claims nothing (it takes that unit over)."""
     pods = list(pods)
     replicas, _ = group_replicas(pods, hosts)
     ours = {r.holder.replica_name: r for r in reservations if cluster.holds(r.holder)}
     live = [r for r in replicas.values() if r.live]
     holding = [r for r in live if r.name in ours]
-    terms = plan_terms(gang, desired_slices, len(holding), minimum)
+    ahead = (
+        placeholders(ours.values(), replicas, desired_slices)
+        if claim_ahead and not kueue_pools
+        else Placeholders()
+    )
+    taking = [r for r in live if r.name not in ours and r.index in ahead.held]
+    held = len(holding) + len(ahead.held)
+    terms = plan_terms(gang, desired_slices, held, minimum)
     return PoolRequest(
         key=cluster.queue_key,
         uid=cluster.uid,
         desired=terms.desired,
-        held=len(holding),
-        claimable=len(live) - len(holding),
+        held=held,
+        claimable=len(live) - len(holding) - len(taking) + len(ahead.missing),
         gang=terms.gang,
         extra=terms.extra,
         priority=priority,
         created=created,
-        idle=sum(1 for r in holding if all(p.gated for p in r.live)),
+        idle=sum(1 for r in holding if all(p.gated for p in r.live)) + len(ahead.held),
         capacity_types=tuple(capacity_types),
         previous=(
             chosen_pools(r.live for r in live if r.name not in ours)
