@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -271,3 +272,61 @@ def machine() -> dict[str, Any]:
         "kernel": platform.release(),
         **versions,
     }
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """utime + stime of one process (fields 14 and 15 of ``/proc/<pid>/stat``, proc(5)),
+    None once it has exited."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu_seconds() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the machine since boot, summed over its CPUs: the
+    ``cpu`` line of ``/proc/stat`` (proc(5)); idle and iowait are the not-busy part."""
+    line = Path("/proc/stat").read_text().splitlines()[0].split()
+    ticks = [int(v) for v in line[1:9]]  # user nice system idle iowait irq softirq steal
+    idle = ticks[3] + ticks[4]
+    hz = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - idle) / hz, sum(ticks) / hz
+
+
+class CpuWindow:
+    """The CPU seconds each component of a run spent in a window, and how busy the whole
+    machine was: whether a run is bound by the machine's cores (then every CPU second a
+    component adds stretches everyone's time), and who spent them.
+
+    ``pids``: component name -> its processes (one name may stand for several, e.g.
+    two KWOK processes); a process gone by ``stop`` counts up to its last reading."""
+
+    def __init__(self, pids: Mapping[str, list[int]]) -> None:
+        self.pids = {name: list(each) for name, each in pids.items()}
+        self.began = time.monotonic()
+        self.machine = machine_cpu_seconds()
+        self.start_cpu = {
+            pid: process_cpu_seconds(pid) or 0.0 for each in self.pids.values() for pid in each
+        }
+
+    def stop(self) -> dict[str, Any]:
+        wall = time.monotonic() - self.began
+        busy0, all0 = self.machine
+        busy1, all1 = machine_cpu_seconds()
+        spent: dict[str, float] = {}
+        for name, each in self.pids.items():
+            total = 0.0
+            for pid in each:
+                now = process_cpu_seconds(pid)
+                if now is not None:
+                    total += max(0.0, now - self.start_cpu[pid])
+            spent[name] = round(total, 1)
+        busy = busy1 - busy0
+        return {
+            "wall_seconds": round(wall, 1),
+            "machine_busy_seconds": round(busy, 1),
+            "machine_busy_share": round(busy / (all1 - all0), 3) if all1 > all0 else None,
+            "by_component": dict(sorted(spent.items(), key=lambda kv: -kv[1])),
+            "others": round(max(0.0, busy - sum(spent.values())), 1),
+        }

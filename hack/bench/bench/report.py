@@ -27,6 +27,24 @@ def fmt_ms(value: Any) -> str:
     return f"{value * 1000:.1f}ms"
 
 
+def busy(cpu: Mapping[str, Any]) -> str:
+    """How busy the machine was in a ``CpuWindow``: share of all its cores, CPU seconds."""
+    if not cpu:
+        return "-"
+    return (
+        f"{100 * (cpu.get('machine_busy_share') or 0):.0f}% "
+        f"({fmt(cpu.get('machine_busy_seconds'))} in {fmt(cpu.get('wall_seconds'))})"
+    )
+
+
+def by_component(cpu: Mapping[str, Any]) -> str:
+    """A ``CpuWindow``'s CPU seconds per component, largest first, then the rest."""
+    if not cpu:
+        return "-"
+    parts = [f"{name} {secs:.1f}" for name, secs in (cpu.get("by_component") or {}).items()]
+    return ", ".join([*parts, f"others {cpu.get('others', 0):.1f}"])
+
+
 def table(r: Mapping[str, Any]) -> str:
     op, direct, fl = r.get("operator", {}), r.get("direct", {}), r.get("floor", {})
     a, k = op.get("tsc_to_raycluster_s", {}), op.get("raycluster_to_first_pod_s", {})
@@ -105,6 +123,12 @@ def table(r: Mapping[str, Any]) -> str:
             "d  webhook process (`tpuslice webhook`) peak RSS / CPU seconds",
             f"{fmt(hook.get('peak_rss_mib'), ' MiB')} / {fmt(hook.get('cpu_seconds'))}",
         ),
+        (
+            "   machine busy to all Ready: operator run / direct run",
+            f"{busy(op.get('cpu_to_ready') or {})} / {busy(direct.get('cpu_to_ready') or {})}",
+        ),
+        ("   CPU s to all Ready, operator run", by_component(op.get("cpu_to_ready") or {})),
+        ("   CPU s to all Ready, direct run", by_component(direct.get("cpu_to_ready") or {})),
         (
             f"e  operator API writes in {fmt(steady.get('seconds'))} steady state",
             f"{fmt(steady.get('operator_writes'), '')}; watches saw "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import time
 from collections import Counter
@@ -27,6 +28,7 @@ from bench.cluster import (
 )
 from bench.measure import (
     WRITE_VERBS,
+    CpuWindow,
     Profiler,
     apiserver_webhook_buckets,
     latencies,
@@ -205,6 +207,7 @@ def operator_run(
             traced = MemTrace(operator.proc.pid, run_dir / "memtrace")
             traced.snap()
         print(f"  creating {len(items)} TPUSliceClusters", flush=True)
+        cpu = CpuWindow(component_pids(cluster, operator))
         began = create_all(
             lambda n: custom.create_namespaced_custom_object(
                 c.GROUP, c.VERSION, ns, c.PLURAL_CLUSTER, tsc(n, gated), _preload_content=False
@@ -219,6 +222,7 @@ def operator_run(
         )
         with rec.lock:
             ready_times = [t for k, t in rec.ready.items() if k.startswith("tsc/")]
+        result["cpu_to_ready"] = cpu.stop()
         result["all_ready"] = ok
         result["ready"] = len(ready_times)
         result["ready_seconds"] = round(max(ready_times) - began, 2) if ready_times else None
@@ -307,10 +311,12 @@ def direct_run(cluster: LocalCluster, scale: Scale, run_dir: Path | None = None)
         )
 
     print(f"  creating {len(items)} RayClusters directly", flush=True)
+    cpu = CpuWindow(component_pids(cluster))
     began = create_all(create, items, scale.apply_threads, rec)
     ok, _ = wait_count(
         "RayClusters ready", lambda: rec.ready_count("rc/"), len(items), scale.timeout_s
     )
+    cpu_to_ready = cpu.stop()
     with rec.lock:
         ready_times = [t for k, t in rec.ready.items() if k.startswith("rc/")]
         to_pod = [rec.first_pod[n] - rec.rc_created[n] for n in items if n in rec.first_pod]
@@ -321,6 +327,7 @@ def direct_run(cluster: LocalCluster, scale: Scale, run_dir: Path | None = None)
         "ready": len(ready_times),
         "ready_seconds": round(max(ready_times) - began, 2) if ready_times else None,
         "raycluster_to_first_pod_s": summary(to_pod),
+        "cpu_to_ready": cpu_to_ready,
         "timeline": timeline(
             rec,
             items,
@@ -331,6 +338,23 @@ def direct_run(cluster: LocalCluster, scale: Scale, run_dir: Path | None = None)
     print("  deleting RayClusters", flush=True)
     result["teardown_complete"] = delete_and_wait(core, custom, ns, "rayclusters", 300)
     return result
+
+
+def component_pids(
+    cluster: LocalCluster, operator: OperatorProcess | None = None
+) -> dict[str, list[int]]:
+    """The processes whose CPU a run's ``CpuWindow`` splits: the local cluster's
+    components by name, the operator and its webhook process, and this benchmark
+    (its watches and create threads share the machine too)."""
+    pids: dict[str, list[int]] = {}
+    for proc in cluster.processes:
+        pids.setdefault(proc.name, []).append(proc.pid)
+    if operator is not None and operator.proc is not None:
+        pids["operator"] = [operator.proc.pid]
+    if operator is not None and operator.webhook_proc is not None:
+        pids["webhook"] = [operator.webhook_proc.pid]
+    pids["benchmark"] = [os.getpid()]
+    return pids
 
 
 def pin_args(pinned: bool) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ namespace package, and the benchmark failed before it began)."""
 from __future__ import annotations
 
 import math
+import os
 import re
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bench.measure import status_patch_figures, timeline, webhook_figures
+from bench.measure import CpuWindow, status_patch_figures, timeline, webhook_figures
 from bench.report import fmt_ms, table
 from bench.scenario import HOSTS
 from bench.watches import Recorder
@@ -168,6 +169,32 @@ def test_the_table_prints_the_new_figures() -> None:
     assert re.search(r"RayCluster -> first pod, operator/direct run p50/p99 +1.69 / 1.50", text)
     assert "5.00; status changes 5.00/6.00, MODIFIED 8.00/9.00" in text
     assert fmt_ms(math.inf) == "+Inf" and fmt_ms(None) == "-"
+
+
+def test_a_cpu_window_charges_this_process_and_the_machine() -> None:
+    began = sum(os.times()[:2])
+    window = CpuWindow({"benchmark": [os.getpid()], "gone": [2**22 + 7]})
+    while sum(os.times()[:2]) - began < 0.05:  # CPU, not wall time, spent in the window
+        pass
+    figures = window.stop()
+    assert figures["by_component"]["benchmark"] >= 0.04
+    assert figures["by_component"]["gone"] == 0.0
+    assert figures["machine_busy_seconds"] >= figures["by_component"]["benchmark"] - 0.02
+    assert 0.0 < figures["machine_busy_share"] <= 1.0
+    text = table(
+        {
+            "clusters": 1,
+            "nodes": 4,
+            "operator": {"cpu_to_ready": figures},
+            "direct": {"cpu_to_ready": {**figures, "machine_busy_share": 0.5}},
+        }
+    )
+    assert re.search(
+        r"machine busy to all Ready: operator run / direct run +\d+% \(.*\) / 50%", text
+    )
+    assert re.search(
+        r"CPU s to all Ready, operator run +benchmark \d+\.\d, gone 0\.0, others", text
+    )
 
 
 def test_make_bench_plot_writes_into_docs() -> None:
