@@ -69,6 +69,22 @@ def test_with_pin_at_admission_the_first_pass_plans_right_after_the_apply() -> N
     calls = [c[0] for c in passes[0]]
     assert calls.index("claim") < calls.index("annotate") < calls.index("apply")
     assert ("status",) in passes[0]
+    # the name checked once: the read before the claims is the apply's, not a second GET
+    assert kube.raycluster_reads == [("ml", "llm")]
+
+
+def test_with_pin_at_admission_a_name_taken_claims_nothing_and_stalls() -> None:
+    kube = FakeKube()
+    kube.rayclusters[("ml", "llm")] = {
+        "metadata": {"name": "llm", "namespace": "ml", "ownerReferences": [{"uid": "another"}]}
+    }
+    fence = PinFence(kube, enabled=True)
+    passes = _passes(kube, Snapshot(_body(), [], nodes_of("pool-a"), [], None), fence=fence)
+    calls = [c[0] for c in passes[0]]
+    assert "claim" not in calls and "apply" not in calls
+    assert kube.status is not None
+    stalled = [c for c in kube.status["conditions"] if c["type"] == "Stalled"]
+    assert stalled and stalled[0]["reason"] == "RayClusterNameTaken"
 
 
 def test_the_follow_up_is_one_pass_whatever_kicks_come_meanwhile() -> None:

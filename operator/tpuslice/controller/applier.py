@@ -38,6 +38,7 @@ from tpuslice.status.conditions import Stall
 __all__ = [
     "Applied",
     "KubeRayApplier",
+    "NameRead",
     "TemplateSchema",
     "applied_hash",
     "controlled_by",
@@ -441,27 +442,49 @@ class TemplateSchema:
         self._read_at = -math.inf
 
 
+def _owner_uid(rendered: Mapping[str, Any]) -> str:
+    """The uid of the TPUSlice object that owns a rendered KubeRay object."""
+    return str(rendered["metadata"]["ownerReferences"][0]["uid"])
+
+
+@dataclass(frozen=True)
+class NameRead:
+    """The KubeRay object of a rendered name as one read found it (None: no such
+    object), and the uid of the TPUSlice object the rendering belongs to."""
+
+    existing: Mapping[str, Any] | None
+    owner_uid: str
+
+    @property
+    def taken(self) -> bool:
+        """Another's object holds the name: a forced apply would take it over."""
+        return self.existing is not None and not controlled_by(
+            self.existing["ownerReferences"], self.owner_uid
+        )
+
+
 @dataclass
 class KubeRayApplier:
     kube: ClusterApi
     pending: Expectations
     schema: TemplateSchema
 
-    async def taken(self, rendered: Mapping[str, Any], actual: Mapping[str, Any] | None) -> bool:
-        """Whether the KubeRay object's name is another's (the check ``apply`` makes before
-        its first apply), for a pass that acts before it applies: one GET when the watch
-        shows no object of ours."""
+    async def read_before_create(
+        self, rendered: Mapping[str, Any], actual: Mapping[str, Any] | None
+    ) -> NameRead:
+        """The KubeRay object of ``rendered``'s name as the API server has it, read once
+        for a pass that acts before it applies (``NameRead.taken`` says whether it is
+        another's); ``apply`` takes the read instead of making it again. Without a GET
+        when the watch shows the object."""
         if actual is not None:
-            return False
-        kind = str(rendered["kind"])
-        namespace = rendered["metadata"].get("namespace", "")
+            return NameRead(existing=actual, owner_uid=_owner_uid(rendered))
         found = await self.kube.get_ray(
-            c.RAY_PLURALS[kind], namespace, rendered["metadata"]["name"]
+            c.RAY_PLURALS[str(rendered["kind"])],
+            rendered["metadata"].get("namespace", ""),
+            rendered["metadata"]["name"],
         )
-        owner_uid = rendered["metadata"]["ownerReferences"][0]["uid"]
-        return found is not None and not controlled_by(
-            raycluster_info(found)["ownerReferences"], owner_uid
-        )
+        existing = None if found is None else raycluster_info(found)
+        return NameRead(existing=existing, owner_uid=_owner_uid(rendered))
 
     async def apply(
         self,
@@ -469,11 +492,13 @@ class KubeRayApplier:
         actual: Mapping[str, Any] | None,
         *,
         admission_gate: bool = False,
+        read: NameRead | None = None,
     ) -> Applied:
         """Make the RayCluster, RayJob or RayService what ``rendered`` says, if it is ours
         to make. ``actual``: what the watch shows of it (``convert.raycluster_info`` or
         ``ray_owner_info``), None when the watch shows none. ``admission_gate``: carry
-        the operator's gate in Kueue's admission-gated-by annotation (``gate_held``)."""
+        the operator's gate in Kueue's admission-gated-by annotation (``gate_held``).
+        ``read``: this pass's ``read_before_create``, used instead of a second GET."""
         rendered = with_resume(rendered, actual)
         digest = applied_hash(rendered)
         # the rendering's own annotations (Kueue's elastic-job opt-in) and the digest
@@ -496,7 +521,7 @@ class KubeRayApplier:
         rendered = with_kueue_admission(rendered, actual)
         carried = with_live_autoscaling(rendered, actual)
         wanted = {"labels": rendered["metadata"]["labels"], "spec": carried["spec"]}
-        owner_uid = rendered["metadata"]["ownerReferences"][0]["uid"]
+        owner_uid = _owner_uid(rendered)
         if (
             actual is not None
             and actual["annotations"].get(c.ANNOTATION_APPLIED_HASH) == digest
@@ -509,7 +534,9 @@ class KubeRayApplier:
         # the name is not another's (a forced apply would take it over, and the
         # finalizer later delete it). One GET per cluster creation, not per pass.
         existing = actual
-        if existing is None:
+        if existing is None and read is not None:
+            existing = read.existing
+        elif existing is None:
             found = await self.kube.get_ray(c.RAY_PLURALS[kind], key[1], key[2])
             existing = None if found is None else raycluster_info(found)
         if existing is not None and not controlled_by(existing["ownerReferences"], owner_uid):

@@ -415,9 +415,12 @@ class Reconciler:
         owned = kind.owned(snap)
         gate = self._admission_gate(kind.cluster_spec(parsed), snap, owned)
         first: tuple[list[ActedSet], Stall | None] | None = None
-        if self._claims_first(
-            kind.kind, kind.cluster_spec(parsed), rendered, owned, previous
-        ) and not await self.applier.taken(rendered, owned):
+        read = (
+            await self.applier.read_before_create(rendered, owned)
+            if self._claims_first(kind.kind, kind.cluster_spec(parsed), rendered, owned, previous)
+            else None
+        )
+        if read is not None and not read.taken:
             # pin at admission: each index's unit claimed and marked before the apply
             # that makes KubeRay create (or add) the replicas, so the webhook pins their
             # first pods; a pod that still comes first is gated and released as before
@@ -427,7 +430,7 @@ class Reconciler:
                 snap.namespace_labels,
                 avoid=avoided_nodes(previous, self.actuator.clock()),
             )
-        applied = await self.applier.apply(rendered, owned, admission_gate=bool(gate))
+        applied = await self.applier.apply(rendered, owned, admission_gate=bool(gate), read=read)
         if kind.counts_creation:
             self._count_creation(key, body, owned, applied)
         pins = any(self.actuator.pins_on(g) for g in kind.cluster_spec(parsed).tpu_groups())
