@@ -213,7 +213,9 @@ def _webhook_config(args: argparse.Namespace) -> dict[str, Any]:
 def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
     from tpuslice.main.app import run_operator  # kopf is imported only when running
     from tpuslice.runtime.config import OperatorConfig
+    from tpuslice.runtime.memory import limit_malloc_arenas
 
+    limit_malloc_arenas()  # before kopf's and the request threads start
     run_operator(
         OperatorConfig(
             **_webhook_config(args),
@@ -237,6 +239,9 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
 def _cmd_webhook(args: argparse.Namespace, out: TextIO) -> None:
     from tpuslice.main.webhook_process import run_webhook  # never imports kopf
     from tpuslice.runtime.config import OperatorConfig
+    from tpuslice.runtime.memory import limit_malloc_arenas
+
+    limit_malloc_arenas()  # before the server's threads start
 
     if not args.webhook_port:
         raise InputError(["--webhook-port: this command serves the webhooks; give a port"])
