@@ -15,6 +15,7 @@ only when a node of the shape changed in a way the decisions see.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -625,7 +626,13 @@ def placed(index: PoolIndex, spec: SliceClusterSpec, snap: Snapshot) -> PoolInde
     (``policy.placement``). Pools it already holds stay its own: the planner frees a
     pool only when its slice is gone."""
     governed = governing(snap.policies, snap.namespace_labels) if snap.policies else ()
-    out = excluded_pools(index.matching, governed, worker_tolerations(spec))
+    tolerations = worker_tolerations(spec)
+    # the same placement excludes the same units of one index (node-derived): every
+    # object of a shape without policies shares one walk over the shape's nodes
+    key = (repr(governed), json.dumps(tolerations, sort_keys=True, default=str))
+    out = index.exclusions.get(key)
+    if out is None:
+        out = index.exclusions[key] = excluded_pools(index.matching, governed, tolerations)
     return index.narrowed(lambda name, _nodes: name not in out) if out else index
 
 

@@ -163,6 +163,28 @@ class PoolIndex:
     #: a node in any other formed Slice makes its pool ineligible (nodeclass).
     owned_slices: frozenset[str] = frozenset()
     unit: CapacityUnit = CapacityUnit.NODE_POOL
+    #: ``unit_problem`` by unit and wanted shape: it depends on the unit's nodes alone, so
+    #: a narrowed index shares it. Every pass asks it of every unit of the shape (which
+    #: are free, why not): kept, that walk classifies each node once per node change,
+    #: not once per pass.
+    problems: dict[tuple[str, WantedShape], str | None] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    #: The units an object's placement keeps it from (``policy.placement``), by the
+    #: placement's own key; over this index's units only, so not kept by a narrowed one.
+    exclusions: dict[Any, frozenset[str]] = field(default_factory=dict, compare=False, repr=False)
+    #: ``facts`` by unit name, by (hosts, chips per host).
+    facts_by_name: dict[tuple[int, int], dict[str, ShapePool]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def unit_problem(self, name: str, wanted: WantedShape) -> str | None:
+        """Why the unit ``name`` cannot hold a slice of ``wanted``, or None if it can
+        (``_pool_problem`` over its nodes; a unit not in the index has no nodes)."""
+        key = (name, wanted)
+        if key not in self.problems:
+            self.problems[key] = _pool_problem(self.pools.get(name, ()), wanted, self.owned_slices)
+        return self.problems[key]
 
     def narrowed(self, keep: Callable[[str, Sequence[NodeInfo]], bool]) -> PoolIndex:
         """The index with only the matching units ``keep`` accepts (an object's
@@ -171,7 +193,9 @@ class PoolIndex:
         matching = {name: nodes for name, nodes in self.matching.items() if keep(name, nodes)}
         if len(matching) == len(self.matching):
             return self
-        return replace(self, matching=matching, facts={}, eligible={})
+        return replace(
+            self, matching=matching, facts={}, eligible={}, exclusions={}, facts_by_name={}
+        )
 
     def node_pool(self, unit_name: str) -> str | None:
         """The GKE node pool of a node unit (None for a node-pool unit, or one not known)."""
@@ -288,6 +312,26 @@ def shape_pools(
     if not held:
         return list(facts)
     return [replace(f, holder=held[f.name]) if f.name in held else f for f in facts]
+
+
+def unit_facts(inventory: PoolIndex, name: str, *, hosts: int, chips_per_host: int) -> ShapePool:
+    """``pool_facts`` of one unit of the index, held by nobody: from the index's facts
+    (built once per index) when the unit matches the shape, else from its nodes."""
+    key = (hosts, chips_per_host)
+    by_name = inventory.facts_by_name.get(key)
+    if by_name is None:
+        facts = shape_pools(inventory, (), hosts=hosts, chips_per_host=chips_per_host)
+        by_name = inventory.facts_by_name[key] = {f.name: f for f in facts}
+    found = by_name.get(name)
+    if found is not None:
+        return found
+    return pool_facts(
+        name,
+        inventory.matching.get(name, ()),
+        hosts=hosts,
+        chips_per_host=chips_per_host,
+        owned_slices=inventory.owned_slices,
+    )
 
 
 def _capacity_rank(capacity_types: Sequence[CapacityType]) -> Mapping[CapacityType, int]:
@@ -443,26 +487,25 @@ CAPACITY_POOLS_LISTED = 5
 
 def _capacity_message(
     wanted: _Wanted,
-    matching: Mapping[str, Sequence[NodeInfo]],
+    inventory: PoolIndex,
     held: Mapping[str, Holder],
     taken_now: set[str],
-    owned_slices: Collection[str] = (),
     *,
     noun: str = "node pool",
-    units: Mapping[str, Sequence[NodeInfo]] | None = None,
 ) -> str:
+    matching, units = inventory.matching, inventory.pools
     head = f"needs a free {noun} of {wanted.describe()}"
     if not matching:
         return f"{head}; no {noun} matches{_slicing_blocks(units or {}, matching)}"
     details: list[str] = []
-    for name, nodes in matching.items():
+    for name in matching:
         if len(details) == CAPACITY_POOLS_LISTED:
             break
         if name in held:
             details.append(f"{name} held by {held[name].describe()}")
         elif name in taken_now:
             details.append(f"{name} taken by another slice of this cluster")
-        elif problem := _pool_problem(nodes, wanted, owned_slices):
+        elif problem := inventory.unit_problem(name, wanted):
             details.append(f"{name} {problem}")
     count = len(matching)
     more = f", and {count - len(details)} more" if count > len(details) else ""
@@ -499,24 +542,18 @@ def _slicing_blocks(
     )
 
 
-def _unfit_pools(
-    wanted: _Wanted,
-    matching: Mapping[str, Sequence[NodeInfo]],
-    held: Mapping[str, Holder],
-    owned_slices: Collection[str] = (),
-    units: Mapping[str, Sequence[NodeInfo]] | None = None,
-) -> str:
+def _unfit_pools(wanted: _Wanted, inventory: PoolIndex, held: Mapping[str, Holder]) -> str:
     """Why matching pools nobody holds are not eligible (the queue's message names the
     holders): ``not eligible: pool-c 4 nodes cordoned``, and the accelerator's
     dynamic-slicing sub-blocks; empty when all are fine. A unit kept out for a GKE
     disruption signal is named first: the list is cut after a few, and that is the one
     reason the operator itself imposes (and that clears by itself)."""
     details = []
-    for name, nodes in matching.items():
-        if name not in held and (problem := _pool_problem(nodes, wanted, owned_slices)):
+    for name in inventory.matching:
+        if name not in held and (problem := inventory.unit_problem(name, wanted)):
             details.append(f"{name} {problem}")
     details.sort(key=lambda detail: QUARANTINED not in detail)
-    blocks = _slicing_blocks(units or {}, matching).removeprefix("; ")
+    blocks = _slicing_blocks(inventory.pools, inventory.matching).removeprefix("; ")
     if not details:
         return blocks
     shown = details[:CAPACITY_POOLS_LISTED]
@@ -718,7 +755,6 @@ def plan_slices(
     inventory = inventory or pool_index(nodes, accelerator, topology, unit=unit)
     noun = inventory.unit.noun
     pools, matching = inventory.pools, inventory.matching
-    owned = inventory.owned_slices
     previous_pools = previous_pools or {}
     all_slices = gang == GangMode.ALL_SLICES
     stalled = admission.stalled if admission is not None else None
@@ -744,13 +780,7 @@ def plan_slices(
     by_index: dict[int, SliceStatus] = {}
 
     def facts(pool: str) -> ShapePool:
-        return pool_facts(
-            pool,
-            matching.get(pool, ()),
-            hosts=hosts,
-            chips_per_host=chips_per_host,
-            owned_slices=owned,
-        )
+        return unit_facts(inventory, pool, hosts=hosts, chips_per_host=chips_per_host)
 
     def capacity_of(pool: str | None) -> CapacityType | None:
         nodes_of = pools.get(pool or "")
@@ -781,10 +811,10 @@ def plan_slices(
     # ---- which pools to claim, for which slices
     free = [
         name
-        for name, pool_nodes in matching.items()
+        for name in matching
         if name not in held_by_others
         and name not in held_by_ours
-        and _pool_problem(pool_nodes, wanted, owned) is None
+        and inventory.unit_problem(name, wanted) is None
     ]
     if admission is not None and admission.pools is not None:
         allowed = set(admission.pools)
@@ -813,7 +843,7 @@ def plan_slices(
                 matching=matching,
                 held_by_others=held_by_others,
                 held_by_ours=held_by_ours,
-                problem=lambda pool: _pool_problem(matching[pool], wanted, owned),
+                problem=lambda pool: inventory.unit_problem(pool, wanted),
                 granted=admission.pools if admission is not None else None,
                 queue_message=admission.message if admission is not None else "",
                 noun=noun,
@@ -864,9 +894,7 @@ def plan_slices(
         if stalled:
             return stalled
         if admission is not None and admission.message:
-            unfit = _unfit_pools(
-                wanted, matching, {**held_by_others, **held_by_ours}, owned, units=pools
-            )
+            unfit = _unfit_pools(wanted, inventory, {**held_by_others, **held_by_ours})
             return f"{admission.message}; {unfit}" if unfit else admission.message
         if all_slices and not gang_ready:
             return (
@@ -875,12 +903,10 @@ def plan_slices(
             )
         detail = _capacity_message(
             wanted,
-            matching,
+            inventory,
             {**held_by_others, **held_by_ours},
             set(assignment.values()),
-            owned,
             noun=noun,
-            units=pools,
         )
         if all_slices:
             return (
@@ -1048,11 +1074,11 @@ def plan_slices(
                 f"{len(live_pods)} of {hosts} pods live, {terminating} terminating; the pool "
                 f"stays held until KubeRay has replaced them"
             )
-            if pool in pools and (problem := _pool_problem(pools[pool], wanted, owned)):
+            if pool in pools and (problem := inventory.unit_problem(pool, wanted)):
                 message += f" ({noun} {pool} {problem})"
         elif not complete:
             message = f"{len(live_pods)} of {hosts} pods created; released when all exist"
-        elif pool in pools and (problem := _pool_problem(pools[pool], wanted, owned)):
+        elif pool in pools and (problem := inventory.unit_problem(pool, wanted)):
             message = f"{noun} {pool} {problem}"
         elif pool not in pools:
             message = f"{noun} {pool} is gone" if noun == "node" else f"{noun} {pool} has no nodes"
