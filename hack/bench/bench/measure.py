@@ -122,9 +122,8 @@ def webhook_buckets(operator: OperatorProcess) -> dict[float, float]:
 APISERVER_WEBHOOK_HISTOGRAM = "apiserver_admission_webhook_admission_duration_seconds"
 
 
-def apiserver_webhook_buckets(api: Any) -> dict[float, float]:
-    """The API server's admission latency histogram of our identity webhook (all
-    operations; {} when /metrics cannot be read)."""
+def apiserver_metrics(api: Any) -> str:
+    """The API server's /metrics scrape ("" when it cannot be read)."""
     try:
         response = api.rest_client.request(
             "GET",
@@ -133,15 +132,44 @@ def apiserver_webhook_buckets(api: Any) -> dict[float, float]:
             _request_timeout=(10, 60),
         )
         if response.status != 200:
-            return {}
-        text = response.read().decode()
+            return ""
+        return str(response.read().decode())
     except Exception:
+        return ""
+
+
+def apiserver_webhook_buckets(api: Any) -> dict[float, float]:
+    """The API server's admission latency histogram of our identity webhook (all
+    operations; {} when /metrics cannot be read)."""
+    text = apiserver_metrics(api)
+    if not text:
         return {}
     return benchstats.histogram_buckets(
         benchstats.text_samples(text, APISERVER_WEBHOOK_HISTOGRAM),
         APISERVER_WEBHOOK_HISTOGRAM,
         where={"name": f"identity.{c.GROUP}", "type": "admit"},
     )
+
+
+def apiserver_requests(api: Any) -> dict[str, float]:
+    """Requests the API server has served, by "VERB resource[/subresource]", from its
+    ``apiserver_request_total`` counter (every client's: the operator's, kopf's,
+    KubeRay's, the scheduler's, the kubelets', this benchmark's)."""
+    out: dict[str, float] = {}
+    for _name, labels, value in benchstats.text_samples(
+        apiserver_metrics(api), "apiserver_request_total{"
+    ):
+        sub = labels.get("subresource", "")
+        key = f"{labels.get('verb', '')} {labels.get('resource', '')}{'/' + sub if sub else ''}"
+        out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def request_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, int]:
+    """What was served between two ``apiserver_requests``, largest first (WATCH and
+    LIST and GET included)."""
+    delta = {k: int(v - before.get(k, 0.0)) for k, v in after.items()}
+    return dict(sorted(((k, v) for k, v in delta.items() if v > 0), key=lambda kv: -kv[1]))
 
 
 def webhook_figures(before: Mapping[float, float], after: Mapping[float, float]) -> dict[str, Any]:

@@ -45,6 +45,16 @@ def by_component(cpu: Mapping[str, Any]) -> str:
     return ", ".join([*parts, f"others {cpu.get('others', 0):.1f}"])
 
 
+def writes(served: Mapping[str, int], top: int = 8) -> str:
+    """The API server's writes in a window, per object to Ready: the largest first."""
+    shown = [
+        f"{key} {n}"
+        for key, n in served.items()
+        if key.split(" ", 1)[0] in ("CREATE", "POST", "PATCH", "UPDATE", "PUT", "APPLY", "DELETE")
+    ]
+    return ", ".join(shown[:top]) if shown else "-"
+
+
 def table(r: Mapping[str, Any]) -> str:
     op, direct, fl = r.get("operator", {}), r.get("direct", {}), r.get("floor", {})
     a, k = op.get("tsc_to_raycluster_s", {}), op.get("raycluster_to_first_pod_s", {})
@@ -129,6 +139,14 @@ def table(r: Mapping[str, Any]) -> str:
         ),
         ("   CPU s to all Ready, operator run", by_component(op.get("cpu_to_ready") or {})),
         ("   CPU s to all Ready, direct run", by_component(direct.get("cpu_to_ready") or {})),
+        (
+            "   API server writes to all Ready, operator run",
+            writes(op.get("apiserver_requests_to_ready") or {}),
+        ),
+        (
+            "   API server writes to all Ready, direct run",
+            writes(direct.get("apiserver_requests_to_ready") or {}),
+        ),
         (
             f"e  operator API writes in {fmt(steady.get('seconds'))} steady state",
             f"{fmt(steady.get('operator_writes'), '')}; watches saw "

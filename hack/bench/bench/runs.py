@@ -30,10 +30,12 @@ from bench.measure import (
     WRITE_VERBS,
     CpuWindow,
     Profiler,
+    apiserver_requests,
     apiserver_webhook_buckets,
     latencies,
     machine,
     operator_metrics,
+    request_delta,
     slices_reported,
     status_patch_figures,
     timeline,
@@ -208,6 +210,7 @@ def operator_run(
             traced.snap()
         print(f"  creating {len(items)} TPUSliceClusters", flush=True)
         cpu = CpuWindow(component_pids(cluster, operator))
+        served = apiserver_requests(cluster.api)
         began = create_all(
             lambda n: custom.create_namespaced_custom_object(
                 c.GROUP, c.VERSION, ns, c.PLURAL_CLUSTER, tsc(n, gated), _preload_content=False
@@ -223,6 +226,9 @@ def operator_run(
         with rec.lock:
             ready_times = [t for k, t in rec.ready.items() if k.startswith("tsc/")]
         result["cpu_to_ready"] = cpu.stop()
+        result["apiserver_requests_to_ready"] = request_delta(
+            served, apiserver_requests(cluster.api)
+        )
         result["all_ready"] = ok
         result["ready"] = len(ready_times)
         result["ready_seconds"] = round(max(ready_times) - began, 2) if ready_times else None
@@ -312,11 +318,13 @@ def direct_run(cluster: LocalCluster, scale: Scale, run_dir: Path | None = None)
 
     print(f"  creating {len(items)} RayClusters directly", flush=True)
     cpu = CpuWindow(component_pids(cluster))
+    before = apiserver_requests(cluster.api)
     began = create_all(create, items, scale.apply_threads, rec)
     ok, _ = wait_count(
         "RayClusters ready", lambda: rec.ready_count("rc/"), len(items), scale.timeout_s
     )
     cpu_to_ready = cpu.stop()
+    served = request_delta(before, apiserver_requests(cluster.api))
     with rec.lock:
         ready_times = [t for k, t in rec.ready.items() if k.startswith("rc/")]
         to_pod = [rec.first_pod[n] - rec.rc_created[n] for n in items if n in rec.first_pod]
@@ -328,6 +336,7 @@ def direct_run(cluster: LocalCluster, scale: Scale, run_dir: Path | None = None)
         "ready_seconds": round(max(ready_times) - began, 2) if ready_times else None,
         "raycluster_to_first_pod_s": summary(to_pod),
         "cpu_to_ready": cpu_to_ready,
+        "apiserver_requests_to_ready": served,
         "timeline": timeline(
             rec,
             items,

@@ -16,8 +16,14 @@ from typing import Any
 
 import pytest
 
-from bench.measure import CpuWindow, status_patch_figures, timeline, webhook_figures
-from bench.report import fmt_ms, table
+from bench.measure import (
+    CpuWindow,
+    request_delta,
+    status_patch_figures,
+    timeline,
+    webhook_figures,
+)
+from bench.report import fmt_ms, table, writes
 from bench.scenario import HOSTS
 from bench.watches import Recorder
 
@@ -174,13 +180,15 @@ def test_the_table_prints_the_new_figures() -> None:
 def test_a_cpu_window_charges_this_process_and_the_machine() -> None:
     began = sum(os.times()[:2])
     window = CpuWindow({"benchmark": [os.getpid()], "gone": [2**22 + 7]})
-    while sum(os.times()[:2]) - began < 0.05:  # CPU, not wall time, spent in the window
+    while sum(os.times()[:2]) - began < 0.3:  # CPU, not wall time, spent in the window
         pass
     figures = window.stop()
-    assert figures["by_component"]["benchmark"] >= 0.04
+    # /proc's counters are sampled at ticks: well within the 0.3 s spent, not to the tick
+    assert figures["by_component"]["benchmark"] >= 0.1
     assert figures["by_component"]["gone"] == 0.0
-    assert figures["machine_busy_seconds"] >= figures["by_component"]["benchmark"] - 0.02
-    assert 0.0 < figures["machine_busy_share"] <= 1.0
+    # the machine's counters may lag a tick behind a process's (NOHZ), so only bounds
+    assert 0.0 <= figures["machine_busy_share"] <= 1.0
+    assert figures["others"] >= 0.0
     text = table(
         {
             "clusters": 1,
@@ -195,6 +203,14 @@ def test_a_cpu_window_charges_this_process_and_the_machine() -> None:
     assert re.search(
         r"CPU s to all Ready, operator run +benchmark \d+\.\d, gone 0\.0, others", text
     )
+
+
+def test_the_api_servers_writes_between_two_scrapes() -> None:
+    before = {"PATCH pods": 10.0, "LIST pods": 2.0, "POST events": 5.0}
+    after = {"PATCH pods": 810.0, "LIST pods": 2.0, "POST events": 605.0, "WATCH pods": 1.0}
+    served = request_delta(before, after)
+    assert served == {"PATCH pods": 800, "POST events": 600, "WATCH pods": 1}
+    assert writes(served) == "PATCH pods 800, POST events 600"
 
 
 def test_make_bench_plot_writes_into_docs() -> None:
