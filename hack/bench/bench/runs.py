@@ -505,6 +505,8 @@ def run_all(
         "pinned": bool(pinned),
         "memtraced": bool(memtrace),
         "kuberay_reconcile_concurrency": scale.kuberay_concurrency,
+        "node_lease_seconds": scale.node_lease_seconds,
+        "node_monitor_grace_seconds": scale.node_monitor_grace_seconds,
     }
     began = time.monotonic()
     cluster = LocalCluster(
@@ -512,6 +514,8 @@ def run_all(
             tools=ToolPaths.for_repo(REPO),
             run_dir=run_dir,
             kuberay_reconcile_concurrency=scale.kuberay_concurrency,
+            node_lease_seconds=scale.node_lease_seconds,
+            node_monitor_grace_seconds=scale.node_monitor_grace_seconds,
         )
     )
     try:
