@@ -26,8 +26,12 @@ from bench.watches import Recorder
 from tpusim import benchstats
 from tpusim.benchstats import ratio, summary
 from tpusim.operator_process import OperatorProcess
+from tpusim.processes import cpu_seconds
 
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE"}  # not GET, LIST, WATCH
+#: The same in ``apiserver_request_total``, whose verbs also name a server-side apply
+#: and a delete of a collection.
+APISERVER_WRITE_VERBS = WRITE_VERBS | {"APPLY", "DELETECOLLECTION"}
 #: The leader's Lease renewals (a PUT every 2 s) are a heartbeat, not work: not counted.
 NOT_WORK = {"leases"}
 
@@ -302,16 +306,6 @@ def machine() -> dict[str, Any]:
     }
 
 
-def process_cpu_seconds(pid: int) -> float | None:
-    """utime + stime of one process (fields 14 and 15 of ``/proc/<pid>/stat``, proc(5)),
-    None once it has exited."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def machine_cpu_seconds() -> tuple[float, float]:
     """(busy, all) CPU seconds of the machine since boot, summed over its CPUs: the
     ``cpu`` line of ``/proc/stat`` (proc(5)); idle and iowait are the not-busy part."""
@@ -335,7 +329,7 @@ class CpuWindow:
         self.began = time.monotonic()
         self.machine = machine_cpu_seconds()
         self.start_cpu = {
-            pid: process_cpu_seconds(pid) or 0.0 for each in self.pids.values() for pid in each
+            pid: cpu_seconds(pid) or 0.0 for each in self.pids.values() for pid in each
         }
 
     def stop(self) -> dict[str, Any]:
@@ -346,7 +340,7 @@ class CpuWindow:
         for name, each in self.pids.items():
             total = 0.0
             for pid in each:
-                now = process_cpu_seconds(pid)
+                now = cpu_seconds(pid)
                 if now is not None:
                     total += max(0.0, now - self.start_cpu[pid])
             spent[name] = round(total, 1)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from bench.measure import APISERVER_WRITE_VERBS
 from bench.scenario import HOSTS
 from tpusim import benchstats
 
@@ -48,9 +49,7 @@ def by_component(cpu: Mapping[str, Any]) -> str:
 def writes(served: Mapping[str, int], top: int = 8) -> str:
     """The API server's writes in a window, per object to Ready: the largest first."""
     shown = [
-        f"{key} {n}"
-        for key, n in served.items()
-        if key.split(" ", 1)[0] in ("CREATE", "POST", "PATCH", "UPDATE", "PUT", "APPLY", "DELETE")
+        f"{key} {n}" for key, n in served.items() if key.split(" ", 1)[0] in APISERVER_WRITE_VERBS
     ]
     return ", ".join(shown[:top]) if shown else "-"
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from tpusim.kube import wait_for
-from tpusim.processes import free_port
+from tpusim.processes import cpu_seconds, free_port
 
 __all__ = ["OperatorProcess", "tpuslice_command"]
 
@@ -278,10 +278,8 @@ class OperatorProcess:
             for line in status.splitlines()
             if line.startswith(("VmHWM", "VmRSS"))
         }
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
         return {
             "peak_rss_mib": round(kib["VmHWM"] / 1024, 1),
             "rss_mib": round(kib["VmRSS"] / 1024, 1),
-            "cpu_seconds": round((int(fields[11]) + int(fields[12])) / ticks, 2),
+            "cpu_seconds": round(cpu_seconds(pid) or 0.0, 2),
         }
