@@ -469,13 +469,13 @@ class KubeRayApplier:
     pending: Expectations
     schema: TemplateSchema
 
-    async def read_before_create(
+    async def read_name(
         self, rendered: Mapping[str, Any], actual: Mapping[str, Any] | None
     ) -> NameRead:
-        """The KubeRay object of ``rendered``'s name as the API server has it, read once
-        for a pass that acts before it applies (``NameRead.taken`` says whether it is
-        another's); ``apply`` takes the read instead of making it again. Without a GET
-        when the watch shows the object."""
+        """The KubeRay object of ``rendered``'s name (``NameRead.taken``: another's): what
+        the watch shows (``actual``), else one GET. ``apply`` reads it before a first
+        apply; a pass that acts before it applies reads it first and hands the read to
+        ``apply``, so the name costs one GET."""
         if actual is not None:
             return NameRead(existing=actual, owner_uid=_owner_uid(rendered))
         found = await self.kube.get_ray(
@@ -498,7 +498,7 @@ class KubeRayApplier:
         to make. ``actual``: what the watch shows of it (``convert.raycluster_info`` or
         ``ray_owner_info``), None when the watch shows none. ``admission_gate``: carry
         the operator's gate in Kueue's admission-gated-by annotation (``gate_held``).
-        ``read``: this pass's ``read_before_create``, used instead of a second GET."""
+        ``read``: this pass's ``read_name``, used instead of a second GET."""
         rendered = with_resume(rendered, actual)
         digest = applied_hash(rendered)
         # the rendering's own annotations (Kueue's elastic-job opt-in) and the digest
@@ -533,15 +533,12 @@ class KubeRayApplier:
         # Our watch follows only labelled RayClusters: before the first apply, make sure
         # the name is not another's (a forced apply would take it over, and the
         # finalizer later delete it). One GET per cluster creation, not per pass.
-        existing = actual
-        if existing is None and read is not None:
-            existing = read.existing
-        elif existing is None:
-            found = await self.kube.get_ray(c.RAY_PLURALS[kind], key[1], key[2])
-            existing = None if found is None else raycluster_info(found)
-        if existing is not None and not controlled_by(existing["ownerReferences"], owner_uid):
-            stall = Stall(events.RAYCLUSTER_NAME_TAKEN, name_taken_message(key, existing))
+        name = read or await self.read_name(rendered, actual)
+        if name.taken:
+            assert name.existing is not None
+            stall = Stall(events.RAYCLUSTER_NAME_TAKEN, name_taken_message(key, name.existing))
             return Applied(ok=False, stall=stall)
+        existing = name.existing
         body = with_admission_hold(
             with_kueue_count(with_live_autoscaling(rendered, existing), existing), existing
         )

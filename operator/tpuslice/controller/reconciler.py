@@ -416,7 +416,7 @@ class Reconciler:
         gate = self._admission_gate(kind.cluster_spec(parsed), snap, owned)
         first: tuple[list[ActedSet], Stall | None] | None = None
         read = (
-            await self.applier.read_before_create(rendered, owned)
+            await self.applier.read_name(rendered, owned)
             if self._claims_first(kind.kind, kind.cluster_spec(parsed), rendered, owned, previous)
             else None
         )
