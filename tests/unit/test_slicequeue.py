@@ -332,6 +332,15 @@ def test_text_builders() -> None:
     assert holders_summary(many) == (
         "ml/c0 (p0, p5), ml/c1 (p1, p6), ml/c2 (p2, p7), and 2 more holders"
     )
+    # the request's own holding is neither named nor counted, wherever it ranks
+    assert holders_summary(many, exclude_uid="u1") == (
+        "ml/c0 (p0, p5), ml/c2 (p2, p7), ml/c3 (p3, p8), and 1 more holder"
+    )
+    assert holders_summary(many, exclude_uid="u4") == (
+        "ml/c0 (p0, p5), ml/c1 (p1, p6), ml/c2 (p2, p7), and 1 more holder"
+    )
+    assert holders_summary(many[:3], exclude_uid="u0") == "ml/c1 (p1), ml/c2 (p2)"
+    assert holders_summary(many[:1], exclude_uid="u0") == ""
     long = queue_message(
         position=1, waiting=1, shape="v6e 4x4", desired=2, held=0,
         gang=GangMode.ALL_SLICES, set_aside=0, ahead=0, holders="x" * 2000,

@@ -55,7 +55,8 @@ and MODIFIED events its watch saw), and KubeRay's RayCluster -> first pod in the
 operator run over the direct run's. With --profile[=HZ] py-spy samples the operator
 from the first create until all Ready (profile-operator.txt: raw collapsed stacks,
 which speedscope opens; profile-operator-summary.txt: CPU by thread, by module,
-JSON decoding, top functions).
+JSON decoding, top functions), and the restarted operator from healthy until every
+object had a pass (profile-restart.txt and its summary).
 
 With --pin-at-admission the operator and its webhook run with that setting
 (results-<scale>-pinned.json, "pinned": true, left out of the plot).

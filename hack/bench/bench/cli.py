@@ -37,8 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         metavar="HZ",
         help="sample the operator with py-spy (default 100 Hz) from the first create until "
-        "every TSC is Ready; raw stacks and a summary in the run's folder (the sampler "
-        "takes CPU from the same cores: a profiled run's timings are not comparable)",
+        "every TSC is Ready, and after the restart until every TSC had a pass; raw stacks "
+        "and a summary in the run's folder (the sampler takes CPU from the same cores: a "
+        "profiled run's timings are not comparable)",
     )
     parser.add_argument(
         "--memtrace",

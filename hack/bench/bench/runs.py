@@ -121,18 +121,37 @@ def create_all(
     return began
 
 
-def restart(operator: OperatorProcess, scale: Scale, slices: int, quiet_s: float) -> dict[str, Any]:
+def restart(
+    operator: OperatorProcess,
+    scale: Scale,
+    slices: int,
+    quiet_s: float,
+    profile_rate: int = 0,
+    run_dir: Path | None = None,
+) -> dict[str, Any]:
     """g. Stop the operator and start it again over the Ready clusters: how long until it
     has reconciled every one (kopf's and our watches' listing included), and whether
-    that restart writes anything (a level-based reconcile over unchanged state should not)."""
+    that restart writes anything (a level-based reconcile over unchanged state should not).
+    With ``profile_rate`` py-spy samples the new process from healthy until every object
+    had a pass (profile-restart.txt): the first passes over settled objects."""
     print("  g: restarting the operator", flush=True)
     operator.stop()
     began = time.monotonic()
     operator.start(timeout_s=scale.timeout_s)
     healthy = time.monotonic() - began
-    ok, _ = wait_count(
-        "slices reported after restart", lambda: slices_reported(operator), slices, scale.timeout_s
-    )
+    profiler = None
+    if profile_rate and run_dir is not None and operator.proc is not None:
+        profiler = Profiler(operator.proc.pid, run_dir / "profile-restart.txt", profile_rate)
+        profiler.start()
+    try:
+        ok, _ = wait_count(
+            "slices reported after restart",
+            lambda: slices_reported(operator),
+            slices,
+            scale.timeout_s,
+        )
+    finally:
+        profile = profiler.stop() if profiler is not None else None
     reconciled = time.monotonic() - began
     time.sleep(quiet_s)
     metrics = operator_metrics(operator)
@@ -146,6 +165,7 @@ def restart(operator: OperatorProcess, scale: Scale, slices: int, quiet_s: float
             k: v for k, v in metrics["requests"].items() if k.split()[0] in WRITE_VERBS
         },
         "proc": operator.proc_stats(),
+        **({"profile": profile} if profile else {}),
     }
 
 
@@ -267,7 +287,9 @@ def operator_run(
         if traced is not None:
             traced.snap()
             result["memtrace"] = traced.report(len(items))
-        result["restart"] = restart(operator, scale, len(items), min(steady_s, 30.0))
+        result["restart"] = restart(
+            operator, scale, len(items), min(steady_s, 30.0), profile_rate, run_dir
+        )
         for w in watches:
             w.stop()
         print("  deleting TPUSliceClusters", flush=True)

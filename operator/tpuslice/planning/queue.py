@@ -141,22 +141,25 @@ class _Holders:
                 who = (p.holder.uid, f"{p.holder.namespace}/{p.holder.name}")
                 held.setdefault(who, []).append(p.name)
         self.ranked = sorted(held.items(), key=lambda kv: (-len(kv[1]), kv[0][1], kv[0][0]))
+        self.uids = {uid for uid, _ in held}
 
     def summary(self, exclude_uid: str = "") -> str:
+        """The first holders (``HOLDERS_LISTED``) by name, the rest counted: the walk stops
+        at the last one named, so a decision with a message for each of a thousand waiting
+        requests does not walk a thousand holders for each."""
         parts: list[str] = []
-        others = 0
         for (uid, who), names in self.ranked:
+            if len(parts) == HOLDERS_LISTED:
+                break
             if uid == exclude_uid:
                 continue
-            if len(parts) < HOLDERS_LISTED:
-                named = (
-                    _plural(len(names), "pool")
-                    if len(names) > HOLDERS_LISTED
-                    else ", ".join(sorted(names))
-                )
-                parts.append(f"{who} ({named})")
-            else:
-                others += 1
+            named = (
+                _plural(len(names), "pool")
+                if len(names) > HOLDERS_LISTED
+                else ", ".join(sorted(names))
+            )
+            parts.append(f"{who} ({named})")
+        others = len(self.ranked) - len(parts) - (exclude_uid in self.uids)
         if others:
             parts.append(f"and {_plural(others, 'more holder')}")
         return ", ".join(parts)
@@ -330,8 +333,11 @@ def decide_queue(
 
     waiting = [r for r in order if len(granted[r.key]) < r.missing]
     position = {r.key: i + 1 for i, r in enumerate(waiting)}
-    for i, r in enumerate(order):
+    set_aside_so_far = 0  # requests of the order so far that had pools set aside
+    for r in order:
         contended = len(order) > 1
+        ahead = set_aside_so_far
+        set_aside_so_far += set_aside[r.key] > 0
         if r.key not in position:
             admissions[r.key] = Admission(
                 pools=tuple(p.name for p in granted[r.key]),
@@ -339,7 +345,6 @@ def decide_queue(
                 set_aside=set_aside[r.key],
             )
             continue
-        ahead = sum(1 for q in order[:i] if set_aside[q.key])
         ready = r.claimable >= r.missing
         yielding = r.key in yields
         message = queue_message(
