@@ -15,13 +15,14 @@ from typing import Any
 from tests.support.builders import holder, nodes_of, reservation, slice_pods, tpuslice
 from tests.support.crd import validate
 from tests.support.fake_kube import FakeKube
-from tpuslice.controller.handlers import tsc_shape_index
+from tpuslice.controller.handlers import store_indexes
 from tpuslice.controller.job import JobKind
-from tpuslice.controller.reconciler import Reconciler
+from tpuslice.controller.reconciler import Reconciler, spec_shapes
 from tpuslice.controller.service import ServiceKind
 from tpuslice.model import constants as c
-from tpuslice.model.convert import ray_owner_info
+from tpuslice.model.convert import cluster_record, ray_owner_info
 from tpuslice.model.records import NodeInfo, PodInfo, ReservationInfo, ShapeMember, Snapshot
+from tpuslice.runtime.informers import Watches
 
 V6E = ("tpu-v6e-slice", "4x4")
 V5E = ("tpu-v5-lite-podslice", "2x4")
@@ -254,8 +255,16 @@ def test_a_group_at_its_turn_keeps_its_place_in_its_shapes_queue() -> None:
 
 
 def test_a_grouped_object_is_a_member_of_each_of_its_shapes_queues() -> None:
-    assert set(tsc_shape_index(grouped())) == {V6E, V5E}
-    assert set(tsc_shape_index(tpuslice())) == {V6E}
+    watches = Watches(object_shapes=spec_shapes)
+    store = watches.objects(c.KIND_CLUSTER)
+    store.put(("ml", "rl"), cluster_record(grouped()))
+    store.put(("ml", "llm"), cluster_record(tpuslice()))
+    by_shape = store_indexes(watches)["tsc_shape_index"]
+    assert set(by_shape) == {V6E, V5E}
+    assert {m["metadata"]["name"] for m in by_shape[V6E]} == {"rl", "llm"}
+    assert [m["metadata"]["name"] for m in by_shape[V5E]] == ["rl"]
+    store.remove(("ml", "rl"))  # gone from every queue it was in
+    assert set(by_shape) == {V6E} and len(by_shape[V6E]) == 1
 
 
 def test_a_group_that_can_never_fit_keeps_the_whole_gang_from_claiming() -> None:

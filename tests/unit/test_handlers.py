@@ -4,6 +4,7 @@ the orphan sweep, and the wiring ``register`` makes."""
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any
 
 import kopf
@@ -14,8 +15,9 @@ from tests.support.fake_kube import FakeKube
 from tests.unit.test_reconcile import cluster_body
 from tpuslice.controller.handlers import (
     make_reader,
+    objects_changed,
     register,
-    reservation_changed,
+    reservations_changed,
     sweep_forever,
     sweep_once,
     tear_down,
@@ -23,7 +25,7 @@ from tpuslice.controller.handlers import (
 from tpuslice.model.convert import gke_slice_body, raycluster_info, reservation_body
 from tpuslice.model.records import Holder, ReservationInfo
 from tpuslice.runtime.config import OperatorConfig
-from tpuslice.runtime.informers import Watches, apply
+from tpuslice.runtime.informers import Change, Watches, apply, reservation_record
 from tpuslice.runtime.metrics import Metrics
 
 UID = "uid-llm"
@@ -248,59 +250,73 @@ def test_the_resync_timer_first_ticks_after_one_interval() -> None:
     assert all(t.initial_delay == config.resync_seconds for t in timers)  # type: ignore[attr-defined]
 
 
-def test_a_reservation_listing_event_kicks_nobody() -> None:
-    """kopf's listing of reservations (type None) at start-up: each holder has a listing
-    event of its own; kicking it from every reservation too was one more pass each."""
-    kicked: list[object] = []
+def test_a_reservation_taken_or_given_back_kicks_its_holder_and_the_shapes_waiting() -> None:
+    """A pool taken or freed moves the shape's queue; a change of a reservation that stays
+    (its phase) concerns its holder alone; a deletion is also what our record of
+    unconfirmed writes waits for."""
+    kicked: list[set[tuple[str, str, str]]] = []
+    gone: list[tuple[str, str]] = []
+
+    class Pending:
+        def reservation_gone(self, pool: str, uid: str) -> None:
+            gone.append((pool, uid))
 
     class Reconciler:
-        def indexed(self) -> None:
-            pass
+        pending = Pending()
 
-        def kick_soon(self, keys: object, releasing: bool = False) -> None:
-            kicked.append(keys)
+        def kick_soon(self, keys: set[tuple[str, str, str]], releasing: bool = False) -> None:
+            kicked.append(set(keys))
 
         def waiting_for(self, shape: object) -> set[tuple[str, str, str]]:
             return {("TPUSliceCluster", "ml", "waiting")}
 
     memo = kopf.Memo()
-    memo.reconcilers = {"TPUSliceCluster": Reconciler()}
+    memo.reconciler = Reconciler()
+    memo.reconcilers = {"TPUSliceCluster": memo.reconciler}
     memo.metrics = Metrics()
-    memo.indexed = asyncio.Event()
-    body = kopf.Body(
-        reservation_body(
-            "pool-a",
-            Holder("ml", "llm", UID, "tpu-aaaaa", 0),
-            gke_accelerator="tpu-v6e-slice",
-            accelerator_type="v6e-16",
-            topology="4x4",
-            hosts=4,
-        )
+    body = reservation_body(
+        "pool-a",
+        Holder("ml", "llm", UID, "tpu-aaaaa", 0),
+        gke_accelerator="tpu-v6e-slice",
+        accelerator_type="v6e-16",
+        topology="4x4",
+        hosts=4,
     )
-    asyncio.run(reservation_changed(type=None, body=body, memo=memo))  # type: ignore[arg-type]
-    assert kicked == []
-    asyncio.run(reservation_changed(type="ADDED", body=body, memo=memo))
-    assert (
-        kicked
-        and ("TPUSliceCluster", "ml", "waiting") in kicked[0]
-        and ("TPUSliceCluster", "ml", "llm") in kicked[0]
-    )
+    body["metadata"]["uid"] = "r1"
+    record = reservation_record(body)
+    llm, waiting = ("TPUSliceCluster", "ml", "llm"), ("TPUSliceCluster", "ml", "waiting")
+    reservations_changed(memo, [Change(("", "pool-a"), None, record)])
+    assert kicked == [{llm, waiting}] and gone == []
+    kicked.clear()
+    reservations_changed(memo, [Change(("", "pool-a"), record, record)])
+    assert kicked == [{llm}]
+    kicked.clear()
+    reservations_changed(memo, [Change(("", "pool-a"), record, None)])
+    assert kicked == [{llm, waiting}] and gone == [("pool-a", "r1")]
 
 
-def test_kopfs_last_handled_essence_leaves_the_spec_out() -> None:
-    """Every annotation of an object together may hold 256 KiB: an object at the CRD's
-    bounds (a 256 KiB runtimeEnvYAML) must still be patchable by kopf, finalizer and
-    all, so kopf's essence annotation never carries the spec."""
+def test_kopf_keeps_no_essence_so_it_writes_nothing_for_a_create_or_an_update() -> None:
+    """The operator has no create, update or resume handler: kopf's "last handled" essence
+    would cost a PATCH per new object and per label change, and an annotation that
+    carries the spec could outgrow the 256 KiB every annotation of an object may hold
+    together (then kopf could not even patch the finalizer). So every essence is empty:
+    an existing essence (not None, which kopf reads as a create) equal to the new one
+    (no diff, so no update), and storing it patches nothing."""
     from tpuslice.controller.handlers import _configure_kopf
 
     settings = kopf.OperatorSettings()
     _configure_kopf(settings, OperatorConfig())
+    storage = settings.persistence.diffbase_storage
     big = cluster_body()
     big["spec"]["job"] = {"runtimeEnvYAML": "a: '" + "x" * 256 * 1024 + "'"}
     big["metadata"]["labels"] = {"team": "a"}
-    essence = settings.persistence.diffbase_storage.build(body=kopf.Body(big))
-    assert "spec" not in essence
-    assert essence["metadata"]["labels"] == {"team": "a"}
+    body = kopf.Body(big)
+    new = storage.build(body=body)
+    old = storage.fetch(body=body)
+    assert old is not None and old == new == {}
+    patch = kopf.Patch()
+    storage.store(body=body, patch=patch, essence=new)
+    assert not patch
 
 
 def test_hosts_per_slice_of_a_pod_group_come_from_the_spec() -> None:
@@ -320,12 +336,15 @@ def test_hosts_per_slice_of_a_pod_group_come_from_the_spec() -> None:
 
 
 def test_an_objects_own_status_and_annotation_patches_kick_no_pass() -> None:
-    """Our status patch and kopf's annotation and finalizer patches are MODIFIED events
-    that change nothing a pass reads; a new generation, a label or the deletion does."""
-    from tpuslice.controller.handlers import object_changed
+    """Our status patch and kopf's finalizer patch are changes of the object's record that
+    change nothing a pass reads; a new generation, a label or the deletion does. Added or
+    deleted, the object also moves its shape's queue; deleted, it is forgotten."""
     from tpuslice.controller.reconciler import Reconciler as RealReconciler
 
     kicked: list[tuple[str, str, str]] = []
+    forgotten: list[tuple[tuple[str, str, str], str]] = []
+    key = ("TPUSliceCluster", "ml", "llm")
+    waiting = ("TPUSliceCluster", "ml", "waiting")
 
     class Reconciler:
         inputs_changed = RealReconciler.inputs_changed
@@ -333,46 +352,38 @@ def test_an_objects_own_status_and_annotation_patches_kick_no_pass() -> None:
         def __init__(self) -> None:
             self._inputs: dict[object, object] = {}
 
-        def indexed(self) -> None:
-            pass
-
-        async def kick(self, key: tuple[str, str, str]) -> None:
-            kicked.append(key)
+        def kick_soon(self, keys: set[tuple[str, str, str]], releasing: bool = False) -> None:
+            kicked.extend(sorted(keys))
 
         def waiting_for(self, shape: object) -> set[tuple[str, str, str]]:
-            return set()
+            return {waiting, key}
+
+        def forget(self, key: tuple[str, str, str], uid: str = "") -> None:
+            forgotten.append((key, uid))
 
     memo = kopf.Memo()
     memo.reconcilers = {"TPUSliceCluster": Reconciler()}
-    memo.indexed = asyncio.Event()
-    resource = kopf.Resource("tpuslice.dev", "v1alpha1", "tpusliceclusters")
+    before: dict[str, Any] | None = None
 
-    def event(type_: str | None, body: dict[str, Any]) -> int:
+    def change(body: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+        nonlocal before
         kicked.clear()
-        asyncio.run(
-            object_changed(  # type: ignore[arg-type]
-                type=type_,
-                namespace="ml",
-                name="llm",
-                body=kopf.Body(body),
-                memo=memo,
-                resource=resource,
-            )
-        )
-        return len(kicked)
+        record = None if body is None else copy.deepcopy(body)
+        objects_changed(memo, [Change(("ml", "llm"), before, record)], "TPUSliceCluster")
+        before = record
+        return list(kicked)
 
     body = cluster_body()
     body["metadata"].update(uid=UID, generation=1)
-    assert event(None, body) == 1  # the listing
+    assert change(body) == [key, waiting]  # the listing, or a create
     body["status"] = {"conditions": [{"type": "Ready", "status": "False"}]}
-    body["metadata"]["resourceVersion"] = "2"
-    assert event("MODIFIED", body) == 0  # our status patch
-    body["metadata"]["annotations"] = {"tpuslice.dev/last-handled-configuration": "{}"}
+    assert change(body) == []  # our status patch
     body["metadata"]["finalizers"] = ["tpuslice.dev/finalizer"]
-    assert event("MODIFIED", body) == 0  # kopf's
+    assert change(body) == []  # kopf's
     body["metadata"]["generation"] = 2
-    assert event("MODIFIED", body) == 1  # the spec
+    assert change(body) == [key]  # the spec
     body["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "q"}
-    assert event("MODIFIED", body) == 1
+    assert change(body) == [key]
     body["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    assert event("MODIFIED", body) == 1
+    assert change(body) == [key]
+    assert change(None) == [waiting] and forgotten == [(key, UID)]

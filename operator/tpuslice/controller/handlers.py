@@ -34,11 +34,8 @@ from tpuslice.controller.queue import PassSlots
 from tpuslice.controller.reconciler import Reconciler, SnapshotReader, spec_shapes
 from tpuslice.model import constants as c
 from tpuslice.model.convert import (
-    cluster_record,
     gke_slice_info,
     raycluster_info,
-    reservation_info,
-    reservation_shape,
 )
 from tpuslice.model.records import (
     Holder,
@@ -57,6 +54,10 @@ from tpuslice.policy.placement import limits_apply, usage_by_namespace
 from tpuslice.runtime.config import OperatorConfig
 from tpuslice.runtime.health import Health
 from tpuslice.runtime.informers import (
+    Change,
+    GroupIndex,
+    KeyIndex,
+    ReservationRecord,
     Watches,
     node_kicks,
     owned_cluster_kicks,
@@ -102,7 +103,8 @@ def _first(store: Iterable[Any] | None) -> Any:
 
 
 # ------------------------------------------------------------ the snapshot reader
-#: kind -> the prefix of its kopf indexes (``<prefix>_index``, ``<prefix>_shape_index``).
+#: kind -> the prefix of its indexes (``<prefix>_index``, ``<prefix>_shape_index``,
+#: ``store_indexes``).
 INDEX_PREFIX = {c.KIND_CLUSTER: "tsc", c.KIND_JOB: "tsj", c.KIND_SERVICE: "tss"}
 
 
@@ -259,19 +261,37 @@ async def _beat(health: Health) -> None:
         await asyncio.sleep(HEARTBEAT_SECONDS)
 
 
+class NoEssence(kopf.DiffBaseStorage):
+    """kopf's change detection with nothing to compare: every object's essence is empty,
+    fetched as empty and never stored.
+
+    kopf keeps an object's "last handled" essence (by default in an annotation) to tell a
+    create from an update from a resume, for handlers of those causes and their diffs.
+    The operator has none: every change runs the one pass, kicked by events, and its only
+    changing handler is the deletion's, which kopf finds by the deletionTimestamp alone.
+    Stored, the essence cost a PATCH of every new object (and one per change of its
+    labels or annotations) and a deep copy of the whole body on every event; an
+    annotation with the spec in it could also outgrow the 256 KiB that every annotation
+    of an object together may hold (apimachinery's TotalAnnotationSizeLimitB), and then
+    kopf could never patch the object again, its finalizer included. kopf documents
+    custom diff-base storages (``kopf.DiffBaseStorage``, "Persistence" in its docs)."""
+
+    def build(
+        self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None
+    ) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return kopf.BodyEssence()
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
+
+
 def _configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> None:
     settings.persistence.finalizer = config.finalizer
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
-    # kopf keeps the "last handled" essence of an object in one annotation, and every
-    # annotation of an object together may hold at most 256 KiB (apimachinery's
-    # TotalAnnotationSizeLimitB): with the spec in it, an object whose spec is within the
-    # CRD's bounds (a 256 KiB runtimeEnvYAML) could never be patched by kopf again, its
-    # finalizer included. The operator has no create, update or field handler (every
-    # change runs the one pass, from events), so nothing reads a spec diff: the spec is
-    # left out of the essence.
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=c.GROUP, key="last-handled-configuration", ignored_fields=["spec"]
-    )
+    settings.persistence.diffbase_storage = NoEssence()
     settings.posting.level = logging.WARNING
     # Bounded watches of TPUSliceClusters and SliceReservations (kopf's default is none):
     # the server ends each after server_timeout, the client gives up on a silent
@@ -281,18 +301,42 @@ def _configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> 
     settings.watching.connect_timeout = 30
 
 
+def store_indexes(watches: Watches) -> dict[str, Mapping[Any, Any]]:
+    """Our stores of TPUSlice objects and SliceReservations, read as the indexes the
+    snapshot reader, the finalizer and the sweep take: ``<prefix>_index`` by (namespace,
+    name), ``<prefix>_shape_index`` by shape, reservations by shape and by holder uid.
+
+    kopf keeps no index: it holds every handler until each indexed object has been
+    indexed, through a toggle per object whose every change wakes every waiter, so N
+    objects cost about N²/2 wake-ups at start-up (docs/architecture.md, "kopf, and what it
+    is not patched for"); our watches list each kind in pages instead."""
+    out: dict[str, Mapping[Any, Any]] = {}
+    for kind, prefix in INDEX_PREFIX.items():
+        out[f"{prefix}_index"] = KeyIndex(watches.objects(kind))
+        out[f"{prefix}_shape_index"] = GroupIndex(watches.objects(kind))
+    out["reservation_shape_index"] = GroupIndex(watches.slicereservations, "shape", _info)
+    out["reservation_holder_index"] = GroupIndex(watches.slicereservations, "holder", _info)
+    return out
+
+
+def _info(record: ReservationRecord) -> ReservationInfo:
+    return record[1]
+
+
 async def configure(
-    settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **indices: Any
+    settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Any, **_: Any
 ) -> None:
-    """Start-up: kopf's settings, our watches (listed once before any pass), the
-    reconciler (kicks held until kopf's indexes are filled), the heartbeat and the sweep."""
+    """Start-up: kopf's settings, our watches (every kind listed once before any pass), the
+    reconcilers (kicks held until then), the heartbeat and the sweep."""
     config: OperatorConfig = memo.config
     metrics: Metrics = memo.metrics
     _configure_kopf(settings, config)
     health: Health = memo.health
     memo.heartbeat = asyncio.get_running_loop().create_task(_beat(health))
     kube: Kube = memo.kube  # made by app.run_operator, shared with leader election
-    watches = Watches()
+    watches = Watches(object_shapes=spec_shapes)
+    indices = store_indexes(watches)
+    memo.indices = indices
     # One record of our writes, one index of the pools and one template schema for every
     # kind: a pass of one kind sees the claims a pass of another made a moment ago.
     pending, pool_indexes, templates = Expectations(), PoolIndexCache(), TemplateSchema(kube)
@@ -389,9 +433,15 @@ async def configure(
         on_owned=lambda changes, _kind: kick_owners(memo, owned_cluster_kicks(changes)),
         on_requests=lambda changes: kick_owners(memo, {ch.record.owner for ch in changes}),
         on_policies=lambda _changes: kick_every_object(memo, indices),
+        on_objects=lambda changes, kind: objects_changed(memo, changes, kind),
+        on_reservations=lambda changes: reservations_changed(memo, changes),
     )
+    _indexed(memo)  # every store is listed: the held kicks run
     logger.info(
-        "listed %d TPU nodes, %d pods and %d RayClusters of TPUSliceClusters",
+        "listed %d TPUSlice objects, %d SliceReservations, %d TPU nodes, %d pods and "
+        "%d RayClusters of TPUSliceClusters",
+        sum(len(watches.objects(kind)) for kind in INDEX_PREFIX),
+        len(watches.slicereservations),
         len(watches.nodes),
         len(watches.pods),
         len(watches.rayclusters),
@@ -415,31 +465,9 @@ async def stop(memo: kopf.Memo, **_: Any) -> None:
             memo[task].cancel()
 
 
-# ------------------------------------------------------------ indexes
-def tsc_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    """TPUSliceClusters (or TPUSliceJobs: one index per kind) by (namespace, name)."""
-    return {(namespace or "", name): cluster_record(body)}
-
-
-def tsc_shape_index(body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    """TPUSliceClusters (or TPUSliceJobs) by shape: the members of each shape's queue
-    (an object of several TPU groups is a member of each of its groups' shapes)."""
-    record = cluster_record(body)
-    return {shape: record for shape in spec_shapes(record)}
-
-
-def reservation_shape_index(body: kopf.Body, **_: Any) -> dict[Any, ReservationInfo]:
-    return {reservation_shape(body): reservation_info(body)}
-
-
-def reservation_holder_index(body: kopf.Body, **_: Any) -> dict[Any, ReservationInfo]:
-    info = reservation_info(body)
-    return {info.holder.uid: info}
-
-
 # ------------------------------------------------------------ triggers
 def _indexed(memo: kopf.Memo) -> None:
-    """kopf calls handlers only once its indexes are filled: release what waited for them."""
+    """Every store is listed: release the kicks that waited for it."""
     for reconciler in memo.reconcilers.values():
         reconciler.indexed()
     memo.indexed.set()
@@ -487,31 +515,25 @@ def waiting_for(memo: kopf.Memo, shape: Shape) -> set[ObjectKey]:
     }
 
 
-async def object_changed(
-    type: str,
-    namespace: str | None,
-    name: str,
-    body: kopf.Body,
-    memo: kopf.Memo,
-    resource: kopf.Resource,
-    **_: Any,
-) -> None:
-    """A TPUSliceCluster, TPUSliceJob or TPUSliceService changed: a pass for it, unless a
-    MODIFIED changed nothing a pass reads (``convert.pass_inputs``); added or deleted, the
-    shape's queue changed and its waiting move on."""
-    _indexed(memo)
-    kind = KIND_OF_PLURAL[resource.plural]
-    key = (kind, namespace or "", name)
-    if type in ("ADDED", "DELETED"):
-        for shape in spec_shapes(body):
-            kick_owners(memo, waiting_for(memo, shape) - {key})
+def objects_changed(memo: kopf.Memo, changes: Iterable[Change[dict[str, Any]]], kind: str) -> None:
+    """TPUSliceClusters, TPUSliceJobs or TPUSliceServices changed (our watch of ``kind``):
+    a pass for each, unless a change changed nothing a pass reads
+    (``convert.pass_inputs``: our status patch, kopf's finalizer); added or deleted, its
+    shapes' queues changed and their waiting move on."""
     reconciler = memo.reconcilers[kind]
-    if type == "DELETED":
-        reconciler.forget(key, uid=str(body.get("metadata", {}).get("uid") or ""))
-        return
-    if not reconciler.inputs_changed(key, body) and type == "MODIFIED":
-        return  # our status patch, kopf's annotations: nothing a pass reads changed
-    await reconciler.kick(key)
+    kicks: set[ObjectKey] = set()
+    for change in changes:
+        key = (kind, *change.key)
+        if change.old is None or change.new is None:
+            for shape in spec_shapes(change.record):
+                kicks |= waiting_for(memo, shape) - {key}
+        if change.new is None:
+            uid = str((change.record.get("metadata") or {}).get("uid") or "")
+            reconciler.forget(key, uid=uid)
+            kicks.discard(key)
+        elif reconciler.inputs_changed(key, change.new):
+            kicks.add(key)
+    kick_owners(memo, kicks)
 
 
 async def resync(
@@ -521,24 +543,22 @@ async def resync(
     await memo.reconcilers[kind].kick((kind, namespace or "", name))
 
 
-async def reservation_changed(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    _indexed(memo)
+def reservations_changed(memo: kopf.Memo, changes: Iterable[Change[ReservationRecord]]) -> None:
+    """SliceReservations changed (our watch): a pass for each holder; a pool freed or
+    taken moves its shape's queue, so those waiting for the shape get one too."""
     metrics: Metrics = memo.metrics
-    info = reservation_info(body)
-    keys = {info.holder.owner}
-    if type == "DELETED":
-        metrics.reservation_gone(info.pool)
-        memo.reconciler.pending.reservation_gone(info.pool, info.uid)
-    else:
-        metrics.reservation_seen(info.pool, info.phase)
-    if type is None:
-        # kopf's listing (start-up, or a relist): the holder has a listing event of its
-        # own, which gives it a pass; a kick from each of its reservations too was one
-        # more pass per cluster at start-up
-        return
-    if type in ("ADDED", "DELETED"):  # a pool freed or taken: the shape's queue moves
-        keys |= waiting_for(memo, reservation_shape(body))
-    kick_owners(memo, keys)
+    kicks: set[ObjectKey] = set()
+    for change in changes:
+        shape, info = change.record
+        kicks.add(info.holder.owner)
+        if change.new is None:
+            metrics.reservation_gone(info.pool)
+            memo.reconciler.pending.reservation_gone(info.pool, info.uid)
+        else:
+            metrics.reservation_seen(info.pool, info.phase)
+        if change.old is None or change.new is None:
+            kicks |= waiting_for(memo, shape)
+    kick_owners(memo, kicks)
 
 
 # ------------------------------------------------------------ release
@@ -599,7 +619,7 @@ async def on_delete(
     uid: str,
     memo: kopf.Memo,
     resource: kopf.Resource,
-    **indices: Any,
+    **_: Any,
 ) -> None:
     """The finalizer of a TPUSliceCluster, TPUSliceJob or TPUSliceService: ``tear_down``,
     retried by kopf while pods remain."""
@@ -608,7 +628,7 @@ async def on_delete(
     remaining = await tear_down(
         memo.kube,
         memo.watches,
-        indices["reservation_holder_index"],
+        memo.indices["reservation_holder_index"],
         *key[1:],
         uid,
         kind=kind,
@@ -686,7 +706,7 @@ async def sweep_forever(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     fence: PinFence | None = None,
 ) -> None:
-    """``sweep_once`` every ``config.sweep_seconds``, never before kopf's indexes are filled
+    """``sweep_once`` every ``config.sweep_seconds``, never before every store is listed
     (an empty index of clusters would make every holder look gone). ``sleep`` is the pause
     between rounds; a test passes a fake one to run the rounds at its own pace."""
     await indexed.wait()
@@ -706,10 +726,7 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     kopf.on.login(**reg)(login)
     kopf.on.startup(**reg)(configure)
     kopf.on.cleanup(**reg)(stop)
-    for resource, prefix in ((TSC, "tsc"), (TSJ, "tsj"), (TSS, "tss")):
-        kopf.index(*resource, id=f"{prefix}_index", **reg)(tsc_index)
-        kopf.index(*resource, id=f"{prefix}_shape_index", **reg)(tsc_shape_index)
-        kopf.on.event(*resource, **reg)(object_changed)
+    for resource in (TSC, TSJ, TSS):
         # the first tick after one interval: at start-up each object's listing event
         # already gives it a pass (a timer firing at once was one more pass per object)
         kopf.timer(
@@ -719,6 +736,3 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
             **reg,
         )(resync)
         kopf.on.delete(*resource, id="tear_down", **reg)(on_delete)
-    kopf.index(*RESERVATIONS, id="reservation_shape_index", **reg)(reservation_shape_index)
-    kopf.index(*RESERVATIONS, id="reservation_holder_index", **reg)(reservation_holder_index)
-    kopf.on.event(*RESERVATIONS, **reg)(reservation_changed)

@@ -3,9 +3,10 @@
 Every trigger (the cluster's own events, its pods, its RayCluster, nodes and
 reservations of its shape, a timer) is a kick. Kicks for a cluster whose pass
 is running coalesce into one more pass, so a burst of 200 pod events costs a
-few passes, not 200. Kicks are held at start-up until kopf has filled its
-indexes (a pass without the cluster's reservations would claim pools it
-already holds).
+few passes, not 200. Kicks are held at start-up until our watches have listed every
+kind (a pass without the cluster's reservations would claim pools it already
+holds), and folded there: an object kicked by its own listing and by each of its
+reservations' has one pass.
 
 ``PassSlots`` bounds how many passes run at once, for every kind together, and
 lets an object that has had no pass since start-up go ahead of the re-passes
@@ -268,7 +269,7 @@ class KickQueue:
     # Keys with a spawned pass that has not started yet: another kick_soon for them is
     # folded into it (that pass reads the stores when it starts, after this kick's cause).
     _queued: set[ObjectKey] = field(default_factory=set)
-    # Kicks held back until kopf has filled its indexes (see ``hold_until_indexed``).
+    # Kicks held back until every store is listed (see ``hold_until_indexed``).
     _held: set[ObjectKey] | None = None
     # Keys with a release kick (``kick(releasing=True)``) that no started pass has read
     # yet: their next pass waits in the release lane.
@@ -277,13 +278,13 @@ class KickQueue:
     _following: set[ObjectKey] = field(default_factory=set)
 
     def hold_until_indexed(self) -> None:
-        """Hold kicks until ``indexed``: our own watches are listed before kopf's indexes
-        of clusters and reservations."""
+        """Hold kicks until ``indexed``: the listing of one kind kicks objects whose
+        reservations or pods another kind's listing has not delivered yet."""
         if self._held is None:
             self._held = set()
 
     def indexed(self) -> None:
-        """kopf's indexes are filled (kopf calls no handler before that): run what was held."""
+        """Every kind is listed: run what was held, each object once."""
         held, self._held = self._held, None
         if held:
             self.kick_soon(held)

@@ -1,6 +1,6 @@
 """Kubernetes objects -> the small records the decisions need. Pure.
 
-kopf's indexes keep these records (not whole objects) in memory, which keeps
+Our watches' stores keep these records (not whole objects) in memory, which keeps
 the operator small at thousands of pods and nodes, and gives the pure modules
 typed input.
 """

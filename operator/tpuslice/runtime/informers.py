@@ -1,10 +1,11 @@
 """Following a kind into memory: list+watch loops, the stores they fill, and the kicks.
 
-kopf still handles TPUSliceClusters and SliceReservations (finalizer, indexes).
-Pods, nodes and RayClusters, the kinds with thousands of objects, are followed
-here instead: kopf keeps a worker, a queue and per-object state for every
-watched object, and its start-up waits for every indexed object with a cost
-that grows with the square of their number (measured: minutes at 4,000 nodes,
+Every kind a pass reads is followed here, our own included: kopf handles only the
+finalizer and the resync timer of TPUSliceClusters, TPUSliceJobs and
+TPUSliceServices, and keeps no index. kopf keeps a worker, a queue and
+per-object state for every watched object, and its start-up waits for every
+indexed object with a cost that grows with the square of their number
+(measured: minutes at 4,000 nodes, 24 s at 1,000 TSCs and 1,000 reservations,
 docs/performance.md). Here each kind is listed in pages and watched on a
 thread of its own, objects are shrunk into small records on that thread, and
 the records are folded into a ``RecordStore`` on the event loop. What each
@@ -22,6 +23,7 @@ server (through ``kube.Kube``'s transport, counted in its metrics).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import threading
@@ -31,6 +33,7 @@ from typing import Any, Generic, TypeVar
 
 from tpuslice.model import constants as c
 from tpuslice.model.convert import (
+    cluster_record,
     namespace_labels,
     node_info,
     owned_request,
@@ -38,8 +41,17 @@ from tpuslice.model.convert import (
     podtemplate_record,
     ray_owner_info,
     raycluster_info,
+    reservation_info,
+    reservation_shape,
 )
-from tpuslice.model.records import NodeInfo, ObjectKey, OwnedRequest, PodInfo, Shape
+from tpuslice.model.records import (
+    NodeInfo,
+    ObjectKey,
+    OwnedRequest,
+    PodInfo,
+    ReservationInfo,
+    Shape,
+)
 from tpuslice.policy.records import Policy, PolicyError, read_policy
 from tpuslice.runtime.kube import ApiError, Kube, api_path
 
@@ -47,8 +59,11 @@ __all__ = [
     "Change",
     "Deliver",
     "Followed",
+    "GroupIndex",
+    "KeyIndex",
     "NamespacedName",
     "RecordStore",
+    "ReservationRecord",
     "Watches",
     "apply",
     "follow",
@@ -61,6 +76,7 @@ __all__ = [
     "pod_kicks",
     "policy_record",
     "release_kicks",
+    "reservation_record",
 ]
 
 log = logging.getLogger(__name__)
@@ -99,9 +115,12 @@ class Change(Generic[R]):
 
 @dataclass
 class RecordStore(Generic[R]):
-    """Records by object key, and by the group key ``group_of`` gives each record."""
+    """Records by object key, and by the group key ``group_of`` gives each record; or, with
+    ``groups_of``, by each of the keys it gives (a TPUSlice object is a member of the queue
+    of each shape it has; a reservation is found by its shape and by its holder)."""
 
     group_of: Callable[[R], Hashable]
+    groups_of: Callable[[R], Iterable[Hashable]] | None = None
     _records: dict[NamespacedName, R] = field(default_factory=dict)
     _groups: dict[Hashable, dict[NamespacedName, R]] = field(default_factory=dict)
 
@@ -117,6 +136,12 @@ class RecordStore(Generic[R]):
     def group(self, group: Hashable) -> list[R]:
         return list(self._groups.get(group, {}).values())
 
+    def keys(self) -> list[NamespacedName]:
+        return list(self._records)
+
+    def group_keys(self) -> list[Hashable]:
+        return list(self._groups)
+
     def groups_where(self, wanted: Callable[[Hashable], bool]) -> list[R]:
         """The records of every group whose key ``wanted`` accepts."""
         return [
@@ -128,7 +153,8 @@ class RecordStore(Generic[R]):
         if old is not None:
             self._ungroup(key, old)
         self._records[key] = record
-        self._groups.setdefault(self.group_of(record), {})[key] = record
+        for group in self._groups_of(record):
+            self._groups.setdefault(group, {})[key] = record
         return Change(key, old, record)
 
     def remove(self, key: NamespacedName) -> Change[R] | None:
@@ -153,13 +179,68 @@ class RecordStore(Generic[R]):
                 changes.append(self.put(key, record))
         return changes
 
+    def _groups_of(self, record: R) -> Iterable[Hashable]:
+        if self.groups_of is not None:
+            return set(self.groups_of(record))
+        return (self.group_of(record),)
+
     def _ungroup(self, key: NamespacedName, record: R) -> None:
-        group = self.group_of(record)
-        members = self._groups.get(group)
-        if members is not None:
-            members.pop(key, None)
-            if not members:
-                del self._groups[group]
+        for group in self._groups_of(record):
+            members = self._groups.get(group)
+            if members is not None:
+                members.pop(key, None)
+                if not members:
+                    del self._groups[group]
+
+
+class KeyIndex(Mapping[NamespacedName, list[R]]):
+    """A store read as an index by object key: (namespace, name) -> [its record] (the form
+    of the indexes the snapshot reader, the finalizer and the sweep read)."""
+
+    def __init__(self, store: RecordStore[R]) -> None:
+        self._store = store
+
+    def __getitem__(self, key: NamespacedName) -> list[R]:
+        record = self._store.get(key)
+        if record is None:
+            raise KeyError(key)
+        return [record]
+
+    def __iter__(self) -> Iterator[NamespacedName]:
+        return iter(self._store.keys())
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+
+class GroupIndex(Mapping[Hashable, list[Any]]):
+    """A store read as an index by group: each group key ``tag`` marks (``(tag, key)``;
+    every group when ``tag`` is None) -> the records of the group, each through
+    ``project``."""
+
+    def __init__(
+        self,
+        store: RecordStore[R],
+        tag: str | None = None,
+        project: Callable[[R], Any] = lambda record: record,
+    ) -> None:
+        self._store, self._tag, self._project = store, tag, project
+
+    def __getitem__(self, key: Hashable) -> list[Any]:
+        records = self._store.group(key if self._tag is None else (self._tag, key))
+        if not records:
+            raise KeyError(key)
+        return [self._project(r) for r in records]
+
+    def __iter__(self) -> Iterator[Hashable]:
+        for group in self._store.group_keys():
+            if self._tag is None:
+                yield group
+            elif isinstance(group, tuple) and len(group) == 2 and group[0] == self._tag:
+                yield group[1]
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 Deliver = Callable[[str | None, dict[NamespacedName, Any]], None]
@@ -228,6 +309,19 @@ def _request_group(record: OwnedRequest) -> ObjectKey:
 
 def _template_group(record: Mapping[str, Any]) -> ObjectKey:
     return record["owner"]  # type: ignore[no-any-return]
+
+
+#: A SliceReservation's record: its shape (``convert.reservation_shape``) and its info.
+ReservationRecord = tuple[Shape, ReservationInfo]
+
+
+def reservation_record(obj: Mapping[str, Any]) -> ReservationRecord:
+    return reservation_shape(obj), reservation_info(obj)
+
+
+def _reservation_groups(record: ReservationRecord) -> tuple[Hashable, ...]:
+    shape, info = record
+    return (("shape", shape), ("holder", info.holder.uid))
 
 
 def apply(
@@ -365,14 +459,22 @@ def followed_kinds(namespaces: Iterable[str]) -> list[Followed]:
     our ProvisioningRequests and their PodTemplates (labelled with their object; a missing
     ProvisioningRequest CRD is an empty store, looked for again every 30 s);
     per namespace when the operator is namespace-scoped. TPUSlicePolicies and the labels
-    of every Namespace (which policies govern it) are followed cluster-wide in any case."""
+    of every Namespace (which policies govern it) are followed cluster-wide in any case,
+    and so are SliceReservations (cluster-scoped). Our own kinds, TPUSliceClusters,
+    TPUSliceJobs and TPUSliceServices, too: kopf watches them as well, for their finalizer
+    and resync timer, but keeps no index of them (``Watches.indexes``)."""
     kinds = [
         Followed("", "v1", "nodes", node_info, c.NODE_LABEL_ACCELERATOR),
         Followed(c.GROUP, c.VERSION, c.PLURAL_POLICY, policy_record),
         Followed("", "v1", "namespaces", namespace_labels),
+        Followed(c.GROUP, c.VERSION, c.PLURAL_RESERVATION, reservation_record),
     ]
     ray = (c.RAY_GROUP, c.RAY_VERSION)
     for ns in list(namespaces) or [""]:
+        kinds += [
+            Followed(c.GROUP, c.VERSION, plural, cluster_record, "", ns)
+            for plural in c.PLURALS.values()
+        ]
         kinds += [
             Followed("", "v1", "pods", pod_info, c.LABEL_CLUSTER, ns),
             Followed(*ray, c.RAY_PLURAL_CLUSTER, raycluster_info, c.LABEL_CLUSTER, ns),
@@ -427,7 +529,31 @@ class Watches:
         default_factory=lambda: RecordStore(_no_group)
     )
     namespaces: RecordStore[dict[str, str]] = field(default_factory=lambda: RecordStore(_no_group))
+    #: TPUSliceClusters, TPUSliceJobs and TPUSliceServices (``convert.cluster_record``), by
+    #: key and by each shape ``object_shapes`` gives (the controller's spec parsing)
+    tpusliceclusters: RecordStore[dict[str, Any]] = field(
+        default_factory=lambda: RecordStore(_no_group)
+    )
+    tpuslicejobs: RecordStore[dict[str, Any]] = field(
+        default_factory=lambda: RecordStore(_no_group)
+    )
+    tpusliceservices: RecordStore[dict[str, Any]] = field(
+        default_factory=lambda: RecordStore(_no_group)
+    )
+    slicereservations: RecordStore[ReservationRecord] = field(
+        default_factory=lambda: RecordStore(_no_group, _reservation_groups)
+    )
+    object_shapes: Callable[[Mapping[str, Any]], Iterable[Shape]] = lambda _: ()
     _stops: list[threading.Event] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for kind in c.PLURALS:
+            self.objects(kind).groups_of = self.object_shapes
+
+    def objects(self, kind: str) -> RecordStore[dict[str, Any]]:
+        """The store of our kind ``kind`` (TPUSliceCluster, TPUSliceJob, TPUSliceService)."""
+        store: RecordStore[dict[str, Any]] = getattr(self, c.PLURALS[kind])
+        return store
 
     def pods_of(self, key: ObjectKey) -> list[PodInfo]:
         """The pods of the TPUSlice object ``key``."""
@@ -503,12 +629,15 @@ class Watches:
         on_owned: Callable[[list[Change[dict[str, Any]]], str], None] | None = None,
         on_requests: Callable[[list[Change[OwnedRequest]]], None] | None = None,
         on_policies: Callable[[list[Change[Any]]], None] | None = None,
+        on_objects: Callable[[list[Change[dict[str, Any]]], str], None] | None = None,
+        on_reservations: Callable[[list[Change[ReservationRecord]]], None] | None = None,
     ) -> None:
         """Follow every kind (per namespace when the operator is namespace-scoped); return
         when each has been listed once. ``on_owned`` gets the changes of RayJobs,
         RayServices and their RayClusters, with the kind of TPUSlice object they belong to;
-        ``on_policies`` the changes of TPUSlicePolicies and of Namespaces' labels.
-        The kinds are listed concurrently."""
+        ``on_policies`` the changes of TPUSlicePolicies and of Namespaces' labels;
+        ``on_objects`` those of our own kinds, with the kind; ``on_reservations`` those of
+        SliceReservations. The kinds are listed concurrently."""
 
         def owned(kind: str) -> Callable[[list[Any]], None]:
             return lambda changes: on_owned(changes, kind) if on_owned else None
@@ -525,7 +654,10 @@ class Watches:
             c.PODTEMPLATE_PLURAL: lambda _: None,
             c.PLURAL_POLICY: on_policies or (lambda _: None),
             "namespaces": on_policies or (lambda _: None),
+            c.PLURAL_RESERVATION: on_reservations or (lambda _: None),
         }
+        for kind, plural in c.PLURALS.items():
+            notify[plural] = functools.partial(_of_kind, on_objects, kind)
 
         def deliver(kind: Followed) -> Deliver:
             name = _store_name(kind)
@@ -539,6 +671,15 @@ class Watches:
     def stop(self) -> None:
         for stop in self._stops:
             stop.set()
+
+
+def _of_kind(
+    on_objects: Callable[[list[Change[dict[str, Any]]], str], None] | None,
+    kind: str,
+    changes: list[Change[dict[str, Any]]],
+) -> None:
+    if on_objects is not None:
+        on_objects(changes, kind)
 
 
 def _deliver_into(
