@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tests.support.builders import holder, nodes_of, reservation, slice_pods
 from tests.unit.test_reservation import CLUSTER, plan
 from tpuslice.model.records import (
@@ -497,3 +500,59 @@ def test_past_a_request_without_pods_a_per_slice_request_is_served_whole() -> No
     # first in the queue, the same request takes what its pods can use, as before
     alone = decide_queue(SHAPE, [half], free).admissions[("TPUSliceCluster", "ml", "half")]
     assert alone.pools == ("p1",)
+
+
+_POOL_NAMES = [f"pool-{i}" for i in range(8)]
+
+
+@st.composite
+def _queues(draw: st.DrawFn) -> tuple[list[PoolRequest], list[ShapePool]]:
+    pools = [
+        ShapePool(
+            name,
+            eligible=draw(st.booleans()) or i < 4,
+            capacity_type=draw(st.sampled_from(list(CapacityType))),
+            block=draw(st.sampled_from([None, "b1", "b2"])),
+            maintenance_at=draw(st.sampled_from([None, None, 100, 200])),
+        )
+        for i, name in enumerate(_POOL_NAMES)
+    ]
+    requests = []
+    for i in range(draw(st.integers(1, 6))):
+        desired = draw(st.integers(1, 3))
+        requests.append(
+            req(
+                f"r{i}",
+                desired,
+                t=i,
+                claimable=draw(st.integers(0, desired)),
+                gang=draw(st.sampled_from(list(GangMode))),
+                previous=tuple(draw(st.lists(st.sampled_from(_POOL_NAMES), max_size=2))),
+                capacity_types=tuple(
+                    draw(st.lists(st.sampled_from(list(CapacityType)), max_size=1))
+                ),
+                maintenance_before=draw(st.sampled_from([None, 150])),
+            )
+        )
+    return requests, pools
+
+
+@settings(max_examples=300, deadline=None)
+@given(_queues())
+def test_taking_the_first_free_pools_is_what_the_preference_would_answer(
+    queue: tuple[list[PoolRequest], list[ShapePool]],
+) -> None:
+    """The queue takes the first free pools in name order for a request with no
+    preference to weigh, without asking ``prefer_pools``: the decision is the same as
+    when every request asks it."""
+    from tpuslice.planning import queue as queue_module
+
+    requests, pools = queue
+    fast = decide_queue(SHAPE, requests, pools)
+    asked = queue_module._FreeInOrder.first_are_preferred
+    try:
+        queue_module._FreeInOrder.first_are_preferred = lambda self, r, together: False  # type: ignore[method-assign]
+        slow = decide_queue(SHAPE, requests, pools)
+    finally:
+        queue_module._FreeInOrder.first_are_preferred = asked  # type: ignore[method-assign]
+    assert fast == slow

@@ -264,7 +264,7 @@ def decide_queue(
         )
 
     avail = len(free)
-    remaining = list(free)
+    remaining = _FreeInOrder(free)
     holding: dict[str, list[ShapePool]] = {}
     for p in by_name:
         if p.holder is not None:
@@ -305,25 +305,26 @@ def decide_queue(
         # earlier (not yet ready, or still short) request would prefer
         picks: tuple[ShapePool, ...] = ()
         whole = take  # of the picks, those that make up whole slices
+        together = r.gang == GangMode.ALL_SLICES and r.desired > 1
         if take and r.per_slice > 1:
-            picks, whole = _block_picks(remaining, r, take, holding.get(r.uid, ()))
-            taken = {p.name for p in picks}
-            remaining = [p for p in remaining if p.name not in taken]
+            picks, whole = _block_picks(remaining.left(), r, take, holding.get(r.uid, ()))
+            remaining.take(picks)
+        elif take and remaining.first_are_preferred(r, together):
+            picks = remaining.take_first(take)
         elif take:
             picks = tuple(
                 prefer_pools(
-                    remaining,
+                    remaining.left(),
                     take,
                     previous=set(r.previous),
                     capacity_types=r.capacity_types,
-                    together=r.gang == GangMode.ALL_SLICES and r.desired > 1,
+                    together=together,
                     anchor=holding.get(r.uid, ()),
                     by_name=True,
                     maintenance_before=r.maintenance_before,
                 )
             )
-            taken = {p.name for p in picks}
-            remaining = [p for p in remaining if p.name not in taken]
+            remaining.take(picks)
         if r.gang == GangMode.ALL_SLICES or passed_over:
             count = r.missing if whole == r.missing and r.claimable >= r.missing else 0
         else:
@@ -376,6 +377,47 @@ def decide_queue(
         waiting=tuple(r.key for r in waiting),
         not_enough=tuple(r.key for r in queue_order(stalled)),
     )
+
+
+class _FreeInOrder:
+    """The free eligible pools no earlier request took, in name order. A request with no
+    preference to apply takes the first ones (what ``prefer_pools`` answers then) without
+    a walk over the rest, so a decision over a thousand requests and pools is not a
+    thousand walks of a thousand pools."""
+
+    def __init__(self, pools: Sequence[ShapePool]) -> None:
+        self._pools = list(pools)
+        self._taken: set[str] = set()
+        self._start = 0  # every pool before it is taken
+        self._any_maintenance = any(p.maintenance_at is not None for p in pools)
+
+    def first_are_preferred(self, r: PoolRequest, together: bool) -> bool:
+        """Whether ``prefer_pools`` would answer the first free pools for ``r``: no
+        previous pools, capacity types, gang placement or maintenance to weigh."""
+        return not (
+            r.previous
+            or r.capacity_types
+            or together
+            or (r.maintenance_before is not None and self._any_maintenance)
+        )
+
+    def left(self) -> list[ShapePool]:
+        return [p for p in self._pools[self._start :] if p.name not in self._taken]
+
+    def take_first(self, count: int) -> tuple[ShapePool, ...]:
+        picks: list[ShapePool] = []
+        i = self._start
+        while len(picks) < count and i < len(self._pools):
+            if self._pools[i].name not in self._taken:
+                picks.append(self._pools[i])
+            i += 1
+        self.take(picks)
+        return tuple(picks)
+
+    def take(self, picks: Iterable[ShapePool]) -> None:
+        self._taken.update(p.name for p in picks)
+        while self._start < len(self._pools) and self._pools[self._start].name in self._taken:
+            self._start += 1
 
 
 def _needs(r: PoolRequest) -> list[int]:
