@@ -18,6 +18,8 @@ from tpuslice.controller.handlers import (
     objects_changed,
     register,
     reservations_changed,
+    resync_forever,
+    resync_slot,
     sweep_forever,
     sweep_once,
     tear_down,
@@ -184,7 +186,7 @@ def test_a_namespace_scoped_sweep_never_judges_holders_in_other_namespaces() -> 
     assert freed == ["pool-y"]
 
 
-def test_the_sweep_task_waits_for_kopfs_indexes_before_its_first_round() -> None:
+def test_the_sweep_task_waits_for_every_store_to_be_listed_before_its_first_round() -> None:
     kube = FakeKube()
     gone = ReservationInfo("pool-gone", Holder("ml", "gone", "g-uid", "r", 0), uid="r3")
     config = OperatorConfig(sweep_seconds=30)
@@ -220,8 +222,9 @@ def test_the_sweep_task_waits_for_kopfs_indexes_before_its_first_round() -> None
 # ------------------------------------------------------------ wiring
 def test_register_wires_no_timer_or_finalizer_on_reservations() -> None:
     """kopf adds its finalizer to every object a timer, daemon or deletion handler
-    follows; reservations have none of those, so they carry no finalizer (and kopf
-    removes the one older versions added)."""
+    follows: our kinds have their deletion handler; reservations have none (the sweep
+    task and our watch follow them), and no kind has a kopf timer (``resync_forever``
+    is one task for every object)."""
     registry = kopf.OperatorRegistry()
     register(registry, OperatorConfig())
     needing_finalizer = [
@@ -230,24 +233,59 @@ def test_register_wires_no_timer_or_finalizer_on_reservations() -> None:
         if h.requires_finalizer
     ]
     assert sorted(needing_finalizer) == [
-        ("resync", "tpusliceclusters"),
-        ("resync", "tpuslicejobs"),
-        ("resync", "tpusliceservices"),
         ("tear_down", "tpusliceclusters"),
         ("tear_down", "tpuslicejobs"),
         ("tear_down", "tpusliceservices"),
     ]
+    assert registry._spawning.get_all_handlers() == []
 
 
-def test_the_resync_timer_first_ticks_after_one_interval() -> None:
-    """At start-up each object's listing event gives it a pass; a timer firing at once was
-    one more pass per object, run one after another on the loop (a slower restart)."""
-    registry = kopf.OperatorRegistry()
-    config = OperatorConfig()
-    register(registry, config)
-    timers = [h for h in registry._spawning.get_all_handlers() if h.id == "resync"]
-    assert len(timers) == 3
-    assert all(t.initial_delay == config.resync_seconds for t in timers)  # type: ignore[attr-defined]
+def test_the_resync_gives_every_object_one_pass_per_interval_spread_over_it() -> None:
+    """After every store is listed (each object's listing gave it a pass), one step of
+    the interval at a time: after a whole interval every object was kicked once, in the
+    step its key hashes to, and no step kicked more than a few of 200 objects."""
+    config = OperatorConfig(resync_seconds=20)
+    keys = {("TPUSliceCluster", "ml", f"c{i}") for i in range(150)}
+    keys |= {("TPUSliceJob", "ml", f"j{i}") for i in range(50)}
+    kicked: list[set[tuple[str, str, str]]] = []
+
+    class Reconciler:
+        def kick_soon(self, keys: set[tuple[str, str, str]], releasing: bool = False) -> None:
+            kicked.append(set(keys))
+
+    watches = Watches()
+    for kind, ns, name in keys:
+        watches.objects(kind).put((ns, name), {"metadata": {"name": name}})
+    memo = kopf.Memo()
+    memo.watches = watches
+    memo.reconcilers = {"TPUSliceCluster": Reconciler(), "TPUSliceJob": Reconciler()}
+    memo.indexed = asyncio.Event()
+    pauses: list[float] = []
+
+    async def scenario() -> None:
+        interval_done = asyncio.Event()
+
+        async def sleep(seconds: float) -> None:
+            pauses.append(seconds)
+            if len(pauses) > 20:  # a whole interval of steps ran: the test ends here
+                interval_done.set()
+                await asyncio.Event().wait()
+
+        task = asyncio.create_task(resync_forever(memo, config, sleep=sleep))
+        await asyncio.sleep(0)
+        assert pauses == []  # waits for the listing
+        memo.indexed.set()
+        await asyncio.wait_for(interval_done.wait(), timeout=5)
+        task.cancel()
+
+    asyncio.run(scenario())
+    assert pauses == [1.0] * 21  # 20 steps of a second, the first one step after start
+    every = [key for step in kicked for key in step]
+    assert sorted(every) == sorted(keys)  # each object once
+    assert max(len(step) for step in kicked) <= 25
+    assert resync_slot(("TPUSliceJob", "ml", "j1"), 20) == resync_slot(
+        ("TPUSliceJob", "ml", "j1"), 20
+    )
 
 
 def test_a_reservation_taken_or_given_back_kicks_its_holder_and_the_shapes_waiting() -> None:

@@ -1,23 +1,28 @@
-"""Thin kopf handlers: module-level functions that turn events into kicks, and ``register``.
+"""Thin kopf handlers, the kicks of our watches' changes, and ``register``.
 
-kopf follows TPUSliceClusters and SliceReservations (indexes of small records,
-the TSC finalizer, the resync timer). Pods, nodes and RayClusters are followed
-by ``follow.py`` into stores. Every decision lives in the pure modules and in
-the parts that ``reconcile.Reconciler`` wires; every API call in ``kube.py``.
-``register`` only wires these functions into a registry the caller owns, with
-intervals from the frozen ``OperatorConfig``; the functions read what they
-need from kopf's memo (``config``, ``health``, ``kube``, made by ``app.py``,
-and ``watches``, ``reconciler``, made by ``configure``).
+kopf drives TPUSliceClusters, TPUSliceJobs and TPUSliceServices for their finalizer
+(``on_delete``) alone. Every kind a pass reads, ours and SliceReservations included,
+is followed by ``runtime/informers.py`` into stores, read as indexes through
+``store_indexes``; each change is a kick (``objects_changed``,
+``reservations_changed``, and the pod, node and KubeRay rules of the informers).
+Every decision lives in the pure modules and in the parts that
+``reconciler.Reconciler`` wires; every API call in ``runtime/kube.py``.
+``register`` only wires these functions into a registry the caller owns; the
+functions read what they need from kopf's memo (``config``, ``health``, ``kube``,
+made by ``app.py``, and ``watches``, ``indices``, ``reconcilers``, made by
+``configure``).
 
-Reservations carry no kopf finalizer and no timer: one sweep task per process
-(``sweep_forever``) looks at every reservation once per interval, where a kopf
-timer per reservation kept a task, and a finalizer, on each of them.
+Two tasks per process go over every object, where a kopf timer per object kept a
+task on each: the resync (``resync_forever``: every object has a pass about every
+``--resync-seconds``, spread over the interval) and the orphan sweep
+(``sweep_forever``: every reservation whose holder is gone).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import zlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar, overload
@@ -454,13 +459,14 @@ async def configure(
     memo.sweeper = asyncio.get_running_loop().create_task(
         sweep_forever(kube, indices, watches, memo.indexed, config, fence=fence)
     )
+    memo.resyncer = asyncio.get_running_loop().create_task(resync_forever(memo, config))
     health.started()
 
 
 async def stop(memo: kopf.Memo, **_: Any) -> None:
     if "watches" in memo:
         memo.watches.stop()
-    for task in ("heartbeat", "sweeper"):
+    for task in ("heartbeat", "sweeper", "resyncer"):
         if memo.get(task) is not None:
             memo[task].cancel()
 
@@ -536,11 +542,37 @@ def objects_changed(memo: kopf.Memo, changes: Iterable[Change[dict[str, Any]]], 
     kick_owners(memo, kicks)
 
 
-async def resync(
-    namespace: str | None, name: str, memo: kopf.Memo, resource: kopf.Resource, **_: Any
+def resync_slot(key: ObjectKey, slots: int) -> int:
+    """Which of ``slots`` steps of the resync interval the object ``key`` has its pass in:
+    a hash of its key, so the objects spread over the interval, and each keeps its step
+    across restarts and across the other objects coming and going."""
+    return zlib.crc32("/".join(key).encode()) % slots
+
+
+async def resync_forever(
+    memo: kopf.Memo,
+    config: OperatorConfig,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> None:
-    kind = KIND_OF_PLURAL[resource.plural]
-    await memo.reconcilers[kind].kick((kind, namespace or "", name))
+    """The safety net under the events: every object of every kind has a pass about every
+    ``config.resync_seconds``, in steps of about a second (``resync_slot``), so a
+    thousand objects are a few passes a second, not a thousand at once. Each pass reads
+    the stores as any other (a kick while one runs folds into it) and waits in the
+    re-pass lane, behind first passes and releases. The first step comes one step after
+    start-up: each object's listing already gave it a pass."""
+    await memo.indexed.wait()
+    slots = max(1, round(config.resync_seconds))
+    step = 0
+    while True:
+        await sleep(config.resync_seconds / slots)
+        step = (step + 1) % slots
+        due = {
+            (kind, *name)
+            for kind in memo.reconcilers
+            for name in memo.watches.objects(kind).object_keys()
+            if resync_slot((kind, *name), slots) == step
+        }
+        kick_owners(memo, due)
 
 
 def reservations_changed(memo: kopf.Memo, changes: Iterable[Change[ReservationRecord]]) -> None:
@@ -727,12 +759,4 @@ def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
     kopf.on.startup(**reg)(configure)
     kopf.on.cleanup(**reg)(stop)
     for resource in (TSC, TSJ, TSS):
-        # the first tick after one interval: at start-up each object's listing event
-        # already gives it a pass (a timer firing at once was one more pass per object)
-        kopf.timer(
-            *resource,
-            interval=config.resync_seconds,
-            initial_delay=config.resync_seconds,
-            **reg,
-        )(resync)
         kopf.on.delete(*resource, id="tear_down", **reg)(on_delete)

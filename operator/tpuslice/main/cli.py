@@ -460,7 +460,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--resync-seconds",
         type=float,
         default=60.0,
-        help="safety-net reconcile interval per TPUSliceCluster",
+        help="every TPUSlice object has a pass about this often (the safety net under the "
+        "events), spread over the interval",
     )
     run.add_argument(
         "--sweep-seconds",

@@ -136,7 +136,7 @@ class RecordStore(Generic[R]):
     def group(self, group: Hashable) -> list[R]:
         return list(self._groups.get(group, {}).values())
 
-    def keys(self) -> list[NamespacedName]:
+    def object_keys(self) -> list[NamespacedName]:
         return list(self._records)
 
     def group_keys(self) -> list[Hashable]:
@@ -207,7 +207,7 @@ class KeyIndex(Mapping[NamespacedName, list[R]]):
         return [record]
 
     def __iter__(self) -> Iterator[NamespacedName]:
-        return iter(self._store.keys())
+        return iter(self._store.object_keys())
 
     def __len__(self) -> int:
         return len(self._store)
