@@ -424,3 +424,22 @@ def test_pod_status_changes_no_plan_reads_kick_no_pass() -> None:
     assert apply(store, "MODIFIED", {key: pod_info(running)}) == []
     ready = raw(phase="Running", conditions=[{"type": "Ready", "status": "True"}])
     assert len(apply(store, "MODIFIED", {key: pod_info(ready)})) == 1
+
+
+def test_a_store_of_several_groups_per_record_asks_for_them_once_per_put() -> None:
+    """For our kinds ``groups_of`` parses the spec: taking a record out (replaced or
+    deleted) uses the groups it was put in, without asking again."""
+    asked: list[str] = []
+
+    def shapes(record: dict[str, Any]) -> list[str]:
+        asked.append(record["name"])
+        return record["shapes"]
+
+    store: RecordStore[dict[str, Any]] = RecordStore(lambda _: None, shapes)
+    store.put(("ml", "a"), {"name": "a1", "shapes": ["x", "y", "x"]})
+    assert [r["name"] for r in store.group("x")] == ["a1"] == [r["name"] for r in store.group("y")]
+    store.put(("ml", "a"), {"name": "a2", "shapes": ["y"]})
+    assert store.group("x") == [] and [r["name"] for r in store.group("y")] == ["a2"]
+    store.remove(("ml", "a"))
+    assert store.group("y") == [] and store.group_keys() == []
+    assert asked == ["a1", "a2"]

@@ -123,6 +123,9 @@ class RecordStore(Generic[R]):
     groups_of: Callable[[R], Iterable[Hashable]] | None = None
     _records: dict[NamespacedName, R] = field(default_factory=dict)
     _groups: dict[Hashable, dict[NamespacedName, R]] = field(default_factory=dict)
+    #: with ``groups_of``: the groups each record was put in, so taking it out again does
+    #: not call ``groups_of`` a second time (for our kinds, a parse of the spec)
+    _member_of: dict[NamespacedName, tuple[Hashable, ...]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self._records)
@@ -153,7 +156,10 @@ class RecordStore(Generic[R]):
         if old is not None:
             self._ungroup(key, old)
         self._records[key] = record
-        for group in self._groups_of(record):
+        groups = self._groups_of(record)
+        if self.groups_of is not None:
+            self._member_of[key] = groups
+        for group in groups:
             self._groups.setdefault(group, {})[key] = record
         return Change(key, old, record)
 
@@ -179,13 +185,17 @@ class RecordStore(Generic[R]):
                 changes.append(self.put(key, record))
         return changes
 
-    def _groups_of(self, record: R) -> Iterable[Hashable]:
+    def _groups_of(self, record: R) -> tuple[Hashable, ...]:
         if self.groups_of is not None:
-            return set(self.groups_of(record))
+            return tuple(dict.fromkeys(self.groups_of(record)))
         return (self.group_of(record),)
 
     def _ungroup(self, key: NamespacedName, record: R) -> None:
-        for group in self._groups_of(record):
+        if self.groups_of is not None:
+            groups = self._member_of.pop(key, ())
+        else:
+            groups = (self.group_of(record),)
+        for group in groups:
             members = self._groups.get(group)
             if members is not None:
                 members.pop(key, None)
