@@ -12,8 +12,8 @@ functions read what they need from kopf's memo (``config``, ``health``, ``kube``
 made by ``app.py``, and ``watches``, ``indices``, ``reconcilers``, made by
 ``configure``).
 
-Two tasks per process go over every object, where a kopf timer per object kept a
-task on each: the resync (``resync_forever``: every object has a pass about every
+Two tasks per process go over every object, rather than a kopf timer per object
+(a task on each): the resync (``resync_forever``: every object has a pass about every
 ``--resync-seconds``, spread over the interval) and the orphan sweep
 (``sweep_forever``: every reservation whose holder is gone).
 """
@@ -274,8 +274,8 @@ class NoEssence(kopf.DiffBaseStorage):
     create from an update from a resume, for handlers of those causes and their diffs.
     The operator has none: every change runs the one pass, kicked by events, and its only
     changing handler is the deletion's, which kopf finds by the deletionTimestamp alone.
-    Stored, the essence cost a PATCH of every new object (and one per change of its
-    labels or annotations) and a deep copy of the whole body on every event; an
+    Stored, the essence would cost a PATCH of every new object (and one per change of
+    its labels or annotations) and a deep copy of the whole body on every event; an
     annotation with the spec in it could also outgrow the 256 KiB that every annotation
     of an object together may hold (apimachinery's TotalAnnotationSizeLimitB), and then
     kopf could never patch the object again, its finalizer included. kopf documents
@@ -298,7 +298,7 @@ def _configure_kopf(settings: kopf.OperatorSettings, config: OperatorConfig) -> 
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.GROUP)
     settings.persistence.diffbase_storage = NoEssence()
     settings.posting.level = logging.WARNING
-    # Bounded watches of TPUSliceClusters and SliceReservations (kopf's default is none):
+    # Bounded watches of our kinds (kopf's default is none):
     # the server ends each after server_timeout, the client gives up on a silent
     # connection after client_timeout, so a half-open stream cannot hide.
     settings.watching.server_timeout = KOPF_WATCH_SERVER_SECONDS
