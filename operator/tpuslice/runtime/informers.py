@@ -1,8 +1,8 @@
 """Following a kind into memory: list+watch loops, the stores they fill, and the kicks.
 
 Every kind a pass reads is followed here, our own included: kopf handles only the
-finalizer and the resync timer of TPUSliceClusters, TPUSliceJobs and
-TPUSliceServices, and keeps no index. kopf keeps a worker, a queue and
+finalizer of TPUSliceClusters, TPUSliceJobs and TPUSliceServices, and keeps no
+index. kopf keeps a worker, a queue and
 per-object state for every watched object, and its start-up waits for every
 indexed object with a cost that grows with the square of their number
 (measured: minutes at 4,000 nodes, 24 s at 1,000 TSCs and 1,000 reservations,
@@ -471,8 +471,8 @@ def followed_kinds(namespaces: Iterable[str]) -> list[Followed]:
     per namespace when the operator is namespace-scoped. TPUSlicePolicies and the labels
     of every Namespace (which policies govern it) are followed cluster-wide in any case,
     and so are SliceReservations (cluster-scoped). Our own kinds, TPUSliceClusters,
-    TPUSliceJobs and TPUSliceServices, too: kopf watches them as well, for their finalizer
-    and resync timer, but keeps no index of them (``Watches.indexes``)."""
+    TPUSliceJobs and TPUSliceServices, too: kopf watches them as well, for their finalizer,
+    but keeps no index of them (``handlers.store_indexes`` reads these stores)."""
     kinds = [
         Followed("", "v1", "nodes", node_info, c.NODE_LABEL_ACCELERATOR),
         Followed(c.GROUP, c.VERSION, c.PLURAL_POLICY, policy_record),
