@@ -226,7 +226,7 @@ def test_register_wires_no_timer_or_finalizer_on_reservations() -> None:
     task and our watch follow them), and no kind has a kopf timer (``resync_forever``
     is one task for every object)."""
     registry = kopf.OperatorRegistry()
-    register(registry, OperatorConfig())
+    register(registry)
     needing_finalizer = [
         (h.id, h.selector.any_name if h.selector else None)
         for h in registry._spawning.get_all_handlers() + registry._changing.get_all_handlers()

@@ -98,7 +98,6 @@ TSJ = (c.GROUP, c.VERSION, c.PLURAL_JOB)
 TSS = (c.GROUP, c.VERSION, c.PLURAL_SERVICE)
 #: plural -> kind, for handlers registered on more than one of our kinds.
 KIND_OF_PLURAL = {plural: kind for kind, plural in c.PLURALS.items()}
-RESERVATIONS = (c.GROUP, c.VERSION, c.PLURAL_RESERVATION)
 
 
 def _first(store: Iterable[Any] | None) -> Any:
@@ -751,7 +750,7 @@ async def sweep_forever(
 
 
 # ------------------------------------------------------------ wiring
-def register(registry: kopf.OperatorRegistry, config: OperatorConfig) -> None:
+def register(registry: kopf.OperatorRegistry) -> None:
     """Wire every handler into ``registry``. The memo that ``kopf.run`` gets must hold
     ``config``, ``health``, ``kube`` and ``metrics`` (``app.py`` makes it)."""
     reg: dict[str, Any] = {"registry": registry}

@@ -130,7 +130,7 @@ def _run_kopf(
     itself (a failure), and whether it has stopped (if not, the Lease is not released:
     it expires, a lease duration after kopf's last chance to act)."""
     registry = kopf.OperatorRegistry()
-    register(registry, config)
+    register(registry)
     kopf_stop = threading.Event()
     errors: list[BaseException] = []
 
