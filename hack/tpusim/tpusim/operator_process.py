@@ -28,7 +28,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,7 +79,10 @@ class OperatorProcess:
     webhook_health_port: int = 0
     webhook_metrics_port: int = 0
 
-    def start(self, timeout_s: float = 120) -> None:
+    def start(self, timeout_s: float = 120, on_spawn: Callable[[int], None] | None = None) -> None:
+        """Start the webhook process (when ``webhook``), then the operator, and wait until
+        each is ready. ``on_spawn`` is called with the operator's pid as soon as it runs
+        (a profiler that must see its start-up)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         identity = self.identity or f"e2e-{self.log_path.stem}"
         env = {**os.environ, "POD_NAME": identity, **self.env}
@@ -99,6 +102,8 @@ class OperatorProcess:
             env,
         )
         self.starts += 1
+        if on_spawn is not None:
+            on_spawn(self.proc.pid)
         wait_for(
             lambda: self._ready(self.proc, self.health_port, self.log_path),
             timeout_s=timeout_s,
@@ -190,11 +195,23 @@ class OperatorProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
 
-    def start_operator(self, timeout_s: float = 120) -> None:
-        """Start the operator alone again after ``kill_operator``."""
+    def stop_operator(self, timeout_s: float = 30) -> None:
+        """SIGTERM the operator alone (the webhook process keeps answering), as a rollout
+        of the operator's Deployment does: the chart runs the webhook in its own."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill_operator()
+
+    def start_operator(
+        self, timeout_s: float = 120, on_spawn: Callable[[int], None] | None = None
+    ) -> None:
+        """Start the operator alone again after ``kill_operator`` or ``stop_operator``."""
         webhook, self.webhook = self.webhook, False
         try:
-            self.start(timeout_s)
+            self.start(timeout_s, on_spawn)
         finally:
             self.webhook = webhook
 

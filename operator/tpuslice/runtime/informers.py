@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
@@ -52,6 +51,7 @@ from tpuslice.model.records import (
     ReservationInfo,
     Shape,
 )
+from tpuslice.model.wire import decode_event, decode_page
 from tpuslice.policy.records import Policy, PolicyError, read_policy
 from tpuslice.runtime.kube import ApiError, Kube, api_path
 
@@ -266,6 +266,9 @@ class Followed:
     convert: Callable[[Mapping[str, Any]], Any]
     label_selector: str = ""
     namespace: str = ""  # "" for all namespaces (and for cluster-scoped kinds)
+    #: ``convert`` reads ``metadata.managedFields``, which are otherwise never decoded
+    #: (``model.wire``).
+    managed_fields: bool = False
 
     def path(self) -> str:
         return api_path(self.group, self.version, self.plural, namespace=self.namespace)
@@ -487,9 +490,10 @@ def followed_kinds(namespaces: Iterable[str]) -> list[Followed]:
         ]
         kinds += [
             Followed("", "v1", "pods", pod_info, c.LABEL_CLUSTER, ns),
-            Followed(*ray, c.RAY_PLURAL_CLUSTER, raycluster_info, c.LABEL_CLUSTER, ns),
-            Followed(*ray, c.RAY_PLURAL_CLUSTER, raycluster_info, c.LABEL_JOB, ns),
-            Followed(*ray, c.RAY_PLURAL_CLUSTER, raycluster_info, c.LABEL_SERVICE, ns),
+            *(
+                Followed(*ray, c.RAY_PLURAL_CLUSTER, raycluster_info, label, ns, True)
+                for label in (c.LABEL_CLUSTER, c.LABEL_JOB, c.LABEL_SERVICE)
+            ),
             Followed(*ray, c.RAY_PLURAL_JOB, ray_owner_info, c.LABEL_JOB, ns),
             Followed(*ray, c.RAY_PLURAL_SERVICE, ray_owner_info, c.LABEL_SERVICE, ns),
             Followed(
@@ -776,10 +780,11 @@ def _list_all(kube: Kube, kind: Followed) -> tuple[dict[NamespacedName, Any], st
         if token:
             query["continue"] = token
         kube.metrics.api_request("LIST", kind.plural)
-        page = kube.request("GET", kind.path(), query, None, None) or {}
-        for obj in page.get("items") or []:
+        data = kube.send("GET", kind.path(), query, None, None).read()
+        page = decode_page(data, managed_fields=kind.managed_fields)
+        for obj in page.items:
             records[object_key(obj)] = kind.convert(obj)
-        meta = page.get("metadata") or {}
+        meta = page.metadata
         token = meta.get("continue") or ""
         if not token:
             return records, str(meta.get("resourceVersion") or "")
@@ -807,9 +812,8 @@ def _watch_once(
         for line in iter_lines(response.response.stream(64 * 1024)):
             if stop.is_set():
                 break
-            event = json.loads(line)
-            obj = event.get("object") or {}
-            if event.get("type") == "ERROR":
+            event_type, obj = decode_event(line, managed_fields=kind.managed_fields)
+            if event_type == "ERROR":
                 raise ApiError(
                     int(obj.get("code") or 500),
                     str(obj.get("reason") or "WatchError"),
@@ -817,8 +821,8 @@ def _watch_once(
                 )
             version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
             kube.health.watch_ok(kind.plural)
-            if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                emit(event["type"], {object_key(obj): kind.convert(obj)})
+            if event_type in ("ADDED", "MODIFIED", "DELETED"):
+                emit(event_type, {object_key(obj): kind.convert(obj)})
     finally:
         response.response.release_conn()
     return version
