@@ -42,6 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
         "profiled run's timings are not comparable)",
     )
     parser.add_argument(
+        "--profile-restart",
+        nargs="?",
+        type=int,
+        const=100,
+        default=0,
+        metavar="HZ",
+        help="sample the restarted operator alone with py-spy (default 100 Hz), from its "
+        "spawn until every TSC had a pass (profile-restart.txt): the burst's figures stay "
+        "comparable, g is measured with the sampler on the same cores",
+    )
+    parser.add_argument(
         "--memtrace",
         action="store_true",
         help="run the operator under tracemalloc and split the heap it grew by between the "
@@ -95,4 +106,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         skip_gangs=args.skip_gangs,
         memtrace=args.memtrace,
         pinned=args.pin_at_admission,
+        restart_profile_rate=args.profile_restart,
     )

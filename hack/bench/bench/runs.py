@@ -205,10 +205,12 @@ def operator_run(
     gated: bool = True,
     memtrace: bool = False,
     pinned: bool = False,
+    restart_profile_rate: int = 0,
 ) -> None:
     """Fill ``result`` as figures come in, so an interrupted run still reports them.
     With ``profile_rate`` (Hz) py-spy samples the operator from the first create until
-    every TSC is Ready (or the bound). ``gated`` False (``--ungated``): the TSCs say
+    every TSC is Ready (or the bound), and the restart; with ``restart_profile_rate`` the
+    restart alone. ``gated`` False (``--ungated``): the TSCs say
     ``reservation.policy: None``, so the operator renders and the identity webhook admits,
     but no gate, no reservation and no pod patch: what the guarantee costs on top.
     ``pinned`` (``--pin-at-admission``): the operator and its webhook run with the
@@ -301,7 +303,12 @@ def operator_run(
             traced.snap()
             result["memtrace"] = traced.report(len(items))
         result["restart"] = restart(
-            operator, scale, len(items), min(steady_s, 30.0), profile_rate, run_dir
+            operator,
+            scale,
+            len(items),
+            min(steady_s, 30.0),
+            profile_rate or restart_profile_rate,
+            run_dir,
         )
         for w in watches:
             w.stop()
@@ -522,6 +529,7 @@ def run_all(
     skip_gangs: bool = False,
     memtrace: bool = False,
     pinned: bool = False,
+    restart_profile_rate: int = 0,
 ) -> int:
     """One run of every phase on a fresh local cluster; the results go to
     ``out_dir``/results-<scale>[-profiled][-memtraced][-ungated][-pinned].json, a table
@@ -536,6 +544,7 @@ def run_all(
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "run_dir": str(run_dir),
         "profiled": bool(profile_rate),
+        "restart_profiled": bool(profile_rate or restart_profile_rate),
         "ungated": bool(ungated),
         "pinned": bool(pinned),
         "memtraced": bool(memtrace),
@@ -586,6 +595,7 @@ def run_all(
             gated=not ungated,
             memtrace=memtrace,
             pinned=pinned,
+            restart_profile_rate=restart_profile_rate,
         )
         if not skip_direct:
             print("direct run (no operator)", flush=True)
