@@ -139,6 +139,14 @@ class _Lazy(Sequence[T]):
         return len(self._all())
 
 
+def _nodes_of_shapes(watches: Watches, shapes: Sequence[Shape]) -> list[NodeInfo]:
+    """The nodes of every shape of an object, each once; one shape's are disjoint already
+    (``_nodes_for``), and a pass of the common one-shape object copies no dict of them."""
+    if len(shapes) == 1:
+        return _nodes_for(watches, shapes[0])
+    return list({n.name: n for s in shapes for n in _nodes_for(watches, s)}.values())
+
+
 def _nodes_for(watches: Watches, shape: Shape | None) -> list[NodeInfo]:
     """The nodes of ``shape``, and its accelerator's nodes without a topology label: a
     TPU7x dynamic-slicing sub-block has none until a GKE Slice forms on it, and is read
@@ -221,7 +229,7 @@ def make_reader(
         return Snapshot(
             cluster=cluster,
             pods=watches.pods_of(key),
-            nodes=list({n.name: n for s in shapes for n in _nodes_for(watches, s)}.values()),
+            nodes=_nodes_of_shapes(watches, shapes),
             reservations=list(reservations.values()),
             raycluster=ray if own_raycluster else None,
             owned=None if own_raycluster else ray,
@@ -383,15 +391,35 @@ async def configure(
         each.hold_until_indexed()
     shape_index = indices["reservation_shape_index"]
 
-    def holders_of(shape: Shape, pool: str) -> set[ObjectKey]:
-        """The pool's holder, and the owner of a revoked request kept for the pool (it
-        deletes the request once the pool has no nodes). A node of the dynamic
-        generation may be a partition's, whose claim is of the partition queue's shape."""
+    def holders_by_unit(shape: Shape) -> dict[str, set[ObjectKey]]:
+        """Each unit's (pool's, or single-host node's) holder, and the owner of a revoked
+        request kept for the pool (it deletes the request once the pool has no nodes). A
+        node of the dynamic generation may be a partition's, whose claim is of the
+        partition queue's shape."""
         shapes = [shape]
         if shape[0] == DYNAMIC_GENERATION:
             shapes.append(partition_shape(DYNAMIC_GENERATION))
-        held = {r.holder.owner for s in shapes for r in shape_index.get(s, ()) if r.pool == pool}
-        return held | {r.owner for r in watches.every_request() if r.info.lost_pool == pool}
+        out: dict[str, set[ObjectKey]] = {}
+        for s in shapes:
+            for r in shape_index.get(s, ()):
+                out.setdefault(r.pool, set()).add(r.holder.owner)
+        for request in watches.every_request():
+            if request.info.lost_pool:
+                out.setdefault(request.info.lost_pool, set()).add(request.owner)
+        return out
+
+    def holders_in_batch() -> Callable[[Shape, str], set[ObjectKey]]:
+        """``holders_by_unit`` for one batch of node changes, each shape's read once: a
+        listing delivers every node of a shape at once, and a unit's holders looked up
+        per node walked every reservation of the shape for each."""
+        by_shape: dict[Shape, dict[str, set[ObjectKey]]] = {}
+
+        def holders_of(shape: Shape, unit: str) -> set[ObjectKey]:
+            if shape not in by_shape:
+                by_shape[shape] = holders_by_unit(shape)
+            return by_shape[shape].get(unit, set())
+
+        return holders_of
 
     def waiters(shape: Shape) -> set[ObjectKey]:
         """Those waiting for ``shape``; for a node of the dynamic generation, of any
@@ -419,7 +447,7 @@ async def configure(
         kick_owners(memo, releasing, releasing=True)
 
     def on_nodes(changes: list[Any]) -> None:
-        shapes, keys = node_kicks(changes, waiters, holders_of)
+        shapes, keys = node_kicks(changes, waiters, holders_in_batch())
         if any(shape[0] == DYNAMIC_GENERATION for shape in shapes):
             shapes.add(partition_shape(DYNAMIC_GENERATION))  # its index reads them all
         for shape in shapes:

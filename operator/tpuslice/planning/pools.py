@@ -774,7 +774,7 @@ def plan_slices(
     moves: list[Move] = []
     drains: list[Drain] = []
     force_deletes: list[ForceDelete] = []
-    nodes_by_name = {n.name: n for n in nodes}
+    nodes_by_name: dict[str, NodeInfo] | None = None  # built for a slice whose pods all go
     recheck_in: float | None = None
     taken_now: set[str] = set()
     by_index: dict[int, SliceStatus] = {}
@@ -921,6 +921,8 @@ def plan_slices(
         reservation = ours.get(replica.name)
         pool = reservation.pool if reservation else None
         if not live_pods:
+            if nodes_by_name is None:
+                nodes_by_name = {n.name: n for n in nodes}
             stuck = stuck_pods(replica.pods, nodes_by_name, now)
             force_deletes += stuck.force
             if stuck.recheck_in is not None:
