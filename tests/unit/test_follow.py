@@ -92,7 +92,7 @@ def test_node_changes_mark_the_shape_stale_and_kick_waiters_and_the_pool_holder(
     shapes, keys = node_kicks(
         changes,
         waiting_for=lambda s: {("ml", "waiter")} if s == shape else set(),
-        holders_of=lambda s, p: {("ml", "holder")} if p == "a" else set(),
+        holders_of=lambda s, units: {("ml", "holder")} if "a" in units else set(),
     )
     assert shapes == {shape}
     assert keys == {("ml", "waiter"), ("ml", "holder")}
@@ -107,7 +107,7 @@ def test_a_node_change_kicks_the_holder_of_the_node_itself() -> None:
     _, keys = node_kicks(
         changes,
         waiting_for=lambda s: set(),
-        holders_of=lambda s, unit: {("ml", "single")} if unit == "n1" else set(),
+        holders_of=lambda s, units: {("ml", "single")} if "n1" in units else set(),
     )
     assert keys == {("ml", "single")}
 

@@ -391,35 +391,16 @@ async def configure(
         each.hold_until_indexed()
     shape_index = indices["reservation_shape_index"]
 
-    def holders_by_unit(shape: Shape) -> dict[str, set[ObjectKey]]:
-        """Each unit's (pool's, or single-host node's) holder, and the owner of a revoked
-        request kept for the pool (it deletes the request once the pool has no nodes). A
-        node of the dynamic generation may be a partition's, whose claim is of the
-        partition queue's shape."""
+    def holders_of(shape: Shape, units: set[str]) -> set[ObjectKey]:
+        """The holders of any of ``units`` (pools, or single-host nodes), and the owner of
+        a revoked request kept for one of them (it deletes the request once the pool has
+        no nodes). A node of the dynamic generation may be a partition's, whose claim is
+        of the partition queue's shape."""
         shapes = [shape]
         if shape[0] == DYNAMIC_GENERATION:
             shapes.append(partition_shape(DYNAMIC_GENERATION))
-        out: dict[str, set[ObjectKey]] = {}
-        for s in shapes:
-            for r in shape_index.get(s, ()):
-                out.setdefault(r.pool, set()).add(r.holder.owner)
-        for request in watches.every_request():
-            if request.info.lost_pool:
-                out.setdefault(request.info.lost_pool, set()).add(request.owner)
-        return out
-
-    def holders_in_batch() -> Callable[[Shape, str], set[ObjectKey]]:
-        """``holders_by_unit`` for one batch of node changes, each shape's read once: a
-        listing delivers every node of a shape at once, and a unit's holders looked up
-        per node walked every reservation of the shape for each."""
-        by_shape: dict[Shape, dict[str, set[ObjectKey]]] = {}
-
-        def holders_of(shape: Shape, unit: str) -> set[ObjectKey]:
-            if shape not in by_shape:
-                by_shape[shape] = holders_by_unit(shape)
-            return by_shape[shape].get(unit, set())
-
-        return holders_of
+        held = {r.holder.owner for s in shapes for r in shape_index.get(s, ()) if r.pool in units}
+        return held | {r.owner for r in watches.every_request() if r.info.lost_pool in units}
 
     def waiters(shape: Shape) -> set[ObjectKey]:
         """Those waiting for ``shape``; for a node of the dynamic generation, of any
@@ -447,7 +428,7 @@ async def configure(
         kick_owners(memo, releasing, releasing=True)
 
     def on_nodes(changes: list[Any]) -> None:
-        shapes, keys = node_kicks(changes, waiters, holders_in_batch())
+        shapes, keys = node_kicks(changes, waiters, holders_of)
         if any(shape[0] == DYNAMIC_GENERATION for shape in shapes):
             shapes.add(partition_shape(DYNAMIC_GENERATION))  # its index reads them all
         for shape in shapes:

@@ -219,26 +219,11 @@ def _advance_groups(
     return out, failures
 
 
-class _UnitNodes:
-    """The nodes of a status entry's unit (its ``node``, else its ``nodePool``), indexed
-    once per status on first use: a pass reads every node of its shape, and a walk over
-    all of them for each entry made the pass's cost grow with the fleet."""
-
-    def __init__(self, nodes: Iterable[NodeInfo]) -> None:
-        self._nodes = nodes
-        self._by_name: dict[str, list[NodeInfo]] | None = None
-        self._by_pool: dict[str, list[NodeInfo]] = {}
-
-    def of(self, entry: Mapping[str, Any]) -> list[NodeInfo]:
-        if self._by_name is None:
-            self._by_name = {}
-            for n in self._nodes:
-                self._by_name.setdefault(n.name, []).append(n)
-                self._by_pool.setdefault(n.pool, []).append(n)
-        node, pool = entry.get("node"), entry.get("nodePool")
-        if node:
-            return list(self._by_name.get(node, ()))
-        return list(self._by_pool.get(pool, ())) if pool else []
+def _unit_nodes(entry: Mapping[str, Any], nodes: Iterable[NodeInfo]) -> list[NodeInfo]:
+    node, pool = entry.get("node"), entry.get("nodePool")
+    if node:
+        return [n for n in nodes if n.name == node]
+    return [n for n in nodes if pool and n.pool == pool]
 
 
 def with_maintenance(status: Mapping[str, Any], nodes: Sequence[NodeInfo]) -> dict[str, Any]:
@@ -246,16 +231,15 @@ def with_maintenance(status: Mapping[str, Any], nodes: Sequence[NodeInfo]) -> di
     Ongoing once the window opened) from the nodes of the unit it holds; a
     TPUSliceService's in each cluster section, an object of several groups' in each
     ``groups[]`` entry."""
-    units = _UnitNodes(nodes)
-    out = _maintained_lists(status, units)
+    out = _maintained_lists(status, nodes)
     for section in CLUSTER_SECTIONS:
         current = out.get(section)
         if isinstance(current, Mapping):
-            out[section] = _maintained_lists(current, units)
+            out[section] = _maintained_lists(current, nodes)
     return out
 
 
-def _maintained_lists(part: Mapping[str, Any], nodes: _UnitNodes) -> dict[str, Any]:
+def _maintained_lists(part: Mapping[str, Any], nodes: Sequence[NodeInfo]) -> dict[str, Any]:
     """``part`` with its ``slices`` and each ``groups[]`` entry's ``slices`` maintained."""
     out = dict(part)
     if isinstance(out.get("slices"), list):
@@ -270,14 +254,14 @@ def _maintained_lists(part: Mapping[str, Any], nodes: _UnitNodes) -> dict[str, A
     return out
 
 
-def _maintained(entries: Sequence[Any], nodes: _UnitNodes) -> list[Any]:
+def _maintained(entries: Sequence[Any], nodes: Sequence[NodeInfo]) -> list[Any]:
     slices: list[Any] = []
     for entry in entries:
         if not isinstance(entry, Mapping):
             slices.append(entry)
             continue
         entry = dict(entry)
-        unit = nodes.of(entry) if entry.get("nodePool") else []
+        unit = _unit_nodes(entry, nodes) if entry.get("nodePool") else []
         ongoing = any(
             n.labels.get(ACTIVE_MAINTENANCE_LABEL) == MAINTENANCE_ONGOING
             or any(t.key == MAINTENANCE_STARTED_TAINT for t in n.taints)

@@ -434,23 +434,22 @@ def owned_cluster_kicks(changes: Iterable[Change[dict[str, Any]]]) -> set[Object
 def node_kicks(
     changes: Iterable[Change[NodeInfo]],
     waiting_for: Callable[[Shape], set[ObjectKey]],
-    holders_of: Callable[[Shape, str], set[ObjectKey]],
+    holders_of: Callable[[Shape, set[str]], set[ObjectKey]],
 ) -> tuple[set[Shape], set[ObjectKey]]:
     """The shapes whose pool index is stale, and the objects to kick: those waiting for
     capacity of the shape, and the holder of each changed node's unit (its pool, or the
-    node itself for a single-host slice)."""
-    shapes: set[Shape] = set()
-    keys: set[ObjectKey] = set()
+    node itself for a single-host slice). ``holders_of(shape, units)`` is asked once per
+    shape for every unit of the batch: a listing delivers every node of a shape at once."""
+    units: dict[Shape, set[str]] = {}
     for ch in changes:
         for record in (ch.old, ch.new):
             if record is None:
                 continue
-            shape = _node_group(record)
-            shapes.add(shape)
-            keys |= holders_of(shape, record.pool) | holders_of(shape, record.name)
-    for shape in shapes:
-        keys |= waiting_for(shape)
-    return shapes, keys
+            units.setdefault(_node_group(record), set()).update((record.pool, record.name))
+    keys: set[ObjectKey] = set()
+    for shape, names in units.items():
+        keys |= holders_of(shape, names) | waiting_for(shape)
+    return set(units), keys
 
 
 def policy_record(obj: Mapping[str, Any]) -> Policy | None:
