@@ -198,12 +198,7 @@ class OperatorProcess:
     def stop_operator(self, timeout_s: float = 30) -> None:
         """SIGTERM the operator alone (the webhook process keeps answering), as a rollout
         of the operator's Deployment does: the chart runs the webhook in its own."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.kill_operator()
+        _terminate(self.proc, timeout_s)
 
     def start_operator(
         self, timeout_s: float = 120, on_spawn: Callable[[int], None] | None = None
@@ -235,14 +230,7 @@ class OperatorProcess:
     def stop(self, timeout_s: float = 30) -> None:
         """SIGTERM the operator, then the webhook (it serves until the operator is gone)."""
         for proc in (self.proc, self.webhook_proc):
-            if proc is None or proc.poll() is not None:
-                continue
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+            _terminate(proc, timeout_s)
 
     def tail(self, lines: int = 30, path: Path | None = None) -> str:
         path = path or self.log_path
@@ -300,3 +288,15 @@ class OperatorProcess:
             "rss_mib": round(kib["VmRSS"] / 1024, 1),
             "cpu_seconds": round(cpu_seconds(pid) or 0.0, 2),
         }
+
+
+def _terminate(proc: subprocess.Popen[bytes] | None, timeout_s: float) -> None:
+    """SIGTERM a running process's group, and SIGKILL it if it has not ended in time."""
+    if proc is None or proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
