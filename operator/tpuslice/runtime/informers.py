@@ -490,7 +490,9 @@ def followed_kinds(namespaces: Iterable[str]) -> list[Followed]:
         kinds += [
             Followed("", "v1", "pods", pod_info, c.LABEL_CLUSTER, ns),
             *(
-                Followed(*ray, c.RAY_PLURAL_CLUSTER, raycluster_info, label, ns, True)
+                Followed(
+                    *ray, c.RAY_PLURAL_CLUSTER, raycluster_info, label, ns, managed_fields=True
+                )
                 for label in (c.LABEL_CLUSTER, c.LABEL_JOB, c.LABEL_SERVICE)
             ),
             Followed(*ray, c.RAY_PLURAL_JOB, ray_owner_info, c.LABEL_JOB, ns),
