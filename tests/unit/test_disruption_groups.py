@@ -10,7 +10,7 @@ from typing import Any
 
 from tests.support.builders import nodes_of
 from tpuslice.model.records import Drain
-from tpuslice.planning.accounting import with_disruptions, with_maintenance
+from tpuslice.planning.accounting import walk_nodes, with_disruptions, with_maintenance
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
@@ -81,7 +81,9 @@ def test_maintenance_shows_per_group_slice() -> None:
         replace(n, labels={"cloud.google.com/scheduled-maintenance-time": "1796000000"})
         for n in nodes_of("pool-r0")
     ]
-    out = with_maintenance({"groups": [group("trainer", "t0"), group("rollout", "r0")]}, nodes)
+    out = with_maintenance(
+        {"groups": [group("trainer", "t0"), group("rollout", "r0")]}, walk_nodes(nodes)
+    )
     trainer, rollout = out["groups"]
     assert "maintenance" not in trainer["slices"][0]
     assert rollout["slices"][0]["maintenance"]["state"] == "Scheduled"

@@ -15,7 +15,12 @@ from tests.unit.test_reconcile_owned import SVC_UID, held, owned, service_body, 
 from tpuslice.controller.reconciler import Reconciler
 from tpuslice.controller.service import ServiceKind
 from tpuslice.model.records import Drain, Snapshot, Taint
-from tpuslice.planning.accounting import maintenance_condition, with_disruptions, with_maintenance
+from tpuslice.planning.accounting import (
+    maintenance_condition,
+    walk_nodes,
+    with_disruptions,
+    with_maintenance,
+)
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 TERMINATING = Taint("cloud.google.com/impending-node-termination", "true", "NoSchedule")
@@ -72,7 +77,7 @@ def test_maintenance_shows_in_the_cluster_sections_and_the_condition_names_the_c
         replace(n, labels={"cloud.google.com/scheduled-maintenance-time": "1796000000"})
         for n in nodes_of("pool-a0")
     ]
-    out = with_maintenance({"activeCluster": section("serve-a", "a0")}, nodes)
+    out = with_maintenance({"activeCluster": section("serve-a", "a0")}, walk_nodes(nodes))
     assert out["activeCluster"]["slices"][0]["maintenance"]["state"] == "Scheduled"
     cond = maintenance_condition(out, {}, NOW, 1)
     assert cond is not None

@@ -25,7 +25,7 @@ from tpuslice.controller.handlers import (
     tear_down,
 )
 from tpuslice.model.convert import gke_slice_body, raycluster_info, reservation_body
-from tpuslice.model.records import Holder, ReservationInfo
+from tpuslice.model.records import Holder, ReservationInfo, held_by
 from tpuslice.runtime.config import OperatorConfig
 from tpuslice.runtime.informers import Change, Watches, apply, reservation_record
 from tpuslice.runtime.metrics import Metrics
@@ -87,6 +87,8 @@ def test_the_reader_gives_the_clusters_pods_nodes_raycluster_and_both_kinds_of_r
     assert [p.name for p in snap.pods] == ["w0"]
     assert [n.name for n in snap.nodes] == ["n0"]
     assert sorted(r.pool for r in snap.reservations) == ["pool-b", "pool-old"]
+    # its own from the index by holder, pool-b (another's) not among them
+    assert [r.pool for r in held_by(snap.reservations, UID)] == ["pool-old"]
     assert snap.raycluster is not None and snap.raycluster["uid"] == "rc-uid"
     assert list(snap.shape_members) == []  # the only cluster of its shape
 

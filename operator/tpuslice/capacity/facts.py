@@ -87,7 +87,7 @@ def slice_facts(
     instead of asking, in index order, so which slices ask stays put while they wait."""
     prov = spec.provisioning
     hosts = spec.shape.hosts
-    held = {r.holder.replica_name: r.pool for r in reservations if ref.holds(r.holder)}
+    held = {r.holder.replica_name: r.pool for r in ref.own(reservations)}
     claimed = {cl.holder.replica_name: cl.pool for cl in plan.claims}
     by_replica = pods_by_replica(pods, hosts)
     taken = {r.pool for r in reservations} | set(claimed.values())

@@ -153,7 +153,7 @@ def shape_of(spec: SliceClusterSpec) -> Shape:
 def held_slices(reservations: Iterable[ReservationInfo], ref: ClusterRef) -> int:
     """The slices of ``ref``'s group that hold a unit: one per slice, however many units
     (a dynamic slice's partitions) it holds."""
-    return len({r.holder.replica_name for r in reservations if ref.holds_in_group(r.holder)})
+    return len({r.holder.replica_name for r in ref.own_in_group(reservations)})
 
 
 def previous_pools(status: Mapping[str, Any]) -> dict[int, str]:
@@ -370,7 +370,7 @@ def queue_admission(
     assert snap.cluster is not None
     if desired is None:
         desired = desired_of(snap.cluster, spec)
-    own_reservations = [r for r in reservations if ref.holds(r.holder)]
+    own_reservations = ref.own(reservations)
     own = _request(ref, spec, snap.cluster, pods, own_reservations, desired, pins=pins)
     exist = len(index.matching)
     if not admission_matters(own, exist):
@@ -490,7 +490,7 @@ def partition_admission(
         hosts=spec.shape.hosts,
         desired_slices=desired,
         pods=pods,
-        reservations=[r for r in reservations if ref.holds(r.holder)],
+        reservations=ref.own(reservations),
         gang=spec.gang,
         priority=spec.priority,
         created=str((snap.cluster.get("metadata") or {}).get("creationTimestamp") or ""),
@@ -648,7 +648,7 @@ def placed_partitions(spec: SliceClusterSpec, snap: Snapshot) -> frozenset[str]:
 def avoiding(index: PoolIndex, nodes: Collection[str]) -> PoolIndex:
     """The pool index without the nodes this object found busy (``planning.busy``): only
     an index of node units (single-host slices) is narrowed."""
-    if index.unit is not CapacityUnit.NODE or not (set(nodes) & set(index.matching)):
+    if index.unit is not CapacityUnit.NODE or not any(n in index.matching for n in nodes):
         return index
     return index.narrowed(lambda name, _nodes: name not in nodes)
 
@@ -658,7 +658,7 @@ def constrained(index: PoolIndex, limits: CapacityConstraints) -> PoolIndex:
     if (
         not limits.node_selector
         and not limits.promised_since
-        and not (limits.excluded & set(index.matching))
+        and not any(pool in index.matching for pool in limits.excluded)
     ):
         return index
     return index.narrowed(limits.allows)
@@ -817,7 +817,7 @@ class SliceActuator:
             # where a mark is or was: without the setting the pass skips the work)
             reservations_now = self.pending.reservations(snap.reservations)
             if self.fence.enabled or any(
-                r.pinned or r.unpinned_at for r in reservations_now if ref.holds(r.holder)
+                r.pinned or r.unpinned_at for r in ref.own(reservations_now)
             ):
                 rekeys = pin_rekeys(
                     ref,
@@ -890,7 +890,7 @@ class SliceActuator:
                     admission=queued,
                     excluded=off_limits,
                 )
-            held = sum(1 for r in reservations if ref.holds_in_group(r.holder))
+            held = len(ref.own_in_group(reservations))
             if keep_pools and held >= desired:
                 admission: Admission | None = Admission(pools=(), message=KEPT_MESSAGE)
             elif claims_wait:
@@ -1000,8 +1000,7 @@ class SliceActuator:
             acted = True
         holding = {
             r.holder.replica_name
-            for r in self.pending.reservations(snap.reservations)
-            if ref.holds_in_group(r.holder)
+            for r in ref.own_in_group(self.pending.reservations(snap.reservations))
         }
         holding |= self.pending.created_by(ref.uid)
         releases = [r for r in current.releases if r.replica_name in holding]
@@ -1061,11 +1060,7 @@ class SliceActuator:
                     f"deleted GKE Slice {gone.name} ({gone.reason or 'not Ready'}; partitions "
                     f"{', '.join(gone.partition_ids)})",
                 )
-        held = {
-            r.pool
-            for r in self.pending.reservations(snap.reservations)
-            if ref.holds_in_group(r.holder)
-        }
+        held = {r.pool for r in ref.own_in_group(self.pending.reservations(snap.reservations))}
         pool_of = {n.labels.get(c.NODE_LABEL_TPU_PARTITION_ID, ""): n.pool for n in snap.nodes}
         for new in plan.gke_slice_creates:
             if any(pool_of.get(pid) not in held for pid in new.partition_ids):
@@ -1094,8 +1089,8 @@ class SliceActuator:
         for pod in self.pending.pods(snap.pods):
             for name in pod.slice_names:
                 gated[name] = gated.get(name, True) and pod.gated and not pod.pinned_pool
-        for r in self.pending.reservations(snap.reservations):
-            if not ref.holds(r.holder) or not gated.get(r.holder.replica_name, True):
+        for r in ref.own(self.pending.reservations(snap.reservations)):
+            if not gated.get(r.holder.replica_name, True):
                 continue
             if await self.let_go(r) and await self.kube.delete_reservation(r.pool, r.uid):
                 self.pending.reservation_deleted(r.pool, time.monotonic(), r.uid)
@@ -1156,8 +1151,10 @@ class SliceActuator:
         replica KubeRay makes next is gated, not pinned to a unit being drained."""
         if self.fence is None:
             return
-        for r in self.pending.reservations(snap.reservations):
-            if r.pool in pools and r.pinned:
+        reservations = self.pending.reservations(snap.reservations)
+        for pool in dict.fromkeys(pools):
+            r = reservations.get(pool)
+            if r is not None and r.pinned:
                 await self.fence.unmark(r)
 
     async def _pin_marks(
@@ -1248,7 +1245,7 @@ class SliceActuator:
         unscheduled pod goes at once, and KubeRay recreates it gated), then the
         reservation, conditional on the uid the plan saw, so the released pod never
         finds the node free without a reservation behind it."""
-        by_pool = {r.pool: r for r in self.pending.reservations(snap.reservations)}
+        by_pool = self.pending.reservations(snap.reservations)
         for move in moves:
             for namespace, name in move.pods:
                 await self.kube.delete_pod(namespace, name)
@@ -1280,7 +1277,7 @@ class SliceActuator:
     ) -> bool:
         """Delete the plan's frees, each conditional on the uid of the reservation the
         plan saw (indexed, or created by us and not indexed yet)."""
-        by_pool = {r.pool: r for r in self.pending.reservations(snap.reservations)}
+        by_pool = self.pending.reservations(snap.reservations)
         for pool in pools:
             held = by_pool.get(pool)
             if held is None or not await self.let_go(held):

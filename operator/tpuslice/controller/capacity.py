@@ -288,10 +288,10 @@ class ProvisioningPass:
             held = next(
                 (
                     r
-                    for r in self.p.pending.reservations(
-                        self.snap.reservations if self.snap else ()
+                    for r in ref.own(
+                        self.p.pending.reservations(self.snap.reservations if self.snap else ())
                     )
-                    if ref.holds(r.holder) and r.holder.replica_name == replica
+                    if r.holder.replica_name == replica
                 ),
                 None,
             )

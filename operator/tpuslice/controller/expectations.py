@@ -21,10 +21,16 @@ Pure: the caller passes the clock, so it is tested without sleeping.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from tpuslice.model.records import ObjectKey, PodInfo, ProvisioningRequestInfo, ReservationInfo
+from tpuslice.model.records import (
+    ObjectKey,
+    PodInfo,
+    ProvisioningRequestInfo,
+    ReservationInfo,
+    Reservations,
+)
 
 __all__ = ["TTL_SECONDS", "Expectations"]
 
@@ -134,8 +140,17 @@ class Expectations:
         """Forget the writes these indexed objects show took effect: a reservation
         created (shown with its holder), the phase Bound (shown Bound), a pod released
         (shown ungated), a deleted pool's newer reservation (shown with another uid).
-        What a view does not show proves nothing (it may be another shape's)."""
-        for r in reservations:
+        What a view does not show proves nothing (it may be another shape's).
+
+        Only the units with an entry are looked up in the view: a pass reads every
+        reservation of its shape, and a walk over them all in every pass made a
+        restart's first passes O(N²) over a shape."""
+        pools = {*self.created, *self.bound, *self.deleted, *self.pins}
+        shown = Reservations.of(reservations)
+        for pool in pools:
+            r = shown.get(pool)
+            if r is None:
+                continue
             made = self.created.get(r.pool)
             if made is not None and made[0].holder == r.holder:
                 del self.created[r.pool]
@@ -191,32 +206,47 @@ class Expectations:
         """Replica names of ``uid``'s reservations created but not yet indexed."""
         return {i.holder.replica_name for i, _ in self.created.values() if i.holder.uid == uid}
 
-    def _hidden(self, r: ReservationInfo) -> bool:
-        gone = self.deleted.get(r.pool)
-        return gone is not None and (not gone[0] or not r.uid or gone[0] == r.uid)
-
-    def reservations(self, indexed: Iterable[ReservationInfo]) -> list[ReservationInfo]:
+    def reservations(self, indexed: Iterable[ReservationInfo]) -> Reservations:
         """The indexed reservations with our unconfirmed creations and deletions applied
-        (a creation the index already shows reads as the index has it)."""
-        seen = {r.pool: r for r in indexed}
+        (a creation the index already shows reads as the index has it).
+
+        A view (``Reservations``) that merges only what is read of it: the whole list at
+        its first read, one holder's reservations (``held_by``) from the index's by
+        holder and the entries of that holder alone. It holds copies of the entries as
+        they are now, so a write recorded later never changes a view already read."""
+        shown = Reservations.of(indexed)
         if not (self.created or self.deleted or self.pins):
-            return list(seen.values())  # nothing unconfirmed: the index as it is
-        # without a deletion of ours in flight nothing is hidden: a pass reads every
-        # reservation of its shape, and a check of each costs a tenth of a pass's CPU
-        merged = {p: r for p, r in seen.items() if not self._hidden(r)} if self.deleted else seen
-        for pool, (info, _) in self.created.items():
-            if pool not in seen or seen[pool].holder != info.holder:
-                merged[pool] = info
-            else:
-                merged[pool] = seen[pool]
-        for pool, (pinned, removed_at, _) in self.pins.items():
-            if pool in merged and merged[pool].pinned != pinned:
-                merged[pool] = replace(
-                    merged[pool],
-                    pinned=pinned,
-                    unpinned_at=removed_at or merged[pool].unpinned_at,
-                )
-        return list(merged.values())
+            return shown  # nothing unconfirmed: the index as it is
+        created = {pool: info for pool, (info, _) in self.created.items()}
+        deleted = {pool: uid for pool, (uid, _) in self.deleted.items()}
+        pins = {pool: (pinned, removed_at) for pool, (pinned, removed_at, _) in self.pins.items()}
+
+        def merged(
+            seen: Iterable[ReservationInfo], claimed: Mapping[str, ReservationInfo]
+        ) -> list[ReservationInfo]:
+            by_pool = {r.pool: r for r in seen}
+            out = {p: r for p, r in by_pool.items() if not _hidden(deleted, r)}
+            for pool, info in claimed.items():
+                if pool not in by_pool or by_pool[pool].holder != info.holder:
+                    out[pool] = info
+                else:
+                    out[pool] = by_pool[pool]
+            for pool, (pinned, removed_at) in pins.items():
+                if pool in out and out[pool].pinned != pinned:
+                    out[pool] = replace(
+                        out[pool], pinned=pinned, unpinned_at=removed_at or out[pool].unpinned_at
+                    )
+            return list(out.values())
+
+        def held(uid: str) -> list[ReservationInfo]:
+            # a creation for another holder of a unit this holder is shown with takes the
+            # unit from it, as in the whole list
+            mine = {p: i for p, i in created.items() if i.holder.uid == uid}
+            taken = {p for p, i in created.items() if i.holder.uid != uid}
+            own = [r for r in shown.held_by(uid) if r.pool not in taken]
+            return merged(own, mine)
+
+        return Reservations(lambda: merged(shown, created), held)
 
     def pods(self, indexed: Iterable[PodInfo]) -> list[PodInfo]:
         """The indexed pods, those we released and the index shows gated shown released
@@ -250,3 +280,10 @@ class Expectations:
             if o == owner and key not in keys
         ]
         return out
+
+
+def _hidden(deleted: Mapping[str, str], r: ReservationInfo) -> bool:
+    """Whether our deletion of ``r``'s unit hides it: the uid deleted is ``r``'s (or
+    either is unknown)."""
+    gone = deleted.get(r.pool)
+    return gone is not None and (not gone or not r.uid or gone == r.uid)

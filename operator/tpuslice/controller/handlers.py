@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import zlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -47,6 +48,7 @@ from tpuslice.model.records import (
     NodeInfo,
     ObjectKey,
     ReservationInfo,
+    Reservations,
     Shape,
     ShapeMember,
     Snapshot,
@@ -189,12 +191,13 @@ def make_reader(
         cluster = _first(clusters.get(key[1:]))
         shapes = spec_shapes(cluster) if cluster is not None else ()
         uid = (cluster or {}).get("metadata", {}).get("uid", "")
-        reservations: dict[str, ReservationInfo] = {}
-        for shape in shapes:
-            for info in list(by_shape.get(shape, ())):
-                reservations[info.pool] = info
-        for info in list(by_holder.get(uid, ())):
-            reservations[info.pool] = info
+        # copies of the store's groups now (a pass awaits, and the stores move on); the
+        # whole list is merged only if the pass reads it (``Reservations``)
+        of_shapes = [list(by_shape.get(shape, ())) for shape in shapes]
+        own = list(by_holder.get(uid, ()))
+
+        def every() -> list[ReservationInfo]:
+            return [info for infos in of_shapes for info in infos] + own
 
         def members() -> list[ShapeMember]:
             out = []
@@ -230,7 +233,7 @@ def make_reader(
             cluster=cluster,
             pods=watches.pods_of(key),
             nodes=_nodes_of_shapes(watches, shapes),
-            reservations=list(reservations.values()),
+            reservations=Reservations(every, lambda u: own if u == uid else None),
             raycluster=ray if own_raycluster else None,
             owned=None if own_raycluster else ray,
             rayclusters=watches.owned_clusters(key),
@@ -331,8 +334,9 @@ def store_indexes(watches: Watches) -> dict[str, Mapping[Any, Any]]:
     return out
 
 
-def _info(record: ReservationRecord) -> ReservationInfo:
-    return record[1]
+#: A reservation record's info (a C-level getter: the reader projects a whole shape's
+#: records in every pass).
+_info: Callable[[ReservationRecord], ReservationInfo] = operator.itemgetter(1)
 
 
 async def configure(

@@ -60,6 +60,7 @@ from tpuslice.model.records import (
     ClusterRef,
     Drain,
     GangMode,
+    NodeInfo,
     ObjectKey,
     Shape,
     SlicePlan,
@@ -68,6 +69,7 @@ from tpuslice.model.records import (
 )
 from tpuslice.planning.accounting import (
     MAINTENANCE_CONDITION,
+    UnitNodes,
     maintenance_condition,
     with_disruptions,
     with_maintenance,
@@ -75,7 +77,7 @@ from tpuslice.planning.accounting import (
 from tpuslice.planning.busy import avoided_nodes, busy_nodes_status
 from tpuslice.planning.groups import GroupHold, claims_wait_on, gang_whole
 from tpuslice.planning.partitions import partition_inventory, partitions_needed
-from tpuslice.planning.pools import held_pin
+from tpuslice.planning.pools import PoolIndex, held_pin
 from tpuslice.planning.queue import not_enough_message, shape_name
 from tpuslice.policy.rules import check_object, effective_priority, facts_of
 from tpuslice.policy.selection import governing
@@ -482,7 +484,7 @@ class Reconciler:
             by_group.setdefault((ref.ray_cluster, ref.group), []).extend(each.plan.drains)
         status = with_maintenance(
             with_disruptions(out.status, previous, drains, now, by_cluster, by_group),
-            snap.nodes,
+            self._unit_nodes(kind.cluster_spec(parsed), snap),
         )
         condition = maintenance_condition(status, previous, now, generation(body))
         if condition is not None:
@@ -495,6 +497,28 @@ class Reconciler:
                 condition,
             ]
         await self.status.write_status(body, previous, status, out.slices)
+
+    def _unit_nodes(self, spec: SliceClusterSpec, snap: Snapshot) -> UnitNodes:
+        """The nodes of a status entry's unit, from the unit indexes of the object's
+        shapes (``PoolIndexCache``: kept per shape until one of its nodes changes). A walk
+        over the shape's nodes for each entry made a restart's first passes O(N²) over a
+        shape of N objects."""
+        shapes = list(dict.fromkeys(shape_of(group) for group in spec.tpu_groups()))
+        indexes: dict[tuple[Shape, CapacityUnit], PoolIndex] = {}
+
+        def unit_nodes(entry: Mapping[str, Any]) -> Sequence[NodeInfo]:
+            node = entry.get("node")
+            unit = CapacityUnit.NODE if node else CapacityUnit.NODE_POOL
+            name = str(node or entry.get("nodePool") or "")
+            for shape in shapes:
+                if (shape, unit) not in indexes:
+                    indexes[(shape, unit)] = self.pool_indexes.index_or_build(shape, snap, unit)
+                found = indexes[(shape, unit)].pools.get(name)
+                if found:
+                    return found
+            return ()
+
+        return unit_nodes
 
     def _claims_first(
         self,
@@ -707,8 +731,8 @@ class Reconciler:
             }
             held = sum(
                 1
-                for r in self.pending.reservations(each.snap.reservations)
-                if each.ref.holds(r.holder) and r.holder.replica_name in live
+                for r in each.ref.own(self.pending.reservations(each.snap.reservations))
+                if r.holder.replica_name in live
             )
             out.append(GroupHold(each.spec.group_name, shape_of(each.spec), desired, held))
         return out
@@ -767,9 +791,8 @@ class Reconciler:
         with_pods = {n for p in snap.pods for n in p.slice_names}
         gone = [
             r
-            for r in self.pending.reservations(snap.reservations)
-            if r.holder.uid == ref.uid
-            and (r.holder.ray_cluster, r.holder.group) not in live
+            for r in self.pending.reservations(snap.reservations).held_by(ref.uid)
+            if (r.holder.ray_cluster, r.holder.group) not in live
             and r.holder.replica_name not in with_pods
         ]
         for r in gone:
@@ -792,9 +815,8 @@ class Reconciler:
         clusters = {cluster for cluster, _ in live}
         removed = {
             (r.holder.group, r.holder.replica_name)
-            for r in self.pending.reservations(snap.reservations)
-            if r.holder.uid == ref.uid
-            and r.holder.group
+            for r in self.pending.reservations(snap.reservations).held_by(ref.uid)
+            if r.holder.group
             and r.holder.ray_cluster in clusters
             and (r.holder.ray_cluster, r.holder.group) not in live
         }

@@ -9,7 +9,7 @@ planner, and keeps ``reservation.py`` about decisions alone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -52,6 +52,7 @@ __all__ = [
     "QueueDecision",
     "RequestCondition",
     "ReservationInfo",
+    "Reservations",
     "Shape",
     "ShapeMember",
     "ShapePool",
@@ -63,6 +64,7 @@ __all__ = [
     "Snapshot",
     "Taint",
     "Usage",
+    "held_by",
 ]
 
 #: (kind, namespace, name) of a TPUSliceCluster, TPUSliceJob or TPUSliceService: the one
@@ -266,6 +268,15 @@ class ClusterRef:
         it: a TPUSliceService's counts span its RayClusters)."""
         return holder.uid == self.uid and holder.group == self.group
 
+    def own(self, reservations: Iterable[ReservationInfo]) -> list[ReservationInfo]:
+        """The reservations of ``reservations`` that are this pass's own (``holds``),
+        found by holder (``held_by``), not by a walk over the shape's."""
+        return [r for r in held_by(reservations, self.uid) if self.holds(r.holder)]
+
+    def own_in_group(self, reservations: Iterable[ReservationInfo]) -> list[ReservationInfo]:
+        """The reservations of this object's group (``holds_in_group``), by holder."""
+        return [r for r in held_by(reservations, self.uid) if self.holds_in_group(r.holder)]
+
 
 @dataclass(frozen=True)
 class PodInfo:
@@ -444,6 +455,89 @@ class ReservationInfo:
     pinned: bool = False
     #: constants.ANNOTATION_PIN_REMOVED_AT: when that mark was last removed (RFC 3339)
     unpinned_at: str = ""
+
+
+class Reservations(Sequence[ReservationInfo]):
+    """The reservations one pass reads, each unit once: every reservation of the
+    object's shapes and every one it holds.
+
+    Most of a pass reads only the object's own reservations (``held_by``) or a few units
+    (``get``); only a decision over the whole shape (which units are free, the shape's
+    queue) reads them all. With 1,000 objects of one shape, a walk over the shape's
+    reservations in each of the many places a pass asks for its own made the first passes
+    after a restart O(N²); here the whole list is built at its first read, and an
+    object's own come from ``held``, the store's index by holder, when the reader has
+    one. A value: everything it reads was taken when it was made (``held`` included:
+    it answers for the one holder the reader copied)."""
+
+    def __init__(
+        self,
+        every: Callable[[], Iterable[ReservationInfo]],
+        held: Callable[[str], Sequence[ReservationInfo] | None] = lambda _: None,
+    ) -> None:
+        self._every = every
+        self._held = held
+        self._items: list[ReservationInfo] | None = None
+        self._by_pool: dict[str, ReservationInfo] | None = None
+        self._by_uid: dict[str, list[ReservationInfo]] | None = None
+
+    @classmethod
+    def of(cls, items: Iterable[ReservationInfo]) -> Reservations:
+        """The reservations ``items`` (the last of a unit's wins, as a re-read would)."""
+        if isinstance(items, Reservations):
+            return items
+        listed = list({r.pool: r for r in items}.values())
+        return cls(lambda: listed)
+
+    def _all(self) -> list[ReservationInfo]:
+        if self._items is None:
+            self._items = list({r.pool: r for r in self._every()}.values())
+        return self._items
+
+    def held_by(self, uid: str) -> Sequence[ReservationInfo]:
+        """The reservations whose holder is the object ``uid`` (any group or RayCluster
+        of it), without a walk over the others when the reader indexed them."""
+        own = self._held(uid)
+        if own is not None:
+            return own
+        if self._by_uid is None:
+            self._by_uid = {}
+            for r in self._all():
+                self._by_uid.setdefault(r.holder.uid, []).append(r)
+        return self._by_uid.get(uid, [])
+
+    def get(self, pool: str) -> ReservationInfo | None:
+        """The reservation of the unit ``pool``, if this view has one."""
+        if self._by_pool is None:
+            self._by_pool = {r.pool: r for r in self._all()}
+        return self._by_pool.get(pool)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._all()[i]
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __iter__(self) -> Iterator[ReservationInfo]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Reservations | list | tuple):
+            return self._all() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Reservations({self._all()!r})"
+
+
+def held_by(reservations: Iterable[ReservationInfo], uid: str) -> Sequence[ReservationInfo]:
+    """The reservations of ``reservations`` whose holder is the object ``uid``: from a
+    ``Reservations`` view without a walk over the rest, else by one walk."""
+    if isinstance(reservations, Reservations):
+        return reservations.held_by(uid)
+    return [r for r in reservations if r.holder.uid == uid]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ tell the two apart from the object's status as well. Pure: the caller passes ``n
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -30,7 +30,9 @@ __all__ = [
     "CLUSTER_SECTIONS",
     "MAINTENANCE_CONDITION",
     "MAX_COUNT",
+    "UnitNodes",
     "maintenance_condition",
+    "walk_nodes",
     "with_disruptions",
     "with_maintenance",
 ]
@@ -219,34 +221,44 @@ def _advance_groups(
     return out, failures
 
 
-def _unit_nodes(entry: Mapping[str, Any], nodes: Iterable[NodeInfo]) -> list[NodeInfo]:
-    node, pool = entry.get("node"), entry.get("nodePool")
-    if node:
-        return [n for n in nodes if n.name == node]
-    return [n for n in nodes if pool and n.pool == pool]
+#: The nodes of the unit a status entry holds (its ``node``, else its ``nodePool``).
+UnitNodes = Callable[[Mapping[str, Any]], Sequence[NodeInfo]]
 
 
-def with_maintenance(status: Mapping[str, Any], nodes: Sequence[NodeInfo]) -> dict[str, Any]:
+def walk_nodes(nodes: Sequence[NodeInfo]) -> UnitNodes:
+    """``UnitNodes`` by a walk over ``nodes`` for each entry: for a few nodes (the
+    operator's pass reads its shapes' unit indexes instead, ``PoolIndex.pools``)."""
+
+    def unit_nodes(entry: Mapping[str, Any]) -> Sequence[NodeInfo]:
+        node, pool = entry.get("node"), entry.get("nodePool")
+        if node:
+            return [n for n in nodes if n.name == node]
+        return [n for n in nodes if pool and n.pool == pool]
+
+    return unit_nodes
+
+
+def with_maintenance(status: Mapping[str, Any], unit_nodes: UnitNodes) -> dict[str, Any]:
     """Each held slice's ``maintenance`` (``scheduledAt`` and ``state``: Scheduled, or
     Ongoing once the window opened) from the nodes of the unit it holds; a
     TPUSliceService's in each cluster section, an object of several groups' in each
     ``groups[]`` entry."""
-    out = _maintained_lists(status, nodes)
+    out = _maintained_lists(status, unit_nodes)
     for section in CLUSTER_SECTIONS:
         current = out.get(section)
         if isinstance(current, Mapping):
-            out[section] = _maintained_lists(current, nodes)
+            out[section] = _maintained_lists(current, unit_nodes)
     return out
 
 
-def _maintained_lists(part: Mapping[str, Any], nodes: Sequence[NodeInfo]) -> dict[str, Any]:
+def _maintained_lists(part: Mapping[str, Any], unit_nodes: UnitNodes) -> dict[str, Any]:
     """``part`` with its ``slices`` and each ``groups[]`` entry's ``slices`` maintained."""
     out = dict(part)
     if isinstance(out.get("slices"), list):
-        out["slices"] = _maintained(out["slices"], nodes)
+        out["slices"] = _maintained(out["slices"], unit_nodes)
     if isinstance(out.get("groups"), list):
         out["groups"] = [
-            {**g, "slices": _maintained(g["slices"], nodes)}
+            {**g, "slices": _maintained(g["slices"], unit_nodes)}
             if isinstance(g, Mapping) and isinstance(g.get("slices"), list)
             else g
             for g in out["groups"]
@@ -254,14 +266,14 @@ def _maintained_lists(part: Mapping[str, Any], nodes: Sequence[NodeInfo]) -> dic
     return out
 
 
-def _maintained(entries: Sequence[Any], nodes: Sequence[NodeInfo]) -> list[Any]:
+def _maintained(entries: Sequence[Any], unit_nodes: UnitNodes) -> list[Any]:
     slices: list[Any] = []
     for entry in entries:
         if not isinstance(entry, Mapping):
             slices.append(entry)
             continue
         entry = dict(entry)
-        unit = _unit_nodes(entry, nodes) if entry.get("nodePool") else []
+        unit = unit_nodes(entry) if entry.get("nodePool") else []
         ongoing = any(
             n.labels.get(ACTIVE_MAINTENANCE_LABEL) == MAINTENANCE_ONGOING
             or any(t.key == MAINTENANCE_STARTED_TAINT for t in n.taints)

@@ -159,7 +159,7 @@ def pin_marks(
     (``AllSlices``) marks all of its slices or none: a pod pinned at admission never
     schedules before every slice of its gang is held. Everything else that is marked
     is un-marked (the first step of the fence)."""
-    ours = [r for r in reservations if cluster.holds(r.holder)]
+    ours = cluster.own(reservations)
     replicas, _ = group_replicas(pods, hosts)
     drained = {d.pool for d in plan.drains} | {m.pool for m in plan.moves}
     out = set(plan.frees) | drained
@@ -215,7 +215,7 @@ def kept_for_pins(
     whose pods are all gone keeps its marked unit while its index is below
     ``desired`` (KubeRay makes the next replica of that index, whose pods the webhook
     pins there), as long as the set then holds no more units than ``desired``."""
-    ours = [r for r in reservations if cluster.holds(r.holder)]
+    ours = cluster.own(reservations)
     replicas, _ = group_replicas(pods, hosts)
     held_indexes = {
         r.holder.replica_index
@@ -262,7 +262,7 @@ def pin_rekeys(
     that the webhook did not pin, are released by the pass's patch). One conditional
     patch each (the holder's replica name; ``kube.hand_over_reservation``)."""
     replicas, _ = group_replicas(pods, hosts)
-    ours = [r for r in reservations if cluster.holds(r.holder)]
+    ours = cluster.own(reservations)
     holding = {r.holder.replica_name for r in ours}
     out: list[Handover] = []
     for r in ours:

@@ -11,6 +11,7 @@ actions, so a crash at any line only delays the next pass.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -40,6 +41,7 @@ from tpuslice.model.records import (
     PodRelease,
     PoolRequest,
     ReservationInfo,
+    Reservations,
     ShapePool,
     SlicePlan,
     SliceState,
@@ -747,9 +749,8 @@ def plan_slices(
     """
     wanted = _Wanted(accelerator, topology, hosts, chips_per_host)
     replicas, unindexed = group_replicas(pods, hosts)
-    all_reservations = list(reservations)
-    ours = {r.holder.replica_name: r for r in all_reservations if cluster.holds(r.holder)}
-    held_by_others = {r.pool: r.holder for r in all_reservations if not cluster.holds(r.holder)}
+    shown = Reservations.of(reservations)  # read twice: own first, the rest if needed
+    ours = {r.holder.replica_name: r for r in cluster.own(shown)}
     held_by_ours = {r.pool: r.holder for r in ours.values()}
     unit = CapacityUnit.for_hosts(hosts)
     inventory = inventory or pool_index(nodes, accelerator, topology, unit=unit)
@@ -758,6 +759,27 @@ def plan_slices(
     previous_pools = previous_pools or {}
     all_slices = gang == GangMode.ALL_SLICES
     stalled = admission.stalled if admission is not None else None
+
+    # Who holds the shape's other units, and which are free, are read only when a slice
+    # claims or waits: a pass with nothing to claim reads its own reservations alone.
+    @functools.cache
+    def others() -> dict[str, Holder]:
+        return {r.pool: r.holder for r in shown if not cluster.holds(r.holder)}
+
+    @functools.cache
+    def free() -> list[str]:
+        held_by_others = others()
+        units = [
+            name
+            for name in matching
+            if name not in held_by_others
+            and name not in held_by_ours
+            and inventory.unit_problem(name, wanted) is None
+        ]
+        if admission is not None and admission.pools is not None:
+            allowed = set(admission.pools)
+            return [name for name in units if name in allowed]
+        return units
 
     ahead = (
         placeholders(ours.values(), replicas, desired_slices)
@@ -809,16 +831,6 @@ def plan_slices(
     live_indexes = {r.index for r in live}
 
     # ---- which pools to claim, for which slices
-    free = [
-        name
-        for name in matching
-        if name not in held_by_others
-        and name not in held_by_ours
-        and inventory.unit_problem(name, wanted) is None
-    ]
-    if admission is not None and admission.pools is not None:
-        allowed = set(admission.pools)
-        free = [name for name in free if name in allowed]
     assignment: dict[str, str] = {}  # replica name -> pool to claim now
     holding = [r for r in live if r.name in ours]
     if minimum is not None:
@@ -836,12 +848,14 @@ def plan_slices(
     kueue_waits: dict[str, str] = {}
     if gated and not (stalled and all_slices):
         wanting = claimants[:need] if all_slices else claimants
-        if kueue_pools:
+        if not wanting:
+            pass  # nothing to claim: neither the free units nor their holders are read
+        elif kueue_pools:
             assignment, kueue_waits = adopt(
                 [(r.name, r.live) for r in wanting],
-                free,
+                free(),
                 matching=matching,
-                held_by_others=held_by_others,
+                held_by_others=others(),
                 held_by_ours=held_by_ours,
                 problem=lambda pool: inventory.unit_problem(pool, wanted),
                 granted=admission.pools if admission is not None else None,
@@ -851,7 +865,7 @@ def plan_slices(
         else:
             assignment = _assign(
                 wanting,
-                free,
+                free(),
                 facts=facts,
                 previous=previous_pools,
                 capacity_types=capacity_types,
@@ -875,7 +889,7 @@ def plan_slices(
             admission is None
             or admission.contended
             or bool(admission.stalled)
-            or any(p in held_by_others for p in matching)
+            or any(p in others() for p in matching)
         )
         if contended:
             give_back = {
@@ -894,7 +908,7 @@ def plan_slices(
         if stalled:
             return stalled
         if admission is not None and admission.message:
-            unfit = _unfit_pools(wanted, inventory, {**held_by_others, **held_by_ours})
+            unfit = _unfit_pools(wanted, inventory, {**others(), **held_by_ours})
             return f"{admission.message}; {unfit}" if unfit else admission.message
         if all_slices and not gang_ready:
             return (
@@ -904,14 +918,14 @@ def plan_slices(
         detail = _capacity_message(
             wanted,
             inventory,
-            {**held_by_others, **held_by_ours},
+            {**others(), **held_by_ours},
             set(assignment.values()),
             noun=noun,
         )
         if all_slices:
             return (
                 f"all {desired_slices} slices need a {noun} at once ({len(holding)} "
-                f"held, {len(free)} free): {detail}"
+                f"held, {len(free())} free): {detail}"
             )
         return detail
 
@@ -1311,7 +1325,7 @@ def pool_request(
     holds claims nothing (it takes that unit over)."""
     pods = list(pods)
     replicas, _ = group_replicas(pods, hosts)
-    ours = {r.holder.replica_name: r for r in reservations if cluster.holds(r.holder)}
+    ours = {r.holder.replica_name: r for r in cluster.own(reservations)}
     live = [r for r in replicas.values() if r.live]
     holding = [r for r in live if r.name in ours]
     ahead = (
@@ -1366,7 +1380,7 @@ def handovers(
     rest, in index order. What no slice takes now stays held for the next
     (``kept_frees``): a retry never waits in the queue for capacity it had."""
     replicas, _ = group_replicas(pods, hosts)
-    ours = [r for r in reservations if cluster.holds_in_group(r.holder)]
+    ours = cluster.own_in_group(reservations)
     holding = {r.holder.replica_name for r in ours}
     idle = sorted(
         (r for r in ours if r.holder.replica_name not in replicas),
@@ -1428,6 +1442,6 @@ def kept_frees(
     """Of the planner's ``frees``, those a job that keeps its pools still gives back: only
     what it holds beyond ``desired_slices`` (the pools of slices whose pods are gone stay
     held until the job ends; a gang's give-back does not apply to what it already had)."""
-    held = sum(1 for r in reservations if cluster.holds_in_group(r.holder))
+    held = len(cluster.own_in_group(reservations))
     excess = max(0, held - desired_slices)
     return tuple(sorted(frees)[:excess])

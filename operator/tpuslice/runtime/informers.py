@@ -240,7 +240,7 @@ class GroupIndex(Mapping[Hashable, list[Any]]):
         records = self._store.group(key if self._tag is None else (self._tag, key))
         if not records:
             raise KeyError(key)
-        return [self._project(r) for r in records]
+        return list(map(self._project, records))
 
     def __iter__(self) -> Iterator[Hashable]:
         for group in self._store.group_keys():
