@@ -1,8 +1,8 @@
 """What a pass reads of its shape: its own reservations by holder (``Reservations``,
 ``ClusterRef.own``) and its units' nodes from the shape's unit index, never a walk over
 every reservation or node of the shape unless a decision needs them all (a claim, the
-queue). With 1,000 objects of one shape those walks made a restart's first passes
-O(N²); the view's answers must equal the walks they replace."""
+queue). Those walks would make a restart's first passes O(N²) over a shape of N
+objects; the view's answers must equal the walks they replace."""
 
 from __future__ import annotations
 

@@ -143,7 +143,7 @@ class Expectations:
         What a view does not show proves nothing (it may be another shape's).
 
         Only the units with an entry are looked up in the view: a pass reads every
-        reservation of its shape, and a walk over them all in every pass made a
+        reservation of its shape, and a walk over them all in every pass would make a
         restart's first passes O(N²) over a shape."""
         pools = {*self.created, *self.bound, *self.deleted, *self.pins}
         shown = Reservations.of(reservations)

@@ -501,8 +501,8 @@ class Reconciler:
     def _unit_nodes(self, spec: SliceClusterSpec, snap: Snapshot) -> UnitNodes:
         """The nodes of a status entry's unit, from the unit indexes of the object's
         shapes (``PoolIndexCache``: kept per shape until one of its nodes changes). A walk
-        over the shape's nodes for each entry made a restart's first passes O(N²) over a
-        shape of N objects."""
+        over the shape's nodes for each entry would make a restart's first passes O(N²)
+        over a shape of N objects."""
         shapes = list(dict.fromkeys(shape_of(group) for group in spec.tpu_groups()))
         indexes: dict[tuple[Shape, CapacityUnit], PoolIndex] = {}
 

@@ -463,9 +463,9 @@ class Reservations(Sequence[ReservationInfo]):
 
     Most of a pass reads only the object's own reservations (``held_by``) or a few units
     (``get``); only a decision over the whole shape (which units are free, the shape's
-    queue) reads them all. With 1,000 objects of one shape, a walk over the shape's
-    reservations in each of the many places a pass asks for its own made the first passes
-    after a restart O(N²); here the whole list is built at its first read, and an
+    queue) reads them all. A walk over the shape's reservations in each of the many
+    places a pass asks for its own would make the first passes after a restart O(N²)
+    over a shape of N objects; here the whole list is built at its first read, and an
     object's own come from ``held``, the store's index by holder, when the reader has
     one. A value: everything it reads was taken when it was made (``held`` included:
     it answers for the one holder the reader copied)."""
