@@ -483,13 +483,14 @@ class Reservations(Sequence[ReservationInfo]):
 
     @classmethod
     def of(cls, items: Iterable[ReservationInfo]) -> Reservations:
-        """The reservations ``items`` (the last of a unit's wins, as a re-read would)."""
+        """The reservations ``items``."""
         if isinstance(items, Reservations):
             return items
-        listed = list({r.pool: r for r in items}.values())
+        listed = list(items)
         return cls(lambda: listed)
 
     def _all(self) -> list[ReservationInfo]:
+        # each unit once: the last of a unit's wins, as a re-read would
         if self._items is None:
             self._items = list({r.pool: r for r in self._every()}.values())
         return self._items
