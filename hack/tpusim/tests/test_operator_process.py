@@ -4,12 +4,14 @@ flags that point it at a local cluster; a stand-in script answers for the operat
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from pathlib import Path
 
 import pytest
 
 from tpusim.operator_process import OperatorProcess, tpuslice_command
+from tpusim.processes import EPHEMERAL_PORTS, kept_port
 
 # Records its command line (a file per command), then answers /readyz on
 # --liveness-port like the operator.
@@ -105,3 +107,12 @@ def test_without_the_webhook_the_operator_starts_alone(
         operator.stop()
     assert (tmp_path / "argv.json.run").exists()
     assert not (tmp_path / "argv.json.webhook").exists()
+
+
+def test_the_webhooks_port_kept_across_restarts_lies_below_the_ephemeral_range() -> None:
+    """No outgoing connection can take it while the webhook process restarts."""
+    low = int(EPHEMERAL_PORTS.read_text().split()[0])
+    port = kept_port()
+    assert 1024 <= port < low
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", port))  # free when returned

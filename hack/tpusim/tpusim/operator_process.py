@@ -35,7 +35,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from tpusim.kube import wait_for
-from tpusim.processes import cpu_seconds, free_port
+from tpusim.processes import cpu_seconds, free_port, kept_port
 
 __all__ = ["OperatorProcess", "tpuslice_command"]
 
@@ -112,7 +112,7 @@ class OperatorProcess:
         )
 
     def _start_webhook(self, env: Mapping[str, str], timeout_s: float) -> None:
-        self.webhook_port = self.webhook_port or free_port()
+        self.webhook_port = self.webhook_port or kept_port()
         self.webhook_health_port = free_port()
         self.webhook_metrics_port = free_port()
         url = self.webhook_url or f"https://127.0.0.1:{self.webhook_port}"

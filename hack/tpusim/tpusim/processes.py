@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import ssl
@@ -143,6 +144,34 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+#: Where Linux takes the local ports of outgoing connections (its default low end);
+#: Documentation/networking/ip-sysctl.rst, ip_local_port_range.
+EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
+DEFAULT_EPHEMERAL_LOW = 32768
+
+
+def kept_port() -> int:
+    """A loopback TCP port free now, below the range the kernel takes outgoing
+    connections' local ports from: for a port a process binds again after a restart
+    (the webhook's, which its configuration names). A port the OS picks (``free_port``)
+    lies in that range, and while the process is down any outgoing connection on the
+    machine may take it, so the restarted process cannot bind it."""
+    try:
+        low = int(EPHEMERAL_PORTS.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = DEFAULT_EPHEMERAL_LOW
+    candidates = list(range(max(1024, low - 8192), low))
+    random.shuffle(candidates)
+    for port in candidates[:256]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return free_port()
 
 
 def http_ok(url: str, context: ssl.SSLContext | None = None, timeout_s: float = 3.0) -> bool:
