@@ -543,6 +543,8 @@ def test_schema_rejects_unknown_and_bad_values() -> None:
         "leaderElection.lease=x",
         "limits.maxSlicesPerObject=0",
         "limits.maxHostsPerObject=70000",
+        "operator.statusBatchSeconds=301",
+        "operator.statusBatchSeconds=0.5",
     ):
         done = subprocess.run(
             [str(HELM), "template", "rel", str(CHART), "--set", bad],

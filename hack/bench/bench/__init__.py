@@ -61,6 +61,11 @@ object had a pass (profile-restart.txt and its summary).
 With --pin-at-admission the operator and its webhook run with that setting
 (results-<scale>-pinned.json, "pinned": true, left out of the plot).
 
+The large scale runs the operator with --status-batch-seconds=60 (the results say
+"status_batch_seconds"): a slice's steps lie tens of seconds apart there, and the
+operator's docs give that setting for a burst of that size. --status-batch-seconds N
+sets it for any scale (0: the operator's default).
+
 Prints a table and writes .bench/results-<scale>.json, then redraws
 .bench/bench-scaling.svg from every results-<scale>.json present (`make bench-plot`
 draws docs/bench-scaling.svg). Every wait is bounded; a phase that times out is

@@ -75,6 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
         "release patch); results-<scale>-pinned.json, not plotted",
     )
     parser.add_argument(
+        "--status-batch-seconds",
+        type=int,
+        default=None,
+        metavar="SECONDS",
+        help="the operator's --status-batch-seconds (default: the scale's, 60 at large and "
+        "0, the operator's default, below)",
+    )
+    parser.add_argument(
         "--plot",
         type=Path,
         metavar="PATH",
@@ -94,6 +102,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         clusters=args.clusters or scale.clusters,
         gangs=args.gangs or scale.gangs,
         gang_pools=args.gang_pools or scale.gang_pools,
+        status_batch_seconds=(
+            scale.status_batch_seconds
+            if args.status_batch_seconds is None
+            else args.status_batch_seconds
+        ),
     )
     return run_all(
         args.scale,

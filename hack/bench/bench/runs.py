@@ -221,7 +221,7 @@ def operator_run(
     operator = OperatorProcess(
         cluster.kubeconfig,
         run_dir / "logs" / "operator.log",
-        extra_args=("--log-level=WARNING", *pin_args(pinned)),
+        extra_args=("--log-level=WARNING", *pin_args(pinned), *batch_args(scale)),
         webhook_args=pin_args(pinned),
         cwd=REPO,
         env=memtrace_env(run_dir / "memtrace") if memtrace else {},
@@ -413,6 +413,13 @@ def pin_args(pinned: bool) -> tuple[str, ...]:
     return ("--pin-at-admission",) if pinned else ()
 
 
+def batch_args(scale: Scale) -> tuple[str, ...]:
+    """The operator's ``--status-batch-seconds`` of this scale (none: its default)."""
+    if not scale.status_batch_seconds:
+        return ()
+    return (f"--status-batch-seconds={scale.status_batch_seconds}",)
+
+
 def gang_run(
     cluster: LocalCluster,
     scale: Scale,
@@ -436,7 +443,7 @@ def gang_run(
     operator = OperatorProcess(
         cluster.kubeconfig,
         run_dir / "logs" / "operator-gangs.log",
-        extra_args=("--log-level=WARNING", *pin_args(pinned)),
+        extra_args=("--log-level=WARNING", *pin_args(pinned), *batch_args(scale)),
         webhook_args=pin_args(pinned),
         cwd=REPO,
     )
@@ -549,6 +556,7 @@ def run_all(
         "pinned": bool(pinned),
         "memtraced": bool(memtrace),
         "kuberay_reconcile_concurrency": scale.kuberay_concurrency,
+        "status_batch_seconds": scale.status_batch_seconds,
         "node_lease_seconds": scale.node_lease_seconds,
         "node_monitor_grace_seconds": scale.node_monitor_grace_seconds,
     }

@@ -78,3 +78,31 @@ def test_the_product_renders_the_benchmarks_clusters() -> None:
     assert workers["template"]["spec"]["schedulingGates"] == [{"name": c.SCHEDULING_GATE}]
     (workers,) = gang["spec"]["workerGroupSpecs"]
     assert (workers["replicas"], workers["numOfHosts"]) == (GANG_SLICES, GANG_HOSTS)
+
+
+def test_the_operator_takes_every_flag_the_scales_pass() -> None:
+    """The flags each scale gives the operator are the real `tpuslice run`'s (its help,
+    from the console script beside the interpreter), within the bounds it states."""
+    import subprocess
+
+    from bench.runs import batch_args
+    from bench.scenario import SCALES
+
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("tpuslice")), "run", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert SCALES["large"].status_batch_seconds == 60  # the setting performance.md names
+    assert batch_args(SCALES["small"]) == ()
+    for scale in SCALES.values():
+        for flag in batch_args(scale):
+            assert flag.split("=", 1)[0] in done.stdout, flag
+            checked = subprocess.run(
+                [str(Path(sys.executable).with_name("tpuslice")), "run", flag, "--help"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            assert checked.returncode == 0, checked.stderr

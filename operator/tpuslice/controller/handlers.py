@@ -384,6 +384,7 @@ async def configure(
             pods_ready=PodsReadyTimeouts(
                 config.kueue_pods_ready_timeout_s, config.kueue_pods_ready_recovery_timeout_s
             ),
+            status_batch_seconds=config.status_batch_seconds,
         )
         for kind, adapter in KINDS.items()
     }

@@ -51,7 +51,7 @@ from tpuslice.controller.kueue import provisioning_checks, read_workload
 from tpuslice.controller.pinning import PinFence
 from tpuslice.controller.queue import Backoff, Failure, KickQueue, PassSlots
 from tpuslice.controller.recorder import Recorder
-from tpuslice.controller.statuswriter import StatusWriter, generation
+from tpuslice.controller.statuswriter import StatusWriter, fold_windows, generation
 from tpuslice.model import constants as c
 from tpuslice.model import events
 from tpuslice.model.convert import pass_inputs
@@ -271,6 +271,9 @@ class Reconciler:
     #: pin at admission's fence and marks, shared by every kind (None: a fence of its own,
     #: off)
     fence: PinFence | None = None
+    #: ``--status-batch-seconds``: how long a status change that flips no condition may
+    #: wait for the next (0: a moment; ``statuswriter.fold_windows``)
+    status_batch_seconds: float = 0.0
     _waiting: dict[Shape, set[ObjectKey]] = field(default_factory=dict)
     _waiting_since: dict[ObjectKey, float] = field(default_factory=dict)  # the queue metric
     _applied_once: set[ObjectKey] = field(default_factory=set)  # for the creation metric
@@ -303,10 +306,13 @@ class Reconciler:
             kick_later=self.queue.kick_later,
             fence=self.fence,
         )
+        quiet, at_most = fold_windows(self.status_batch_seconds)
         self.status = StatusWriter(
             self.kube,
             self.recorder,
             self.queue.kick_later,
+            fold_quiet_seconds=quiet,
+            fold_max_seconds=at_most,
             kind=self.kind,
         )
 

@@ -13,6 +13,14 @@ Ready. A flipped condition or a new generation is written at once, with
 whatever was held. Events are posted on transitions (slice states, Stalled,
 Ready, Complete), once, with the write that made them true (a state held and
 passed within the fold posts no event).
+
+Where thousands of objects come up at once, a slice's steps lie tens of seconds
+apart (the scheduler and the kubelets are busy), so the fold above writes each
+step on its own. ``--status-batch-seconds`` (``fold_windows``) trades how soon
+progress shows for fewer writes, as kube-controller-manager's
+``--endpointslice-updates-batch-period`` does for EndpointSlices: a change that
+flips no condition is written that long after the first one held, with every
+change that came after it; conditions are still written at once.
 The times held are memory only: a restart writes at its first pass.
 """
 
@@ -37,12 +45,28 @@ from tpuslice.status.conditions import (
     slice_events,
 )
 
-__all__ = ["FOLD_MAX_SECONDS", "FOLD_QUIET_SECONDS", "StatusWriter", "generation"]
+__all__ = [
+    "FOLD_MAX_SECONDS",
+    "FOLD_QUIET_SECONDS",
+    "StatusWriter",
+    "fold_windows",
+    "generation",
+]
 
 #: A foldable status change is written once the status stayed the same this long...
 FOLD_QUIET_SECONDS = 0.5
 #: ... and at most this long after the first change held.
 FOLD_MAX_SECONDS = 2.0
+
+
+def fold_windows(batch_seconds: float) -> tuple[float, float]:
+    """(quiet, at most) of the fold for a ``--status-batch-seconds`` setting: 0 is the
+    fold of a moment (``FOLD_QUIET_SECONDS``, ``FOLD_MAX_SECONDS``); a batch of N seconds
+    writes N seconds after the first change held, however many came after it (a quiet
+    window shorter than the batch would write each step that lies further apart)."""
+    if batch_seconds <= 0:
+        return FOLD_QUIET_SECONDS, FOLD_MAX_SECONDS
+    return float(batch_seconds), float(batch_seconds)
 
 
 def _now() -> str:
@@ -72,6 +96,8 @@ class StatusWriter:
     fold_quiet_seconds: float = FOLD_QUIET_SECONDS
     fold_max_seconds: float = FOLD_MAX_SECONDS
     kind: str = c.KIND_CLUSTER  # of the objects this writer writes
+    #: The monotonic clock the fold's windows are measured on.
+    clock: Callable[[], float] = time.monotonic
     _written: dict[ObjectKey, dict[str, Any]] = field(default_factory=dict)
     #: a held status: (the status, when the first change was held, when it last changed)
     _held: dict[ObjectKey, tuple[dict[str, Any], float, float]] = field(default_factory=dict)
@@ -100,7 +126,7 @@ class StatusWriter:
             self._written[key] = status
             self._held.pop(key, None)
             return
-        now = time.monotonic()
+        now = self.clock()
         if may_fold(previous, status):
             held = self._held.get(key)
             first = held[1] if held else now

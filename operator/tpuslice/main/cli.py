@@ -230,6 +230,7 @@ def _cmd_run(args: argparse.Namespace, out: TextIO) -> None:
             max_slices_per_object=args.max_slices_per_object,
             max_hosts_per_object=args.max_hosts_per_object,
             concurrent_passes=args.concurrent_passes,
+            status_batch_seconds=args.status_batch_seconds,
             kueue_pods_ready_timeout_s=args.kueue_pods_ready_timeout,
             kueue_pods_ready_recovery_timeout_s=args.kueue_pods_ready_recovery_timeout,
         )
@@ -494,6 +495,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=PASS_SLOTS,
         help="passes running at once, every kind together; an object's first pass goes "
         "ahead of waiting re-passes (default %(default)s)",
+    )
+    run.add_argument(
+        "--status-batch-seconds",
+        type=_seconds_up_to(constants.MAX_STATUS_BATCH_SECONDS),
+        default=0,
+        metavar="SECONDS",
+        help="write a status change that flips no condition (slice states, counts, "
+        "messages) this long after the first one, with every change after it: fewer "
+        "status writes where hundreds of objects come up at once, progress shown that "
+        "much later; conditions are written at once (default 0: within 2 s; at most "
+        f"{constants.MAX_STATUS_BATCH_SECONDS})",
     )
     limits = run.add_argument_group("limits (README.md, Limits)")
     limits.add_argument(

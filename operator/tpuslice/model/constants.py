@@ -102,6 +102,9 @@ WORKER_CONTAINER: Final = "ray-worker"
 MIN_RAY_VERSION: Final = (2, 54, 0)
 # Most slices of one TPUSliceCluster (the CRD's maximum of spec.tpu.slices).
 MAX_SLICES: Final = 4096
+#: The longest ``--status-batch-seconds``: progress five minutes behind the slices is as
+#: late as a status may be and still say where each slice stands.
+MAX_STATUS_BATCH_SECONDS: Final = 300
 # KubeRay refuses longer RayCluster names (63 minus its longest service suffix).
 MAX_NAME_LENGTH: Final = 53
 # KubeRay names a RayJob's or RayService's clusters "<name>-<5 random characters>"

@@ -32,6 +32,10 @@ class OperatorConfig:
     api_threads: int = 32
     #: passes running at once, every kind together (``controller.queue.PassSlots``)
     concurrent_passes: int = 16
+    #: A status change that flips no condition is written this many seconds after the
+    #: first one held, with every change after it (0: within 2 s;
+    #: ``controller.statuswriter.fold_windows``).
+    status_batch_seconds: int = 0
     finalizer: str = "tpuslice.dev/finalizer"
     # TPU identity webhook (see docs/tpu-identity.md); port None disables it.
     webhook_port: int | None = 9443
