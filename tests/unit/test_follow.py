@@ -4,6 +4,7 @@ and splitting a watch stream into events."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import replace
 from typing import Any
 
@@ -183,10 +184,16 @@ class FakeResponse:
 
 
 class FakeApi:
-    """Answers list and watch requests from a script, one answer per request."""
+    """Answers list and watch requests from a script, one answer per request.
+    ``over``: set when a request comes after the script's last answer, so a follow that
+    runs on the calling thread returns (its test fails on what it saw) instead of
+    retrying forever, as it would after a failure the test did not expect."""
 
-    def __init__(self, answers: list[FakeResponse | Exception]) -> None:
+    def __init__(
+        self, answers: list[FakeResponse | Exception], over: threading.Event | None = None
+    ) -> None:
         self.answers = answers
+        self.over = over
         self.urls: list[str] = []
         self.configuration = type("C", (), {"host": "https://api"})()
         self.rest_client = self
@@ -197,6 +204,8 @@ class FakeApi:
     def request(self, method: str, url: str, **_: object) -> FakeResponse:
         self.urls.append(url)
         if not self.answers:
+            if self.over is not None:
+                self.over.set()
             raise ConnectionError("script over")
         answer = self.answers.pop(0)
         if isinstance(answer, Exception):
@@ -221,7 +230,6 @@ def _node_obj(name: str, rv: str, ready: bool = True) -> dict[str, object]:
 
 def test_follow_lists_in_pages_watches_and_relists_after_410() -> None:
     import json
-    import threading
 
     from tpuslice.runtime.kube import Kube
 
@@ -232,6 +240,7 @@ def test_follow_lists_in_pages_watches_and_relists_after_410() -> None:
     def event(kind: str, obj: object) -> bytes:
         return json.dumps({"type": kind, "object": obj}).encode()
 
+    stop = threading.Event()
     api = FakeApi(
         [
             page([_node_obj("n1", "1")], "5", token="more"),
@@ -246,11 +255,11 @@ def test_follow_lists_in_pages_watches_and_relists_after_410() -> None:
                 ],
             ),
             page([_node_obj("n1", "8", ready=False)], "8"),  # n2 went while we were away
-        ]
+        ],
+        over=stop,
     )
     kube = Kube(api=api, executor=None)  # type: ignore[arg-type]
     seen: list[tuple[str | None, list[str]]] = []
-    stop = threading.Event()
 
     def emit(event_type: str | None, records: dict[tuple[str, str], NodeInfo]) -> None:
         seen.append((event_type, sorted(k[1] for k in records)))
@@ -264,13 +273,11 @@ def test_follow_lists_in_pages_watches_and_relists_after_410() -> None:
 
 
 def test_follow_of_a_kind_whose_crd_is_missing_reports_an_empty_listing() -> None:
-    import threading
-
     from tpuslice.runtime.kube import Kube
 
-    api = FakeApi([FakeResponse(404, b'{"reason":"NotFound","message":"no such kind"}')])
-    kube = Kube(api=api, executor=None)  # type: ignore[arg-type]
     stop = threading.Event()
+    api = FakeApi([FakeResponse(404, b'{"reason":"NotFound","message":"no such kind"}')], stop)
+    kube = Kube(api=api, executor=None)  # type: ignore[arg-type]
     seen: list[object] = []
 
     def emit(event_type: str | None, records: dict[tuple[str, str], object]) -> None:
@@ -283,7 +290,6 @@ def test_follow_of_a_kind_whose_crd_is_missing_reports_an_empty_listing() -> Non
 
 def test_follow_tells_readiness_when_the_api_server_fails_and_when_it_answers_again() -> None:
     import json
-    import threading
 
     from tpuslice.runtime.health import Health
     from tpuslice.runtime.kube import Kube
@@ -302,10 +308,11 @@ def test_follow_tells_readiness_when_the_api_server_fails_and_when_it_answers_ag
             super().watch_failed(kind, error)
 
     listing = json.dumps({"items": [], "metadata": {"resourceVersion": "3"}}).encode()
-    api = FakeApi([ConnectionRefusedError(111, "Connection refused"), FakeResponse(200, listing)])
+    stop = threading.Event()
+    refused = ConnectionRefusedError(111, "Connection refused")
+    api = FakeApi([refused, FakeResponse(200, listing)], stop)
     health = Recording()
     kube = Kube(api=api, executor=None, health=health)  # type: ignore[arg-type]
-    stop = threading.Event()
 
     def emit(event_type: str | None, records: dict[tuple[str, str], object]) -> None:
         stop.set()
