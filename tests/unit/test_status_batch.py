@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.support.fake_kube import FakeKube
+from tests.unit.test_reconcile import kinds
 from tests.unit.test_status import observed
 from tpuslice.controller.recorder import Recorder
 from tpuslice.controller.statuswriter import (
@@ -33,7 +34,7 @@ BODY: dict[str, Any] = {
     "metadata": {"namespace": "ml", "name": "llm", "uid": "u-1", "generation": 3}
 }
 
-#: (seconds after the create, what the pass observes)
+#: (seconds after the create, what the pass observes), in order
 LARGE_BURST: list[tuple[float, Observed]] = [
     (0.0, observed(SliceState.PENDING)),
     (146.0, observed(SliceState.RESERVED)),
@@ -79,26 +80,22 @@ def run_burst(batch_seconds: float) -> tuple[list[float], FakeKube]:
     writer, kube, clock, asked = writer_for(batch_seconds)
     written: list[float] = []
 
+    async def pass_at(at: float, seen: Observed) -> None:
+        clock.now = at
+        before = kinds(kube).count("status")
+        await one_pass(writer, seen)
+        written.extend([at] * (kinds(kube).count("status") - before))
+
     async def scenario() -> None:
-        steps = sorted(LARGE_BURST, key=lambda step: step[0])
-        seen = steps[0][1]
-        for at, observation in steps:
+        seen = LARGE_BURST[0][1]
+        for at, observation in LARGE_BURST:
             for due in sorted(t for t in asked if clock.now < t <= at):
-                clock.now = due
-                before = kinds(kube)
-                await one_pass(writer, seen)
-                written.extend([due] * (kinds(kube) - before))
-            clock.now, seen = at, observation
-            before = kinds(kube)
-            await one_pass(writer, seen)
-            written.extend([at] * (kinds(kube) - before))
+                await pass_at(due, seen)
+            seen = observation
+            await pass_at(at, seen)
 
     asyncio.run(scenario())
     return written, kube
-
-
-def kinds(kube: FakeKube) -> int:
-    return sum(1 for call in kube.calls if call[0] == "status")
 
 
 def test_the_default_fold_writes_each_step_of_a_slow_burst() -> None:
@@ -126,14 +123,14 @@ def test_a_condition_flip_is_written_at_once_with_what_the_batch_held() -> None:
         await one_pass(writer, observed(SliceState.PENDING))
         clock.now = 146.0
         await one_pass(writer, observed(SliceState.SCHEDULED))
-        assert kinds(kube) == 1 and asked == [206.0]  # held, a pass asked for then
+        assert kinds(kube).count("status") == 1 and asked == [206.0]  # held, a pass asked for then
         clock.now = 150.0
         await one_pass(writer, observed(SliceState.READY))  # Ready flips: not held
-        assert kinds(kube) == 2
+        assert kinds(kube).count("status") == 2
         assert kube.status is not None and kube.status["slices"][0]["state"] == "Ready"
         clock.now = 206.0
         await one_pass(writer, observed(SliceState.READY))  # nothing left to write
-        assert kinds(kube) == 2
+        assert kinds(kube).count("status") == 2
 
     asyncio.run(scenario())
 
@@ -147,10 +144,10 @@ def test_a_lost_unit_is_never_held() -> None:
         await one_pass(writer, observed(SliceState.READY, ray_cluster_ready=False))
         clock.now = 161.0
         await one_pass(writer, observed(SliceState.READY, ray_cluster_ready=False))
-        assert kinds(kube) == 2
+        assert kinds(kube).count("status") == 2
         clock.now = 170.0
         await one_pass(writer, observed(SliceState.PENDING))  # SlicesReserved turns False
-        assert kinds(kube) == 3
+        assert kinds(kube).count("status") == 3
 
     asyncio.run(scenario())
 

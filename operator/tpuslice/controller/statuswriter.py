@@ -20,7 +20,7 @@ step on its own. ``--status-batch-seconds`` (``fold_windows``) trades how soon
 progress shows for fewer writes, as kube-controller-manager's
 ``--endpointslice-updates-batch-period`` does for EndpointSlices: a change that
 flips no condition is written that long after the first one held, with every
-change that came after it; conditions are still written at once.
+change that came after it; conditions are written at once either way.
 The times held are memory only: a restart writes at its first pass.
 """
 
